@@ -1,0 +1,35 @@
+# Finds the parts of the CUDA toolkit stitchd uses: ptxas, nvJitLink and libdevice.
+# Everything is optional: without them the compiler works in PTX-only mode.
+# Sets STITCH_PTXAS, STITCH_LIBDEVICE, STITCH_NVJITLINK_LIBRARY, STITCH_NVJITLINK_INCLUDE.
+if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+  set(CUDAToolkit_ROOT /usr/local/cuda)
+endif()
+find_package(CUDAToolkit QUIET)
+
+set(_stitch_cuda_roots)
+if(CUDAToolkit_FOUND)
+  get_filename_component(_root "${CUDAToolkit_BIN_DIR}" DIRECTORY)
+  list(APPEND _stitch_cuda_roots "${_root}")
+endif()
+list(APPEND _stitch_cuda_roots /usr/local/cuda)
+
+find_program(STITCH_PTXAS ptxas HINTS ${_stitch_cuda_roots} PATH_SUFFIXES bin NO_DEFAULT_PATH)
+find_file(STITCH_LIBDEVICE libdevice.10.bc HINTS ${_stitch_cuda_roots}
+          PATH_SUFFIXES nvvm/libdevice NO_DEFAULT_PATH)
+find_library(STITCH_NVJITLINK_LIBRARY nvJitLink HINTS ${_stitch_cuda_roots}
+             PATH_SUFFIXES lib64 lib NO_DEFAULT_PATH)
+find_path(STITCH_NVJITLINK_INCLUDE nvJitLink.h HINTS ${_stitch_cuda_roots}
+          PATH_SUFFIXES include NO_DEFAULT_PATH)
+
+if(STITCH_PTXAS OR STITCH_NVJITLINK_LIBRARY)
+  message(STATUS "stitchd: CUDA toolkit found (ptxas: ${STITCH_PTXAS}, nvJitLink: "
+                 "${STITCH_NVJITLINK_LIBRARY}, libdevice: ${STITCH_LIBDEVICE})")
+else()
+  message(STATUS "stitchd: no CUDA toolkit found; building in PTX-only mode "
+                 "(no cubin, math without libdevice)")
+endif()
+foreach(v STITCH_PTXAS STITCH_LIBDEVICE STITCH_NVJITLINK_LIBRARY STITCH_NVJITLINK_INCLUDE)
+  if(NOT ${v})
+    set(${v} "")
+  endif()
+endforeach()

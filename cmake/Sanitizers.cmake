@@ -1,0 +1,12 @@
+# -DSTITCH_SANITIZE=address,undefined builds everything with those sanitizers.
+if(STITCH_SANITIZE)
+  string(REPLACE "," ";" _stitch_sanitizers "${STITCH_SANITIZE}")
+  foreach(s IN LISTS _stitch_sanitizers)
+    if(NOT s MATCHES "^(address|undefined|thread|leak)$")
+      message(FATAL_ERROR "STITCH_SANITIZE: unknown sanitizer '${s}'")
+    endif()
+  endforeach()
+  add_compile_options(-fsanitize=${STITCH_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=${STITCH_SANITIZE})
+  message(STATUS "stitchd: sanitizers ${STITCH_SANITIZE}")
+endif()

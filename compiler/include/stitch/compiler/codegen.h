@@ -1,0 +1,82 @@
+// LLVM codegen: one kernel of a fusion plan to an LLVM module for nvptx64-nvidia-cuda,
+// then to PTX (in-process, LLVM's NVPTX backend) and to cubin (nvJitLink or ptxas, where
+// the CUDA toolkit exists).
+//
+// The module a kernel is emitted as ("portable IR") is the contract with the host
+// emulator, which rewrites the same module for the host:
+//   * one kernel function per module, named CompiledKernel::name, marked as a kernel
+//     (nvvm.annotations), returning void; every parameter is an opaque `ptr` in
+//     address space 0 to one buffer (CompiledKernel::param_nodes);
+//   * thread geometry comes only from llvm.nvvm.read.ptx.sreg.{tid,ntid,ctaid,nctaid}.*;
+//   * block barriers are llvm.nvvm.barrier0; warp exchanges are llvm.nvvm.shfl.sync.*
+//     with a full mask;
+//   * shared memory is module globals in addrspace(3) of static size;
+//   * math functions are calls to libdevice names (__nv_expf, ...) left as declarations;
+//     LowerToPtx links libdevice or, without the toolkit, stitch's own definitions;
+//   * f16 values use LLVM `half` (fpext/fptrunc); bf16 is handled as i16 bits.
+//
+// Thread-safety: every function here may be called concurrently; each call builds its
+// own LLVMContext.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stitch/compiler/graph.h"
+#include "stitch/compiler/plan.h"
+#include "stitch/compiler/status.h"
+
+namespace stitch {
+
+struct LaunchDims {
+  std::array<uint32_t, 3> grid = {1, 1, 1};
+  std::array<uint32_t, 3> block = {1, 1, 1};
+  uint64_t threads() const {
+    return uint64_t{grid[0]} * grid[1] * grid[2] * block[0] * block[1] * block[2];
+  }
+};
+
+struct CodegenOptions {
+  std::string target = "sm_90";  // sm_80 or sm_90 (anything LLVM 16 NVPTX accepts)
+  // libdevice bitcode; empty means "use stitch's own math definitions" (PTX-only mode).
+  std::string libdevice_path = DefaultLibdevicePath();
+  // ptxas binary used when nvJitLink is not linked in; empty disables cubin.
+  std::string ptxas_path = DefaultPtxasPath();
+  bool emit_cubin = true;
+
+  // Returns the paths found when stitchd was built (empty when the toolkit was absent).
+  static std::string DefaultLibdevicePath();
+  static std::string DefaultPtxasPath();
+};
+
+struct CompiledKernel {
+  std::string name;
+  KernelKind kind = KernelKind::kLoop;
+  LaunchDims launch;
+  uint32_t shared_bytes = 0;  // static shared memory per block
+  // The buffer behind each kernel parameter, by graph node index: the spec's inputs in
+  // order, then its outputs in order.
+  std::vector<int> param_nodes;
+  std::string portable_ir;  // LLVM bitcode of the portable module (see above)
+  std::string ptx;          // filled by LowerToPtx
+  std::string cubin;        // filled by AssembleCubin; empty in PTX-only mode
+};
+
+// Emits the portable LLVM module for `spec` and picks its launch dimensions. Returns
+// UNIMPLEMENTED for an op the emitters do not handle, naming the node.
+StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
+                                    const CodegenOptions& options);
+
+// Optimises the portable module, links the math library and produces PTX in `kernel.ptx`.
+Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options);
+
+// Assembles kernel.ptx into kernel.cubin for options.target with nvJitLink, or ptxas when
+// nvJitLink is absent. Returns UNAVAILABLE when neither exists (PTX-only mode).
+Status AssembleCubin(CompiledKernel& kernel, const CodegenOptions& options);
+
+// Returns true when AssembleCubin can work in this build and on this machine.
+bool CubinAvailable(const CodegenOptions& options);
+
+}  // namespace stitch

@@ -1,0 +1,203 @@
+// The stitch graph IR: a DAG of memory-intensive tensor ops with static shapes.
+//
+// A Graph owns its nodes in a vector; operands refer to nodes by index. Nodes are appended
+// in any order by importers, so nothing here assumes topological order: call Verify()
+// (verifier.h) before handing a graph to any other pass. Every pass after the verifier may
+// assume a verified graph.
+//
+// Thread-safety: a Graph is a value. Concurrent reads are safe; writes need exclusive access.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stitch/compiler/dtype.h"
+
+namespace stitch {
+
+// Op codes. The numeric values are part of the canonical key and of the wire format
+// (stitch.v1.OpCode): never renumber, only append.
+enum class OpCode : uint16_t {
+  // Leaves.
+  kParameter = 1,
+  kConstant = 2,
+  kIota = 3,
+  // Elementwise unary.
+  kNeg = 10,
+  kAbs = 11,
+  kExp = 12,
+  kLog = 13,
+  kLog1p = 14,
+  kExpm1 = 15,
+  kTanh = 16,
+  kLogistic = 17,
+  kSqrt = 18,
+  kRsqrt = 19,
+  kErf = 20,
+  kSin = 21,
+  kCos = 22,
+  kFloor = 23,
+  kCeil = 24,
+  kRound = 25,            // half away from zero (HLO round-nearest-afz)
+  kRoundNearestEven = 26,
+  kSign = 27,
+  kNot = 28,
+  kConvert = 29,
+  kBitcastConvert = 30,   // reinterpret bits; same element width
+  kCbrt = 31,
+  kTan = 32,
+  kIsFinite = 33,
+  kPopcnt = 34,
+  // Elementwise binary.
+  kAdd = 40,
+  kSub = 41,
+  kMul = 42,
+  kDiv = 43,
+  kPow = 44,
+  kMax = 45,
+  kMin = 46,
+  kRem = 47,
+  kAnd = 48,
+  kOr = 49,
+  kXor = 50,
+  kShiftLeft = 51,
+  kShiftRightLogical = 52,
+  kShiftRightArithmetic = 53,
+  kCompare = 54,
+  kAtan2 = 55,
+  // Elementwise ternary.
+  kSelect = 60,
+  kClamp = 61,  // clamp(min, x, max), as in HLO
+  // Data movement.
+  kBroadcast = 70,
+  kReshape = 71,     // also HLO bitcast when the layouts are the default
+  kTranspose = 72,
+  kSlice = 73,
+  kConcatenate = 74,
+  kPad = 75,
+  kReverse = 76,
+  // Reductions.
+  kReduce = 80,
+  // Random numbers.
+  kRngUniform = 90,  // counter-based (Philox 4x32-10) uniform in [0,1); see rng attributes
+};
+
+// Returns the op's spelling in stitch's own dumps (HLO names where HLO has one).
+std::string_view OpCodeName(OpCode op);
+
+// Parses what OpCodeName returns.
+std::optional<OpCode> ParseOpCode(std::string_view name);
+
+enum class OpClass { kLeaf, kElementwise, kDataMovement, kReduce, kRng };
+
+// Returns true when `op` is one of the values above (wire input may hold anything).
+bool IsKnownOpCode(OpCode op);
+
+// Returns which family `op` belongs to.
+OpClass ClassOf(OpCode op);
+
+// Number of operands the op takes, or -1 when it is variadic (concatenate).
+int Arity(OpCode op);
+
+enum class CompareDirection : uint8_t { kEq = 1, kNe, kLt, kLe, kGt, kGe };
+std::string_view CompareDirectionName(CompareDirection d);  // "EQ", "NE", ...
+std::optional<CompareDirection> ParseCompareDirection(std::string_view s);
+
+// The combiner of a reduce. Variadic HLO reduces whose combiner acts on each operand
+// separately become one reduce per operand.
+enum class ReduceKind : uint8_t { kSum = 1, kProd, kMax, kMin, kAnd, kOr };
+std::string_view ReduceKindName(ReduceKind k);  // "sum", "max", ...
+std::optional<ReduceKind> ParseReduceKind(std::string_view s);
+
+// A dense row-major shape (layouts other than the default are normalised away by the
+// importers into explicit transposes).
+struct Shape {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> dims;
+
+  int rank() const { return static_cast<int>(dims.size()); }
+  // Number of elements; 1 for scalars. Callers must have checked for overflow (the
+  // verifier does), so this never overflows on a verified graph.
+  int64_t elements() const;
+  int64_t bytes() const { return elements() * DTypeBytes(dtype); }
+  bool operator==(const Shape& o) const { return dtype == o.dtype && dims == o.dims; }
+  bool operator!=(const Shape& o) const { return !(*this == o); }
+  // "f32[2,3]".
+  std::string ToString() const;
+};
+
+// The values of a constant. Floats are kept as doubles and integers as their 64-bit
+// two's-complement bits. A literal holds either one value (a splat over the shape) or
+// exactly shape.elements() values.
+struct Literal {
+  std::vector<double> f;    // used when the dtype is floating point
+  std::vector<int64_t> i;   // used otherwise (u64 values are stored by bit pattern)
+  size_t size() const { return f.empty() ? i.size() : f.size(); }
+};
+
+// One op. Attributes that an op does not use stay empty.
+struct Node {
+  std::string name;  // for messages only; never part of the cache key
+  OpCode op = OpCode::kParameter;
+  Shape shape;                 // declared result shape; the verifier checks it
+  std::vector<int> operands;   // indices into Graph::nodes
+
+  // kParameter: position in the caller's argument list.
+  int64_t parameter_number = -1;
+  // kConstant.
+  Literal literal;
+  // kBroadcast: output dimension of each operand dimension.
+  // kReduce: the reduced input dimensions.  kTranspose: the permutation (output dim i is
+  // operand dim dimensions[i]).  kReverse: the reversed dimensions.
+  // kConcatenate, kIota: a single dimension.
+  std::vector<int64_t> dimensions;
+  // kSlice: start/limit/stride per dimension.
+  std::vector<int64_t> slice_starts, slice_limits, slice_strides;
+  // kPad: low/high/interior per dimension; the pad value is operand 1.
+  std::vector<int64_t> pad_low, pad_high, pad_interior;
+  // kCompare.
+  CompareDirection direction = CompareDirection::kEq;
+  // kReduce: operands are {input, init}; init is a scalar of the same dtype.
+  ReduceKind reduce_kind = ReduceKind::kSum;
+  // kRngUniform: operands are {seed (u64 scalar)}; the stream id keeps the masks of
+  // different rng nodes independent.
+  int64_t rng_stream = 0;
+
+  // Where the node came from, for error messages (e.g. "model.hlo:42"); optional.
+  std::string source;
+};
+
+struct GraphLimits {
+  int64_t max_nodes = 20000;
+  int64_t max_elements_per_tensor = int64_t{1} << 34;
+  int max_rank = 8;
+};
+
+// A dataflow graph with several outputs.
+struct Graph {
+  std::string name;
+  std::vector<Node> nodes;
+  std::vector<int> outputs;  // node indices; a node may appear more than once
+
+  // Appends `n` and returns its index.
+  int Add(Node n) {
+    nodes.push_back(std::move(n));
+    return static_cast<int>(nodes.size()) - 1;
+  }
+  // Returns the parameters ordered by parameter_number.
+  std::vector<int> Parameters() const;
+  // Returns, for each node, the indices of the nodes that use it (once per use).
+  std::vector<std::vector<int>> Users() const;
+};
+
+// Returns the node indices in a topological order (operands first) that is deterministic
+// for a given graph. Requires an acyclic graph with valid operand indices.
+std::vector<int> TopologicalOrder(const Graph& g);
+
+// Returns a multi-line human-readable dump, HLO-like.
+std::string ToText(const Graph& g);
+
+}  // namespace stitch

@@ -1,0 +1,2 @@
+// Placeholder so the facade library has a translation unit until the driver lands.
+namespace stitch {}
