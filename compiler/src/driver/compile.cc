@@ -1,2 +1,77 @@
-// Placeholder so the facade library has a translation unit until the driver lands.
-namespace stitch {}
+#include "stitch/compiler/compile.h"
+
+#include <chrono>
+
+#include "stitch/compiler/baseline_planner.h"
+#include "stitch/compiler/verifier.h"
+
+namespace stitch {
+namespace {
+
+class Stopwatch {
+ public:
+  double LapMs() {
+    auto now = std::chrono::steady_clock::now();
+    double ms = std::chrono::duration<double, std::milli>(now - last_).count();
+    last_ = now;
+    return ms;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+std::string OptionsText(const CompileOptions& o) {
+  // Only what changes the emitted code belongs here; paths do not, libdevice's presence does.
+  std::string text = "planner=baseline";
+  text += o.codegen.libdevice_path.empty() ? ";math=stitch" : ";math=libdevice";
+  return text;
+}
+
+}  // namespace
+
+KeyContext KeyContextFor(const CompileOptions& options) {
+  KeyContext k;
+  k.target = options.codegen.target;
+  k.options = OptionsText(options);
+  k.salt = options.salt;
+  return k;
+}
+
+StatusOr<CompileResult> CompileGraph(const Graph& g, const CompileOptions& options) {
+  CompileResult result;
+  Stopwatch clock;
+  STITCH_RETURN_IF_ERROR(Verify(g, options.limits));
+  result.key = ComputeKey(g, KeyContextFor(options));
+  result.timings.verify_ms = clock.LapMs();
+
+  STITCH_ASSIGN_OR_RETURN(result.plan, PlanBaseline(g));
+  result.temporaries = TemporaryNodes(g, result.plan);
+  result.timings.plan_ms = clock.LapMs();
+
+  for (const KernelSpec& spec : result.plan.kernels) {
+    STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel, EmitKernel(g, spec, options.codegen));
+    result.kernels.push_back(std::move(kernel));
+  }
+  result.timings.emit_ms = clock.LapMs();
+  if (!options.emit_ptx) return result;
+
+  for (CompiledKernel& kernel : result.kernels) {
+    STITCH_RETURN_IF_ERROR(LowerToPtx(kernel, options.codegen));
+  }
+  result.timings.ptx_ms = clock.LapMs();
+
+  if (!options.codegen.emit_cubin) {
+    result.cubin_note = "cubin not requested";
+  } else if (!CubinAvailable(options.codegen)) {
+    result.cubin_note = "PTX-only mode: no nvJitLink or ptxas in this build";
+  } else {
+    for (CompiledKernel& kernel : result.kernels) {
+      STITCH_RETURN_IF_ERROR(AssembleCubin(kernel, options.codegen));
+    }
+  }
+  result.timings.cubin_ms = clock.LapMs();
+  return result;
+}
+
+}  // namespace stitch

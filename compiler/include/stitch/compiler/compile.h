@@ -1,0 +1,52 @@
+// The compiler facade: a graph in, a verified key, a fusion plan and kernels out. This is
+// what the daemon and stitchctl call; the layers behind it are usable on their own.
+//
+// Pipeline: verify -> key -> plan -> emit LLVM -> PTX -> cubin (where the toolkit exists).
+//
+// Thread-safety: CompileGraph may run concurrently on different graphs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "stitch/compiler/codegen.h"
+#include "stitch/compiler/graph.h"
+#include "stitch/compiler/key.h"
+#include "stitch/compiler/plan.h"
+#include "stitch/compiler/status.h"
+
+namespace stitch {
+
+struct CompileOptions {
+  CodegenOptions codegen;  // codegen.target is also the key's target
+  GraphLimits limits;
+  std::string salt;        // cache namespace salt (part of the key)
+  bool emit_ptx = true;    // false stops after LLVM IR (used by tests of the IR alone)
+};
+
+// Wall-clock milliseconds of each stage.
+struct CompileTimings {
+  double verify_ms = 0, plan_ms = 0, emit_ms = 0, ptx_ms = 0, cubin_ms = 0;
+  double to_ptx_ms() const { return verify_ms + plan_ms + emit_ms + ptx_ms; }
+  double total_ms() const { return to_ptx_ms() + cubin_ms; }
+};
+
+struct CompileResult {
+  CacheKey key;
+  FusionPlan plan;
+  std::vector<CompiledKernel> kernels;  // one per plan kernel, same order
+  std::vector<int> temporaries;         // nodes held in temporary buffers
+  CompileTimings timings;
+  // Why there is no cubin, when there is none ("PTX-only mode: ..."); empty otherwise.
+  std::string cubin_note;
+};
+
+// Returns the key context the compiler uses for `options`.
+KeyContext KeyContextFor(const CompileOptions& options);
+
+// Compiles `g`. Returns the verifier's error for a malformed graph, UNIMPLEMENTED for ops
+// the codegen does not handle, INTERNAL for LLVM or assembler failures. A missing CUDA
+// toolkit is not an error: kernels then carry PTX only and cubin_note says so.
+StatusOr<CompileResult> CompileGraph(const Graph& g, const CompileOptions& options);
+
+}  // namespace stitch

@@ -1,0 +1,28 @@
+// Runs a compiled graph's kernels on the host emulator, in plan order, with buffers for
+// parameters, temporaries and outputs.
+//
+// Thread-safety: uses the given Emulator, so one call per Emulator at a time.
+#pragma once
+
+#include <vector>
+
+#include "stitch/compiler/codegen.h"
+#include "stitch/compiler/emulator.h"
+#include "stitch/compiler/graph.h"
+#include "stitch/compiler/tensor.h"
+
+namespace stitch {
+
+struct EmulatedRun {
+  std::vector<Tensor> outputs;           // one per graph output
+  std::vector<LaunchStats> per_kernel;   // one per kernel, in launch order
+  uint64_t global_bytes() const;         // loaded + stored over all kernels
+};
+
+// Launches `kernels` (from CompileGraph on `g`) on `emulator` with `params` ordered by
+// parameter number. Output and temporary buffers start filled with 0xff bytes (NaN for
+// floats), so an element a kernel forgets to write shows up as a mismatch.
+StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKernel>& kernels,
+                                    const std::vector<Tensor>& params, Emulator& emulator);
+
+}  // namespace stitch

@@ -1,0 +1,33 @@
+// Comparing a kernel's output with the reference interpreter's.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "stitch/compiler/tensor.h"
+
+namespace stitch {
+
+// The tolerance kernels are held to, by output dtype: 1e-5 for f32 and f64 (kernels
+// reassociate reductions, so bit-exactness is not expected), 1e-2 for f16 and bf16, 0 for
+// integers and pred.
+double DefaultTolerance(DType t);
+
+struct Comparison {
+  bool pass = true;
+  double max_abs_error = 0;
+  // Largest |actual - expected| / max(|expected|, 1): relative for large values, absolute
+  // near zero, where cancellation makes relative error meaningless.
+  double max_rel_error = 0;
+  int64_t mismatches = 0;
+  int64_t first_mismatch = -1;  // linear index, or -1
+  std::string message;          // names the first mismatch, empty when passing
+};
+
+// Compares element by element. NaN equals NaN, infinities must match exactly, and a shape
+// or dtype difference fails. Passing means every error is within `tolerance`.
+Comparison Compare(const Tensor& expected, const Tensor& actual, double tolerance);
+
+}  // namespace stitch

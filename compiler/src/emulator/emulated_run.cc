@@ -1,0 +1,54 @@
+#include "stitch/compiler/emulated_run.h"
+
+#include <map>
+
+namespace stitch {
+
+uint64_t EmulatedRun::global_bytes() const {
+  uint64_t total = 0;
+  for (const LaunchStats& s : per_kernel) total += s.global_bytes_loaded + s.global_bytes_stored;
+  return total;
+}
+
+StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKernel>& kernels,
+                                    const std::vector<Tensor>& params, Emulator& emulator) {
+  std::vector<int> param_nodes = g.Parameters();
+  if (params.size() != param_nodes.size()) {
+    return InvalidArgument("graph takes " + std::to_string(param_nodes.size()) +
+                           " parameters, got " + std::to_string(params.size()));
+  }
+  std::map<int, std::vector<uint8_t>> buffers;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Shape& want = g.nodes[param_nodes[k]].shape;
+    if (params[k].shape != want) {
+      return InvalidArgument("parameter " + std::to_string(k) + " is " +
+                             params[k].shape.ToString() + ", expected " + want.ToString());
+    }
+    buffers[param_nodes[k]] = ToDeviceBytes(params[k]);
+  }
+  EmulatedRun run;
+  for (const CompiledKernel& kernel : kernels) {
+    std::vector<void*> args;
+    for (int node : kernel.param_nodes) {
+      auto [it, fresh] = buffers.try_emplace(node);
+      if (fresh) it->second.assign(static_cast<size_t>(g.nodes[node].shape.bytes()), 0xff);
+      // A zero-size tensor still needs a valid, distinct address.
+      if (it->second.empty()) it->second.reserve(1);
+      args.push_back(it->second.data());
+    }
+    StatusOr<LaunchStats> stats = emulator.Launch(kernel, args);
+    if (!stats.ok()) return stats.status().WithContext("kernel " + kernel.name);
+    run.per_kernel.push_back(*stats);
+  }
+  for (int o : g.outputs) {
+    auto it = buffers.find(o);
+    if (it == buffers.end()) {
+      return Internal("no kernel wrote graph output node " + std::to_string(o));
+    }
+    STITCH_ASSIGN_OR_RETURN(Tensor t, FromDeviceBytes(g.nodes[o].shape, it->second));
+    run.outputs.push_back(std::move(t));
+  }
+  return run;
+}
+
+}  // namespace stitch

@@ -1,0 +1,56 @@
+#include "stitch/compiler/tensor_compare.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace stitch {
+
+double DefaultTolerance(DType t) {
+  switch (t) {
+    case DType::kF16:
+    case DType::kBF16:
+      return 1e-2;
+    case DType::kF32:
+    case DType::kF64:
+      return 1e-5;
+    default:
+      return 0;
+  }
+}
+
+Comparison Compare(const Tensor& expected, const Tensor& actual, double tolerance) {
+  Comparison c;
+  if (expected.shape != actual.shape) {
+    c.pass = false;
+    c.message = "shape " + actual.shape.ToString() + " differs from expected " +
+                expected.shape.ToString();
+    return c;
+  }
+  const int64_t n = expected.size();
+  for (int64_t k = 0; k < n; ++k) {
+    double e = expected.AsDouble(k), a = actual.AsDouble(k);
+    double abs_err = 0;
+    if (std::isnan(e) || std::isnan(a)) {
+      abs_err = std::isnan(e) && std::isnan(a) ? 0 : INFINITY;
+    } else if (std::isinf(e) || std::isinf(a)) {
+      abs_err = e == a ? 0 : INFINITY;
+    } else {
+      abs_err = std::fabs(a - e);
+    }
+    double rel_err = abs_err / std::max(std::fabs(std::isfinite(e) ? e : 0.0), 1.0);
+    c.max_abs_error = std::max(c.max_abs_error, abs_err);
+    c.max_rel_error = std::max(c.max_rel_error, rel_err);
+    if (rel_err > tolerance) {
+      if (c.first_mismatch < 0) {
+        c.first_mismatch = k;
+        c.message = "element " + std::to_string(k) + ": got " + std::to_string(a) +
+                    ", expected " + std::to_string(e);
+      }
+      ++c.mismatches;
+    }
+  }
+  c.pass = c.mismatches == 0;
+  return c;
+}
+
+}  // namespace stitch
