@@ -1,0 +1,50 @@
+// The stitchctl subcommands. Each returns the process exit status and prints a one-line
+// error naming the problem on stderr when it fails.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stitch::ctl {
+
+struct CompileArgs {
+  std::string file;
+  std::string target = "sm_90";
+  bool json = false;
+  bool print_ptx = false;
+  bool cubin = true;
+};
+int RunCompile(const CompileArgs& args);
+
+struct RunArgs {
+  std::string file;
+  bool emulate = false;
+  std::vector<std::string> inputs;  // .npy files, one per parameter
+  std::string outputs_dir;
+  uint64_t seed = 1;
+  bool random_order = false;
+  bool json = false;
+  std::string target = "sm_90";
+};
+int RunRun(const RunArgs& args);
+
+struct ExtractArgs {
+  std::string module;
+  std::string out_dir;
+};
+int RunExtract(const ExtractArgs& args);
+
+struct KeyArgs {
+  std::string file;
+  std::string against;  // second file to explain the difference with
+  bool explain = false;
+  std::string target = "sm_90";
+  std::string salt;
+};
+int RunKey(const KeyArgs& args);
+
+// Prints "stitchctl: <message>" on stderr and returns 1.
+int Fail(const std::string& message);
+
+}  // namespace stitch::ctl

@@ -1,0 +1,80 @@
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "graph_input.h"
+#include "stitch/compiler/compile.h"
+
+namespace stitch::ctl {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "stitchctl: %s\n", message.c_str());
+  return 1;
+}
+
+namespace {
+
+nlohmann::json KernelJson(const CompiledKernel& k, bool with_ptx) {
+  nlohmann::json j = {
+      {"name", k.name},
+      {"kind", std::string(KernelKindName(k.kind))},
+      {"grid", {k.launch.grid[0], k.launch.grid[1], k.launch.grid[2]}},
+      {"block", {k.launch.block[0], k.launch.block[1], k.launch.block[2]}},
+      {"shared_bytes", k.shared_bytes},
+      {"ptx_bytes", k.ptx.size()},
+      {"cubin_bytes", k.cubin.size()},
+  };
+  if (with_ptx) j["ptx"] = k.ptx;
+  return j;
+}
+
+void PrintText(const Graph& g, const CompileResult& r, bool with_ptx) {
+  std::cout << "graph " << (g.name.empty() ? "(unnamed)" : g.name) << "\n";
+  std::cout << "key   " << r.key.hex << "\n";
+  std::cout << "plan  " << r.plan.planner << ", " << r.kernels.size() << " kernel(s)\n";
+  for (const CompiledKernel& k : r.kernels) {
+    std::printf("  %-28s %-13s grid=(%u,%u,%u) block=(%u,%u,%u) shared=%uB\n", k.name.c_str(),
+                std::string(KernelKindName(k.kind)).c_str(), k.launch.grid[0], k.launch.grid[1],
+                k.launch.grid[2], k.launch.block[0], k.launch.block[1], k.launch.block[2],
+                k.shared_bytes);
+  }
+  std::printf("compile %.2f ms to PTX, %.2f ms to cubin\n", r.timings.to_ptx_ms(),
+              r.timings.total_ms());
+  if (!r.cubin_note.empty()) std::cout << "note  " << r.cubin_note << "\n";
+  if (with_ptx) {
+    for (const CompiledKernel& k : r.kernels) std::cout << "\n// " << k.name << "\n" << k.ptx;
+  }
+}
+
+}  // namespace
+
+int RunCompile(const CompileArgs& args) {
+  StatusOr<std::vector<Graph>> graphs = LoadGraphs(args.file);
+  if (!graphs.ok()) return Fail(graphs.status().ToString());
+  CompileOptions options;
+  options.codegen.target = args.target;
+  options.codegen.emit_cubin = args.cubin;
+  nlohmann::json all = nlohmann::json::array();
+  for (const Graph& g : *graphs) {
+    StatusOr<CompileResult> r = CompileGraph(g, options);
+    if (!r.ok()) return Fail(args.file + ": " + r.status().ToString());
+    if (!args.json) {
+      PrintText(g, *r, args.print_ptx);
+      continue;
+    }
+    nlohmann::json j = {{"graph", g.name},
+                        {"key", r->key.hex},
+                        {"planner", r->plan.planner},
+                        {"compile_ms_to_ptx", r->timings.to_ptx_ms()},
+                        {"compile_ms_to_cubin", r->timings.total_ms()},
+                        {"kernels", nlohmann::json::array()}};
+    if (!r->cubin_note.empty()) j["note"] = r->cubin_note;
+    for (const CompiledKernel& k : r->kernels) j["kernels"].push_back(KernelJson(k, args.print_ptx));
+    all.push_back(j);
+  }
+  if (args.json) std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace stitch::ctl

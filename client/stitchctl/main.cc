@@ -1,0 +1,57 @@
+// stitchctl: compile, run on the emulator, extract and key stitch graphs from the shell.
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  using namespace stitch::ctl;
+  CLI::App app{"stitchctl: the stitchd command-line tool"};
+  app.require_subcommand(1);
+
+  CompileArgs compile;
+  auto* c = app.add_subcommand("compile", "Compile HLO text or a stitch.v1.Graph to kernels");
+  c->add_option("file", compile.file, "HLO text, binary stitch.v1.Graph or its JSON")->required();
+  c->add_option("--target", compile.target, "GPU target (sm_80, sm_90)");
+  c->add_flag("--json", compile.json, "Print JSON");
+  c->add_flag("--ptx", compile.print_ptx, "Print each kernel's PTX");
+  c->add_flag("!--no-cubin", compile.cubin, "Stop at PTX");
+
+  RunArgs run;
+  std::string inputs;
+  auto* r = app.add_subcommand("run", "Compile, run on the emulator, compare with the interpreter");
+  r->add_option("file", run.file, "Graph file")->required();
+  r->add_flag("--emulate", run.emulate, "Run on the host GPU emulator (the only backend today)");
+  r->add_option("--inputs", inputs, "Comma-separated .npy files, one per parameter");
+  r->add_option("--outputs", run.outputs_dir, "Directory to write outputs as .npy");
+  r->add_option("--seed", run.seed, "Seed for random inputs");
+  r->add_flag("--random-order", run.random_order, "Run threads in random order between barriers");
+  r->add_option("--target", run.target, "GPU target");
+  r->add_flag("--json", run.json, "Print JSON");
+
+  ExtractArgs extract;
+  auto* e = app.add_subcommand("extract", "Write the memory-intensive subgraphs of an HLO module");
+  e->add_option("module", extract.module, "HLO module text")->required();
+  e->add_option("--out", extract.out_dir, "Output directory")->required();
+
+  KeyArgs key;
+  auto* k = app.add_subcommand("key", "Print a graph's cache key and its components");
+  k->add_option("file", key.file, "Graph file")->required();
+  k->add_flag("--explain", key.explain, "Print every component of the key");
+  k->add_option("--against", key.against, "Explain how the key differs from this graph's");
+  k->add_option("--target", key.target, "GPU target");
+  k->add_option("--salt", key.salt, "Namespace salt");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& err) {
+    return app.exit(err);
+  }
+  if (c->parsed()) return RunCompile(compile);
+  if (r->parsed()) {
+    if (!inputs.empty()) run.inputs = CLI::detail::split(inputs, ',');
+    return RunRun(run);
+  }
+  if (e->parsed()) return RunExtract(extract);
+  if (k->parsed()) return RunKey(key);
+  return Fail("no subcommand");
+}

@@ -1,0 +1,122 @@
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "commands.h"
+#include "graph_input.h"
+#include "stitch/compiler/compile.h"
+#include "stitch/compiler/emulated_run.h"
+#include "stitch/compiler/interpreter.h"
+#include "stitch/compiler/tensor_compare.h"
+
+namespace stitch::ctl {
+namespace {
+
+StatusOr<std::vector<Tensor>> MakeInputs(const Graph& g, const RunArgs& args) {
+  std::vector<int> params = g.Parameters();
+  std::vector<Tensor> inputs;
+  if (args.inputs.empty()) {
+    std::mt19937_64 rng(args.seed);
+    for (int p : params) inputs.push_back(RandomTensor(g.nodes[p].shape, rng));
+    return inputs;
+  }
+  if (args.inputs.size() != params.size()) {
+    return InvalidArgument("graph takes " + std::to_string(params.size()) + " inputs, --inputs has " +
+                           std::to_string(args.inputs.size()));
+  }
+  for (size_t k = 0; k < params.size(); ++k) {
+    STITCH_ASSIGN_OR_RETURN(Tensor t, ReadNpy(args.inputs[k]));
+    const Shape& want = g.nodes[params[k]].shape;
+    if (t.shape != want) {
+      return InvalidArgument(args.inputs[k] + " holds " + t.shape.ToString() + ", parameter " +
+                             std::to_string(k) + " is " + want.ToString());
+    }
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
+}
+
+struct GraphOutcome {
+  bool pass = true;
+  nlohmann::json json;
+};
+
+StatusOr<GraphOutcome> RunOne(const Graph& g, size_t index, const RunArgs& args,
+                              Emulator& emulator) {
+  CompileOptions options;
+  options.codegen.target = args.target;
+  options.codegen.emit_cubin = false;  // the emulator runs the portable IR
+  STITCH_ASSIGN_OR_RETURN(CompileResult compiled, CompileGraph(g, options));
+  STITCH_ASSIGN_OR_RETURN(std::vector<Tensor> inputs, MakeInputs(g, args));
+  STITCH_ASSIGN_OR_RETURN(EmulatedRun run, RunOnEmulator(g, compiled.kernels, inputs, emulator));
+  STITCH_ASSIGN_OR_RETURN(std::vector<Tensor> expected, Evaluate(g, inputs));
+
+  GraphOutcome outcome;
+  outcome.json = {{"graph", g.name},     {"key", compiled.key.hex},
+                  {"kernels", compiled.kernels.size()}, {"global_bytes", run.global_bytes()},
+                  {"outputs", nlohmann::json::array()}};
+  if (!args.json) {
+    std::cout << "graph " << g.name << ": " << compiled.kernels.size()
+              << " kernel(s) on the emulator, " << run.global_bytes() << " global bytes\n";
+  }
+  for (size_t k = 0; k < expected.size(); ++k) {
+    double tol = DefaultTolerance(expected[k].shape.dtype);
+    Comparison c = Compare(expected[k], run.outputs[k], tol);
+    outcome.pass = outcome.pass && c.pass;
+    outcome.json["outputs"].push_back({{"shape", expected[k].shape.ToString()},
+                                       {"max_abs_error", c.max_abs_error},
+                                       {"max_rel_error", c.max_rel_error},
+                                       {"tolerance", tol},
+                                       {"pass", c.pass}});
+    if (!args.json) {
+      std::printf("  output %zu %-20s max_abs %.3g max_rel %.3g (tol %.0e) %s%s%s\n", k,
+                  expected[k].shape.ToString().c_str(), c.max_abs_error, c.max_rel_error, tol,
+                  c.pass ? "PASS" : "FAIL", c.pass ? "" : ": ", c.message.c_str());
+    }
+    if (!args.outputs_dir.empty()) {
+      std::string path = (std::filesystem::path(args.outputs_dir) /
+                          ("graph" + std::to_string(index) + "_out" + std::to_string(k) + ".npy"))
+                             .string();
+      STITCH_RETURN_IF_ERROR(WriteNpy(path, run.outputs[k]));
+    }
+  }
+  outcome.json["pass"] = outcome.pass;
+  return outcome;
+}
+
+}  // namespace
+
+int RunRun(const RunArgs& args) {
+  if (!args.emulate) return Fail("run needs --emulate (no GPU backend in stitchctl yet)");
+  StatusOr<std::vector<Graph>> graphs = LoadGraphs(args.file);
+  if (!graphs.ok()) return Fail(graphs.status().ToString());
+  if (!args.outputs_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(args.outputs_dir, ec);
+    if (ec) return Fail("cannot create " + args.outputs_dir + ": " + ec.message());
+  }
+  EmulatorOptions eo;
+  eo.random_order = args.random_order;
+  eo.seed = args.seed;
+  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(eo);
+  if (!emulator.ok()) return Fail(emulator.status().ToString());
+  bool pass = true;
+  nlohmann::json all = nlohmann::json::array();
+  for (size_t i = 0; i < graphs->size(); ++i) {
+    StatusOr<GraphOutcome> o = RunOne((*graphs)[i], i, args, **emulator);
+    if (!o.ok()) return Fail(args.file + ": " + o.status().ToString());
+    pass = pass && o->pass;
+    all.push_back(o->json);
+  }
+  if (args.json) {
+    std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";
+  } else {
+    std::cout << (pass ? "PASS" : "FAIL") << "\n";
+  }
+  if (!pass) std::fprintf(stderr, "stitchctl: outputs differ from the reference interpreter\n");
+  return pass ? 0 : 1;
+}
+
+}  // namespace stitch::ctl
