@@ -98,9 +98,9 @@ TEST(TensorRounding, F16HandPicked) {
   EXPECT_EQ(RoundToDType(65519.99, h), 65504.0);
   EXPECT_EQ(RoundToDType(65520.0, h), kInf);  // tie with max: goes to the even, 2^16 = inf
   EXPECT_EQ(RoundToDType(-1e6, h), -kInf);
-  EXPECT_EQ(RoundToDType(std::ldexp(1, -24), h), std::ldexp(1, -24));  // min subnormal
-  EXPECT_EQ(RoundToDType(std::ldexp(1, -25), h), 0.0);                  // tie -> 0 (even)
-  EXPECT_TRUE(std::signbit(RoundToDType(-std::ldexp(1, -26), h)));      // -0 underflow
+  EXPECT_EQ(RoundToDType(std::ldexp(1, -24), h), std::ldexp(1, -24));    // min subnormal
+  EXPECT_EQ(RoundToDType(std::ldexp(1, -25), h), 0.0);                   // tie -> 0 (even)
+  EXPECT_TRUE(std::signbit(RoundToDType(-std::ldexp(1, -26), h)));       // -0 underflow
   EXPECT_EQ(RoundToDType(std::ldexp(1.5, -24), h), std::ldexp(1, -23));  // tie -> even (2)
   EXPECT_EQ(RoundToDType(std::ldexp(1, -25) * 1.0001, h), std::ldexp(1, -24));
   EXPECT_EQ(RoundToDType(std::ldexp(1023.4, -24), h), std::ldexp(1023, -24));  // subnormal
@@ -260,8 +260,7 @@ class TensorNpy : public ::testing::Test {
   void SetUp() override {
     const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = std::filesystem::temp_directory_path() /
-           (std::string("stitch_tensor_test_") + info->name() + "_" +
-            std::to_string(::getpid()));
+           (std::string("stitch_tensor_test_") + info->name() + "_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -285,7 +284,8 @@ class TensorNpy : public ::testing::Test {
     std::string out("\x93NUMPY", 6);
     out += static_cast<char>(major);
     out += '\0';
-    for (size_t b = 0; b < prefix - 8; ++b) out += static_cast<char>((dict.size() >> (8 * b)) & 0xff);
+    for (size_t b = 0; b < prefix - 8; ++b)
+      out += static_cast<char>((dict.size() >> (8 * b)) & 0xff);
     return out + dict + data;
   }
 
@@ -364,7 +364,8 @@ TEST_F(TensorNpy, ReadsFormats2And3AndOtherSpellings) {
   data[0] = 1;
   data[4] = 2;
   WriteRaw("v2.npy", MakeNpy(2, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", data));
-  WriteRaw("v3.npy", MakeNpy(3, "{\"shape\": (1, 2), \"descr\": \"<u4\", \"fortran_order\": False}", data));
+  WriteRaw("v3.npy",
+           MakeNpy(3, "{\"shape\": (1, 2), \"descr\": \"<u4\", \"fortran_order\": False}", data));
   StatusOr<Tensor> v2 = ReadNpy(Path("v2.npy"));
   ASSERT_TRUE(v2.ok()) << v2.status().ToString();
   EXPECT_EQ(v2->i, (std::vector<int64_t>{1, 2}));
@@ -390,28 +391,43 @@ TEST_F(TensorNpy, RejectsHostileFiles) {
   ExpectRejected("data.npy", "truncated");
   WriteRaw("extra.npy", MakeNpy(1, good_dict, data + "xx"));
   ExpectRejected("extra.npy", "trailing");
-  WriteRaw("huge.npy", MakeNpy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': "
-                                  "(4294967296, 4294967296, 4294967296), }", data));
+  WriteRaw("huge.npy", MakeNpy(1,
+                               "{'descr': '<f8', 'fortran_order': False, 'shape': "
+                               "(4294967296, 4294967296, 4294967296), }",
+                               data));
   ExpectRejected("huge.npy", "too many elements");
-  WriteRaw("lies.npy", MakeNpy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000), }", data));
+  WriteRaw(
+      "lies.npy",
+      MakeNpy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000), }", data));
   ExpectRejected("lies.npy", "needs 8000000000 data bytes");
-  WriteRaw("bigdim.npy", MakeNpy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999999,), }", data));
+  WriteRaw(
+      "bigdim.npy",
+      MakeNpy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999999,), }",
+              data));
   ExpectRejected("bigdim.npy", "too large");
-  WriteRaw("fortran.npy", MakeNpy(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", data));
+  WriteRaw("fortran.npy",
+           MakeNpy(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", data));
   ExpectRejected("fortran.npy", "fortran_order");
-  WriteRaw("big.npy", MakeNpy(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", data));
+  WriteRaw("big.npy",
+           MakeNpy(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", data));
   ExpectRejected("big.npy", "big-endian");
-  WriteRaw("complex.npy", MakeNpy(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", data));
+  WriteRaw("complex.npy",
+           MakeNpy(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", data));
   ExpectRejected("complex.npy", "unsupported descr");
-  WriteRaw("struct.npy", MakeNpy(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", data));
+  WriteRaw("struct.npy",
+           MakeNpy(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", data));
   ExpectRejected("struct.npy", "unsupported descr");
-  WriteRaw("negdim.npy", MakeNpy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }", data));
+  WriteRaw("negdim.npy",
+           MakeNpy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }", data));
   ExpectRejected("negdim.npy", "shape");
   WriteRaw("nokey.npy", MakeNpy(1, "{'descr': '<f4', 'shape': (2,), }", data));
   ExpectRejected("nokey.npy", "lacks 'fortran_order'");
-  WriteRaw("dup.npy", MakeNpy(1, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", data));
+  WriteRaw(
+      "dup.npy",
+      MakeNpy(1, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", data));
   ExpectRejected("dup.npy", "duplicate");
-  WriteRaw("garbage.npy", MakeNpy(1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,)}", data));
+  WriteRaw("garbage.npy",
+           MakeNpy(1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,)}", data));
   ExpectRejected("garbage.npy", "fortran_order");
   WriteRaw("unterminated.npy", MakeNpy(1, "{'descr': '<f4", data));
   ExpectRejected("unterminated.npy", "unsupported descr");
@@ -437,7 +453,7 @@ TEST_F(TensorNpy, MutatedFilesNeverCrash) {
   const uint64_t seed = 20240601;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  for (int iter = 0; iter < 2000; ++iter) {
+  for (int iter = 0; iter < 400; ++iter) {
     std::string m = base;
     const int flips = 1 + static_cast<int>(rng() % 4);
     for (int k = 0; k < flips; ++k) m[rng() % m.size()] = static_cast<char>(rng());
@@ -459,9 +475,16 @@ TEST_F(TensorNpy, WriteFailsOnBadPathOrTensor) {
 }
 
 TEST_F(TensorNpy, ReadsFilesWrittenByNumPy) {
-  if (std::system("python3 -c 'import numpy' > /dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "python3 with numpy is not available";
+  // The first python3 on PATH may be a separate installation without NumPy.
+  std::string python;
+  for (const char* candidate : {"python3", "/usr/bin/python3"}) {
+    const std::string probe = std::string(candidate) + " -c 'import numpy' > /dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) {
+      python = candidate;
+      break;
+    }
   }
+  if (python.empty()) GTEST_SKIP() << "python3 with numpy is not available";
   const std::string script =
       "import numpy as np, sys\n"
       "d = sys.argv[1]\n"
@@ -483,7 +506,7 @@ TEST_F(TensorNpy, ReadsFilesWrittenByNumPy) {
     std::ofstream f(Path("gen.py"));
     f << script;
   }
-  ASSERT_EQ(std::system(("python3 " + Path("gen.py") + " " + dir_.string()).c_str()), 0);
+  ASSERT_EQ(std::system((python + " " + Path("gen.py") + " " + dir_.string()).c_str()), 0);
 
   auto read = [&](const std::string& name) {
     StatusOr<Tensor> r = ReadNpy(Path(name));
@@ -513,7 +536,7 @@ TEST_F(TensorNpy, ReadsFilesWrittenByNumPy) {
 
   // And NumPy reads what WriteNpy writes.
   ASSERT_TRUE(WriteNpy(Path("ours.npy"), FloatTensor(S(DType::kF16, {2}), {1.5, -3})).ok());
-  const std::string check = "python3 -c \"import numpy as np; a = np.load('" + Path("ours.npy") +
+  const std::string check = python + " -c \"import numpy as np; a = np.load('" + Path("ours.npy") +
                             "'); assert a.dtype == np.float16 and a.shape == (2,) and "
                             "a[0] == 1.5 and a[1] == -3\"";
   EXPECT_EQ(std::system(check.c_str()), 0);

@@ -116,6 +116,122 @@ inline int Reduce(Graph& g, int x, int init, std::vector<int64_t> dims, ReduceKi
   return g.Add(std::move(n));
 }
 
+// Float constant of `shape` holding `values` (a single value is a splat).
+inline int ConstF(Graph& g, Shape shape, std::vector<double> values) {
+  Node n;
+  n.op = OpCode::kConstant;
+  n.shape = std::move(shape);
+  n.literal.f = std::move(values);
+  return g.Add(std::move(n));
+}
+
+// Integer or pred constant of `shape` holding `values` (a single value is a splat; u64
+// values by bit pattern).
+inline int ConstI(Graph& g, Shape shape, std::vector<int64_t> values) {
+  Node n;
+  n.op = OpCode::kConstant;
+  n.shape = std::move(shape);
+  n.literal.i = std::move(values);
+  return g.Add(std::move(n));
+}
+
+inline int BitcastConvert(Graph& g, int x, DType to) {
+  Node n;
+  n.op = OpCode::kBitcastConvert;
+  n.shape = {to, g.nodes[x].shape.dims};
+  n.operands = {x};
+  return g.Add(std::move(n));
+}
+
+// clamp(lo, x, hi); the result has x's shape.
+inline int Clamp(Graph& g, int lo, int x, int hi) {
+  Node n;
+  n.op = OpCode::kClamp;
+  n.shape = g.nodes[x].shape;
+  n.operands = {lo, x, hi};
+  return g.Add(std::move(n));
+}
+
+// Slice with per-dimension start/limit and strides (default 1).
+inline int Slice(Graph& g, int x, std::vector<int64_t> starts, std::vector<int64_t> limits,
+                 std::vector<int64_t> strides = {}) {
+  if (strides.empty()) strides.assign(starts.size(), 1);
+  Node n;
+  n.op = OpCode::kSlice;
+  n.shape.dtype = g.nodes[x].shape.dtype;
+  for (size_t d = 0; d < starts.size(); ++d) {
+    n.shape.dims.push_back((limits[d] - starts[d] + strides[d] - 1) / strides[d]);
+  }
+  n.slice_starts = std::move(starts);
+  n.slice_limits = std::move(limits);
+  n.slice_strides = std::move(strides);
+  n.operands = {x};
+  return g.Add(std::move(n));
+}
+
+// Concatenation of `xs` along `dim`.
+inline int Concat(Graph& g, std::vector<int> xs, int64_t dim) {
+  Node n;
+  n.op = OpCode::kConcatenate;
+  n.shape = g.nodes[xs[0]].shape;
+  n.shape.dims[dim] = 0;
+  for (int x : xs) n.shape.dims[dim] += g.nodes[x].shape.dims[dim];
+  n.dimensions = {dim};
+  n.operands = std::move(xs);
+  return g.Add(std::move(n));
+}
+
+// Pads x with the scalar node `value`; interior defaults to 0; low/high may be negative.
+inline int Pad(Graph& g, int x, int value, std::vector<int64_t> low, std::vector<int64_t> high,
+               std::vector<int64_t> interior = {}) {
+  if (interior.empty()) interior.assign(low.size(), 0);
+  Node n;
+  n.op = OpCode::kPad;
+  n.shape = g.nodes[x].shape;
+  for (size_t d = 0; d < low.size(); ++d) {
+    const int64_t size = n.shape.dims[d];
+    n.shape.dims[d] = low[d] + high[d] + size + (size > 0 ? (size - 1) * interior[d] : 0);
+  }
+  n.pad_low = std::move(low);
+  n.pad_high = std::move(high);
+  n.pad_interior = std::move(interior);
+  n.operands = {x, value};
+  return g.Add(std::move(n));
+}
+
+inline int Reverse(Graph& g, int x, std::vector<int64_t> dims) {
+  Node n;
+  n.op = OpCode::kReverse;
+  n.shape = g.nodes[x].shape;
+  n.dimensions = std::move(dims);
+  n.operands = {x};
+  return g.Add(std::move(n));
+}
+
+inline int Iota(Graph& g, Shape shape, int64_t dim) {
+  Node n;
+  n.op = OpCode::kIota;
+  n.shape = std::move(shape);
+  n.dimensions = {dim};
+  return g.Add(std::move(n));
+}
+
+// rng-uniform of `shape` (a float dtype) seeded by the u64 scalar node `seed`.
+inline int RngUniform(Graph& g, int seed, Shape shape, int64_t stream = 0) {
+  Node n;
+  n.op = OpCode::kRngUniform;
+  n.shape = std::move(shape);
+  n.rng_stream = stream;
+  n.operands = {seed};
+  return g.Add(std::move(n));
+}
+
+// Appends x to the graph's outputs and returns it.
+inline int Output(Graph& g, int x) {
+  g.outputs.push_back(x);
+  return x;
+}
+
 // Softmax over the last dimension of a rank-2 f32 parameter: the classic three-kernel
 // case for XLA-style fusion. Returns the graph with one output.
 inline Graph Softmax(int64_t rows, int64_t cols, DType t = DType::kF32) {
