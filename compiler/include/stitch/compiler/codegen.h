@@ -45,6 +45,9 @@ struct CodegenOptions {
   // ptxas binary used when nvJitLink is not linked in; empty disables cubin.
   std::string ptxas_path = DefaultPtxasPath();
   bool emit_cubin = true;
+  // Assemble with ptxas even when nvJitLink is linked in (both must give the same cubin;
+  // tests use this to cover the ptxas path).
+  bool prefer_ptxas = false;
 
   // Returns the paths found when stitchd was built (empty when the toolkit was absent).
   static std::string DefaultLibdevicePath();

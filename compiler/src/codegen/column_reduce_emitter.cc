@@ -1,0 +1,67 @@
+#include "emitters.h"
+#include "launch_config.h"
+#include "reduction.h"
+
+namespace stitch::codegen {
+
+StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
+  STITCH_ASSIGN_OR_RETURN(ReducePlan plan, AnalyzeReduceKernel(kc));
+  const ReduceGeometry& geo = plan.geometry;
+  ColumnReduceConfig cfg = ChooseColumnReduce(geo.kept, geo.reduced, kc.sm_count);
+  EmittedNest nest;
+  nest.launch = cfg.launch;
+  const int tile_y = cfg.tile_y;
+  llvm::IRBuilder<>& b = kc.b;
+  for (auto& r : plan.reduces) {
+    llvm::Type* st = SharedType(r.acc_ty);
+    // Row ty of the tile holds thread (tx, ty)'s partial at [ty * 32 + tx]: both the writes
+    // and the column walk of the final step touch 32 consecutive slots (no bank conflicts).
+    r.smem = SharedArray(kc, st, 32 * static_cast<uint64_t>(tile_y), "column_partials");
+    nest.shared_bytes +=
+        static_cast<uint32_t>(kc.module.getDataLayout().getTypeAllocSize(st) * 32 * tile_y);
+  }
+  ElementalEmitter em(kc);
+  llvm::Value* tx = ThreadIdx(kc, Dim::kX);
+  llvm::Value* ty = ThreadIdx(kc, Dim::kY);
+  llvm::Value* slot = b.CreateAdd(b.CreateMul(ty, kc.Index(32)), tx);
+  const int64_t tiles = (geo.kept + 31) / 32;
+  STITCH_RETURN_IF_ERROR(EmitForLoop(
+      kc, "tile", BlockIdx(kc, Dim::kX), kc.Index(tiles), GridDim(kc, Dim::kX),
+      [&](llvm::Value* tile) -> Status {
+        llvm::Value* k = b.CreateAdd(b.CreateMul(tile, kc.Index(32)), tx);
+        llvm::Value* valid = b.CreateICmpSLT(k, kc.Index(geo.kept));
+        InitAccumulators(kc, plan.reduces);
+        // Threads past the last output skip the loads but still take part in barriers.
+        llvm::Value* end = b.CreateSelect(valid, kc.Index(geo.reduced), kc.Index(0));
+        STITCH_RETURN_IF_ERROR(
+            EmitForLoop(kc, "red", ty, end, kc.Index(tile_y),
+                        [&](llvm::Value* r) { return AccumulateElement(kc, em, plan, k, r); }));
+        for (auto& r : plan.reduces) {
+          llvm::Type* st = SharedType(r.acc_ty);
+          b.CreateStore(ToShared(b, b.CreateLoad(r.acc_ty, r.acc)),
+                        b.CreateInBoundsGEP(st, r.smem, {slot}));
+        }
+        Barrier(kc);
+        llvm::Value* writer = b.CreateAnd(valid, b.CreateICmpEQ(ty, kc.Index(0)));
+        STITCH_RETURN_IF_ERROR(EmitIf(kc, "combine", writer, [&]() -> Status {
+          std::vector<llvm::Value*> partials;
+          for (auto& r : plan.reduces) {
+            llvm::Type* st = SharedType(r.acc_ty);
+            llvm::Value* acc = nullptr;
+            for (int i = 0; i < tile_y; ++i) {
+              llvm::Value* p = b.CreateInBoundsGEP(st, r.smem, {b.CreateAdd(tx, kc.Index(32 * i))});
+              llvm::Value* v = FromShared(b, b.CreateLoad(st, p), r.acc_ty);
+              acc = acc ? Combine(b, r, acc, v) : v;
+            }
+            partials.push_back(acc);
+          }
+          return WriteReduceOutputs(kc, em, plan, partials, k);
+        }));
+        // The next tile reuses the partial slots.
+        Barrier(kc);
+        return Status::Ok();
+      }));
+  return nest;
+}
+
+}  // namespace stitch::codegen

@@ -1,0 +1,668 @@
+#include "elemental_emitter.h"
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Intrinsics.h>
+
+#include "dtype_lowering.h"
+#include "philox.h"
+
+namespace stitch::codegen {
+
+llvm::Value* FloatMax(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
+  // ogt is false when y is NaN, which then picks y; a NaN x is caught by the second select.
+  llvm::Value* r = b.CreateSelect(b.CreateFCmpOGT(x, y), x, y);
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, r);
+}
+
+llvm::Value* FloatMin(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
+  llvm::Value* r = b.CreateSelect(b.CreateFCmpOLT(x, y), x, y);
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, r);
+}
+
+ElementalEmitter::ElementalEmitter(KernelContext& kc) : kc_(kc), b_(kc.b) {
+  in_kernel_.insert(kc.spec.nodes.begin(), kc.spec.nodes.end());
+  size_t operands = 0;
+  for (const Node& n : kc.graph.nodes) operands += n.operands.size();
+  // A frame pushes its operands once, so an acyclic graph never needs more than this.
+  max_stack_ = operands + kc.graph.nodes.size() + 16;
+}
+
+void ElementalEmitter::ResetScope() {
+  memo_.clear();
+  delin_.clear();
+}
+
+void ElementalEmitter::Seed(int node, llvm::Value* linear, llvm::Value* value) {
+  memo_[Key{node, linear, {}}] = value;
+}
+
+std::vector<llvm::Value*> ElementalEmitter::Delinearize(llvm::Value* linear,
+                                                        const std::vector<int64_t>& dims) {
+  auto key = std::make_pair(linear, dims);
+  auto it = delin_.find(key);
+  if (it != delin_.end()) return it->second;
+  std::vector<llvm::Value*> out(dims.size());
+  llvm::Value* rest = linear;
+  for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+    if (dims[d] == 1) {
+      out[d] = kc_.Index(0);
+      continue;
+    }
+    bool outermost = true;
+    for (int e = 0; e < d; ++e) outermost &= dims[e] == 1;
+    if (outermost) {
+      out[d] = rest;  // the remaining quotient is already below dims[d]
+      break;
+    }
+    out[d] = b_.CreateURem(rest, kc_.Index(dims[d]));
+    rest = b_.CreateUDiv(rest, kc_.Index(dims[d]));
+  }
+  for (auto& v : out) {
+    if (v == nullptr) v = kc_.Index(0);
+  }
+  delin_[key] = out;
+  return out;
+}
+
+llvm::Value* ElementalEmitter::Linearize(const std::vector<llvm::Value*>& idx,
+                                         const std::vector<int64_t>& dims) {
+  llvm::Value* lin = nullptr;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] == 1) continue;  // its index is 0 and it adds nothing to the stride
+    lin = lin ? b_.CreateAdd(b_.CreateMul(lin, kc_.Index(dims[d]), "", true, true), idx[d], "",
+                             true, true)
+              : idx[d];
+  }
+  return lin ? lin : kc_.Index(0);
+}
+
+const std::vector<llvm::Value*>& ElementalEmitter::DimsOf(IrIndex& index,
+                                                          const std::vector<int64_t>& shape) {
+  if (index.dims.size() != shape.size()) index.dims = Delinearize(index.linear, shape);
+  return index.dims;
+}
+
+llvm::Value* ElementalEmitter::LinearOf(const IrIndex& index, const std::vector<int64_t>& shape) {
+  return index.linear ? index.linear : Linearize(index.dims, shape);
+}
+
+ElementalEmitter::Key ElementalEmitter::KeyOf(int node, const IrIndex& index) const {
+  if (index.linear) return Key{node, index.linear, {}};
+  return Key{node, nullptr, index.dims};
+}
+
+IrIndex ElementalEmitter::Normalize(int node, const IrIndex& index) {
+  if (kc_.graph.nodes[node].shape.rank() == 0) return IrIndex{{}, kc_.Index(0)};
+  return index;
+}
+
+Status ElementalEmitter::CheckNode(int id) const {
+  const Graph& g = kc_.graph;
+  if (id < 0 || id >= static_cast<int>(g.nodes.size())) {
+    return InvalidArgument("operand index " + std::to_string(id) + " is out of range");
+  }
+  const Node& n = g.nodes[id];
+  int arity = Arity(n.op);
+  if ((arity >= 0 && static_cast<int>(n.operands.size()) != arity) ||
+      (arity < 0 && n.operands.empty())) {
+    return InvalidArgument(DescribeNode(g, id) + " has " + std::to_string(n.operands.size()) +
+                           " operands");
+  }
+  for (int o : n.operands) {
+    if (o < 0 || o >= static_cast<int>(g.nodes.size())) {
+      return InvalidArgument(DescribeNode(g, id) + " has an out-of-range operand " +
+                             std::to_string(o));
+    }
+  }
+  if (!in_kernel_.count(id) && n.op != OpCode::kConstant && n.op != OpCode::kIota) {
+    return InvalidArgument(DescribeNode(g, id) + " is used by kernel " + kc_.spec.name +
+                           " but is neither one of its nodes nor one of its inputs");
+  }
+  return Status::Ok();
+}
+
+llvm::Value* ElementalEmitter::Clamp(llvm::Value* v, int64_t hi) {
+  llvm::Value* lo_ok = b_.CreateICmpSGT(v, kc_.Index(0));
+  v = b_.CreateSelect(lo_ok, v, kc_.Index(0));
+  llvm::Value* hi_ok = b_.CreateICmpSLT(v, kc_.Index(hi));
+  return b_.CreateSelect(hi_ok, v, kc_.Index(hi));
+}
+
+Status ElementalEmitter::PrepareOperands(Frame& f) {
+  const Graph& g = kc_.graph;
+  const Node& n = g.nodes[f.node];
+  const std::vector<int64_t>& out_dims = n.shape.dims;
+  auto operand_dims = [&](size_t i) -> const std::vector<int64_t>& {
+    return g.nodes[n.operands[i]].shape.dims;
+  };
+  auto bad = [&](const std::string& what) {
+    return InvalidArgument(DescribeNode(g, f.node) + ": " + what);
+  };
+  f.operand_index.clear();
+  switch (ClassOf(n.op)) {
+    case OpClass::kLeaf:
+      return Status::Ok();
+    case OpClass::kReduce:
+      return Unimplemented(DescribeNode(g, f.node) +
+                           " is a reduce that is not the hero of kernel " + kc_.spec.name +
+                           "; it must be materialised by an earlier kernel");
+    case OpClass::kRng:
+      f.operand_index.push_back(IrIndex{{}, kc_.Index(0)});
+      return Status::Ok();
+    case OpClass::kElementwise:
+      for (size_t i = 0; i < n.operands.size(); ++i) {
+        if (operand_dims(i).empty()) {
+          f.operand_index.push_back(IrIndex{{}, kc_.Index(0)});
+        } else if (operand_dims(i) != out_dims) {
+          return bad("operand " + std::to_string(i) + " has a different shape");
+        } else {
+          f.operand_index.push_back(f.index);
+        }
+      }
+      return Status::Ok();
+    case OpClass::kDataMovement:
+      break;
+  }
+  const int rank = n.shape.rank();
+  switch (n.op) {
+    case OpCode::kReshape: {
+      f.operand_index.push_back(IrIndex{{}, LinearOf(f.index, out_dims)});
+      return Status::Ok();
+    }
+    case OpCode::kBroadcast: {
+      const auto& in = operand_dims(0);
+      if (n.dimensions.size() != in.size()) return bad("dimensions do not match the operand");
+      const auto& j = DimsOf(f.index, out_dims);
+      IrIndex k;
+      for (size_t i = 0; i < in.size(); ++i) {
+        int64_t d = n.dimensions[i];
+        if (d < 0 || d >= rank) return bad("broadcast dimension out of range");
+        k.dims.push_back(in[i] == 1 ? kc_.Index(0) : j[d]);
+      }
+      if (in.empty()) k.linear = kc_.Index(0);
+      f.operand_index.push_back(k);
+      return Status::Ok();
+    }
+    case OpCode::kTranspose: {
+      if (static_cast<int>(n.dimensions.size()) != rank) return bad("bad permutation");
+      const auto& j = DimsOf(f.index, out_dims);
+      IrIndex k;
+      k.dims.assign(rank, nullptr);
+      for (int i = 0; i < rank; ++i) {
+        int64_t d = n.dimensions[i];
+        if (d < 0 || d >= rank || k.dims[d]) return bad("bad permutation");
+        k.dims[d] = j[i];
+      }
+      f.operand_index.push_back(k);
+      return Status::Ok();
+    }
+    case OpCode::kSlice: {
+      if (static_cast<int>(n.slice_starts.size()) != rank ||
+          static_cast<int>(n.slice_strides.size()) != rank) {
+        return bad("slice attributes do not match the rank");
+      }
+      const auto& j = DimsOf(f.index, out_dims);
+      IrIndex k;
+      for (int i = 0; i < rank; ++i) {
+        llvm::Value* v = j[i];
+        if (n.slice_strides[i] != 1)
+          v = b_.CreateMul(v, kc_.Index(n.slice_strides[i]), "", true, true);
+        if (n.slice_starts[i] != 0)
+          v = b_.CreateAdd(v, kc_.Index(n.slice_starts[i]), "", true, true);
+        k.dims.push_back(v);
+      }
+      f.operand_index.push_back(k);
+      return Status::Ok();
+    }
+    case OpCode::kReverse: {
+      const auto& j = DimsOf(f.index, out_dims);
+      IrIndex k{j, nullptr};
+      for (int64_t d : n.dimensions) {
+        if (d < 0 || d >= rank) return bad("reverse dimension out of range");
+        k.dims[d] = b_.CreateSub(kc_.Index(out_dims[d] - 1), j[d]);
+      }
+      f.operand_index.push_back(k);
+      return Status::Ok();
+    }
+    case OpCode::kConcatenate: {
+      if (n.dimensions.size() != 1 || n.dimensions[0] < 0 || n.dimensions[0] >= rank) {
+        return bad("concatenate needs one valid dimension");
+      }
+      const int64_t cd = n.dimensions[0];
+      const auto& j = DimsOf(f.index, out_dims);
+      int64_t offset = 0;
+      for (size_t i = 0; i < n.operands.size(); ++i) {
+        const auto& in = operand_dims(i);
+        if (static_cast<int>(in.size()) != rank) return bad("operand rank differs");
+        IrIndex k{j, nullptr};
+        // Every operand is read (the result is a select), so keep each read in bounds.
+        k.dims[cd] =
+            Clamp(b_.CreateSub(j[cd], kc_.Index(offset)), std::max<int64_t>(in[cd] - 1, 0));
+        f.operand_index.push_back(k);
+        offset += in[cd];
+      }
+      return Status::Ok();
+    }
+    case OpCode::kPad: {
+      const auto& in = operand_dims(0);
+      if (static_cast<int>(in.size()) != rank || static_cast<int>(n.pad_low.size()) != rank ||
+          static_cast<int>(n.pad_interior.size()) != rank) {
+        return bad("pad attributes do not match the rank");
+      }
+      const auto& j = DimsOf(f.index, out_dims);
+      IrIndex k;
+      llvm::Value* inside = b_.getTrue();
+      for (int i = 0; i < rank; ++i) {
+        llvm::Value* t = b_.CreateSub(j[i], kc_.Index(n.pad_low[i]));
+        llvm::Value* q = t;
+        llvm::Value* ok = b_.CreateICmpSGE(t, kc_.Index(0));
+        if (n.pad_interior[i] > 0) {
+          llvm::Value* step = kc_.Index(n.pad_interior[i] + 1);
+          llvm::Value* tc = b_.CreateSelect(ok, t, kc_.Index(0));
+          q = b_.CreateUDiv(tc, step);
+          ok = b_.CreateAnd(ok, b_.CreateICmpEQ(b_.CreateURem(tc, step), kc_.Index(0)));
+        }
+        ok = b_.CreateAnd(ok, b_.CreateICmpSLT(q, kc_.Index(in[i])));
+        inside = b_.CreateAnd(inside, ok);
+        k.dims.push_back(Clamp(q, std::max<int64_t>(in[i] - 1, 0)));
+      }
+      f.aux = inside;
+      f.operand_index.push_back(k);
+      f.operand_index.push_back(IrIndex{{}, kc_.Index(0)});
+      return Status::Ok();
+    }
+    default:
+      break;
+  }
+  return Unimplemented(DescribeNode(g, f.node) + " is not supported by the elemental emitter");
+}
+
+StatusOr<llvm::Value*> ElementalEmitter::Emit(int root, const IrIndex& root_index) {
+  if (root < 0 || root >= static_cast<int>(kc_.graph.nodes.size())) {
+    return InvalidArgument("kernel " + kc_.spec.name + " refers to node " + std::to_string(root) +
+                           ", which is out of range");
+  }
+  std::vector<Frame> stack;
+  stack.push_back(MakeFrame(root, Normalize(root, root_index)));
+  const Key root_key = KeyOf(root, stack.back().index);
+  while (!stack.empty()) {
+    if (stack.size() > max_stack_) {
+      return InvalidArgument("the graph has a cycle through " + DescribeNode(kc_.graph, root));
+    }
+    Frame& f = stack.back();
+    Key key = KeyOf(f.node, f.index);
+    if (memo_.count(key)) {
+      stack.pop_back();
+      continue;
+    }
+    auto buf = kc_.buffers.find(f.node);
+    if (buf != kc_.buffers.end()) {
+      const Shape& s = kc_.graph.nodes[f.node].shape;
+      memo_[key] = LoadElement(b_, s.dtype, buf->second, LinearOf(f.index, s.dims));
+      stack.pop_back();
+      continue;
+    }
+    if (!f.expanded) {
+      STITCH_RETURN_IF_ERROR(CheckNode(f.node));
+      STITCH_RETURN_IF_ERROR(PrepareOperands(f));
+      f.expanded = true;
+      const Node& n = kc_.graph.nodes[f.node];
+      std::vector<Frame> pending;
+      for (size_t i = 0; i < f.operand_index.size(); ++i) {
+        IrIndex oi = Normalize(n.operands[i], f.operand_index[i]);
+        f.operand_index[i] = oi;
+        if (!memo_.count(KeyOf(n.operands[i], oi))) pending.push_back(MakeFrame(n.operands[i], oi));
+      }
+      for (auto& p : pending) stack.push_back(std::move(p));  // may invalidate `f`
+      continue;
+    }
+    STITCH_ASSIGN_OR_RETURN(llvm::Value * v, Compute(f));
+    memo_[key] = v;
+    stack.pop_back();
+  }
+  return memo_.at(root_key);
+}
+
+llvm::Value* ElementalEmitter::CallMath(const char* name, const std::vector<llvm::Value*>& args) {
+  llvm::Type* ty = args[0]->getType();
+  std::string full = std::string("__nv_") + name + (ty->isFloatTy() ? "f" : "");
+  std::vector<llvm::Type*> params(args.size(), ty);
+  auto callee = kc_.module.getOrInsertFunction(full, llvm::FunctionType::get(ty, params, false));
+  if (auto* fn = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
+    fn->setDoesNotAccessMemory();
+    fn->setDoesNotThrow();
+  }
+  return b_.CreateCall(callee, args);
+}
+
+llvm::Value* ElementalEmitter::ComputeConstant(int id, const IrIndex& index) {
+  const Node& n = kc_.graph.nodes[id];
+  const DType t = n.shape.dtype;
+  const bool is_float = IsFloat(t);
+  const size_t count = n.literal.size();
+  auto element = [&](size_t i) -> llvm::Constant* {
+    return is_float ? FloatConstant(kc_.ctx, t, n.literal.f[i])
+                    : IntConstant(kc_.ctx, t, n.literal.i[i]);
+  };
+  if (count == 0) return llvm::Constant::getNullValue(ComputeType(kc_.ctx, t));
+  if (count == 1 || n.shape.rank() == 0) return element(0);
+  bool splat = true;
+  for (size_t i = 1; i < count && splat; ++i) {
+    splat = is_float ? n.literal.f[i] == n.literal.f[0] : n.literal.i[i] == n.literal.i[0];
+  }
+  if (splat) return element(0);
+  auto it = constant_arrays_.find(id);
+  llvm::Type* elem_ty =
+      t == DType::kPred ? llvm::Type::getInt8Ty(kc_.ctx) : ComputeType(kc_.ctx, t);
+  if (it == constant_arrays_.end()) {
+    std::vector<llvm::Constant*> values;
+    values.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      llvm::Constant* c = element(i);
+      if (t == DType::kPred) c = llvm::ConstantInt::get(elem_ty, n.literal.i[i] != 0 ? 1 : 0);
+      values.push_back(c);
+    }
+    auto* arr_ty = llvm::ArrayType::get(elem_ty, count);
+    auto* gv = new llvm::GlobalVariable(
+        kc_.module, arr_ty, /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
+        llvm::ConstantArray::get(arr_ty, values), "constant." + std::to_string(id));
+    gv->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
+    it = constant_arrays_.emplace(id, gv).first;
+  }
+  llvm::Value* lin = LinearOf(index, n.shape.dims);
+  llvm::Value* v = b_.CreateLoad(elem_ty, b_.CreateInBoundsGEP(elem_ty, it->second, lin));
+  if (t == DType::kPred) v = b_.CreateICmpNE(v, b_.getInt8(0));
+  return v;
+}
+
+StatusOr<llvm::Value*> ElementalEmitter::Compute(Frame& f) {
+  const Graph& g = kc_.graph;
+  const Node& n = g.nodes[f.node];
+  std::vector<llvm::Value*> ops;
+  for (size_t i = 0; i < n.operands.size(); ++i) {
+    ops.push_back(memo_.at(KeyOf(n.operands[i], f.operand_index[i])));
+  }
+  const DType t = n.shape.dtype;
+  switch (n.op) {
+    case OpCode::kParameter:
+      return InvalidArgument(DescribeNode(g, f.node) +
+                             " is a parameter that is not an input of kernel " + kc_.spec.name);
+    case OpCode::kConstant:
+      if (!n.literal.f.empty() && !IsFloat(t))
+        return InvalidArgument(DescribeNode(g, f.node) + ": float literal for an integer dtype");
+      if (n.literal.size() > 1 && n.literal.size() != static_cast<size_t>(n.shape.elements())) {
+        return InvalidArgument(DescribeNode(g, f.node) + ": literal size does not match the shape");
+      }
+      if (IsFloat(t) && n.literal.f.empty() && !n.literal.i.empty()) {
+        return InvalidArgument(DescribeNode(g, f.node) + ": integer literal for a float dtype");
+      }
+      return ComputeConstant(f.node, f.index);
+    case OpCode::kIota: {
+      if (n.dimensions.size() != 1 || n.dimensions[0] < 0 || n.dimensions[0] >= n.shape.rank()) {
+        return InvalidArgument(DescribeNode(g, f.node) + ": iota needs one valid dimension");
+      }
+      llvm::Value* j = DimsOf(f.index, n.shape.dims)[n.dimensions[0]];
+      return ConvertValue(b_, b_.CreateSExtOrTrunc(j, b_.getInt64Ty()), DType::kS64, t);
+    }
+    case OpCode::kRngUniform: {
+      if (!IsFloat(t))
+        return InvalidArgument(DescribeNode(g, f.node) + ": rng-uniform must be a float");
+      llvm::Value* seed = ops[0];
+      if (!seed->getType()->isIntegerTy(64)) {
+        return InvalidArgument(DescribeNode(g, f.node) + ": the seed must be a u64 scalar");
+      }
+      llvm::Value* k = b_.CreateZExtOrTrunc(LinearOf(f.index, n.shape.dims), b_.getInt64Ty());
+      llvm::Value* w =
+          EmitPhiloxWord0(b_, seed, k, static_cast<uint32_t>(n.rng_stream & 0xffffffffu));
+      // 24 random bits are exact in float and in double.
+      llvm::Value* u = b_.CreateUIToFP(b_.CreateLShr(w, 8), b_.getDoubleTy());
+      u = b_.CreateFMul(u, llvm::ConstantFP::get(b_.getDoubleTy(), 1.0 / 16777216.0));
+      return RoundFloatTo(b_, u, t);
+    }
+    case OpCode::kPad:
+      return b_.CreateSelect(f.aux, ops[0], ops[1]);
+    case OpCode::kConcatenate: {
+      const int64_t cd = n.dimensions[0];
+      llvm::Value* j = DimsOf(f.index, n.shape.dims)[cd];
+      llvm::Value* result = ops.back();
+      int64_t end = n.shape.dims[cd];
+      for (int i = static_cast<int>(ops.size()) - 1; i > 0; --i) {
+        end -= g.nodes[n.operands[i]].shape.dims[cd];
+        result = b_.CreateSelect(b_.CreateICmpSLT(j, kc_.Index(end)), ops[i - 1], result);
+      }
+      return result;
+    }
+    case OpCode::kBroadcast:
+    case OpCode::kReshape:
+    case OpCode::kTranspose:
+    case OpCode::kSlice:
+    case OpCode::kReverse:
+      if (g.nodes[n.operands[0]].shape.dtype != t) {
+        return InvalidArgument(DescribeNode(g, f.node) + ": dtype differs from the operand's");
+      }
+      return ops[0];
+    default:
+      break;
+  }
+  if (ClassOf(n.op) == OpClass::kElementwise) return ComputeElementwise(f.node, ops);
+  return Unimplemented(DescribeNode(g, f.node) + " is not supported by the elemental emitter");
+}
+
+StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
+                                                            const std::vector<llvm::Value*>& ops) {
+  const Graph& g = kc_.graph;
+  const Node& n = g.nodes[id];
+  const DType t = n.shape.dtype;
+  // The dtype the op works on: its first non-predicate operand (select's first operand is
+  // the predicate; compare's result is pred).
+  const int main_operand = n.op == OpCode::kSelect ? 1 : 0;
+  const DType in_t = g.nodes[n.operands[main_operand]].shape.dtype;
+  const bool fp = IsFloat(in_t);
+  const bool is_signed = IsSignedInt(in_t);
+  auto unsupported = [&]() {
+    return Unimplemented(DescribeNode(g, id) + " is not supported for dtype " +
+                         std::string(DTypeName(in_t)));
+  };
+  // Every operand except select's predicate must have the operand dtype the op expects.
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (n.op == OpCode::kSelect && i == 0) {
+      if (!ops[0]->getType()->isIntegerTy(1)) {
+        return InvalidArgument(DescribeNode(g, id) + ": select needs a pred first operand");
+      }
+      continue;
+    }
+    if (ops[i]->getType() != ops[main_operand]->getType()) {
+      return InvalidArgument(DescribeNode(g, id) + ": operand dtypes differ");
+    }
+  }
+  llvm::Type* ty = ops[main_operand]->getType();
+  llvm::Value* x = ops[0];
+  llvm::Value* y = ops.size() > 1 ? ops[1] : nullptr;
+  auto fconst = [&](double v) { return llvm::ConstantFP::get(ty, v); };
+  auto iconst = [&](int64_t v) { return llvm::ConstantInt::get(ty, static_cast<uint64_t>(v)); };
+  auto intrinsic = [&](llvm::Intrinsic::ID iid, std::vector<llvm::Value*> args) -> llvm::Value* {
+    return b_.CreateIntrinsic(iid, {ty}, args);
+  };
+  auto float_only = [&](auto fn) -> StatusOr<llvm::Value*> {
+    if (!fp) return unsupported();
+    return fn();
+  };
+  auto int_only = [&](auto fn) -> StatusOr<llvm::Value*> {
+    if (fp) return unsupported();
+    return fn();
+  };
+  auto max_of = [&](llvm::Value* a, llvm::Value* c) -> llvm::Value* {
+    if (fp) return FloatMax(b_, a, c);
+    return b_.CreateSelect(is_signed ? b_.CreateICmpSGT(a, c) : b_.CreateICmpUGT(a, c), a, c);
+  };
+  auto min_of = [&](llvm::Value* a, llvm::Value* c) -> llvm::Value* {
+    if (fp) return FloatMin(b_, a, c);
+    return b_.CreateSelect(is_signed ? b_.CreateICmpSLT(a, c) : b_.CreateICmpULT(a, c), a, c);
+  };
+  const unsigned bits = fp ? 0 : ty->getIntegerBitWidth();
+  switch (n.op) {
+    case OpCode::kNeg:
+      return fp ? b_.CreateFNeg(x) : b_.CreateSub(iconst(0), x);
+    case OpCode::kAbs:
+      if (fp) return intrinsic(llvm::Intrinsic::fabs, {x});
+      if (!is_signed) return x;
+      return b_.CreateSelect(b_.CreateICmpSLT(x, iconst(0)), b_.CreateSub(iconst(0), x), x);
+    case OpCode::kExp:
+      return float_only([&] { return CallMath("exp", {x}); });
+    case OpCode::kLog:
+      return float_only([&] { return CallMath("log", {x}); });
+    case OpCode::kLog1p:
+      return float_only([&] { return CallMath("log1p", {x}); });
+    case OpCode::kExpm1:
+      return float_only([&] { return CallMath("expm1", {x}); });
+    case OpCode::kTanh:
+      return float_only([&] { return CallMath("tanh", {x}); });
+    case OpCode::kErf:
+      return float_only([&] { return CallMath("erf", {x}); });
+    case OpCode::kSin:
+      return float_only([&] { return CallMath("sin", {x}); });
+    case OpCode::kCos:
+      return float_only([&] { return CallMath("cos", {x}); });
+    case OpCode::kTan:
+      return float_only([&] { return CallMath("tan", {x}); });
+    case OpCode::kCbrt:
+      return float_only([&] { return CallMath("cbrt", {x}); });
+    case OpCode::kPow:
+      return float_only([&] { return CallMath("pow", {x, y}); });
+    case OpCode::kAtan2:
+      return float_only([&] { return CallMath("atan2", {x, y}); });
+    case OpCode::kLogistic:
+      return float_only([&] {
+        llvm::Value* e = CallMath("exp", {b_.CreateFNeg(x)});
+        return b_.CreateFDiv(fconst(1.0), b_.CreateFAdd(fconst(1.0), e));
+      });
+    case OpCode::kSqrt:
+      return float_only([&] { return intrinsic(llvm::Intrinsic::sqrt, {x}); });
+    case OpCode::kRsqrt:
+      return float_only(
+          [&] { return b_.CreateFDiv(fconst(1.0), intrinsic(llvm::Intrinsic::sqrt, {x})); });
+    case OpCode::kFloor:
+      return float_only([&] { return intrinsic(llvm::Intrinsic::floor, {x}); });
+    case OpCode::kCeil:
+      return float_only([&] { return intrinsic(llvm::Intrinsic::ceil, {x}); });
+    case OpCode::kRound:
+      return float_only([&] { return intrinsic(llvm::Intrinsic::round, {x}); });
+    case OpCode::kRoundNearestEven:
+      return float_only([&] { return intrinsic(llvm::Intrinsic::rint, {x}); });
+    case OpCode::kIsFinite:
+      return float_only([&]() -> llvm::Value* {
+        return b_.CreateFCmpOLT(intrinsic(llvm::Intrinsic::fabs, {x}),
+                                llvm::ConstantFP::getInfinity(ty));
+      });
+    case OpCode::kSign:
+      if (fp) {
+        llvm::Value* r = b_.CreateSelect(b_.CreateFCmpOLT(x, fconst(0)), fconst(-1), x);
+        return b_.CreateSelect(b_.CreateFCmpOGT(x, fconst(0)), fconst(1), r);
+      }
+      if (!is_signed) return b_.CreateZExt(b_.CreateICmpNE(x, iconst(0)), ty);
+      return b_.CreateSub(b_.CreateZExt(b_.CreateICmpSGT(x, iconst(0)), ty),
+                          b_.CreateZExt(b_.CreateICmpSLT(x, iconst(0)), ty));
+    case OpCode::kNot:
+      return int_only([&] { return b_.CreateNot(x); });
+    case OpCode::kPopcnt:
+      return int_only([&] { return intrinsic(llvm::Intrinsic::ctpop, {x}); });
+    case OpCode::kConvert:
+      return ConvertValue(b_, x, in_t, t);
+    case OpCode::kBitcastConvert: {
+      llvm::Value* v = BitcastValue(b_, x, in_t, t);
+      if (!v) {
+        return InvalidArgument(DescribeNode(g, id) + ": cannot bitcast " +
+                               std::string(DTypeName(in_t)) + " to " + std::string(DTypeName(t)));
+      }
+      return v;
+    }
+    case OpCode::kAdd:
+      return fp ? b_.CreateFAdd(x, y) : b_.CreateAdd(x, y);
+    case OpCode::kSub:
+      return fp ? b_.CreateFSub(x, y) : b_.CreateSub(x, y);
+    case OpCode::kMul:
+      return fp ? b_.CreateFMul(x, y) : b_.CreateMul(x, y);
+    case OpCode::kDiv:
+    case OpCode::kRem: {
+      const bool div = n.op == OpCode::kDiv;
+      if (fp) return div ? b_.CreateFDiv(x, y) : CallMath("fmod", {x, y});
+      // Replace the divisors that would be UB by 1 and patch the results afterwards.
+      llvm::Value* zero = b_.CreateICmpEQ(y, iconst(0));
+      llvm::Value* overflow = b_.getFalse();
+      if (is_signed) {
+        llvm::Value* int_min = llvm::ConstantInt::get(ty, llvm::APInt::getSignedMinValue(bits));
+        overflow = b_.CreateAnd(b_.CreateICmpEQ(x, int_min), b_.CreateICmpEQ(y, iconst(-1)));
+      }
+      llvm::Value* safe_y = b_.CreateSelect(b_.CreateOr(zero, overflow), iconst(1), y);
+      if (div) {
+        llvm::Value* q = is_signed ? b_.CreateSDiv(x, safe_y) : b_.CreateUDiv(x, safe_y);
+        // With y replaced by 1, INT_MIN / 1 is already INT_MIN.
+        return b_.CreateSelect(zero, iconst(-1), q);
+      }
+      llvm::Value* r = is_signed ? b_.CreateSRem(x, safe_y) : b_.CreateURem(x, safe_y);
+      // x rem 0 = x; INT_MIN rem 1 is already 0.
+      return b_.CreateSelect(zero, x, r);
+    }
+    case OpCode::kMax:
+      return max_of(x, y);
+    case OpCode::kMin:
+      return min_of(x, y);
+    case OpCode::kAnd:
+      return int_only([&] { return b_.CreateAnd(x, y); });
+    case OpCode::kOr:
+      return int_only([&] { return b_.CreateOr(x, y); });
+    case OpCode::kXor:
+      return int_only([&] { return b_.CreateXor(x, y); });
+    case OpCode::kShiftLeft:
+    case OpCode::kShiftRightLogical:
+    case OpCode::kShiftRightArithmetic:
+      return int_only([&]() -> llvm::Value* {
+        llvm::Value* too_big = b_.CreateICmpUGE(y, iconst(bits));
+        llvm::Value* amount = b_.CreateSelect(too_big, iconst(0), y);
+        if (n.op == OpCode::kShiftLeft) {
+          return b_.CreateSelect(too_big, iconst(0), b_.CreateShl(x, amount));
+        }
+        if (n.op == OpCode::kShiftRightLogical) {
+          return b_.CreateSelect(too_big, iconst(0), b_.CreateLShr(x, amount));
+        }
+        return b_.CreateAShr(x, b_.CreateSelect(too_big, iconst(bits - 1), amount));
+      });
+    case OpCode::kCompare: {
+      using P = llvm::CmpInst::Predicate;
+      P p;
+      switch (n.direction) {
+        case CompareDirection::kEq:
+          p = fp ? P::FCMP_OEQ : P::ICMP_EQ;
+          break;
+        case CompareDirection::kNe:
+          p = fp ? P::FCMP_UNE : P::ICMP_NE;
+          break;
+        case CompareDirection::kLt:
+          p = fp ? P::FCMP_OLT : is_signed ? P::ICMP_SLT : P::ICMP_ULT;
+          break;
+        case CompareDirection::kLe:
+          p = fp ? P::FCMP_OLE : is_signed ? P::ICMP_SLE : P::ICMP_ULE;
+          break;
+        case CompareDirection::kGt:
+          p = fp ? P::FCMP_OGT : is_signed ? P::ICMP_SGT : P::ICMP_UGT;
+          break;
+        case CompareDirection::kGe:
+          p = fp ? P::FCMP_OGE : is_signed ? P::ICMP_SGE : P::ICMP_UGE;
+          break;
+        default:
+          return InvalidArgument(DescribeNode(g, id) + ": unknown compare direction");
+      }
+      return fp ? b_.CreateFCmp(p, x, y) : b_.CreateICmp(p, x, y);
+    }
+    case OpCode::kSelect:
+      return b_.CreateSelect(x, ops[1], ops[2]);
+    case OpCode::kClamp:
+      // clamp(lo, x, hi) = min(max(x, lo), hi).
+      return min_of(max_of(ops[1], ops[0]), ops[2]);
+    default:
+      break;
+  }
+  return Unimplemented(DescribeNode(g, id) + " is not supported by the elemental emitter");
+}
+
+}  // namespace stitch::codegen

@@ -1,0 +1,90 @@
+// Computes the value of a graph node at a multi-index, in registers.
+//
+// Inputs of the kernel are loaded from their buffers; elementwise ops combine their
+// operands' values at the same index; data-movement ops rewrite the index; constants, iota
+// and rng-uniform are computed in place. Values are memoised per (node, index values) so
+// that shared subexpressions are emitted once per scope. Emission is iterative (an explicit
+// work stack), so deep graphs do not exhaust the native stack.
+#pragma once
+
+#include <map>
+#include <tuple>
+#include <unordered_set>
+#include <vector>
+
+#include "kernel_context.h"
+
+namespace stitch::codegen {
+
+// A position in a node's index space: the per-dimension indices, the row-major linear
+// index, or both. At least one is known; the other is derived on demand.
+struct IrIndex {
+  std::vector<llvm::Value*> dims;  // empty unless known (or the rank is 0)
+  llvm::Value* linear = nullptr;
+};
+
+class ElementalEmitter {
+ public:
+  explicit ElementalEmitter(KernelContext& kc);
+
+  // Returns the compute-type value of `node` at `index`, emitting IR at the builder's
+  // insertion point. Errors name the node: UNIMPLEMENTED for ops that cannot be computed
+  // inside this kernel (e.g. a reduce that is not the kernel's hero), INVALID_ARGUMENT for
+  // malformed nodes.
+  StatusOr<llvm::Value*> Emit(int node, const IrIndex& index);
+
+  // Forgets every memoised value; call when moving to code that the values emitted so far
+  // do not dominate.
+  void ResetScope();
+
+  // Records that `node` at linear index `linear` is `value` (used for reduce results
+  // consumed by epilogue nodes).
+  void Seed(int node, llvm::Value* linear, llvm::Value* value);
+
+  // Returns per-dimension indices of `linear` in a row-major space of `dims`.
+  std::vector<llvm::Value*> Delinearize(llvm::Value* linear, const std::vector<int64_t>& dims);
+  // Returns the row-major linear index of `idx` in a space of `dims`.
+  llvm::Value* Linearize(const std::vector<llvm::Value*>& idx, const std::vector<int64_t>& dims);
+
+ private:
+  using Key = std::tuple<int, llvm::Value*, std::vector<llvm::Value*>>;
+  struct Frame {
+    int node = -1;
+    IrIndex index;
+    bool expanded = false;
+    std::vector<IrIndex> operand_index;
+    llvm::Value* aux = nullptr;  // pad: "inside the operand" flag
+  };
+  static Frame MakeFrame(int node, IrIndex index) {
+    Frame f;
+    f.node = node;
+    f.index = std::move(index);
+    return f;
+  }
+
+  Key KeyOf(int node, const IrIndex& index) const;
+  IrIndex Normalize(int node, const IrIndex& index);
+  const std::vector<llvm::Value*>& DimsOf(IrIndex& index, const std::vector<int64_t>& shape);
+  llvm::Value* LinearOf(const IrIndex& index, const std::vector<int64_t>& shape);
+  Status CheckNode(int node) const;
+  Status PrepareOperands(Frame& f);
+  StatusOr<llvm::Value*> Compute(Frame& f);
+  StatusOr<llvm::Value*> ComputeElementwise(int id, const std::vector<llvm::Value*>& ops);
+  llvm::Value* ComputeConstant(int id, const IrIndex& index);
+  llvm::Value* CallMath(const char* name, const std::vector<llvm::Value*>& args);
+  llvm::Value* Clamp(llvm::Value* v, int64_t hi);
+
+  KernelContext& kc_;
+  llvm::IRBuilder<>& b_;
+  std::unordered_set<int> in_kernel_;
+  std::map<Key, llvm::Value*> memo_;
+  std::map<std::pair<llvm::Value*, std::vector<int64_t>>, std::vector<llvm::Value*>> delin_;
+  std::map<int, llvm::GlobalVariable*> constant_arrays_;
+  size_t max_stack_ = 0;
+};
+
+// Float max/min that return NaN when either operand is NaN.
+llvm::Value* FloatMax(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
+llvm::Value* FloatMin(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
+
+}  // namespace stitch::codegen

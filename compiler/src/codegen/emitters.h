@@ -1,0 +1,25 @@
+// The loop-nest emitters, one per KernelKind. Each fills the body of kc.fn (whose entry
+// block the builder is positioned in) and returns the launch it was written for.
+#pragma once
+
+#include "kernel_context.h"
+
+namespace stitch::codegen {
+
+struct EmittedNest {
+  LaunchDims launch;
+  uint32_t shared_bytes = 0;
+};
+
+// Grid-stride loop over the output elements; every output is computed per element.
+StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc);
+
+// Reduction with the reduced elements of an output walked by a warp (short rows) or a
+// block (long rows).
+StatusOr<EmittedNest> EmitRowReduceKernel(KernelContext& kc);
+
+// Reduction where consecutive threads own consecutive outputs and a block's rows of
+// threads split the reduced elements.
+StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc);
+
+}  // namespace stitch::codegen

@@ -1,0 +1,78 @@
+// Pieces shared by the row and column reduction emitters: the reduces a kernel computes,
+// their index geometry, combiners, identities and warp shuffles.
+#pragma once
+
+#include <vector>
+
+#include "elemental_emitter.h"
+#include "kernel_context.h"
+
+namespace stitch::codegen {
+
+// One reduce computed by a reduce kernel.
+struct ReduceInfo {
+  int node = -1;
+  int input = -1;
+  int init = -1;
+  ReduceKind kind = ReduceKind::kSum;
+  DType dtype = DType::kF32;
+  llvm::Type* acc_ty = nullptr;  // the compute type (f32 for f16/bf16)
+  llvm::AllocaInst* acc = nullptr;
+  llvm::GlobalVariable* smem = nullptr;  // for emitters that exchange through shared memory
+  bool is_output = false;
+};
+
+// The split of the hero's input dimensions into kept (output) and reduced ones.
+struct ReduceGeometry {
+  std::vector<int64_t> input_dims;
+  std::vector<int> kept_pos, reduced_pos;  // input dimension numbers, ascending
+  std::vector<int64_t> kept_sizes, reduced_sizes;
+  int64_t kept = 1, reduced = 1;
+  bool reduced_is_suffix = false;  // input linear = kept * reduced + r
+  bool reduced_is_prefix = false;  // input linear = r * kept + k
+};
+
+// The reduces of a reduce kernel: the hero first, then the other reduces in `outputs`.
+// Every one must share the hero's input dims and reduced dimensions. Also returns the
+// output nodes that are not reduces (epilogue nodes computed from the reduce results).
+struct ReducePlan {
+  std::vector<ReduceInfo> reduces;
+  std::vector<int> epilogue;
+  ReduceGeometry geometry;
+};
+
+// Validates the spec's hero and outputs and returns the plan; errors name the node.
+StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc);
+
+// Returns the index of input element (kept k, reduced r) of the hero's input.
+IrIndex InputIndex(KernelContext& kc, ElementalEmitter& em, const ReduceGeometry& geo,
+                   llvm::Value* k, llvm::Value* r);
+
+// Returns the identity of the combiner in the accumulator type.
+llvm::Value* Identity(llvm::IRBuilder<>& b, const ReduceInfo& r);
+
+// Returns a (+) c for the reduce's combiner (NaN-propagating max/min for floats).
+llvm::Value* Combine(llvm::IRBuilder<>& b, const ReduceInfo& r, llvm::Value* a, llvm::Value* c);
+
+// Stores the identity into every accumulator.
+void InitAccumulators(KernelContext& kc, std::vector<ReduceInfo>& reduces);
+
+// Adds the input element (kept k, reduced r) of every reduce into its accumulator.
+Status AccumulateElement(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                         llvm::Value* k, llvm::Value* r);
+
+// Returns `v` reduced over groups of `width` consecutive lanes (lane 0 of each group holds
+// the result) with shfl.sync.down on a full mask.
+llvm::Value* WarpReduce(KernelContext& kc, const ReduceInfo& r, llvm::Value* v, int width);
+
+// The type a value of `acc_ty` is kept in shared memory (i1 is widened to i8).
+llvm::Type* SharedType(llvm::Type* acc_ty);
+llvm::Value* ToShared(llvm::IRBuilder<>& b, llvm::Value* v);
+llvm::Value* FromShared(llvm::IRBuilder<>& b, llvm::Value* v, llvm::Type* acc_ty);
+
+// Combines each reduce's partial result in `partials` with its init value and writes the
+// outputs of output linear index `k` (reduces and epilogue nodes).
+Status WriteReduceOutputs(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                          const std::vector<llvm::Value*>& partials, llvm::Value* k);
+
+}  // namespace stitch::codegen

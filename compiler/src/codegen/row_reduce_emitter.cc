@@ -1,0 +1,118 @@
+#include "emitters.h"
+#include "launch_config.h"
+#include "reduction.h"
+
+namespace stitch::codegen {
+namespace {
+
+// Rows of `lanes` lanes each; 32 / lanes rows per warp, warps_per_block warps per block
+// (threadIdx.y). All lanes of a warp run the same number of row-group iterations, so the
+// full-mask shuffles are always executed by the whole warp.
+Status EmitWarpRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
+                    const RowReduceConfig& cfg) {
+  llvm::IRBuilder<>& b = kc.b;
+  const ReduceGeometry& geo = plan.geometry;
+  const int lanes = cfg.lanes_per_row;
+  const int64_t rows_per_warp = 32 / lanes;
+  const int64_t groups = (geo.kept + rows_per_warp - 1) / rows_per_warp;
+  llvm::Value* lane = ThreadIdx(kc, Dim::kX);
+  llvm::Value* sub = b.CreateUDiv(lane, kc.Index(lanes));
+  llvm::Value* seg = b.CreateURem(lane, kc.Index(lanes));
+  llvm::Value* warps = kc.Index(cfg.warps_per_block);
+  llvm::Value* first =
+      b.CreateAdd(b.CreateMul(BlockIdx(kc, Dim::kX), warps), ThreadIdx(kc, Dim::kY));
+  llvm::Value* stride = b.CreateMul(GridDim(kc, Dim::kX), warps);
+  return EmitForLoop(kc, "rowgroup", first, kc.Index(groups), stride, [&](llvm::Value* grp) {
+    llvm::Value* row = b.CreateAdd(b.CreateMul(grp, kc.Index(rows_per_warp)), sub);
+    llvm::Value* valid = b.CreateICmpSLT(row, kc.Index(geo.kept));
+    InitAccumulators(kc, plan.reduces);
+    llvm::Value* end = b.CreateSelect(valid, kc.Index(geo.reduced), kc.Index(0));
+    STITCH_RETURN_IF_ERROR(EmitForLoop(kc, "col", seg, end, kc.Index(lanes), [&](llvm::Value* c) {
+      return AccumulateElement(kc, em, plan, row, c);
+    }));
+    std::vector<llvm::Value*> partials;
+    for (auto& r : plan.reduces) {
+      partials.push_back(WarpReduce(kc, r, b.CreateLoad(r.acc_ty, r.acc), lanes));
+    }
+    llvm::Value* writer = b.CreateAnd(valid, b.CreateICmpEQ(seg, kc.Index(0)));
+    return EmitIf(kc, "write", writer,
+                  [&] { return WriteReduceOutputs(kc, em, plan, partials, row); });
+  });
+}
+
+// One block per row: threads stride over the row, warps reduce by shuffles, warp results
+// meet in shared memory and the first warp reduces them.
+Status EmitBlockRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
+                     const RowReduceConfig& cfg, uint32_t& shared_bytes) {
+  llvm::IRBuilder<>& b = kc.b;
+  const ReduceGeometry& geo = plan.geometry;
+  const int warps = cfg.warps_per_block;
+  const int threads = warps * 32;
+  for (auto& r : plan.reduces) {
+    llvm::Type* st = SharedType(r.acc_ty);
+    r.smem = SharedArray(kc, st, warps, "row_partials");
+    shared_bytes += static_cast<uint32_t>(kc.module.getDataLayout().getTypeAllocSize(st) * warps);
+  }
+  llvm::Value* tid = ThreadIdx(kc, Dim::kX);
+  llvm::Value* lane = b.CreateURem(tid, kc.Index(32));
+  llvm::Value* warp = b.CreateUDiv(tid, kc.Index(32));
+  return EmitForLoop(
+      kc, "row", BlockIdx(kc, Dim::kX), kc.Index(geo.kept), GridDim(kc, Dim::kX),
+      [&](llvm::Value* row) -> Status {
+        InitAccumulators(kc, plan.reduces);
+        STITCH_RETURN_IF_ERROR(
+            EmitForLoop(kc, "col", tid, kc.Index(geo.reduced), kc.Index(threads),
+                        [&](llvm::Value* c) { return AccumulateElement(kc, em, plan, row, c); }));
+        std::vector<llvm::Value*> warp_results;
+        for (auto& r : plan.reduces) {
+          warp_results.push_back(WarpReduce(kc, r, b.CreateLoad(r.acc_ty, r.acc), 32));
+        }
+        STITCH_RETURN_IF_ERROR(
+            EmitIf(kc, "lane0", b.CreateICmpEQ(lane, kc.Index(0)), [&]() -> Status {
+              for (size_t i = 0; i < plan.reduces.size(); ++i) {
+                const auto& r = plan.reduces[i];
+                llvm::Type* st = SharedType(r.acc_ty);
+                b.CreateStore(ToShared(b, warp_results[i]),
+                              b.CreateInBoundsGEP(st, r.smem, {warp}));
+              }
+              return Status::Ok();
+            }));
+        Barrier(kc);
+        STITCH_RETURN_IF_ERROR(
+            EmitIf(kc, "warp0", b.CreateICmpEQ(warp, kc.Index(0)), [&]() -> Status {
+              llvm::Value* has = b.CreateICmpSLT(lane, kc.Index(warps));
+              llvm::Value* slot = b.CreateSelect(has, lane, kc.Index(0));
+              std::vector<llvm::Value*> partials;
+              for (auto& r : plan.reduces) {
+                llvm::Type* st = SharedType(r.acc_ty);
+                llvm::Value* v = FromShared(
+                    b, b.CreateLoad(st, b.CreateInBoundsGEP(st, r.smem, {slot})), r.acc_ty);
+                v = b.CreateSelect(has, v, Identity(b, r));
+                partials.push_back(WarpReduce(kc, r, v, 32));
+              }
+              return EmitIf(kc, "write", b.CreateICmpEQ(lane, kc.Index(0)),
+                            [&] { return WriteReduceOutputs(kc, em, plan, partials, row); });
+            }));
+        // The next row reuses the partial slots.
+        Barrier(kc);
+        return Status::Ok();
+      });
+}
+
+}  // namespace
+
+StatusOr<EmittedNest> EmitRowReduceKernel(KernelContext& kc) {
+  STITCH_ASSIGN_OR_RETURN(ReducePlan plan, AnalyzeReduceKernel(kc));
+  RowReduceConfig cfg = ChooseRowReduce(plan.geometry.kept, plan.geometry.reduced, kc.sm_count);
+  EmittedNest nest;
+  nest.launch = cfg.launch;
+  ElementalEmitter em(kc);
+  if (cfg.block_per_row) {
+    STITCH_RETURN_IF_ERROR(EmitBlockRows(kc, em, plan, cfg, nest.shared_bytes));
+  } else {
+    STITCH_RETURN_IF_ERROR(EmitWarpRows(kc, em, plan, cfg));
+  }
+  return nest;
+}
+
+}  // namespace stitch::codegen
