@@ -29,7 +29,7 @@ struct EmulatorOptions {
 struct LaunchStats {
   uint64_t global_bytes_loaded = 0;  // loads through kernel pointer parameters
   uint64_t global_bytes_stored = 0;
-  uint64_t barriers = 0;             // block-wide barriers completed, over all blocks
+  uint64_t barriers = 0;  // block-wide barriers completed, over all blocks
   uint64_t threads = 0;
 };
 
@@ -40,9 +40,16 @@ class Emulator {
   virtual ~Emulator() = default;
 
   // Runs `kernel` (its portable_ir) with `args[i]` as the address of the buffer behind
-  // parameter i. Compiles the kernel on first use and caches it by name and IR. Returns
-  // INVALID_ARGUMENT when args do not match the kernel's parameters, INTERNAL when the
-  // kernel deadlocks (threads of a block wait at different barriers) or cannot be compiled.
+  // parameter i (for a non-pointer parameter, the address of its value). Compiles the
+  // kernel on first use and caches it by name and IR. Returns INVALID_ARGUMENT when args do
+  // not match the kernel's parameters, the IR is not bitcode or the launch dimensions are
+  // empty or exceed 1024 threads per block; UNIMPLEMENTED when the kernel uses an NVVM
+  // intrinsic or libdevice function the emulator lacks (named in the message);
+  // RESOURCE_EXHAUSTED when its per-thread local memory exceeds the fiber stack; INTERNAL
+  // when the kernel deadlocks ("deadlock in block (x,y,z): ...": threads of a block wait at
+  // different barriers, or lanes of a warp at different warp operations) or cannot be
+  // compiled. After an error the emulator remains usable; the buffers may hold partial
+  // results.
   virtual StatusOr<LaunchStats> Launch(const CompiledKernel& kernel,
                                        const std::vector<void*>& args) = 0;
 };
