@@ -15,7 +15,7 @@ struct Outcome {
   std::string out;  // stdout and stderr together
 };
 
-Outcome Run(const std::string& args) {
+Outcome RunStitchctl(const std::string& args) {
   std::string cmd = std::string(STITCH_BINARY_DIR) + "/client/stitchctl " + args + " 2>&1";
   Outcome o;
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -39,7 +39,7 @@ fs::path TempDir(const std::string& name) {
 }
 
 TEST(Stitchctl, CompilePrintsKeyKernelsAndTime) {
-  Outcome o = Run("compile " + Corpus("hlo/extracted/layernorm_fwd_2d1_f32.hlo") + " --target sm_80");
+  Outcome o = RunStitchctl("compile " + Corpus("hlo/extracted/layernorm_fwd_2d1_f32.hlo") + " --target sm_80");
   ASSERT_EQ(o.exit_code, 0) << o.out;
   EXPECT_NE(o.out.find("key "), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("row_reduce"), std::string::npos) << o.out;
@@ -47,7 +47,7 @@ TEST(Stitchctl, CompilePrintsKeyKernelsAndTime) {
 }
 
 TEST(Stitchctl, CompileJsonAndPtx) {
-  Outcome o = Run("compile " + Corpus("hlo/xla_emit_reduce_row_epilogue.hlo") + " --json --ptx");
+  Outcome o = RunStitchctl("compile " + Corpus("hlo/xla_emit_reduce_row_epilogue.hlo") + " --json --ptx");
   ASSERT_EQ(o.exit_code, 0) << o.out;
   EXPECT_NE(o.out.find("\"kernels\""), std::string::npos) << o.out;
   EXPECT_NE(o.out.find(".entry"), std::string::npos) << o.out;
@@ -55,14 +55,14 @@ TEST(Stitchctl, CompileJsonAndPtx) {
 
 TEST(Stitchctl, RunOnEmulatorPassesAndWritesNpy) {
   fs::path out = TempDir("run");
-  Outcome o = Run("run " + Corpus("hlo/extracted/layernorm_fwd_2d1_f32.hlo") +
+  Outcome o = RunStitchctl("run " + Corpus("hlo/extracted/layernorm_fwd_2d1_f32.hlo") +
                   " --emulate --seed 3 --outputs " + out.string());
   ASSERT_EQ(o.exit_code, 0) << o.out;
   EXPECT_NE(o.out.find("PASS"), std::string::npos) << o.out;
   EXPECT_TRUE(fs::exists(out / "graph0_out0.npy"));
 
   // Feed the output back as an input of a one-parameter graph: the .npy path round trips.
-  Outcome again = Run("run " + Corpus("hlo/xla_emit_transpose_transpose_10.hlo") +
+  Outcome again = RunStitchctl("run " + Corpus("hlo/xla_emit_transpose_transpose_10.hlo") +
                       " --emulate --json");
   EXPECT_EQ(again.exit_code, 0) << again.out;
   EXPECT_NE(again.out.find("\"pass\": true"), std::string::npos) << again.out;
@@ -70,26 +70,26 @@ TEST(Stitchctl, RunOnEmulatorPassesAndWritesNpy) {
 
 TEST(Stitchctl, KeyExplainListsComponentsAndDifferences) {
   std::string f = Corpus("hlo/extracted/layernorm_fwd_2d1_f32.hlo");
-  Outcome o = Run("key " + f + " --explain");
+  Outcome o = RunStitchctl("key " + f + " --explain");
   ASSERT_EQ(o.exit_code, 0) << o.out;
   for (const char* c : {"graph", "target", "compiler", "options", "salt"}) {
     EXPECT_NE(o.out.find(c), std::string::npos) << c << "\n" << o.out;
   }
-  Outcome d = Run("key " + f + " --against " + Corpus("hlo/extracted/layernorm_fwd_4d3_f32.hlo"));
+  Outcome d = RunStitchctl("key " + f + " --against " + Corpus("hlo/extracted/layernorm_fwd_4d3_f32.hlo"));
   ASSERT_EQ(d.exit_code, 0) << d.out;
   EXPECT_NE(d.out.find("graph:"), std::string::npos) << d.out;
 }
 
 TEST(Stitchctl, ExtractMobilenetWritesSubgraphsThatCompile) {
   fs::path out = TempDir("extract");
-  Outcome o = Run("extract " + Corpus("hlo/real_models/mobilenet_v2_pytorchxla_train_bs96.hlo") +
+  Outcome o = RunStitchctl("extract " + Corpus("hlo/real_models/mobilenet_v2_pytorchxla_train_bs96.hlo") +
                   " --out " + out.string());
   ASSERT_EQ(o.exit_code, 0) << o.out;
   int count = 0;
   for (const auto& e : fs::directory_iterator(out)) {
     ++count;
     if (count > 3) continue;  // every subgraph's compile is covered by hlo_extract_test
-    Outcome c = Run("compile " + e.path().string() + " --no-cubin");
+    Outcome c = RunStitchctl("compile " + e.path().string() + " --no-cubin");
     EXPECT_EQ(c.exit_code, 0) << e.path() << "\n" << c.out;
   }
   EXPECT_GT(count, 10);
@@ -105,7 +105,7 @@ TEST(Stitchctl, FailuresExitNonZeroWithOneLine) {
   for (const std::string& args :
        {std::string("compile /nonexistent/file.hlo"), "compile " + garbage,
         "run " + Corpus("hlo/extracted/layernorm_fwd_2d1_f32.hlo") + " --emulate --inputs " + garbage}) {
-    Outcome o = Run(args);
+    Outcome o = RunStitchctl(args);
     EXPECT_NE(o.exit_code, 0) << args;
     EXPECT_EQ(o.out.rfind("stitchctl: ", 0), 0u) << o.out;
     EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << o.out;

@@ -66,7 +66,9 @@ TEST_P(CorpusGraph, CompilesAndMatchesInterpreterOnEmulator) {
       ASSERT_TRUE(r.ok()) << target << ": " << r.status().ToString();
       for (const CompiledKernel& k : r->kernels) {
         EXPECT_NE(k.ptx.find(".entry " + k.name), std::string::npos) << k.name;
-        if (CubinAvailable(options.codegen)) EXPECT_FALSE(k.cubin.empty()) << k.name;
+        if (CubinAvailable(options.codegen)) {
+          EXPECT_FALSE(k.cubin.empty()) << k.name;
+        }
       }
     }
     std::optional<Graph> scaled = testing::ScaleForEmulation(g);
