@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "stitch/compiler/shape_scaling.h"
 #include "stitch/compiler/baseline_planner.h"
 #include "stitch/compiler/compile.h"
 #include "stitch/compiler/emulated_run.h"
@@ -104,13 +105,13 @@ void CompileFullShape(const Graph& g, int runs, Result& r) {
 
 // Runs the scaled graph on the emulator and compares every output with the interpreter.
 void Emulate(const Graph& full, int seed, Result& r) {
-  std::optional<ScaledGraph> scaled = ScaleForEmulationWithFactor(full);
+  std::optional<ScaledGraph> scaled = ScaleForEmulation(full);
   if (!scaled) {
     r.match = "-";
     if (r.error.empty()) r.error = "emulate: no shape within the emulation budget";
     return;
   }
-  r.scale_factor = scaled->factor;
+  r.scale_factor = int64_t{1} << scaled->halvings;
   const Graph& g = scaled->graph;
   CompileOptions options;
   options.emit_ptx = false;  // the emulator runs the portable module

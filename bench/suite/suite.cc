@@ -73,26 +73,6 @@ SuiteEntry Make(const Row& row) {
   return {row.id, row.model, row.pattern, row.shape_text, row.build()};
 }
 
-std::optional<Graph> ScaleBy(const Graph& g, int64_t f) {
-  auto scale = [f](int64_t v) { return (v % f == 0 && v >= 8 * f) ? v / f : v; };
-  auto scale_bound = [f](int64_t v) { return v % f == 0 ? v / f : v; };
-  Graph s = g;
-  for (Node& n : s.nodes) {
-    const int64_t before = n.shape.elements();
-    for (int64_t& d : n.shape.dims) d = scale(d);
-    // A literal with one value per element cannot follow its shape.
-    if (n.op == OpCode::kConstant && n.literal.size() > 1 && n.shape.elements() != before) {
-      return std::nullopt;
-    }
-    for (int64_t& v : n.slice_starts) v = scale_bound(v);
-    for (int64_t& v : n.slice_limits) v = scale_bound(v);
-    for (int64_t& v : n.pad_low) v = scale_bound(v);
-    for (int64_t& v : n.pad_high) v = scale_bound(v);
-  }
-  if (!Verify(s).ok()) return std::nullopt;
-  return s;
-}
-
 }  // namespace
 
 std::vector<SuiteEntry> BuildSuite() {
@@ -108,37 +88,6 @@ StatusOr<SuiteEntry> BuildSuiteEntry(int id) {
                     std::to_string(kSuiteSize) + ")");
   }
   return Make(kRows[id - 1]);
-}
-
-int64_t LargestTensor(const Graph& g) {
-  int64_t m = 0;
-  for (const Node& n : g.nodes) m = std::max(m, n.shape.elements());
-  return m;
-}
-
-std::optional<ScaledGraph> ScaleForEmulationWithFactor(const Graph& g, int64_t budget) {
-  if (LargestTensor(g) <= budget) return ScaledGraph{g, 1};
-  std::optional<ScaledGraph> smallest;
-  for (int64_t f = 2; f <= (int64_t{1} << 12); f *= 2) {
-    std::optional<Graph> s = ScaleBy(g, f);
-    if (!s) continue;
-    if (LargestTensor(*s) <= budget) return ScaledGraph{std::move(*s), f};
-    if (!smallest || LargestTensor(*s) < LargestTensor(smallest->graph)) {
-      smallest = ScaledGraph{std::move(*s), f};
-    }
-  }
-  if (LargestTensor(g) <= 16 * budget) return ScaledGraph{g, 1};
-  // Beyond the corpus tests' rule: a graph whose only scalable dims are too few to reach the
-  // budget (ViT's [64,12,197,197]: 12 and 197 never scale) runs at the smallest scaled shape
-  // when that fits the same 16x allowance real shapes get.
-  if (smallest && LargestTensor(smallest->graph) <= 16 * budget) return smallest;
-  return std::nullopt;
-}
-
-std::optional<Graph> ScaleForEmulation(const Graph& g, int64_t budget) {
-  std::optional<ScaledGraph> s = ScaleForEmulationWithFactor(g, budget);
-  if (!s) return std::nullopt;
-  return std::move(s->graph);
 }
 
 }  // namespace stitch::suite

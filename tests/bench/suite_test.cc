@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "stitch/compiler/shape_scaling.h"
 #include "stitch/compiler/compile.h"
 #include "stitch/compiler/emulated_run.h"
 #include "stitch/compiler/interpreter.h"
@@ -69,9 +70,9 @@ TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
   ASSERT_FALSE(compiled->kernels.empty());
   for (const CompiledKernel& k : compiled->kernels) EXPECT_FALSE(k.ptx.empty()) << k.name;
 
-  std::optional<Graph> scaled = ScaleForEmulation(full);
+  std::optional<ScaledGraph> scaled = ScaleForEmulation(full);
   ASSERT_TRUE(scaled.has_value()) << "no shape within the emulation budget";
-  const Graph& g = *scaled;
+  const Graph& g = scaled->graph;
   CompileOptions ir_options;
   ir_options.emit_ptx = false;
   StatusOr<CompileResult> portable = CompileGraph(g, ir_options);

@@ -1,6 +1,6 @@
 // Every corpus graph that imports compiles to PTX (and cubin for sm_80 and sm_90 where the
 // CUDA toolkit is present) at its real shapes, and runs on the emulator, in random thread
-// order, at shapes scaled by the rule in support/scale.h, matching the interpreter.
+// order, at shapes scaled by the rule in stitch/compiler/shape_scaling.h, matching the interpreter.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,7 +10,7 @@
 #include "stitch/compiler/compile.h"
 #include "stitch/compiler/hlo_import.h"
 #include "support/emulator_check.h"
-#include "support/scale.h"
+#include "stitch/compiler/shape_scaling.h"
 
 namespace stitch {
 namespace {
@@ -71,9 +71,9 @@ TEST_P(CorpusGraph, CompilesAndMatchesInterpreterOnEmulator) {
         }
       }
     }
-    std::optional<Graph> scaled = testing::ScaleForEmulation(g);
+    std::optional<ScaledGraph> scaled = ScaleForEmulation(g);
     ASSERT_TRUE(scaled.has_value()) << "no scaled shapes fit the emulator budget";
-    EXPECT_TRUE(testing::CheckOnEmulator(*scaled, /*seed=*/1000 + m, /*random_order=*/true));
+    EXPECT_TRUE(testing::CheckOnEmulator(scaled->graph, /*seed=*/1000 + m, /*random_order=*/true));
   }
 }
 

@@ -64,15 +64,15 @@ TEST(BaselinePlanner, TrafficAndLowerBound) {
   EXPECT_EQ(t.bytes_written, 16 + 16 + 512);
 }
 
-TEST(BaselinePlanner, ParameterOutputsAreCopied) {
+TEST(BaselinePlanner, ParameterOutputsAliasTheirInput) {
   Graph g;
   int x = testing::Param(g, {DType::kF32, {8}}, 0);
-  g.outputs = {x};
+  int y = testing::Unary(g, OpCode::kNeg, x);
+  g.outputs = {x, y};
   StatusOr<FusionPlan> plan = PlanBaseline(g);
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->kernels.size(), 1u);
-  EXPECT_TRUE(plan->kernels[0].nodes.empty());
-  EXPECT_EQ(plan->kernels[0].inputs, std::vector<int>{x});
+  EXPECT_EQ(plan->kernels[0].outputs, std::vector<int>{y});
 }
 
 TEST(GraphProto, RoundTripsThroughBinaryAndJson) {

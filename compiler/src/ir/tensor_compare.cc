@@ -27,6 +27,16 @@ Comparison Compare(const Tensor& expected, const Tensor& actual, double toleranc
     return c;
   }
   const int64_t n = expected.size();
+  double sum_squares = 0;
+  int64_t finite = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    double e = expected.AsDouble(k);
+    if (std::isfinite(e)) {
+      sum_squares += e * e;
+      ++finite;
+    }
+  }
+  const double floor = std::max(1.0, finite ? std::sqrt(sum_squares / finite) : 0.0);
   for (int64_t k = 0; k < n; ++k) {
     double e = expected.AsDouble(k), a = actual.AsDouble(k);
     double abs_err = 0;
@@ -37,7 +47,7 @@ Comparison Compare(const Tensor& expected, const Tensor& actual, double toleranc
     } else {
       abs_err = std::fabs(a - e);
     }
-    double rel_err = abs_err / std::max(std::fabs(std::isfinite(e) ? e : 0.0), 1.0);
+    double rel_err = abs_err / std::max(std::fabs(std::isfinite(e) ? e : 0.0), floor);
     c.max_abs_error = std::max(c.max_abs_error, abs_err);
     c.max_rel_error = std::max(c.max_rel_error, rel_err);
     if (rel_err > tolerance) {

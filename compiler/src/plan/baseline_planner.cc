@@ -20,10 +20,6 @@ void CollectKernelBody(const Graph& g, const std::vector<int>& roots, const std:
   std::set<int> body, inputs;
   std::vector<int> stack;
   for (int r : roots) {
-    if (g.nodes[r].op == OpCode::kParameter) {
-      inputs.insert(r);  // an output that is a parameter is a copy
-      continue;
-    }
     body.insert(r);
     for (int o : g.nodes[r].operands) stack.push_back(o);
   }
@@ -89,7 +85,9 @@ StatusOr<FusionPlan> PlanBaseline(const Graph& g) {
   std::vector<int64_t> count_order;
   std::set<int> seen;
   for (int o : g.outputs) {
-    if (g.nodes[o].op == OpCode::kReduce || !seen.insert(o).second) continue;
+    // Parameter outputs alias their input buffer: no kernel copies them.
+    const OpCode op = g.nodes[o].op;
+    if (op == OpCode::kReduce || op == OpCode::kParameter || !seen.insert(o).second) continue;
     int64_t count = g.nodes[o].shape.elements();
     if (!by_count.count(count)) count_order.push_back(count);
     by_count[count].push_back(o);

@@ -6,7 +6,7 @@
 //   * A reduction's result is materialised: its consumers start a new kernel. A softmax
 //     therefore takes three kernels.
 //   * Outputs that are not reductions share one loop kernel per element count
-//     (multi-output loop fusion).
+//     (multi-output loop fusion). Outputs that are parameters alias their input buffer.
 //
 // Thread-safety: pure function.
 #pragma once

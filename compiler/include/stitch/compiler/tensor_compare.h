@@ -18,8 +18,10 @@ double DefaultTolerance(DType t);
 struct Comparison {
   bool pass = true;
   double max_abs_error = 0;
-  // Largest |actual - expected| / max(|expected|, 1): relative for large values, absolute
-  // near zero, where cancellation makes relative error meaningless.
+  // Largest |actual - expected| / max(|expected|, rms(expected), 1): relative for large
+  // values, and measured against the tensor's typical magnitude near zero, where
+  // cancellation makes relative error meaningless (a float sum's rounding error scales with
+  // the magnitude of its terms, not of its result).
   double max_rel_error = 0;
   int64_t mismatches = 0;
   int64_t first_mismatch = -1;  // linear index, or -1
