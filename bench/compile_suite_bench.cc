@@ -21,12 +21,12 @@
 #include <thread>
 #include <vector>
 
-#include "stitch/compiler/shape_scaling.h"
 #include "stitch/compiler/baseline_planner.h"
 #include "stitch/compiler/compile.h"
 #include "stitch/compiler/emulated_run.h"
 #include "stitch/compiler/emulator.h"
 #include "stitch/compiler/interpreter.h"
+#include "stitch/compiler/shape_scaling.h"
 #include "stitch/compiler/tensor.h"
 #include "stitch/compiler/tensor_compare.h"
 #include "stitch/compiler/verifier.h"

@@ -70,7 +70,8 @@ int RunCompile(const CompileArgs& args) {
                         {"compile_ms_to_cubin", r->timings.total_ms()},
                         {"kernels", nlohmann::json::array()}};
     if (!r->cubin_note.empty()) j["note"] = r->cubin_note;
-    for (const CompiledKernel& k : r->kernels) j["kernels"].push_back(KernelJson(k, args.print_ptx));
+    for (const CompiledKernel& k : r->kernels)
+      j["kernels"].push_back(KernelJson(k, args.print_ptx));
     all.push_back(j);
   }
   if (args.json) std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";

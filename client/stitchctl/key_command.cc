@@ -34,7 +34,8 @@ int RunKey(const KeyArgs& args) {
     StatusOr<CacheKey> other = KeyOf(args.against, args);
     if (!other.ok()) return Fail(other.status().ToString());
     std::cout << ExplainKeyDifference(*key, *other);
-    if (key->hex != other->hex) std::cout << "(first: " << args.file << ", second: " << args.against << ")\n";
+    if (key->hex != other->hex)
+      std::cout << "(first: " << args.file << ", second: " << args.against << ")\n";
   }
   return 0;
 }

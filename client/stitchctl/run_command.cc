@@ -23,8 +23,8 @@ StatusOr<std::vector<Tensor>> MakeInputs(const Graph& g, const RunArgs& args) {
     return inputs;
   }
   if (args.inputs.size() != params.size()) {
-    return InvalidArgument("graph takes " + std::to_string(params.size()) + " inputs, --inputs has " +
-                           std::to_string(args.inputs.size()));
+    return InvalidArgument("graph takes " + std::to_string(params.size()) +
+                           " inputs, --inputs has " + std::to_string(args.inputs.size()));
   }
   for (size_t k = 0; k < params.size(); ++k) {
     STITCH_ASSIGN_OR_RETURN(Tensor t, ReadNpy(args.inputs[k]));
@@ -54,8 +54,10 @@ StatusOr<GraphOutcome> RunOne(const Graph& g, size_t index, const RunArgs& args,
   STITCH_ASSIGN_OR_RETURN(std::vector<Tensor> expected, Evaluate(g, inputs));
 
   GraphOutcome outcome;
-  outcome.json = {{"graph", g.name},     {"key", compiled.key.hex},
-                  {"kernels", compiled.kernels.size()}, {"global_bytes", run.global_bytes()},
+  outcome.json = {{"graph", g.name},
+                  {"key", compiled.key.hex},
+                  {"kernels", compiled.kernels.size()},
+                  {"global_bytes", run.global_bytes()},
                   {"outputs", nlohmann::json::array()}};
   if (!args.json) {
     std::cout << "graph " << g.name << ": " << compiled.kernels.size()

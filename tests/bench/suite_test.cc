@@ -10,10 +10,10 @@
 #include <random>
 #include <string>
 
-#include "stitch/compiler/shape_scaling.h"
 #include "stitch/compiler/compile.h"
 #include "stitch/compiler/emulated_run.h"
 #include "stitch/compiler/interpreter.h"
+#include "stitch/compiler/shape_scaling.h"
 #include "stitch/compiler/tensor_compare.h"
 #include "stitch/compiler/verifier.h"
 

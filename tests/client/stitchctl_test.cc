@@ -31,15 +31,16 @@ Outcome RunStitchctl(const std::string& args) {
 std::string Corpus(const std::string& rel) { return std::string(STITCH_CORPUS_DIR) + "/" + rel; }
 
 fs::path TempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("stitchctl_test_" + name + "_" +
-                                            std::to_string(::getpid()));
+  fs::path p =
+      fs::temp_directory_path() / ("stitchctl_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
 }
 
 TEST(Stitchctl, CompilePrintsKeyKernelsAndTime) {
-  Outcome o = RunStitchctl("compile " + Corpus("hlo/extracted/layernorm_fwd_2d1_f32.hlo") + " --target sm_80");
+  Outcome o = RunStitchctl("compile " + Corpus("hlo/extracted/layernorm_fwd_2d1_f32.hlo") +
+                           " --target sm_80");
   ASSERT_EQ(o.exit_code, 0) << o.out;
   EXPECT_NE(o.out.find("key "), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("row_reduce"), std::string::npos) << o.out;
@@ -47,7 +48,8 @@ TEST(Stitchctl, CompilePrintsKeyKernelsAndTime) {
 }
 
 TEST(Stitchctl, CompileJsonAndPtx) {
-  Outcome o = RunStitchctl("compile " + Corpus("hlo/xla_emit_reduce_row_epilogue.hlo") + " --json --ptx");
+  Outcome o =
+      RunStitchctl("compile " + Corpus("hlo/xla_emit_reduce_row_epilogue.hlo") + " --json --ptx");
   ASSERT_EQ(o.exit_code, 0) << o.out;
   EXPECT_NE(o.out.find("\"kernels\""), std::string::npos) << o.out;
   EXPECT_NE(o.out.find(".entry"), std::string::npos) << o.out;
@@ -56,14 +58,14 @@ TEST(Stitchctl, CompileJsonAndPtx) {
 TEST(Stitchctl, RunOnEmulatorPassesAndWritesNpy) {
   fs::path out = TempDir("run");
   Outcome o = RunStitchctl("run " + Corpus("hlo/extracted/layernorm_fwd_2d1_f32.hlo") +
-                  " --emulate --seed 3 --outputs " + out.string());
+                           " --emulate --seed 3 --outputs " + out.string());
   ASSERT_EQ(o.exit_code, 0) << o.out;
   EXPECT_NE(o.out.find("PASS"), std::string::npos) << o.out;
   EXPECT_TRUE(fs::exists(out / "graph0_out0.npy"));
 
   // Feed the output back as an input of a one-parameter graph: the .npy path round trips.
   Outcome again = RunStitchctl("run " + Corpus("hlo/xla_emit_transpose_transpose_10.hlo") +
-                      " --emulate --json");
+                               " --emulate --json");
   EXPECT_EQ(again.exit_code, 0) << again.out;
   EXPECT_NE(again.out.find("\"pass\": true"), std::string::npos) << again.out;
 }
@@ -75,15 +77,17 @@ TEST(Stitchctl, KeyExplainListsComponentsAndDifferences) {
   for (const char* c : {"graph", "target", "compiler", "options", "salt"}) {
     EXPECT_NE(o.out.find(c), std::string::npos) << c << "\n" << o.out;
   }
-  Outcome d = RunStitchctl("key " + f + " --against " + Corpus("hlo/extracted/layernorm_fwd_4d3_f32.hlo"));
+  Outcome d =
+      RunStitchctl("key " + f + " --against " + Corpus("hlo/extracted/layernorm_fwd_4d3_f32.hlo"));
   ASSERT_EQ(d.exit_code, 0) << d.out;
   EXPECT_NE(d.out.find("graph:"), std::string::npos) << d.out;
 }
 
 TEST(Stitchctl, ExtractMobilenetWritesSubgraphsThatCompile) {
   fs::path out = TempDir("extract");
-  Outcome o = RunStitchctl("extract " + Corpus("hlo/real_models/mobilenet_v2_pytorchxla_train_bs96.hlo") +
-                  " --out " + out.string());
+  Outcome o =
+      RunStitchctl("extract " + Corpus("hlo/real_models/mobilenet_v2_pytorchxla_train_bs96.hlo") +
+                   " --out " + out.string());
   ASSERT_EQ(o.exit_code, 0) << o.out;
   int count = 0;
   for (const auto& e : fs::directory_iterator(out)) {
@@ -104,7 +108,8 @@ TEST(Stitchctl, FailuresExitNonZeroWithOneLine) {
   fclose(f);
   for (const std::string& args :
        {std::string("compile /nonexistent/file.hlo"), "compile " + garbage,
-        "run " + Corpus("hlo/extracted/layernorm_fwd_2d1_f32.hlo") + " --emulate --inputs " + garbage}) {
+        "run " + Corpus("hlo/extracted/layernorm_fwd_2d1_f32.hlo") + " --emulate --inputs " +
+            garbage}) {
     Outcome o = RunStitchctl(args);
     EXPECT_NE(o.exit_code, 0) << args;
     EXPECT_EQ(o.out.rfind("stitchctl: ", 0), 0u) << o.out;

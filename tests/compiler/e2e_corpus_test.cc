@@ -9,8 +9,8 @@
 
 #include "stitch/compiler/compile.h"
 #include "stitch/compiler/hlo_import.h"
-#include "support/emulator_check.h"
 #include "stitch/compiler/shape_scaling.h"
+#include "support/emulator_check.h"
 
 namespace stitch {
 namespace {

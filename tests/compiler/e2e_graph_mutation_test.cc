@@ -13,8 +13,8 @@ namespace stitch {
 namespace {
 
 int64_t WildInt(std::mt19937_64& rng) {
-  static const int64_t kValues[] = {-1, 0, 1, 2, 3, 7, 64, 1000, int64_t{1} << 31,
-                                    int64_t{1} << 62, INT64_MAX, INT64_MIN};
+  static const int64_t kValues[] = {
+      -1, 0, 1, 2, 3, 7, 64, 1000, int64_t{1} << 31, int64_t{1} << 62, INT64_MAX, INT64_MIN};
   return kValues[rng() % (sizeof kValues / sizeof kValues[0])];
 }
 
@@ -22,24 +22,38 @@ void Mutate(Graph& g, std::mt19937_64& rng) {
   if (g.nodes.empty()) return;
   Node& n = g.nodes[rng() % g.nodes.size()];
   switch (rng() % 10) {
-    case 0: n.op = static_cast<OpCode>(rng() % 100); break;
-    case 1: n.shape.dtype = static_cast<DType>(rng() % 14); break;
+    case 0:
+      n.op = static_cast<OpCode>(rng() % 100);
+      break;
+    case 1:
+      n.shape.dtype = static_cast<DType>(rng() % 14);
+      break;
     case 2:
       if (!n.shape.dims.empty()) n.shape.dims[rng() % n.shape.dims.size()] = WildInt(rng);
       break;
-    case 3: n.shape.dims.push_back(WildInt(rng)); break;
+    case 3:
+      n.shape.dims.push_back(WildInt(rng));
+      break;
     case 4:
       if (!n.operands.empty()) {
         n.operands[rng() % n.operands.size()] = static_cast<int>(rng() % (g.nodes.size() + 3)) - 1;
       }
       break;
-    case 5: n.operands.push_back(static_cast<int>(rng() % g.nodes.size())); break;
-    case 6: n.dimensions.push_back(WildInt(rng)); break;
+    case 5:
+      n.operands.push_back(static_cast<int>(rng() % g.nodes.size()));
+      break;
+    case 6:
+      n.dimensions.push_back(WildInt(rng));
+      break;
     case 7:
       if (!n.dimensions.empty()) n.dimensions[rng() % n.dimensions.size()] = WildInt(rng);
       break;
-    case 8: g.outputs.push_back(static_cast<int>(rng() % (g.nodes.size() + 2))); break;
-    default: n.parameter_number = WildInt(rng); break;
+    case 8:
+      g.outputs.push_back(static_cast<int>(rng() % (g.nodes.size() + 2)));
+      break;
+    default:
+      n.parameter_number = WildInt(rng);
+      break;
   }
 }
 

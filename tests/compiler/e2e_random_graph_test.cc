@@ -32,9 +32,8 @@ TEST_P(RandomGraphs, EmulatorAgreesWithInterpreter) {
     uint64_t seed = base + static_cast<uint64_t>(i);
     Graph g = testing::RandomGraphBuilder(seed).Build();
     ASSERT_TRUE(Verify(g).ok()) << "generator made an invalid graph, seed " << seed;
-    ASSERT_TRUE(testing::CheckOnEmulator(g, seed, /*random_order=*/true))
-        << "seed " << seed << "\n"
-        << ToText(g);
+    ASSERT_TRUE(testing::CheckOnEmulator(g, seed, /*random_order=*/true)) << "seed " << seed << "\n"
+                                                                          << ToText(g);
   }
 }
 

@@ -83,7 +83,8 @@ TEST(Key, EveryIngredientChangesTheKey) {
 
   Graph attr = g;
   for (Node& n : attr.nodes) {
-    if (n.op == OpCode::kReduce && n.reduce_kind == ReduceKind::kMax) n.reduce_kind = ReduceKind::kMin;
+    if (n.op == OpCode::kReduce && n.reduce_kind == ReduceKind::kMax)
+      n.reduce_kind = ReduceKind::kMin;
   }
   EXPECT_TRUE(differs(attr, Ctx()));
 
@@ -138,8 +139,8 @@ TEST(Key, ExplainNamesTheDifferingComponent) {
   EXPECT_EQ(why.find("graph"), std::string::npos) << why;
   EXPECT_NE(why.find("sm_90 vs sm_80"), std::string::npos) << why;
 
-  std::string shape_why = ExplainKeyDifference(ComputeKey(g, Ctx()),
-                                               ComputeKey(Softmax(8, 17), Ctx()));
+  std::string shape_why =
+      ExplainKeyDifference(ComputeKey(g, Ctx()), ComputeKey(Softmax(8, 17), Ctx()));
   EXPECT_NE(shape_why.find("graph"), std::string::npos) << shape_why;
   EXPECT_EQ(ExplainKeyDifference(ComputeKey(g, Ctx()), ComputeKey(g, Ctx())), "keys are equal");
   EXPECT_EQ(ComputeKey(g, Ctx()).hex.size(), 64u);

@@ -23,8 +23,8 @@ struct EmulatorCheck {
 // Compiles `g` to portable IR, runs it on a fresh emulator (random thread order between
 // barriers when `random_order`), and compares every output with the reference interpreter
 // at the dtype's default tolerance times `tolerance_scale`. Inputs are random from `seed`.
-inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed,
-                                                  bool random_order, EmulatorCheck* out = nullptr,
+inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed, bool random_order,
+                                                  EmulatorCheck* out = nullptr,
                                                   double tolerance_scale = 1.0) {
   CompileOptions options;
   options.emit_ptx = false;
@@ -52,8 +52,8 @@ inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed,
     if (!c.pass) {
       return ::testing::AssertionFailure()
              << "output " << k << " " << (*expected)[k].shape.ToString() << ": " << c.mismatches
-             << " mismatches, max_rel " << c.max_rel_error << " (tol " << tol << "), "
-             << c.message << "\nplan:\n"
+             << " mismatches, max_rel " << c.max_rel_error << " (tol " << tol << "), " << c.message
+             << "\nplan:\n"
              << Describe(g, compiled->plan);
     }
   }

@@ -55,23 +55,41 @@ class RandomGraphBuilder {
 
   void Step() {
     switch (Pick(0, 5)) {
-      case 0: values_.push_back(BoundedUnary(Any())); break;
-      case 1: values_.push_back(SafeBinary(Any(), Any())); break;
-      case 2: values_.push_back(ReduceAndBroadcastBack(Any())); break;
-      case 3: values_.push_back(SafeBinary(Recent(), ReduceAndBroadcastBack(Recent()))); break;
-      case 4: values_.push_back(Binary(g_, OpCode::kMul, Any(), Splat(0.5))); break;
-      default: values_.push_back(BoundedUnary(Recent())); break;
+      case 0:
+        values_.push_back(BoundedUnary(Any()));
+        break;
+      case 1:
+        values_.push_back(SafeBinary(Any(), Any()));
+        break;
+      case 2:
+        values_.push_back(ReduceAndBroadcastBack(Any()));
+        break;
+      case 3:
+        values_.push_back(SafeBinary(Recent(), ReduceAndBroadcastBack(Recent())));
+        break;
+      case 4:
+        values_.push_back(Binary(g_, OpCode::kMul, Any(), Splat(0.5)));
+        break;
+      default:
+        values_.push_back(BoundedUnary(Recent()));
+        break;
     }
   }
 
   int BoundedUnary(int x) {
     switch (Pick(0, 6)) {
-      case 0: return Unary(g_, OpCode::kNeg, x);
-      case 1: return Unary(g_, OpCode::kAbs, x);
-      case 2: return Unary(g_, OpCode::kTanh, x);
-      case 3: return Unary(g_, OpCode::kLogistic, x);
-      case 4: return Unary(g_, OpCode::kSin, x);
-      case 5: return Unary(g_, OpCode::kExp, Unary(g_, OpCode::kTanh, x));
+      case 0:
+        return Unary(g_, OpCode::kNeg, x);
+      case 1:
+        return Unary(g_, OpCode::kAbs, x);
+      case 2:
+        return Unary(g_, OpCode::kTanh, x);
+      case 3:
+        return Unary(g_, OpCode::kLogistic, x);
+      case 4:
+        return Unary(g_, OpCode::kSin, x);
+      case 5:
+        return Unary(g_, OpCode::kExp, Unary(g_, OpCode::kTanh, x));
       default: {
         int one = Splat(1.0);
         return Unary(g_, OpCode::kLog, Binary(g_, OpCode::kAdd, Unary(g_, OpCode::kAbs, x), one));
@@ -81,11 +99,16 @@ class RandomGraphBuilder {
 
   int SafeBinary(int a, int b) {
     switch (Pick(0, 5)) {
-      case 0: return Binary(g_, OpCode::kAdd, a, b);
-      case 1: return Binary(g_, OpCode::kSub, a, b);
-      case 2: return Binary(g_, OpCode::kMul, Unary(g_, OpCode::kTanh, a), b);
-      case 3: return Binary(g_, OpCode::kMax, a, b);
-      case 4: return Binary(g_, OpCode::kMin, a, b);
+      case 0:
+        return Binary(g_, OpCode::kAdd, a, b);
+      case 1:
+        return Binary(g_, OpCode::kSub, a, b);
+      case 2:
+        return Binary(g_, OpCode::kMul, Unary(g_, OpCode::kTanh, a), b);
+      case 3:
+        return Binary(g_, OpCode::kMax, a, b);
+      case 4:
+        return Binary(g_, OpCode::kMin, a, b);
       default: {
         int denom = Binary(g_, OpCode::kAdd, Unary(g_, OpCode::kAbs, b), Splat(1.0));
         return Binary(g_, OpCode::kDiv, a, denom);
@@ -118,8 +141,12 @@ class RandomGraphBuilder {
         r = Reduce(g_, x, Scalar(0.0), reduced, ReduceKind::kSum);
         r = Binary(g_, OpCode::kMul, r, ScaleLike(r, 1.0 / static_cast<double>(count)));
         break;
-      case 1: r = Reduce(g_, x, Scalar(-1e30), reduced, ReduceKind::kMax); break;
-      default: r = Reduce(g_, x, Scalar(1e30), reduced, ReduceKind::kMin); break;
+      case 1:
+        r = Reduce(g_, x, Scalar(-1e30), reduced, ReduceKind::kMax);
+        break;
+      default:
+        r = Reduce(g_, x, Scalar(1e30), reduced, ReduceKind::kMin);
+        break;
     }
     return Broadcast(g_, r, dims_, kept);
   }

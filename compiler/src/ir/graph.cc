@@ -227,7 +227,10 @@ std::string ToText(const Graph& g) {
     if (n.op == OpCode::kReduce) out << " combiner=" << ReduceKindName(n.reduce_kind);
     if (n.op == OpCode::kConstant && n.literal.size() == 1) {
       out << " value=";
-      if (!n.literal.f.empty()) out << n.literal.f[0]; else out << n.literal.i[0];
+      if (!n.literal.f.empty())
+        out << n.literal.f[0];
+      else
+        out << n.literal.i[0];
     }
     if (!n.name.empty()) out << "  // " << n.name;
     out << '\n';

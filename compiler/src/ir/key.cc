@@ -185,15 +185,16 @@ std::string CanonicalForm(const Graph& g) {
 CacheKey ComputeKey(const Graph& g, const KeyContext& context) {
   CacheKey key;
   std::string canonical = CanonicalForm(g);
-  std::string version = context.compiler_version.empty() ? CompilerVersion()
-                                                         : context.compiler_version;
+  std::string version =
+      context.compiler_version.empty() ? CompilerVersion() : context.compiler_version;
   key.components = {
       {"graph", Sha256Hex(canonical),
        std::to_string(g.nodes.size()) + " nodes, " + std::to_string(g.Parameters().size()) +
            " parameters, " + std::to_string(g.outputs.size()) + " outputs"},
       {"target", Sha256Hex(context.target), context.target},
       {"compiler", Sha256Hex(version), version},
-      {"options", Sha256Hex(context.options), context.options.empty() ? "(defaults)" : context.options},
+      {"options", Sha256Hex(context.options),
+       context.options.empty() ? "(defaults)" : context.options},
       {"salt", Sha256Hex(context.salt), context.salt.empty() ? "(none)" : context.salt},
   };
   Writer w;

@@ -6,9 +6,12 @@ namespace stitch {
 
 std::string_view KernelKindName(KernelKind k) {
   switch (k) {
-    case KernelKind::kLoop: return "loop";
-    case KernelKind::kRowReduce: return "row_reduce";
-    case KernelKind::kColumnReduce: return "column_reduce";
+    case KernelKind::kLoop:
+      return "loop";
+    case KernelKind::kRowReduce:
+      return "row_reduce";
+    case KernelKind::kColumnReduce:
+      return "column_reduce";
   }
   return "invalid";
 }

@@ -22,8 +22,8 @@ Comparison Compare(const Tensor& expected, const Tensor& actual, double toleranc
   Comparison c;
   if (expected.shape != actual.shape) {
     c.pass = false;
-    c.message = "shape " + actual.shape.ToString() + " differs from expected " +
-                expected.shape.ToString();
+    c.message =
+        "shape " + actual.shape.ToString() + " differs from expected " + expected.shape.ToString();
     return c;
   }
   const int64_t n = expected.size();
@@ -53,8 +53,8 @@ Comparison Compare(const Tensor& expected, const Tensor& actual, double toleranc
     if (rel_err > tolerance) {
       if (c.first_mismatch < 0) {
         c.first_mismatch = k;
-        c.message = "element " + std::to_string(k) + ": got " + std::to_string(a) +
-                    ", expected " + std::to_string(e);
+        c.message = "element " + std::to_string(k) + ": got " + std::to_string(a) + ", expected " +
+                    std::to_string(e);
       }
       ++c.mismatches;
     }

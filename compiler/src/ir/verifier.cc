@@ -69,11 +69,25 @@ bool IsPermutation(const std::vector<int64_t>& p, int rank) {
 
 bool FloatOnly(OpCode op) {
   switch (op) {
-    case OpCode::kExp: case OpCode::kLog: case OpCode::kLog1p: case OpCode::kExpm1:
-    case OpCode::kTanh: case OpCode::kLogistic: case OpCode::kSqrt: case OpCode::kRsqrt:
-    case OpCode::kErf: case OpCode::kSin: case OpCode::kCos: case OpCode::kTan:
-    case OpCode::kCbrt: case OpCode::kFloor: case OpCode::kCeil: case OpCode::kRound:
-    case OpCode::kRoundNearestEven: case OpCode::kIsFinite: case OpCode::kPow:
+    case OpCode::kExp:
+    case OpCode::kLog:
+    case OpCode::kLog1p:
+    case OpCode::kExpm1:
+    case OpCode::kTanh:
+    case OpCode::kLogistic:
+    case OpCode::kSqrt:
+    case OpCode::kRsqrt:
+    case OpCode::kErf:
+    case OpCode::kSin:
+    case OpCode::kCos:
+    case OpCode::kTan:
+    case OpCode::kCbrt:
+    case OpCode::kFloor:
+    case OpCode::kCeil:
+    case OpCode::kRound:
+    case OpCode::kRoundNearestEven:
+    case OpCode::kIsFinite:
+    case OpCode::kPow:
     case OpCode::kAtan2:
       return true;
     default:
@@ -83,8 +97,13 @@ bool FloatOnly(OpCode op) {
 
 bool IntOnly(OpCode op) {
   switch (op) {
-    case OpCode::kNot: case OpCode::kPopcnt: case OpCode::kAnd: case OpCode::kOr:
-    case OpCode::kXor: case OpCode::kShiftLeft: case OpCode::kShiftRightLogical:
+    case OpCode::kNot:
+    case OpCode::kPopcnt:
+    case OpCode::kAnd:
+    case OpCode::kOr:
+    case OpCode::kXor:
+    case OpCode::kShiftLeft:
+    case OpCode::kShiftRightLogical:
     case OpCode::kShiftRightArithmetic:
       return true;
     default:
@@ -98,8 +117,9 @@ StatusOr<Shape> InferElementwise(const Graph& g, int i) {
   for (size_t k = 1; k < n.operands.size(); ++k) {
     const Shape& b = g.nodes[n.operands[k]].shape;
     if (b.dims != a.dims) {
-      return Rule(g, i, "operand " + std::to_string(k) + " has dims " + Dims(b.dims) +
-                            " but operand 0 has " + Dims(a.dims) + " (no implicit broadcast)");
+      return Rule(g, i,
+                  "operand " + std::to_string(k) + " has dims " + Dims(b.dims) +
+                      " but operand 0 has " + Dims(a.dims) + " (no implicit broadcast)");
     }
   }
   if (n.op == OpCode::kSelect) {
@@ -112,9 +132,9 @@ StatusOr<Shape> InferElementwise(const Graph& g, int i) {
   }
   for (size_t k = 1; k < n.operands.size(); ++k) {
     if (g.nodes[n.operands[k]].shape.dtype != a.dtype) {
-      return Rule(g, i, "operands have different dtypes " +
-                            std::string(DTypeName(a.dtype)) + " and " +
-                            std::string(DTypeName(g.nodes[n.operands[k]].shape.dtype)));
+      return Rule(g, i,
+                  "operands have different dtypes " + std::string(DTypeName(a.dtype)) + " and " +
+                      std::string(DTypeName(g.nodes[n.operands[k]].shape.dtype)));
     }
   }
   if (FloatOnly(n.op) && !IsFloat(a.dtype)) {
@@ -144,8 +164,9 @@ StatusOr<Shape> InferBroadcast(const Graph& g, int i) {
   const Node& n = g.nodes[i];
   const Shape& in = g.nodes[n.operands[0]].shape;
   if (static_cast<int>(n.dimensions.size()) != in.rank()) {
-    return Rule(g, i, "broadcast map has " + std::to_string(n.dimensions.size()) +
-                          " entries for an operand of rank " + std::to_string(in.rank()));
+    return Rule(g, i,
+                "broadcast map has " + std::to_string(n.dimensions.size()) +
+                    " entries for an operand of rank " + std::to_string(in.rank()));
   }
   for (size_t k = 0; k < n.dimensions.size(); ++k) {
     int64_t d = n.dimensions[k];
@@ -156,9 +177,10 @@ StatusOr<Shape> InferBroadcast(const Graph& g, int i) {
       return Rule(g, i, "broadcast map " + Dims(n.dimensions) + " is not strictly increasing");
     }
     if (n.shape.dims[d] != in.dims[k]) {
-      return Rule(g, i, "broadcast maps operand dim " + std::to_string(k) + " (size " +
-                            std::to_string(in.dims[k]) + ") to output dim " +
-                            std::to_string(d) + " (size " + std::to_string(n.shape.dims[d]) + ")");
+      return Rule(g, i,
+                  "broadcast maps operand dim " + std::to_string(k) + " (size " +
+                      std::to_string(in.dims[k]) + ") to output dim " + std::to_string(d) +
+                      " (size " + std::to_string(n.shape.dims[d]) + ")");
     }
   }
   return Shape{in.dtype, n.shape.dims};
@@ -175,9 +197,10 @@ StatusOr<Shape> InferSlice(const Graph& g, int i) {
   for (size_t d = 0; d < r; ++d) {
     int64_t s = n.slice_starts[d], l = n.slice_limits[d], st = n.slice_strides[d];
     if (st < 1 || s < 0 || s > l || l > in.dims[d]) {
-      return Rule(g, i, "slice [" + std::to_string(s) + ":" + std::to_string(l) + ":" +
-                            std::to_string(st) + "] is out of bounds for dim " +
-                            std::to_string(d) + " of size " + std::to_string(in.dims[d]));
+      return Rule(g, i,
+                  "slice [" + std::to_string(s) + ":" + std::to_string(l) + ":" +
+                      std::to_string(st) + "] is out of bounds for dim " + std::to_string(d) +
+                      " of size " + std::to_string(in.dims[d]));
     }
     out.dims.push_back((l - s + st - 1) / st);
   }
@@ -283,8 +306,9 @@ StatusOr<Shape> InferLeaf(const Graph& g, int i) {
   const size_t other = is_float ? n.literal.i.size() : n.literal.f.size();
   if (other != 0) return Rule(g, i, "literal holds values of the wrong kind for its dtype");
   if (count != 1 && static_cast<int64_t>(count) != n.shape.elements()) {
-    return Rule(g, i, "literal has " + std::to_string(count) + " values for " +
-                          std::to_string(n.shape.elements()) + " elements");
+    return Rule(g, i,
+                "literal has " + std::to_string(count) + " values for " +
+                    std::to_string(n.shape.elements()) + " elements");
   }
   return n.shape;
 }
@@ -317,14 +341,16 @@ StatusOr<Shape> InferShape(const Graph& g, int i) {
       return InferBroadcast(g, i);
     case OpCode::kReshape:
       if (n.shape.elements() != in.elements()) {
-        return Rule(g, i, "reshape from " + Dims(in.dims) + " to " + Dims(n.shape.dims) +
-                              " changes the element count");
+        return Rule(g, i,
+                    "reshape from " + Dims(in.dims) + " to " + Dims(n.shape.dims) +
+                        " changes the element count");
       }
       return Shape{in.dtype, n.shape.dims};
     case OpCode::kTranspose: {
       if (!IsPermutation(n.dimensions, in.rank())) {
-        return Rule(g, i, "transpose dimensions " + Dims(n.dimensions) +
-                              " are not a permutation of rank " + std::to_string(in.rank()));
+        return Rule(g, i,
+                    "transpose dimensions " + Dims(n.dimensions) +
+                        " are not a permutation of rank " + std::to_string(in.rank()));
       }
       Shape out{in.dtype, {}};
       for (int64_t p : n.dimensions) out.dims.push_back(in.dims[p]);
@@ -368,13 +394,15 @@ Status CheckNodeLocally(const Graph& g, int i, const GraphLimits& limits) {
   int arity = Arity(n.op);
   int count = static_cast<int>(n.operands.size());
   if (arity >= 0 ? count != arity : count < 1) {
-    return Rule(g, i, "takes " + (arity >= 0 ? std::to_string(arity) : "at least 1") +
-                          " operand(s), got " + std::to_string(count));
+    return Rule(g, i,
+                "takes " + (arity >= 0 ? std::to_string(arity) : "at least 1") +
+                    " operand(s), got " + std::to_string(count));
   }
   for (int o : n.operands) {
     if (o < 0 || o >= static_cast<int>(g.nodes.size())) {
-      return Rule(g, i, "dangling operand " + std::to_string(o) + " (graph has " +
-                            std::to_string(g.nodes.size()) + " nodes)");
+      return Rule(g, i,
+                  "dangling operand " + std::to_string(o) + " (graph has " +
+                      std::to_string(g.nodes.size()) + " nodes)");
     }
   }
   return Status::Ok();
@@ -394,8 +422,8 @@ Status CheckAcyclic(const Graph& g) {
       if (next < ops.size()) {
         int o = ops[next++];
         if (color[o] == 1) {
-          return Rule(g, o, "is part of a cycle (reached again from node " +
-                                std::to_string(node) + ")");
+          return Rule(g, o,
+                      "is part of a cycle (reached again from node " + std::to_string(node) + ")");
         }
         if (color[o] == 0) {
           color[o] = 1;
@@ -414,8 +442,9 @@ Status CheckParameters(const Graph& g) {
   std::vector<int> params = g.Parameters();
   for (size_t k = 0; k < params.size(); ++k) {
     if (g.nodes[params[k]].parameter_number != static_cast<int64_t>(k)) {
-      return Rule(g, params[k], "parameter numbers must be 0.." +
-                                    std::to_string(params.size() - 1) + " without gaps or repeats");
+      return Rule(g, params[k],
+                  "parameter numbers must be 0.." + std::to_string(params.size() - 1) +
+                      " without gaps or repeats");
     }
   }
   return Status::Ok();
@@ -446,8 +475,9 @@ Status Verify(const Graph& g, const GraphLimits& limits) {
     StatusOr<Shape> inferred = InferShape(g, i);
     if (!inferred.ok()) return inferred.status();
     if (*inferred != g.nodes[i].shape) {
-      return Rule(g, i, "declared shape " + g.nodes[i].shape.ToString() +
-                            " differs from the inferred " + inferred->ToString());
+      return Rule(g, i,
+                  "declared shape " + g.nodes[i].shape.ToString() + " differs from the inferred " +
+                      inferred->ToString());
     }
   }
   return Status::Ok();

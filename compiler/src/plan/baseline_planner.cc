@@ -9,9 +9,7 @@ namespace {
 
 // A node is materialised (lives in global memory between kernels) when it is a parameter
 // or a reduce; everything else is recomputed where it is needed.
-bool IsMaterialised(const Node& n) {
-  return n.op == OpCode::kParameter || n.op == OpCode::kReduce;
-}
+bool IsMaterialised(const Node& n) { return n.op == OpCode::kParameter || n.op == OpCode::kReduce; }
 
 // Collects, for the given roots, the nodes a kernel must evaluate and the materialised
 // nodes it must read. The roots themselves are evaluated even when materialised.
@@ -36,7 +34,8 @@ void CollectKernelBody(const Graph& g, const std::vector<int>& roots, const std:
   spec.nodes.assign(body.begin(), body.end());
   std::sort(spec.nodes.begin(), spec.nodes.end(), [&](int a, int b) { return rank[a] < rank[b]; });
   spec.inputs.assign(inputs.begin(), inputs.end());
-  std::sort(spec.inputs.begin(), spec.inputs.end(), [&](int a, int b) { return rank[a] < rank[b]; });
+  std::sort(spec.inputs.begin(), spec.inputs.end(),
+            [&](int a, int b) { return rank[a] < rank[b]; });
 }
 
 std::vector<bool> LiveNodes(const Graph& g) {

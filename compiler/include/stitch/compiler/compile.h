@@ -20,8 +20,8 @@ namespace stitch {
 struct CompileOptions {
   CodegenOptions codegen;  // codegen.target is also the key's target
   GraphLimits limits;
-  std::string salt;        // cache namespace salt (part of the key)
-  bool emit_ptx = true;    // false stops after LLVM IR (used by tests of the IR alone)
+  std::string salt;      // cache namespace salt (part of the key)
+  bool emit_ptx = true;  // false stops after LLVM IR (used by tests of the IR alone)
 };
 
 // Wall-clock milliseconds of each stage.

@@ -14,9 +14,9 @@
 namespace stitch {
 
 struct EmulatedRun {
-  std::vector<Tensor> outputs;           // one per graph output
-  std::vector<LaunchStats> per_kernel;   // one per kernel, in launch order
-  uint64_t global_bytes() const;         // loaded + stored over all kernels
+  std::vector<Tensor> outputs;          // one per graph output
+  std::vector<LaunchStats> per_kernel;  // one per kernel, in launch order
+  uint64_t global_bytes() const;        // loaded + stored over all kernels
 };
 
 // Launches `kernels` (from CompileGraph on `g`) on `emulator` with `params` ordered by

@@ -41,12 +41,12 @@ enum class OpCode : uint16_t {
   kCos = 22,
   kFloor = 23,
   kCeil = 24,
-  kRound = 25,            // half away from zero (HLO round-nearest-afz)
+  kRound = 25,  // half away from zero (HLO round-nearest-afz)
   kRoundNearestEven = 26,
   kSign = 27,
   kNot = 28,
   kConvert = 29,
-  kBitcastConvert = 30,   // reinterpret bits; same element width
+  kBitcastConvert = 30,  // reinterpret bits; same element width
   kCbrt = 31,
   kTan = 32,
   kIsFinite = 33,
@@ -73,7 +73,7 @@ enum class OpCode : uint16_t {
   kClamp = 61,  // clamp(min, x, max), as in HLO
   // Data movement.
   kBroadcast = 70,
-  kReshape = 71,     // also HLO bitcast when the layouts are the default
+  kReshape = 71,  // also HLO bitcast when the layouts are the default
   kTranspose = 72,
   kSlice = 73,
   kConcatenate = 74,
@@ -133,8 +133,8 @@ struct Shape {
 // two's-complement bits. A literal holds either one value (a splat over the shape) or
 // exactly shape.elements() values.
 struct Literal {
-  std::vector<double> f;    // used when the dtype is floating point
-  std::vector<int64_t> i;   // used otherwise (u64 values are stored by bit pattern)
+  std::vector<double> f;   // used when the dtype is floating point
+  std::vector<int64_t> i;  // used otherwise (u64 values are stored by bit pattern)
   size_t size() const { return f.empty() ? i.size() : f.size(); }
 };
 
@@ -142,8 +142,8 @@ struct Literal {
 struct Node {
   std::string name;  // for messages only; never part of the cache key
   OpCode op = OpCode::kParameter;
-  Shape shape;                 // declared result shape; the verifier checks it
-  std::vector<int> operands;   // indices into Graph::nodes
+  Shape shape;                // declared result shape; the verifier checks it
+  std::vector<int> operands;  // indices into Graph::nodes
 
   // kParameter: position in the caller's argument list.
   int64_t parameter_number = -1;

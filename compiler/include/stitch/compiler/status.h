@@ -16,12 +16,12 @@ namespace stitch {
 // daemon can map them one to one.
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // the input (graph, HLO text, file, flag) is malformed
-  kUnimplemented,     // well-formed, but outside what stitchd compiles (e.g. `dot`)
-  kResourceExhausted, // over a configured limit (nodes, elements, memory)
-  kNotFound,          // a named thing (file, node, kernel) does not exist
-  kInternal,          // a bug in stitchd, or a failure of LLVM / the CUDA toolkit
-  kUnavailable,       // an optional component (ptxas, nvJitLink, libdevice) is absent
+  kInvalidArgument,    // the input (graph, HLO text, file, flag) is malformed
+  kUnimplemented,      // well-formed, but outside what stitchd compiles (e.g. `dot`)
+  kResourceExhausted,  // over a configured limit (nodes, elements, memory)
+  kNotFound,           // a named thing (file, node, kernel) does not exist
+  kInternal,           // a bug in stitchd, or a failure of LLVM / the CUDA toolkit
+  kUnavailable,        // an optional component (ptxas, nvJitLink, libdevice) is absent
 };
 
 // Returns the canonical upper-case name of `code`, e.g. "INVALID_ARGUMENT".
@@ -50,7 +50,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status ResourceExhausted(std::string m) {
   return {StatusCode::kResourceExhausted, std::move(m)};
@@ -63,7 +65,7 @@ inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!status_.ok() && "StatusOr built from an OK status carries no value");
     if (status_.ok()) status_ = Internal("StatusOr constructed from OK status without a value");
@@ -88,9 +90,9 @@ class [[nodiscard]] StatusOr {
 }  // namespace stitch
 
 // Returns early from the enclosing function when `expr` yields a non-OK Status.
-#define STITCH_RETURN_IF_ERROR(expr)           \
-  do {                                         \
-    ::stitch::Status stitch_status_ = (expr);  \
+#define STITCH_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::stitch::Status stitch_status_ = (expr);        \
     if (!stitch_status_.ok()) return stitch_status_; \
   } while (0)
 
