@@ -1,10 +1,14 @@
 # Finds the parts of the CUDA toolkit stitchd uses: ptxas, nvJitLink and libdevice.
 # Everything is optional: without them the compiler works in PTX-only mode.
 # Sets STITCH_PTXAS, STITCH_LIBDEVICE, STITCH_NVJITLINK_LIBRARY, STITCH_NVJITLINK_INCLUDE.
+# -DSTITCH_WITH_CUDA_TOOLKIT=OFF ignores an installed toolkit (to build and test PTX-only mode).
+option(STITCH_WITH_CUDA_TOOLKIT "Use the CUDA toolkit when one is installed" ON)
 if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
   set(CUDAToolkit_ROOT /usr/local/cuda)
 endif()
-find_package(CUDAToolkit QUIET)
+if(STITCH_WITH_CUDA_TOOLKIT)
+  find_package(CUDAToolkit QUIET)
+endif()
 
 set(_stitch_cuda_roots)
 if(CUDAToolkit_FOUND)
@@ -12,6 +16,12 @@ if(CUDAToolkit_FOUND)
   list(APPEND _stitch_cuda_roots "${_root}")
 endif()
 list(APPEND _stitch_cuda_roots /usr/local/cuda)
+if(NOT STITCH_WITH_CUDA_TOOLKIT)
+  set(_stitch_cuda_roots /nonexistent)
+  foreach(v STITCH_PTXAS STITCH_LIBDEVICE STITCH_NVJITLINK_LIBRARY STITCH_NVJITLINK_INCLUDE)
+    unset(${v} CACHE)
+  endforeach()
+endif()
 
 find_program(STITCH_PTXAS ptxas HINTS ${_stitch_cuda_roots} PATH_SUFFIXES bin NO_DEFAULT_PATH)
 find_file(STITCH_LIBDEVICE libdevice.10.bc HINTS ${_stitch_cuda_roots}
