@@ -1,12 +1,15 @@
 #include "philox.h"
 
+#include "stitch/compiler/philox.h"
+
 namespace stitch::codegen {
 namespace {
 
-constexpr uint32_t kMul0 = 0xD2511F53u;
-constexpr uint32_t kMul1 = 0xCD9E8D57u;
-constexpr uint32_t kWeyl0 = 0x9E3779B9u;
-constexpr uint32_t kWeyl1 = 0xBB67AE85u;
+// The constants are the interpreter's, so device and reference bits cannot drift apart.
+constexpr uint32_t kMul0 = kPhiloxM0;
+constexpr uint32_t kMul1 = kPhiloxM1;
+constexpr uint32_t kWeyl0 = kPhiloxW0;
+constexpr uint32_t kWeyl1 = kPhiloxW1;
 
 // (hi, lo) of the 64-bit product of two u32 values.
 std::pair<llvm::Value*, llvm::Value*> MulHiLo(llvm::IRBuilder<>& b, uint32_t m, llvm::Value* x) {
