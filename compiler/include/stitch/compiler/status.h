@@ -21,7 +21,11 @@ enum class StatusCode {
   kResourceExhausted,  // over a configured limit (nodes, elements, memory)
   kNotFound,           // a named thing (file, node, kernel) does not exist
   kInternal,           // a bug in stitchd, or a failure of LLVM / the CUDA toolkit
-  kUnavailable,        // an optional component (ptxas, nvJitLink, libdevice) is absent
+  kUnavailable,        // an optional component (ptxas, nvJitLink, libdevice) is absent,
+                       // or a service is unreachable
+  kFailedPrecondition,  // the system is not in a state to do this (e.g. a lock is held)
+  kDeadlineExceeded,    // the caller's deadline passed first
+  kDataLoss,            // stored bytes are corrupt (bad digest, truncated entry)
 };
 
 // Returns the canonical upper-case name of `code`, e.g. "INVALID_ARGUMENT".
@@ -60,6 +64,13 @@ inline Status ResourceExhausted(std::string m) {
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
+inline Status DeadlineExceeded(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
+inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 
 // A value of type T, or the Status that explains why there is none.
 template <typename T>

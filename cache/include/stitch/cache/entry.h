@@ -1,0 +1,42 @@
+// The on-disk entry format and bundle integrity.
+//
+// A bundle is *sealed* before it is stored: its format_version is set to
+// kBundleFormatVersion and its digest to the SHA-256 of its deterministic serialization with
+// the digest field empty. An entry on disk is an envelope around the sealed bundle:
+//
+//   "STK" + format byte | u32 little-endian bundle format version | 32-byte SHA-256 of the
+//   payload | payload (the serialized bundle)
+//
+// so a torn or bit-flipped value, or one written by another version, is detected before
+// protobuf parses it.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "stitch/compiler/status.h"
+#include "stitch/v1/kernel_bundle.pb.h"
+
+namespace stitch::cache {
+
+// Bumped whenever a change to the bundle or its meaning makes older entries unusable.
+inline constexpr uint32_t kBundleFormatVersion = 1;
+
+// Sets `bundle`'s format_version and digest.
+void SealBundle(v1::KernelBundle& bundle);
+
+// Returns OK when `bundle` carries kBundleFormatVersion and a digest matching its contents;
+// FAILED_PRECONDITION naming both versions for another version, DATA_LOSS for a bad digest.
+Status CheckSealed(const v1::KernelBundle& bundle);
+
+// Returns the envelope of a sealed bundle.
+std::string EncodeEntry(const v1::KernelBundle& bundle);
+
+// Parses and checks an envelope. Returns DATA_LOSS for a short, misframed or corrupt value,
+// FAILED_PRECONDITION for another format version, and the bundle otherwise.
+StatusOr<v1::KernelBundle> DecodeEntry(std::string_view bytes);
+
+}  // namespace stitch::cache

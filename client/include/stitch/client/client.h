@@ -1,0 +1,96 @@
+// The thin client a training or inference job links to reach its node's stitchd.
+//
+// Fail-open: no call ever throws or hangs a training step. When the daemon is absent, slow,
+// overloaded or refuses the input, Compile and Lookup return Outcome::kFallback within their
+// deadline, with the reason, and the job runs its framework's own kernels.
+//
+// Bundles a client already has are served from an in-process cache (Outcome::kLocal)
+// without an RPC; the cache is keyed by the request's bytes, so the daemon's key is never
+// computed here.
+//
+// The gRPC channel is created on first use, and created anew in a child process after
+// fork(): gRPC state does not survive fork, and jobs fork data-loader workers.
+//
+// Thread-safety: a Client may be used from many threads at once.
+// Link line: stitch_service_proto (protobuf, gRPC) and stitch_status; no LLVM, no RocksDB.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "stitch/compiler/status.h"
+#include "stitch/v1/kernel_service.pb.h"
+
+namespace stitch::client {
+
+enum class Outcome {
+  kLocal,     // this process already had the bundle
+  kMemory,    // the daemon's memory tier
+  kDisk,      // the daemon's RocksDB
+  kCompiled,  // compiled for this request
+  kFallback,  // no bundle: run the framework's kernels (see Result::reason)
+};
+
+// Returns "hit_local", "hit_memory", "hit_disk", "compiled" or "fallback".
+const char* OutcomeName(Outcome outcome);
+
+struct Result {
+  Outcome outcome = Outcome::kFallback;
+  std::shared_ptr<const v1::KernelBundle> bundle;  // null exactly when outcome is kFallback
+  std::string key;                                 // the daemon's key, when known
+  // For fallbacks: the gRPC status code and message ("DEADLINE_EXCEEDED: ...",
+  // "UNAVAILABLE: ...", "RESOURCE_EXHAUSTED: ...", "INVALID_ARGUMENT: <verifier message>").
+  std::string reason;
+  bool ok() const { return outcome != Outcome::kFallback; }
+};
+
+struct ClientOptions {
+  // gRPC target: "unix:///run/stitchd/stitchd.sock" or "host:port".
+  std::string address = "unix:///run/stitchd/stitchd.sock";
+  std::chrono::milliseconds lookup_deadline{50};
+  std::chrono::milliseconds compile_deadline{10000};
+  std::chrono::milliseconds admin_deadline{2000};  // Stats, ListEntries, GetEntry, usage
+  size_t local_cache_entries = 4096;               // 0 disables the in-process cache
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Returns the bundle for the request's subgraph, compiling on a miss, within
+  // options.compile_deadline (or `deadline`).
+  Result Compile(const v1::CompileRequest& request);
+  Result Compile(const v1::CompileRequest& request, std::chrono::milliseconds deadline);
+
+  // Returns the bundle only when the daemon has it cached; never compiles. A miss is a
+  // fallback with reason "NOT_FOUND: ...". Deadline: options.lookup_deadline.
+  Result Lookup(const v1::CompileRequest& request);
+
+  // Asynchronous Compile: `done` runs once, on a gRPC thread (or inline for a local hit).
+  void CompileAsync(const v1::CompileRequest& request, std::function<void(Result)> done);
+  std::future<Result> CompileAsync(const v1::CompileRequest& request);
+
+  // Adds `invocations` launches of the bundle `key` to the pending usage batch.
+  void RecordInvocations(const std::string& key, uint64_t invocations);
+
+  // Sends the pending batch (ReportUsage). On failure the batch is kept for the next flush.
+  StatusOr<v1::ReportUsageResponse> FlushUsage();
+
+  // Admin calls, for stitchctl; they return the RPC's error as a Status.
+  StatusOr<v1::StatsResponse> Stats();
+  StatusOr<v1::ListEntriesResponse> ListEntries(uint32_t limit);
+  StatusOr<v1::CompileResponse> GetEntry(const std::string& key);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stitch::client
