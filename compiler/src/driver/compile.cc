@@ -25,6 +25,8 @@ std::string OptionsText(const CompileOptions& o) {
   // Only what changes the emitted code belongs here; paths do not, libdevice's presence does.
   std::string text = "planner=baseline";
   text += o.codegen.libdevice_path.empty() ? ";math=stitch" : ";math=libdevice";
+  // A bundle without cubin must not answer a request that wants one.
+  text += o.codegen.emit_cubin && CubinAvailable(o.codegen) ? ";cubin=1" : ";cubin=0";
   return text;
 }
 

@@ -32,11 +32,15 @@ void SealBundle(v1::KernelBundle& bundle);
 // FAILED_PRECONDITION naming both versions for another version, DATA_LOSS for a bad digest.
 Status CheckSealed(const v1::KernelBundle& bundle);
 
-// Returns the envelope of a sealed bundle.
+// Returns the envelope of a sealed bundle. The header carries the bundle's own
+// format_version, so an entry written by another version is recognised as such.
 std::string EncodeEntry(const v1::KernelBundle& bundle);
 
-// Parses and checks an envelope. Returns DATA_LOSS for a short, misframed or corrupt value,
-// FAILED_PRECONDITION for another format version, and the bundle otherwise.
+// Parses and checks an envelope. Returns DATA_LOSS for a short, misframed or corrupt value
+// (a payload not matching its SHA-256, or a header version disagreeing with the bundle's),
+// FAILED_PRECONDITION naming both versions for an entry of another format version, and the
+// bundle otherwise. The envelope's digest covers the payload byte for byte, so the bundle's
+// own digest is not recomputed here.
 StatusOr<v1::KernelBundle> DecodeEntry(std::string_view bytes);
 
 }  // namespace stitch::cache

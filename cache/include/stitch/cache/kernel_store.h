@@ -29,6 +29,7 @@ enum class Tier { kMemory, kDisk, kPeer };
 // Returns "memory", "disk" or "peer".
 std::string_view TierName(Tier tier);
 
+// A found entry: the shared bundle and the tier that held it.
 struct Hit {
   BundlePtr bundle;
   Tier tier = Tier::kMemory;

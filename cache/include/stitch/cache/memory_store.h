@@ -12,7 +12,8 @@
 namespace stitch::cache {
 
 // Returns an empty memory tier holding at most `capacity_bytes` of bundles, accounted by
-// their serialized size.
+// their serialized size (ByteSizeLong). Hits return the stored shared_ptr itself. The tier
+// never holds corrupt entries (Put checks the seal), so its `corrupt` counter stays 0.
 std::unique_ptr<KernelStore> NewMemoryStore(uint64_t capacity_bytes);
 
 }  // namespace stitch::cache

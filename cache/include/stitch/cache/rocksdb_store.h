@@ -2,9 +2,16 @@
 // eviction, plus a few named counters that must survive a restart (the fleet-level totals
 // the daemon exports).
 //
-// Thread-safety: all methods may be called concurrently. Writes are atomic (one WriteBatch
-// each). Errors: Open fails with UNAVAILABLE when the directory cannot be created or the
-// database cannot be opened (another process holding it included), naming the path.
+// Layout: entries (key -> envelope, see entry.h) in the default column family; per-key LRU
+// metadata (access sequence number, entry size) in "lru", from which Open rebuilds the
+// recency order; counters in "counters". Writes go to RocksDB's WAL without fsync: a crashed
+// process loses nothing, a lost machine may lose the last writes (a cache can afford that).
+//
+// Thread-safety: all methods may be called concurrently, Close included (it waits for calls
+// in flight). Writes are atomic (one WriteBatch each). Errors: Open fails with UNAVAILABLE
+// when the directory cannot be created or the database cannot be opened (another process
+// holding it included), naming the path; I/O failures later are UNAVAILABLE (DATA_LOSS when
+// RocksDB reports its own files corrupt).
 #pragma once
 
 #include <cstdint>
@@ -17,24 +24,29 @@
 namespace stitch::cache {
 
 struct RocksDbOptions {
-  std::string path;                              // created if absent
-  uint64_t capacity_bytes = 10ull << 30;         // LRU bound over stored entry sizes
-  uint64_t block_cache_bytes = 64ull << 20;      // RocksDB's block cache
+  std::string path;                          // created if absent
+  uint64_t capacity_bytes = 10ull << 30;     // LRU bound over stored envelope sizes
+  uint64_t block_cache_bytes = 64ull << 20;  // RocksDB's block cache
 };
 
 class RocksDbStore : public KernelStore {
  public:
-  // Opens (creating if needed) the store at options.path.
+  // Opens (creating if needed) the store at options.path, rebuilds its LRU order, and evicts
+  // least-recently-used entries if they exceed options.capacity_bytes (the bound may have
+  // shrunk since the last run). Returns the store, or UNAVAILABLE naming the path.
   static StatusOr<std::unique_ptr<RocksDbStore>> Open(const RocksDbOptions& options);
 
-  // Returns the counters last saved, or an empty map for a new store.
+  // Returns the counters last saved, or an empty map for a new store; UNAVAILABLE once
+  // closed.
   virtual StatusOr<std::map<std::string, double>> LoadCounters() const = 0;
 
-  // Replaces the saved values of the named counters, atomically.
+  // Replaces the saved values of the named counters, atomically; counters not named keep
+  // their values. Values are stored as their IEEE-754 bit pattern, so they load exactly.
   virtual Status SaveCounters(const std::map<std::string, double>& counters) = 0;
 
-  // Flushes memtables and closes the database; later calls fail with UNAVAILABLE.
-  // The destructor calls it.
+  // Flushes memtables and closes the database, releasing its lock. Returns the first flush
+  // or close error. Afterwards Get, Put, Erase, LoadCounters and SaveCounters fail with
+  // UNAVAILABLE, List is empty, and Close returns OK. The destructor calls it.
   virtual Status Close() = 0;
 };
 

@@ -19,9 +19,16 @@ class TieredStore : public KernelStore {
   // `tiers` in lookup order, fastest first; at least one.
   explicit TieredStore(std::vector<std::shared_ptr<KernelStore>> tiers);
 
-  Tier tier() const override;  // the first tier's
+  // Returns the first tier's.
+  Tier tier() const override;
+  // Returns the first hit in lookup order, its tier naming the store that held it, after
+  // copying it into every tier above (a failed copy is logged); nullopt when all miss. Never
+  // fails: a failing tier is logged and skipped.
   StatusOr<std::optional<Hit>> Get(std::string_view key) override;
+  // Writes through every tier; returns OK, or the first tier's error (INVALID_ARGUMENT for an
+  // unsealed or miskeyed bundle).
   Status Put(std::string_view key, const BundlePtr& bundle) override;
+  // Erases from every tier; returns OK, or the first tier's error.
   Status Erase(std::string_view key) override;
   // Lists the last (largest) tier.
   std::vector<EntryInfo> List(size_t limit) const override;

@@ -16,13 +16,13 @@ namespace stitch {
 // daemon can map them one to one.
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // the input (graph, HLO text, file, flag) is malformed
-  kUnimplemented,      // well-formed, but outside what stitchd compiles (e.g. `dot`)
-  kResourceExhausted,  // over a configured limit (nodes, elements, memory)
-  kNotFound,           // a named thing (file, node, kernel) does not exist
-  kInternal,           // a bug in stitchd, or a failure of LLVM / the CUDA toolkit
-  kUnavailable,        // an optional component (ptxas, nvJitLink, libdevice) is absent,
-                       // or a service is unreachable
+  kInvalidArgument,     // the input (graph, HLO text, file, flag) is malformed
+  kUnimplemented,       // well-formed, but outside what stitchd compiles (e.g. `dot`)
+  kResourceExhausted,   // over a configured limit (nodes, elements, memory)
+  kNotFound,            // a named thing (file, node, kernel) does not exist
+  kInternal,            // a bug in stitchd, or a failure of LLVM / the CUDA toolkit
+  kUnavailable,         // an optional component (ptxas, nvJitLink, libdevice) is absent,
+                        // or a service is unreachable
   kFailedPrecondition,  // the system is not in a state to do this (e.g. a lock is held)
   kDeadlineExceeded,    // the caller's deadline passed first
   kDataLoss,            // stored bytes are corrupt (bad digest, truncated entry)

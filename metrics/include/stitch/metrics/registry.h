@@ -2,12 +2,16 @@
 // histograms, each family one metric name with one child per label set.
 //
 //   Registry registry;
-//   auto& requests = registry.AddCounter("stitch_requests_total", "Requests by method and result.");
+//   auto& requests =
+//       registry.AddCounter("stitch_requests_total", "Requests by method and result.");
 //   requests.Add({{"method", "Lookup"}, {"result", "hit_memory"}}).Increment();
 //
 // Names and label names are fixed by the program, so an invalid one (not matching
-// [a-zA-Z_:][a-zA-Z0-9_:]*, a reserved "__" label, "le" on a histogram, a name registered
-// twice with another type) is a programming error: the process terminates with a message.
+// [a-zA-Z_:][a-zA-Z0-9_:]*, label names [a-zA-Z_][a-zA-Z0-9_]*, a reserved "__" label, "le"
+// on a histogram, a name registered twice with another type or other buckets, a name that
+// clashes with a histogram's _bucket/_sum/_count) is a programming error: the process
+// prints a message and aborts. Registering a name again with the same type (and buckets)
+// returns the existing family.
 //
 // Thread-safety: every method of every class here may be called from any thread. Updates
 // to a metric are lock-free; Add takes the family's mutex; Serialize takes each family's
@@ -28,7 +32,7 @@ namespace stitch::metrics {
 
 using Labels = std::map<std::string, std::string>;
 
-// A monotonically increasing value. Increment ignores negative amounts.
+// A monotonically increasing value. Increment ignores negative and NaN amounts.
 class Counter {
  public:
   void Increment(double amount = 1.0);
@@ -50,7 +54,8 @@ class Gauge {
   std::atomic<double> value_{0.0};
 };
 
-// Observations counted into buckets with fixed upper bounds (an implicit +Inf last).
+// Observations counted into buckets with fixed upper bounds (an implicit +Inf last). A value
+// equal to a bound counts in that bound's bucket (Prometheus's `le`); NaN counts in +Inf.
 class Histogram {
  public:
   // `bounds` strictly increasing and finite; otherwise a programming error.
@@ -59,10 +64,10 @@ class Histogram {
   void Observe(double value);
 
   struct Snapshot {
-    std::vector<double> bounds;            // as given, without +Inf
-    std::vector<uint64_t> cumulative;      // bounds.size() + 1 counts; the last is +Inf
+    std::vector<double> bounds;        // as given, without +Inf
+    std::vector<uint64_t> cumulative;  // bounds.size() + 1 counts; the last is +Inf
     double sum = 0;
-    uint64_t count = 0;                    // equals cumulative.back()
+    uint64_t count = 0;  // equals cumulative.back()
   };
   Snapshot Collect() const;
 
@@ -114,11 +119,14 @@ class Registry {
                                   std::vector<double> buckets);
 
   // Registers a function run at the start of every Serialize, to refresh gauges that
-  // mirror state held elsewhere (cache occupancy, /proc/self). Hooks run in the order added.
+  // mirror state held elsewhere (cache occupancy, /proc/self). Hooks run in the order added,
+  // one Serialize's hooks at a time; a hook may add metrics but must not call Serialize.
   void AddCollectHook(std::function<void()> hook);
 
   // Returns every family in the Prometheus text exposition format 0.0.4, families in the
-  // order registered. Independent of the process's locale.
+  // order registered, children in label order. Numbers are the shortest text that reads
+  // back to the same double, independent of the process's locale. A family without
+  // children is written as its HELP and TYPE lines only.
   std::string Serialize() const;
 
  private:

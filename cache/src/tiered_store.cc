@@ -1,0 +1,82 @@
+#include "stitch/cache/tiered_store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cassert>
+
+namespace stitch::cache {
+
+TieredStore::TieredStore(std::vector<std::shared_ptr<KernelStore>> tiers)
+    : tiers_(std::move(tiers)) {
+  assert(!tiers_.empty() && "a TieredStore needs at least one tier");
+}
+
+Tier TieredStore::tier() const { return tiers_.empty() ? Tier::kMemory : tiers_.front()->tier(); }
+
+StatusOr<std::optional<Hit>> TieredStore::Get(std::string_view key) {
+  for (size_t i = 0; i < tiers_.size(); ++i) {
+    StatusOr<std::optional<Hit>> got = tiers_[i]->Get(key);
+    if (!got.ok()) {
+      // One broken tier must not take the cache down: the daemon can still compile.
+      spdlog::warn("cache: {} tier failed to get {}: {}", TierName(tiers_[i]->tier()), key,
+                   got.status().ToString());
+      continue;
+    }
+    if (!got->has_value()) continue;
+    const Hit& hit = **got;
+    for (size_t j = 0; j < i; ++j) {
+      const Status s = tiers_[j]->Put(key, hit.bundle);
+      if (!s.ok()) {
+        spdlog::warn("cache: cannot promote {} into the {} tier: {}", key,
+                     TierName(tiers_[j]->tier()), s.ToString());
+      }
+    }
+    return got;
+  }
+  return std::optional<Hit>();
+}
+
+Status TieredStore::Put(std::string_view key, const BundlePtr& bundle) {
+  Status first;
+  for (const auto& t : tiers_) {
+    const Status s = t->Put(key, bundle);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status TieredStore::Erase(std::string_view key) {
+  Status first;
+  for (const auto& t : tiers_) {
+    const Status s = t->Erase(key);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+std::vector<EntryInfo> TieredStore::List(size_t limit) const {
+  if (tiers_.empty()) return {};
+  return tiers_.back()->List(limit);
+}
+
+StoreStats TieredStore::Stats() const {
+  if (tiers_.empty()) return {};
+  StoreStats out = tiers_.back()->Stats();
+  out.evictions = 0;
+  out.corrupt = 0;
+  for (const auto& t : tiers_) {
+    const StoreStats s = t->Stats();
+    out.evictions += s.evictions;
+    out.corrupt += s.corrupt;
+  }
+  return out;
+}
+
+std::vector<std::pair<Tier, StoreStats>> TieredStore::TierStats() const {
+  std::vector<std::pair<Tier, StoreStats>> out;
+  out.reserve(tiers_.size());
+  for (const auto& t : tiers_) out.emplace_back(t->tier(), t->Stats());
+  return out;
+}
+
+}  // namespace stitch::cache

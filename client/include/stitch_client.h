@@ -1,0 +1,151 @@
+/*
+ * The C ABI of the stitchd client, for jobs that cannot link C++ (Python ctypes, other
+ * runtimes). It wraps stitch::client::Client and keeps its semantics:
+ *
+ *  - Fail-open: compile and lookup calls never block past their deadline and never abort;
+ *    when the daemon is absent, slow, overloaded or refuses the input, the result's outcome
+ *    is STITCH_FALLBACK with a reason, and the caller runs its framework's own kernels.
+ *  - Bundles this process already received are served from an in-process cache
+ *    (STITCH_HIT_LOCAL) without contacting the daemon.
+ *  - After fork(), a child makes its own connection on first use.
+ *
+ * Ownership: every object returned by a *_create or compile/lookup function belongs to the
+ * caller and is released with the matching *_destroy / *_free function. Pointers returned
+ * by stitch_result_* accessors point into the result and stay valid until
+ * stitch_result_free; do not free them. Strings are NUL-terminated UTF-8.
+ *
+ * NULL arguments never crash: compile/lookup functions answer a fallback result, other
+ * functions return the documented error value.
+ *
+ * Thread-safety: a stitch_client may be used from many threads at once. A stitch_result
+ * may be read from many threads at once; free it once, after the last read.
+ */
+#ifndef STITCH_CLIENT_H_
+#define STITCH_CLIENT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct stitch_client stitch_client;
+typedef struct stitch_result stitch_result;
+
+/* Where a result's bundle came from. The values are stable (ctypes code may use them). */
+typedef enum stitch_outcome {
+  STITCH_HIT_LOCAL = 0,  /* this process already had the bundle */
+  STITCH_HIT_MEMORY = 1, /* the daemon's memory tier */
+  STITCH_HIT_DISK = 2,   /* the daemon's on-disk cache */
+  STITCH_COMPILED = 3,   /* compiled for this request */
+  STITCH_FALLBACK = 4    /* no bundle: run the framework's kernels (see the reason) */
+} stitch_outcome;
+
+/*
+ * Returns a client for the daemon at `address`: "unix:///run/stitchd/stitchd.sock", a
+ * socket path starting with '/', or "host:port". NULL or "" selects
+ * unix:///run/stitchd/stitchd.sock. A deadline <= 0 selects the default (lookup 50 ms,
+ * compile 10000 ms). No connection is made until the first call.
+ * Returns NULL only when memory runs out. Release with stitch_client_destroy.
+ */
+stitch_client* stitch_client_create(const char* address, int lookup_deadline_ms,
+                                    int compile_deadline_ms);
+
+/*
+ * Releases `client` (NULL is ignored). Waits for its in-flight calls, each bounded by its
+ * deadline. Results obtained from it stay valid.
+ */
+void stitch_client_destroy(stitch_client* client);
+
+/*
+ * Returns the bundle for one HLO module (`len` bytes of text at `hlo_text`, not necessarily
+ * NUL-terminated), compiling it on a miss, within the compile deadline. `target` ("sm_80",
+ * "sm_90") may be NULL for the daemon's target.
+ * Returns a result the caller frees with stitch_result_free; NULL only when memory runs
+ * out. Failures of any kind are a result with outcome STITCH_FALLBACK.
+ */
+stitch_result* stitch_client_compile_hlo(stitch_client* client, const char* hlo_text, size_t len,
+                                         const char* target);
+
+/*
+ * Like stitch_client_compile_hlo for a serialized stitch.v1.Graph (`len` bytes at
+ * `graph_pb`). Bytes that do not parse as a Graph give a fallback result whose reason
+ * starts with "INVALID_ARGUMENT".
+ */
+stitch_result* stitch_client_compile_graph(stitch_client* client, const void* graph_pb, size_t len,
+                                           const char* target);
+
+/*
+ * Like the compile functions, but never compiles: answers only from the in-process cache
+ * or the daemon's caches, within the lookup deadline. A miss is a fallback with a reason
+ * starting with "NOT_FOUND".
+ */
+stitch_result* stitch_client_lookup_hlo(stitch_client* client, const char* hlo_text, size_t len,
+                                        const char* target);
+stitch_result* stitch_client_lookup_graph(stitch_client* client, const void* graph_pb, size_t len,
+                                          const char* target);
+
+/* Returns the result's outcome; STITCH_FALLBACK for NULL. */
+stitch_outcome stitch_result_outcome(const stitch_result* result);
+
+/* Returns the daemon's cache key (64 hex digits), or "" when unknown or `result` is NULL. */
+const char* stitch_result_key(const stitch_result* result);
+
+/*
+ * Returns why the result is a fallback, as "<gRPC code name>: <message>" (e.g.
+ * "DEADLINE_EXCEEDED: Deadline Exceeded"); "" for a result with a bundle; a static
+ * "INVALID_ARGUMENT: ..." string for NULL.
+ */
+const char* stitch_result_reason(const stitch_result* result);
+
+/*
+ * Returns the serialized stitch.v1.KernelBundle and stores its size in `*len` (when `len`
+ * is not NULL). Returns NULL, with *len = 0, for a fallback or a NULL result.
+ */
+const void* stitch_result_bundle(const stitch_result* result, size_t* len);
+
+/* Returns the number of kernels in the bundle; 0 for a fallback or a NULL result. */
+size_t stitch_result_kernel_count(const stitch_result* result);
+
+/* Returns kernel `index`'s entry-point name, or NULL when `index` is out of range. */
+const char* stitch_result_kernel_name(const stitch_result* result, size_t index);
+
+/* Returns kernel `index`'s PTX text, or NULL when `index` is out of range. */
+const char* stitch_result_kernel_ptx(const stitch_result* result, size_t index);
+
+/*
+ * Returns kernel `index`'s cubin and stores its size in `*len` (when `len` is not NULL).
+ * Returns NULL, with *len = 0, when `index` is out of range or the bundle has no cubin
+ * (PTX-only mode).
+ */
+const void* stitch_result_kernel_cubin(const stitch_result* result, size_t index, size_t* len);
+
+/* Releases `result` and everything its accessors returned (NULL is ignored). */
+void stitch_result_free(stitch_result* result);
+
+/*
+ * Adds `invocations` launches of the bundle `key` to the pending usage batch.
+ * Returns 0, or -1 when `client` or `key` is NULL.
+ */
+int stitch_client_record_invocations(stitch_client* client, const char* key, uint64_t invocations);
+
+/*
+ * Sends the pending usage batch to the daemon, within 2000 ms.
+ * Returns 0 on success (also when nothing was pending), 1 when the daemon could not be
+ * reached or refused the batch (the batch is kept for the next flush), -1 when `client`
+ * is NULL.
+ */
+int stitch_client_flush_usage(stitch_client* client);
+
+/*
+ * Returns "hit_local", "hit_memory", "hit_disk", "compiled" or "fallback"; "fallback" for a
+ * value outside the enum. The string is static.
+ */
+const char* stitch_outcome_name(stitch_outcome outcome);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* STITCH_CLIENT_H_ */

@@ -1,0 +1,220 @@
+#include <climits>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "stitch/client/client.h"
+#include "stitch_client.h"
+
+struct stitch_client {
+  std::unique_ptr<stitch::client::Client> client;
+};
+
+struct stitch_result {
+  stitch::client::Result result;
+  // Serialized on first request: most callers only read kernels.
+  mutable std::once_flag serialize_once;
+  mutable std::string serialized;
+};
+
+namespace {
+
+using stitch::client::Client;
+using stitch::client::ClientOptions;
+using stitch::client::Outcome;
+using stitch::client::Result;
+
+stitch_result* NewResult(Result r) noexcept {
+  auto* out = new (std::nothrow) stitch_result;
+  if (out != nullptr) out->result = std::move(r);
+  return out;
+}
+
+stitch_result* FallbackResult(const char* reason, const char* detail = nullptr) noexcept {
+  try {
+    Result r;
+    r.reason = reason;
+    if (detail != nullptr) r.reason += detail;
+    return NewResult(std::move(r));
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+enum class Kind { kHlo, kGraph };
+
+stitch_result* Run(stitch_client* client, Kind kind, const void* data, size_t len,
+                   const char* target, bool lookup) noexcept {
+  if (client == nullptr) return FallbackResult("INVALID_ARGUMENT: null stitch_client");
+  if (data == nullptr && len > 0) return FallbackResult("INVALID_ARGUMENT: null input");
+  if (len == 0) return FallbackResult("INVALID_ARGUMENT: empty input");
+  try {
+    stitch::v1::CompileRequest request;
+    if (kind == Kind::kHlo) {
+      request.set_hlo_text(static_cast<const char*>(data), len);
+    } else if (len > static_cast<size_t>(INT_MAX) ||
+               !request.mutable_graph()->ParseFromArray(data, static_cast<int>(len))) {
+      return FallbackResult("INVALID_ARGUMENT: the bytes are not a serialized stitch.v1.Graph");
+    }
+    if (target != nullptr) request.set_target(target);
+    Result r = lookup ? client->client->Lookup(request) : client->client->Compile(request);
+    return NewResult(std::move(r));
+  } catch (const std::exception& e) {
+    return FallbackResult("INTERNAL: ", e.what());
+  } catch (...) {
+    return FallbackResult("INTERNAL: unknown exception");
+  }
+}
+
+const stitch::v1::Kernel* KernelAt(const stitch_result* r, size_t index) {
+  if (r == nullptr || r->result.bundle == nullptr) return nullptr;
+  if (index >= static_cast<size_t>(r->result.bundle->kernels_size())) return nullptr;
+  return &r->result.bundle->kernels(static_cast<int>(index));
+}
+
+}  // namespace
+
+extern "C" {
+
+stitch_client* stitch_client_create(const char* address, int lookup_deadline_ms,
+                                    int compile_deadline_ms) {
+  try {
+    ClientOptions options;
+    if (address != nullptr && address[0] != '\0') options.address = address;
+    if (lookup_deadline_ms > 0)
+      options.lookup_deadline = std::chrono::milliseconds(lookup_deadline_ms);
+    if (compile_deadline_ms > 0) {
+      options.compile_deadline = std::chrono::milliseconds(compile_deadline_ms);
+    }
+    auto handle = std::make_unique<stitch_client>();
+    handle->client = std::make_unique<Client>(std::move(options));
+    return handle.release();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void stitch_client_destroy(stitch_client* client) { delete client; }
+
+stitch_result* stitch_client_compile_hlo(stitch_client* client, const char* hlo_text, size_t len,
+                                         const char* target) {
+  return Run(client, Kind::kHlo, hlo_text, len, target, false);
+}
+
+stitch_result* stitch_client_compile_graph(stitch_client* client, const void* graph_pb, size_t len,
+                                           const char* target) {
+  return Run(client, Kind::kGraph, graph_pb, len, target, false);
+}
+
+stitch_result* stitch_client_lookup_hlo(stitch_client* client, const char* hlo_text, size_t len,
+                                        const char* target) {
+  return Run(client, Kind::kHlo, hlo_text, len, target, true);
+}
+
+stitch_result* stitch_client_lookup_graph(stitch_client* client, const void* graph_pb, size_t len,
+                                          const char* target) {
+  return Run(client, Kind::kGraph, graph_pb, len, target, true);
+}
+
+stitch_outcome stitch_result_outcome(const stitch_result* result) {
+  if (result == nullptr) return STITCH_FALLBACK;
+  switch (result->result.outcome) {
+    case Outcome::kLocal:
+      return STITCH_HIT_LOCAL;
+    case Outcome::kMemory:
+      return STITCH_HIT_MEMORY;
+    case Outcome::kDisk:
+      return STITCH_HIT_DISK;
+    case Outcome::kCompiled:
+      return STITCH_COMPILED;
+    case Outcome::kFallback:
+      return STITCH_FALLBACK;
+  }
+  return STITCH_FALLBACK;
+}
+
+const char* stitch_result_key(const stitch_result* result) {
+  return result == nullptr ? "" : result->result.key.c_str();
+}
+
+const char* stitch_result_reason(const stitch_result* result) {
+  if (result == nullptr) return "INVALID_ARGUMENT: null stitch_result";
+  return result->result.reason.c_str();
+}
+
+const void* stitch_result_bundle(const stitch_result* result, size_t* len) {
+  if (len != nullptr) *len = 0;
+  if (result == nullptr || result->result.bundle == nullptr) return nullptr;
+  try {
+    std::call_once(result->serialize_once,
+                   [result] { result->result.bundle->SerializeToString(&result->serialized); });
+  } catch (...) {
+    return nullptr;
+  }
+  if (len != nullptr) *len = result->serialized.size();
+  return result->serialized.data();
+}
+
+size_t stitch_result_kernel_count(const stitch_result* result) {
+  if (result == nullptr || result->result.bundle == nullptr) return 0;
+  return static_cast<size_t>(result->result.bundle->kernels_size());
+}
+
+const char* stitch_result_kernel_name(const stitch_result* result, size_t index) {
+  const stitch::v1::Kernel* k = KernelAt(result, index);
+  return k == nullptr ? nullptr : k->name().c_str();
+}
+
+const char* stitch_result_kernel_ptx(const stitch_result* result, size_t index) {
+  const stitch::v1::Kernel* k = KernelAt(result, index);
+  return k == nullptr ? nullptr : k->ptx().c_str();
+}
+
+const void* stitch_result_kernel_cubin(const stitch_result* result, size_t index, size_t* len) {
+  if (len != nullptr) *len = 0;
+  const stitch::v1::Kernel* k = KernelAt(result, index);
+  if (k == nullptr || k->cubin().empty()) return nullptr;
+  if (len != nullptr) *len = k->cubin().size();
+  return k->cubin().data();
+}
+
+void stitch_result_free(stitch_result* result) { delete result; }
+
+int stitch_client_record_invocations(stitch_client* client, const char* key, uint64_t invocations) {
+  if (client == nullptr || key == nullptr) return -1;
+  try {
+    client->client->RecordInvocations(key, invocations);
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+int stitch_client_flush_usage(stitch_client* client) {
+  if (client == nullptr) return -1;
+  try {
+    return client->client->FlushUsage().ok() ? 0 : 1;
+  } catch (...) {
+    return 1;
+  }
+}
+
+const char* stitch_outcome_name(stitch_outcome outcome) {
+  switch (outcome) {
+    case STITCH_HIT_LOCAL:
+      return stitch::client::OutcomeName(Outcome::kLocal);
+    case STITCH_HIT_MEMORY:
+      return stitch::client::OutcomeName(Outcome::kMemory);
+    case STITCH_HIT_DISK:
+      return stitch::client::OutcomeName(Outcome::kDisk);
+    case STITCH_COMPILED:
+      return stitch::client::OutcomeName(Outcome::kCompiled);
+    case STITCH_FALLBACK:
+      break;
+  }
+  return stitch::client::OutcomeName(Outcome::kFallback);
+}
+
+}  // extern "C"

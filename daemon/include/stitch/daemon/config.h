@@ -1,0 +1,99 @@
+// stitchd's configuration: command-line flags, an optional YAML file, and defaults that
+// depend on who runs the daemon.
+//
+// Precedence is flag > file > default. Every YAML key has a flag of the same name with dashes
+// instead of underscores (`disk_cache_bytes` / `--disk-cache-bytes`).
+//
+// Value syntax, shared by the file and the flags:
+//   sizes        a decimal integer with an optional binary unit: B, K/KiB, M/MiB, G/GiB,
+//                T/TiB (case-insensitive, all powers of 1024): "268435456", "256MiB", "512k".
+//                SI spellings such as "10GB" are rejected rather than guessed at.
+//   socket_mode  octal permission bits, with or without a leading 0 or 0o: "0660", "660".
+//                Quote it in YAML ("0660") so other YAML readers do not take it for a number.
+//   listen       host:port, where host is a name, an IPv4 address or a bracketed IPv6
+//                address ("[::]:7070"); port 0 picks a free port; "" disables the listener.
+//   booleans     true/false (also yes/no, on/off, 1/0).
+//   durations    drain_seconds is a non-negative number of seconds, fractions allowed.
+//
+// Thread-safety: the functions are reentrant; ParseCommandLine may load the CUDA driver to
+// resolve target "auto", so call it once, early in main().
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "stitch/compiler/status.h"
+
+namespace stitch::daemon {
+
+// Facts about the process environment, gathered once in main() so nothing else reads getenv.
+struct Environment {
+  std::string home;             // $HOME, or the passwd entry's home when HOME is unset
+  std::string xdg_state_home;   // $XDG_STATE_HOME; ignored unless absolute
+  std::string xdg_runtime_dir;  // $XDG_RUNTIME_DIR; ignored unless absolute
+  bool is_root = false;         // effective uid 0
+};
+
+// The one place that calls getenv/geteuid.
+Environment ReadEnvironment();
+
+struct DaemonConfig {
+  // RocksDB and its lock. Default: root → /var/lib/stitchd; otherwise
+  // $XDG_STATE_HOME/stitchd, or ~/.local/state/stitchd.
+  std::string data_dir;
+  // Default: root → /run/stitchd/stitchd.sock; otherwise $XDG_RUNTIME_DIR/stitchd/stitchd.sock,
+  // or <data_dir>/stitchd.sock when XDG_RUNTIME_DIR is unset. "" disables the unix socket.
+  // At most 107 bytes (sockaddr_un::sun_path).
+  std::string socket_path;
+  // So unprivileged clients on the node can connect.
+  uint32_t socket_mode = 0666;
+  // TCP host:port of the gRPC service; "" disables; port 0 picks a free one.
+  std::string grpc_listen = "0.0.0.0:7070";
+  // host:port of /metrics and /healthz; "" disables.
+  std::string metrics_listen = "0.0.0.0:9464";
+  uint64_t memory_cache_bytes = uint64_t{256} << 20;
+  uint64_t disk_cache_bytes = uint64_t{10} << 30;
+  // Compile threads. 0 on input means std::thread::hardware_concurrency() (at least 1);
+  // after ParseCommandLine it is always in 1..1024.
+  uint32_t workers = 0;
+  // Compiles waiting beyond this are refused with RESOURCE_EXHAUSTED.
+  uint32_t max_queue = 256;
+  // "sm_80", "sm_90", ... or "auto"; after ParseCommandLine never "auto": the GPU of device 0,
+  // or sm_90 when there is none.
+  std::string target = "auto";
+  // Namespaces the cache, e.g. per deployment.
+  std::string salt;
+  // Never produce cubin.
+  bool ptx_only = false;
+  // gRPC's limit is an int, so at most 2^31 - 1.
+  uint64_t max_message_bytes = uint64_t{64} << 20;
+  std::string log_format = "text";  // "text" | "json"
+  std::string log_level = "info";   // trace debug info warn error critical off
+  // On SIGTERM, how long in-flight requests may take.
+  double drain_seconds = 10;
+  // The YAML file read, if any; informational, not written by ToYaml.
+  std::string config_file;
+};
+
+struct ParsedArgs {
+  DaemonConfig config;
+  // --help, --version or --print-config: print exit_message to stdout and exit.
+  bool exit_now = false;
+  int exit_code = 0;
+  std::string exit_message;
+  // How target "auto" was resolved, e.g. "no CUDA driver (libcuda.so.1 not found); using
+  // sm_90"; empty when the target was given explicitly. For main() to log.
+  std::string target_note;
+};
+
+// Parses argv with the flags above plus --config FILE, --print-config, --help and --version.
+// Errors are INVALID_ARGUMENT naming the flag (e.g. "--workers: ...") or the YAML key with
+// file:line ("/etc/stitchd.yaml:4: workers: ..."); NOT_FOUND when the --config file does not
+// exist. "--key=" passes the empty string, which disables the socket and the listeners.
+StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const Environment& env);
+
+// The config as YAML, what `stitchd --print-config` prints; reading it back with --config
+// yields the same config.
+std::string ToYaml(const DaemonConfig& config);
+
+}  // namespace stitch::daemon

@@ -1,0 +1,272 @@
+#include "daemon.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "compile_pool.h"
+#include "daemon_metrics.h"
+#include "kernel_resolver.h"
+#include "kernel_service.h"
+#include "lock_file.h"
+#include "stitch/cache/memory_store.h"
+#include "stitch/cache/rocksdb_store.h"
+#include "stitch/cache/tiered_store.h"
+#include "stitch/compiler/key.h"
+#include "stitch/metrics/http_server.h"
+#include "stitch/metrics/process_metrics.h"
+
+namespace stitch::daemon {
+namespace {
+
+// How often the persistent totals are written, so a crash loses at most this much.
+constexpr std::chrono::seconds kSaveInterval{30};
+// What requests that arrive while draining get before they are cancelled.
+constexpr std::chrono::milliseconds kShutdownGrace{250};
+
+StatusOr<metrics::HttpServerOptions> ParseHostPort(const std::string& listen) {
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return InvalidArgument("'" + listen + "' is not host:port");
+  metrics::HttpServerOptions o;
+  o.address = listen.substr(0, colon);
+  if (o.address.size() >= 2 && o.address.front() == '[') {
+    o.address = o.address.substr(1, o.address.size() - 2);
+  }
+  o.port = static_cast<uint16_t>(std::stoi(listen.substr(colon + 1)));
+  return o;
+}
+
+class DaemonImpl : public Daemon {
+ public:
+  explicit DaemonImpl(DaemonConfig config) : config_(std::move(config)) {}
+  ~DaemonImpl() override { Shutdown(); }
+
+  Status Init();
+  void Shutdown() override;
+  int grpc_port() const override { return grpc_port_; }
+  int metrics_port() const override { return http_ ? http_->port() : 0; }
+
+ private:
+  Status OpenStores();
+  Status StartGrpc();
+  Status StartMetrics();
+  void RefreshCacheGauges();
+  void SaveTotals();
+  void SaveLoop();
+  void WriteRuntimeInfo();
+
+  DaemonConfig config_;
+  std::optional<LockFile> data_lock_;
+  std::optional<LockFile> socket_lock_;
+  std::shared_ptr<cache::RocksDbStore> disk_;
+  std::shared_ptr<cache::KernelStore> memory_;
+  std::unique_ptr<cache::TieredStore> store_;
+  metrics::Registry registry_;
+  std::unique_ptr<DaemonMetrics> metrics_;
+  std::unique_ptr<CompilePool> pool_;
+  std::unique_ptr<KernelResolver> resolver_;
+  std::unique_ptr<KernelServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<metrics::HttpServer> http_;
+  int grpc_port_ = 0;
+  std::atomic<bool> serving_{false};
+  bool shut_down_ = false;
+  bool wrote_runtime_info_ = false;
+
+  std::mutex save_mu_;
+  std::condition_variable save_cv_;
+  bool stop_saving_ = false;
+  std::thread saver_;
+};
+
+Status DaemonImpl::Init() {
+  std::error_code ec;
+  std::filesystem::create_directories(config_.data_dir, ec);
+  if (ec) return Unavailable("cannot create data dir " + config_.data_dir + ": " + ec.message());
+  STITCH_ASSIGN_OR_RETURN(LockFile data_lock, LockFile::Acquire(config_.data_dir + "/stitchd.lock",
+                                                                "data dir " + config_.data_dir));
+  data_lock_.emplace(std::move(data_lock));
+  if (!config_.socket_path.empty()) {
+    STITCH_RETURN_IF_ERROR(PrepareSocketDirectory(config_.socket_path));
+    STITCH_ASSIGN_OR_RETURN(
+        LockFile socket_lock,
+        LockFile::Acquire(config_.socket_path + ".lock", "socket " + config_.socket_path));
+    socket_lock_.emplace(std::move(socket_lock));
+    // Only now, holding the lock, is a socket file left at the path known to be stale.
+    STITCH_RETURN_IF_ERROR(RemoveStaleSocket(config_.socket_path));
+  }
+  STITCH_RETURN_IF_ERROR(OpenStores());
+  metrics_ =
+      std::make_unique<DaemonMetrics>(registry_, STITCH_VERSION, CompilerVersion(), config_.target);
+  metrics::AddProcessMetrics(registry_);
+  registry_.AddCollectHook([this] { RefreshCacheGauges(); });
+  StatusOr<std::map<std::string, double>> totals = disk_->LoadCounters();
+  if (totals.ok())
+    metrics_->RestoreTotals(*totals);
+  else
+    spdlog::warn("could not load saved totals: {}", totals.status().ToString());
+
+  pool_ = std::make_unique<CompilePool>(config_.workers, config_.max_queue);
+  ResolverOptions ro;
+  ro.default_target = config_.target;
+  ro.salt = config_.salt;
+  ro.ptx_only = config_.ptx_only;
+  resolver_ = std::make_unique<KernelResolver>(ro, *store_, *pool_, *metrics_);
+  service_ = std::make_unique<KernelServiceImpl>(*resolver_, *store_, *pool_, *metrics_,
+                                                 ServiceInfo{STITCH_VERSION, config_.target});
+  STITCH_RETURN_IF_ERROR(StartGrpc());
+  STITCH_RETURN_IF_ERROR(StartMetrics());
+  serving_ = true;
+  saver_ = std::thread([this] { SaveLoop(); });
+  WriteRuntimeInfo();
+  spdlog::info("serving socket={} grpc_port={} metrics_port={} target={} workers={} data_dir={}",
+               config_.socket_path, grpc_port_, metrics_port(), config_.target, config_.workers,
+               config_.data_dir);
+  return Status::Ok();
+}
+
+Status DaemonImpl::OpenStores() {
+  cache::RocksDbOptions ro;
+  ro.path = config_.data_dir + "/cache";
+  ro.capacity_bytes = config_.disk_cache_bytes;
+  STITCH_ASSIGN_OR_RETURN(std::unique_ptr<cache::RocksDbStore> disk, cache::RocksDbStore::Open(ro));
+  disk_ = std::move(disk);
+  memory_ = cache::NewMemoryStore(config_.memory_cache_bytes);
+  store_ = std::make_unique<cache::TieredStore>(
+      std::vector<std::shared_ptr<cache::KernelStore>>{memory_, disk_});
+  return Status::Ok();
+}
+
+Status DaemonImpl::StartGrpc() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  if (!config_.socket_path.empty()) {
+    builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
+  }
+  if (!config_.grpc_listen.empty()) {
+    builder.AddListeningPort(config_.grpc_listen, grpc::InsecureServerCredentials(), &grpc_port_);
+  }
+  int max_bytes = static_cast<int>(std::min<uint64_t>(config_.max_message_bytes, INT32_MAX));
+  builder.SetMaxReceiveMessageSize(max_bytes);
+  builder.SetMaxSendMessageSize(max_bytes);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_) {
+    return Unavailable("cannot start the gRPC server on socket '" + config_.socket_path +
+                       "' and '" + config_.grpc_listen + "' (address in use?)");
+  }
+  if (!config_.grpc_listen.empty() && grpc_port_ == 0) {
+    return Unavailable("cannot bind gRPC address " + config_.grpc_listen);
+  }
+  if (!config_.socket_path.empty()) {
+    STITCH_RETURN_IF_ERROR(SetSocketMode(config_.socket_path, config_.socket_mode));
+  }
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(true);
+  return Status::Ok();
+}
+
+Status DaemonImpl::StartMetrics() {
+  if (config_.metrics_listen.empty()) return Status::Ok();
+  STITCH_ASSIGN_OR_RETURN(metrics::HttpServerOptions o, ParseHostPort(config_.metrics_listen));
+  STITCH_ASSIGN_OR_RETURN(
+      http_, metrics::HttpServer::Start(o, registry_, [this] { return serving_.load(); }));
+  return Status::Ok();
+}
+
+void DaemonImpl::RefreshCacheGauges() {
+  for (const auto& [tier, s] : store_->TierStats()) {
+    metrics_->SetCacheStats(std::string(cache::TierName(tier)), static_cast<double>(s.entries),
+                            static_cast<double>(s.bytes), static_cast<double>(s.capacity_bytes),
+                            static_cast<double>(s.evictions), static_cast<double>(s.corrupt));
+  }
+  metrics_->queue_depth().Set(pool_->queued());
+  metrics_->compiles_in_flight().Set(pool_->running());
+}
+
+void DaemonImpl::SaveTotals() {
+  Status s = disk_->SaveCounters(metrics_->PersistentTotals());
+  if (!s.ok()) spdlog::warn("could not save totals: {}", s.ToString());
+}
+
+void DaemonImpl::SaveLoop() {
+  std::unique_lock lock(save_mu_);
+  while (!save_cv_.wait_for(lock, kSaveInterval, [this] { return stop_saving_; })) {
+    SaveTotals();
+  }
+}
+
+void DaemonImpl::WriteRuntimeInfo() {
+  nlohmann::json info = {
+      {"pid", ::getpid()},       {"version", STITCH_VERSION},      {"socket", config_.socket_path},
+      {"grpc_port", grpc_port_}, {"metrics_port", metrics_port()}, {"target", config_.target}};
+  // Written beside and renamed, so a reader never sees half a file.
+  std::string path = RuntimeInfoPath(config_);
+  std::ofstream(path + ".tmp") << info.dump() << "\n";
+  std::error_code ec;
+  std::filesystem::rename(path + ".tmp", path, ec);
+  wrote_runtime_info_ = !ec;
+}
+
+void DaemonImpl::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  serving_ = false;
+  if (server_) {
+    spdlog::info("draining: up to {:.0f}s for in-flight requests", config_.drain_seconds);
+    if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+    // gRPC's own shutdown also waits out idle client connections, so the daemon waits for
+    // its requests itself and then gives the server only a short grace.
+    auto drain_end = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(config_.drain_seconds * 1e3));
+    while (service_->pending() > 0 && std::chrono::steady_clock::now() < drain_end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    server_->Wait();
+  }
+  // Compiles still queued or running finish and land in the cache.
+  if (pool_) pool_->Drain();
+  if (saver_.joinable()) {
+    {
+      std::lock_guard lock(save_mu_);
+      stop_saving_ = true;
+    }
+    save_cv_.notify_all();
+    saver_.join();
+  }
+  if (metrics_ && disk_) SaveTotals();
+  if (http_) http_->Stop();
+  if (disk_) {
+    Status closed = disk_->Close();
+    if (!closed.ok()) spdlog::error("closing the cache: {}", closed.ToString());
+  }
+  std::error_code ec;
+  if (wrote_runtime_info_) std::filesystem::remove(RuntimeInfoPath(config_), ec);
+  if (server_) spdlog::info("stopped");
+}
+
+}  // namespace
+
+std::string RuntimeInfoPath(const DaemonConfig& config) {
+  return config.data_dir + "/stitchd.json";
+}
+
+StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
+  auto daemon = std::make_unique<DaemonImpl>(config);
+  Status s = daemon->Init();
+  if (!s.ok()) return s;
+  return std::unique_ptr<Daemon>(std::move(daemon));
+}
+
+}  // namespace stitch::daemon

@@ -1,0 +1,171 @@
+#include "daemon_metrics.h"
+
+#include <algorithm>
+
+namespace stitch::daemon {
+namespace {
+
+// The names persistent totals are saved under in the store.
+constexpr const char* kCompiles = "compiles";
+constexpr const char* kCompileSecondsSaved = "compile_seconds_saved";
+constexpr const char* kGpuSecondsSaved = "gpu_seconds_saved";
+constexpr const char* kInvocations = "invocations_reported";
+
+constexpr RequestResult kAllResults[] = {RequestResult::kHitMemory, RequestResult::kHitDisk,
+                                         RequestResult::kCompiled, RequestResult::kFallback,
+                                         RequestResult::kError};
+constexpr const char* kServingMethods[] = {"Compile", "Lookup"};
+
+// A memory hit is tens of microseconds; a disk hit a few hundred; the top buckets catch
+// lookups stuck behind a busy node.
+std::vector<double> LookupBuckets() {
+  return {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1};
+}
+
+// Compiles take from ten milliseconds (one small kernel to PTX) to seconds (a large graph
+// to cubin).
+std::vector<double> CompileBuckets() {
+  return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
+// Counter values only go up, so restoring a saved total is an increment from zero.
+void Restore(metrics::Counter& c, const std::map<std::string, double>& totals, const char* name) {
+  auto it = totals.find(name);
+  if (it != totals.end() && it->second > 0) c.Increment(it->second);
+}
+
+}  // namespace
+
+const char* RequestResultName(RequestResult r) {
+  switch (r) {
+    case RequestResult::kHitMemory:
+      return "hit_memory";
+    case RequestResult::kHitDisk:
+      return "hit_disk";
+    case RequestResult::kCompiled:
+      return "compiled";
+    case RequestResult::kFallback:
+      return "fallback";
+    case RequestResult::kError:
+      return "error";
+    case RequestResult::kOk:
+      return "ok";
+  }
+  return "error";
+}
+
+DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& version,
+                             const std::string& compiler_version, const std::string& target)
+    : requests_(registry.AddCounter("stitch_requests_total",
+                                    "Requests served, by RPC method and result.")),
+      compiles_(
+          registry.AddCounter("stitch_compiles_total", "Compiles run by this daemon, by outcome.")),
+      cache_entries_(registry.AddGauge("stitch_cache_entries", "Bundles held, by cache tier.")),
+      cache_bytes_(registry.AddGauge("stitch_cache_bytes", "Bytes held, by cache tier.")),
+      cache_capacity_(
+          registry.AddGauge("stitch_cache_capacity_bytes", "Byte bound of each cache tier.")),
+      evictions_(registry.AddCounter("stitch_cache_evictions_total",
+                                     "Bundles evicted for space, by cache tier.")),
+      corrupt_(registry.AddCounter(
+          "stitch_cache_corrupt_entries_total",
+          "Entries dropped for a bad digest, version or encoding, by cache tier.")) {
+  lookup_seconds_ = &registry
+                         .AddHistogram("stitch_lookup_duration_seconds",
+                                       "Time to answer a request from the cache.", LookupBuckets())
+                         .Add();
+  compile_seconds_ = &registry
+                          .AddHistogram("stitch_compile_duration_seconds",
+                                        "Time to compile one subgraph, to cubin where the "
+                                        "CUDA toolkit is present.",
+                                        CompileBuckets())
+                          .Add();
+  queue_depth_ =
+      &registry.AddGauge("stitch_compile_queue_depth", "Compiles waiting for a worker thread.")
+           .Add();
+  in_flight_ = &registry.AddGauge("stitch_compiles_in_flight", "Compiles running now.").Add();
+  compiles_ok_ = &compiles_.Add({{"result", "ok"}});
+  compiles_failed_ = &compiles_.Add({{"result", "error"}});
+  compile_seconds_saved_ =
+      &registry
+           .AddCounter("stitch_compile_seconds_saved_total",
+                       "Compile time that cache hits saved: each hit credits the stored "
+                       "compile time of its bundle.")
+           .Add();
+  gpu_seconds_saved_ =
+      &registry
+           .AddCounter("stitch_gpu_seconds_saved_total",
+                       "GPU time saved by fusion: for every invocation jobs report, the "
+                       "cost model's baseline time minus its stitched time.")
+           .Add();
+  invocations_ = &registry
+                      .AddCounter("stitch_kernel_invocations_reported_total",
+                                  "Bundle invocations reported by jobs.")
+                      .Add();
+  registry.AddGauge("stitch_build_info", "Build information; the value is always 1.")
+      .Add({{"version", version}, {"compiler_version", compiler_version}, {"target", target}})
+      .Set(1);
+  // Children exist from the start, so rates over them are defined before the first request.
+  for (const char* m : kServingMethods) {
+    for (RequestResult r : kAllResults)
+      requests_.Add({{"method", m}, {"result", RequestResultName(r)}});
+  }
+}
+
+void DaemonMetrics::CountRequest(const char* method, RequestResult result) {
+  requests_.Add({{"method", method}, {"result", RequestResultName(result)}}).Increment();
+}
+
+void DaemonMetrics::ObserveLookupSeconds(double seconds) { lookup_seconds_->Observe(seconds); }
+
+void DaemonMetrics::ObserveCompile(double seconds, bool ok) {
+  compile_seconds_->Observe(seconds);
+  (ok ? compiles_ok_ : compiles_failed_)->Increment();
+}
+
+void DaemonMetrics::AddCompileSecondsSaved(double seconds) {
+  compile_seconds_saved_->Increment(seconds);
+}
+
+void DaemonMetrics::AddUsage(uint64_t invocations, double gpu_seconds_saved) {
+  invocations_->Increment(static_cast<double>(invocations));
+  if (gpu_seconds_saved > 0) gpu_seconds_saved_->Increment(gpu_seconds_saved);
+}
+
+void DaemonMetrics::SetCacheStats(const std::string& tier, double entries, double bytes,
+                                  double capacity, double evictions, double corrupt) {
+  metrics::Labels labels = {{"tier", tier}};
+  cache_entries_.Add(labels).Set(entries);
+  cache_bytes_.Add(labels).Set(bytes);
+  cache_capacity_.Add(labels).Set(capacity);
+  // The stores count since they were opened; the counters follow them.
+  metrics::Counter& ev = evictions_.Add(labels);
+  ev.Increment(std::max(0.0, evictions - ev.Value()));
+  metrics::Counter& co = corrupt_.Add(labels);
+  co.Increment(std::max(0.0, corrupt - co.Value()));
+}
+
+std::map<std::string, double> DaemonMetrics::PersistentTotals() const {
+  return {{kCompiles, compiles_ok_->Value()},
+          {kCompileSecondsSaved, compile_seconds_saved_->Value()},
+          {kGpuSecondsSaved, gpu_seconds_saved_->Value()},
+          {kInvocations, invocations_->Value()}};
+}
+
+void DaemonMetrics::RestoreTotals(const std::map<std::string, double>& totals) {
+  Restore(*compiles_ok_, totals, kCompiles);
+  Restore(*compile_seconds_saved_, totals, kCompileSecondsSaved);
+  Restore(*gpu_seconds_saved_, totals, kGpuSecondsSaved);
+  Restore(*invocations_, totals, kInvocations);
+}
+
+double DaemonMetrics::RequestCount(const char* method, RequestResult result) {
+  return requests_.Add({{"method", method}, {"result", RequestResultName(result)}}).Value();
+}
+
+double DaemonMetrics::ServingCount(RequestResult result) {
+  double total = 0;
+  for (const char* m : kServingMethods) total += RequestCount(m, result);
+  return total;
+}
+
+}  // namespace stitch::daemon

@@ -1,0 +1,77 @@
+// The daemon's Prometheus metrics, registered in one place so their names, labels and
+// buckets are reviewed together. Fleet totals (compile seconds and GPU seconds saved,
+// compiles, reported invocations) are persistent: they start from the values saved in the
+// node's store, so a restart does not reset what the fleet dashboards sum.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "stitch/metrics/registry.h"
+
+namespace stitch::daemon {
+
+// What a request came to; the `result` label of stitch_requests_total.
+// kOk is for methods that return no bundle (ReportUsage, Stats, ListEntries).
+enum class RequestResult { kHitMemory, kHitDisk, kCompiled, kFallback, kError, kOk };
+const char* RequestResultName(RequestResult r);
+
+class DaemonMetrics {
+ public:
+  // Registers the daemon's families in `registry`, which must outlive this object.
+  DaemonMetrics(metrics::Registry& registry, const std::string& version,
+                const std::string& compiler_version, const std::string& target);
+
+  // Counts one request of `method` ("Compile", "Lookup", ...) that came to `result`.
+  void CountRequest(const char* method, RequestResult result);
+  // Records the latency of a request answered without compiling.
+  void ObserveLookupSeconds(double seconds);
+  // Records one compile and its duration; `ok` false for a failed compile.
+  void ObserveCompile(double seconds, bool ok);
+  // Credits a cache hit with the compile time it saved.
+  void AddCompileSecondsSaved(double seconds);
+  // Credits reported invocations with the GPU time stitching saved on them.
+  void AddUsage(uint64_t invocations, double gpu_seconds_saved);
+
+  metrics::Gauge& queue_depth() { return *queue_depth_; }
+  metrics::Gauge& compiles_in_flight() { return *in_flight_; }
+  // Cache occupancy gauges for `tier` ("memory", "disk").
+  void SetCacheStats(const std::string& tier, double entries, double bytes, double capacity,
+                     double evictions, double corrupt);
+
+  // The persistent totals, by the names they are saved under.
+  std::map<std::string, double> PersistentTotals() const;
+  // Adds previously saved totals (at start, before serving).
+  void RestoreTotals(const std::map<std::string, double>& totals);
+
+  // Values for the Stats RPC.
+  double RequestCount(const char* method, RequestResult result);
+  // The count of `result` over the bundle-serving methods, Compile and Lookup.
+  double ServingCount(RequestResult result);
+  double compiles() const { return compiles_ok_->Value(); }
+  double compile_seconds_saved() const { return compile_seconds_saved_->Value(); }
+  double gpu_seconds_saved() const { return gpu_seconds_saved_->Value(); }
+  double invocations() const { return invocations_->Value(); }
+
+ private:
+  metrics::Family<metrics::Counter>& requests_;
+  metrics::Family<metrics::Counter>& compiles_;
+  metrics::Family<metrics::Gauge>& cache_entries_;
+  metrics::Family<metrics::Gauge>& cache_bytes_;
+  metrics::Family<metrics::Gauge>& cache_capacity_;
+  metrics::Family<metrics::Counter>& evictions_;
+  metrics::Family<metrics::Counter>& corrupt_;
+  metrics::Histogram* lookup_seconds_;
+  metrics::Histogram* compile_seconds_;
+  metrics::Gauge* queue_depth_;
+  metrics::Gauge* in_flight_;
+  metrics::Counter* compiles_ok_;
+  metrics::Counter* compiles_failed_;
+  metrics::Counter* compile_seconds_saved_;
+  metrics::Counter* gpu_seconds_saved_;
+  metrics::Counter* invocations_;
+};
+
+}  // namespace stitch::daemon

@@ -1,0 +1,74 @@
+// The daemon's core, free of gRPC: a request's subgraph in, a bundle out. It imports and
+// verifies the subgraph, computes the key itself, asks the cache, and on a miss compiles
+// once per key on the compile pool, however many requests are waiting for it.
+//
+// Thread-safety: Resolve may be called from any thread. `done` runs exactly once: inline on
+// the caller's thread when the answer needs no compile, else on a compile-pool thread.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "compile_pool.h"
+#include "daemon_metrics.h"
+#include "single_flight.h"
+#include "stitch/cache/tiered_store.h"
+#include "stitch/compiler/graph.h"
+#include "stitch/compiler/key.h"
+#include "stitch/compiler/status.h"
+#include "stitch/v1/kernel_service.pb.h"
+
+namespace stitch::daemon {
+
+struct ResolverOptions {
+  std::string default_target = "sm_90";
+  std::string salt;
+  bool ptx_only = false;
+  GraphLimits limits;
+};
+
+// The answer to one request.
+struct Resolution {
+  // OK with a bundle; INVALID_ARGUMENT for a malformed subgraph (the importer's or the
+  // verifier's message), NOT_FOUND for a Lookup miss, RESOURCE_EXHAUSTED when the compile
+  // queue is full, UNIMPLEMENTED or INTERNAL when the compile fails.
+  Status status;
+  v1::CompileResponse::Source source = v1::CompileResponse::SOURCE_UNSPECIFIED;
+  std::string key;
+  cache::BundlePtr bundle;
+};
+
+class KernelResolver {
+ public:
+  // `store`, `pool` and `metrics` must outlive the resolver.
+  KernelResolver(ResolverOptions options, cache::KernelStore& store, CompilePool& pool,
+                 DaemonMetrics& metrics);
+
+  // Resolves `request`; on a cache miss compiles when `compile_on_miss`, else answers
+  // NOT_FOUND.
+  void Resolve(const v1::CompileRequest& request, bool compile_on_miss,
+               std::function<void(Resolution)> done);
+
+ private:
+  struct Prepared;
+  StatusOr<Prepared> Prepare(const v1::CompileRequest& request);
+  const KeyContext& KeyContextFor(const std::string& target, bool ptx_only);
+  void StartCompile(std::shared_ptr<Prepared> prepared);
+  Resolution CompileNow(const Prepared& prepared);
+
+  ResolverOptions options_;
+  cache::KernelStore& store_;
+  CompilePool& pool_;
+  DaemonMetrics& metrics_;
+  SingleFlight<Resolution> flights_;
+  std::mutex key_contexts_mu_;
+  std::map<std::pair<std::string, bool>, KeyContext> key_contexts_;
+};
+
+// Returns OK for a target the compiler accepts ("sm_" and two or three digits).
+Status ValidateTarget(const std::string& target);
+
+}  // namespace stitch::daemon

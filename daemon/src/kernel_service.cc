@@ -1,0 +1,277 @@
+#include "kernel_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace stitch::daemon {
+namespace {
+
+// A ReportUsage batch past these is a client bug, not a workload.
+constexpr int kMaxUsageRecords = 100000;
+constexpr uint64_t kMaxInvocationsPerRecord = uint64_t{1} << 40;
+constexpr uint32_t kDefaultListLimit = 100;
+constexpr uint32_t kMaxListLimit = 100000;
+
+grpc::StatusCode GrpcCode(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return grpc::StatusCode::OK;
+    case StatusCode::kInvalidArgument:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case StatusCode::kUnimplemented:
+      return grpc::StatusCode::UNIMPLEMENTED;
+    case StatusCode::kResourceExhausted:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case StatusCode::kNotFound:
+      return grpc::StatusCode::NOT_FOUND;
+    case StatusCode::kInternal:
+      return grpc::StatusCode::INTERNAL;
+    case StatusCode::kUnavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    case StatusCode::kFailedPrecondition:
+      return grpc::StatusCode::FAILED_PRECONDITION;
+    case StatusCode::kDeadlineExceeded:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case StatusCode::kDataLoss:
+      return grpc::StatusCode::DATA_LOSS;
+  }
+  return grpc::StatusCode::UNKNOWN;
+}
+
+bool IsHexKey(const std::string& key) {
+  return key.size() == 64 && std::all_of(key.begin(), key.end(), [](char c) {
+           return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+         });
+}
+
+RequestResult ResultOf(const Resolution& r) {
+  if (r.status.ok()) {
+    switch (r.source) {
+      case v1::CompileResponse::MEMORY:
+        return RequestResult::kHitMemory;
+      case v1::CompileResponse::DISK:
+        return RequestResult::kHitDisk;
+      default:
+        return RequestResult::kCompiled;
+    }
+  }
+  // Answers that send the job to its own kernels without anything being wrong.
+  switch (r.status.code()) {
+    case StatusCode::kNotFound:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kUnavailable:
+      return RequestResult::kFallback;
+    default:
+      return RequestResult::kError;
+  }
+}
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(GrpcCode(status.code()), status.message());
+}
+
+KernelServiceImpl::KernelServiceImpl(KernelResolver& resolver, cache::TieredStore& store,
+                                     CompilePool& pool, DaemonMetrics& metrics, ServiceInfo info)
+    : resolver_(resolver), store_(store), pool_(pool), metrics_(metrics), info_(std::move(info)) {}
+
+std::string SerializeResponse(v1::CompileResponse::Source source, const std::string& key,
+                              const v1::KernelBundle& bundle) {
+  v1::CompileResponse head;
+  head.set_source(source);
+  head.set_key(key);
+  std::string out = head.SerializeAsString();
+  // Field 3 (bundle), length-delimited: protobuf parses concatenated fields as one message.
+  std::string body = bundle.SerializeAsString();
+  out.push_back(static_cast<char>((3 << 3) | 2));
+  for (uint64_t n = body.size();; n >>= 7) {
+    if (n < 0x80) {
+      out.push_back(static_cast<char>(n));
+      break;
+    }
+    out.push_back(static_cast<char>((n & 0x7f) | 0x80));
+  }
+  out += body;
+  return out;
+}
+
+namespace {
+
+bool ParseRequest(const grpc::ByteBuffer& buffer, v1::CompileRequest& request) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return false;
+  std::string bytes;
+  bytes.reserve(buffer.Length());
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return request.ParseFromString(bytes);
+}
+
+void SetBytes(grpc::ByteBuffer& buffer, std::string bytes) {
+  grpc::Slice slice(std::move(bytes));
+  grpc::ByteBuffer(&slice, 1).Swap(&buffer);
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* KernelServiceImpl::Resolve(const char* method,
+                                                     grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response,
+                                                     bool compile_on_miss) {
+  v1::CompileRequest parsed;
+  if (!ParseRequest(*request, parsed)) {
+    metrics_.CountRequest(method, RequestResult::kError);
+    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                           "the payload is not a serialized "
+                                           "stitch.v1.CompileRequest"));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  pending_.fetch_add(1);
+  resolver_.Resolve(parsed, compile_on_miss, [this, method, reactor, response](Resolution r) {
+    metrics_.CountRequest(method, ResultOf(r));
+    if (r.status.ok()) {
+      SetBytes(*response, SerializeResponse(r.source, r.key, *r.bundle));
+    } else if (r.status.code() == StatusCode::kInvalidArgument) {
+      spdlog::info("{} rejected: {}", method, r.status.message());
+    }
+    // After the caller's deadline gRPC has already answered DEADLINE_EXCEEDED and drops
+    // this; the compiled bundle is in the cache either way.
+    reactor->Finish(ToGrpcStatus(r.status));
+    pending_.fetch_sub(1);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::Compile(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) {
+  return Resolve("Compile", context, request, response, /*compile_on_miss=*/true);
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::Lookup(grpc::CallbackServerContext* context,
+                                                    const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
+  return Resolve("Lookup", context, request, response, /*compile_on_miss=*/false);
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::ReportUsage(grpc::CallbackServerContext* context,
+                                                         const v1::ReportUsageRequest* request,
+                                                         v1::ReportUsageResponse* response) {
+  if (request->records_size() > kMaxUsageRecords) {
+    metrics_.CountRequest("ReportUsage", RequestResult::kError);
+    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                           "a usage batch holds at most " +
+                                               std::to_string(kMaxUsageRecords) + " records"));
+  }
+  for (const v1::UsageRecord& r : request->records()) {
+    if (!IsHexKey(r.key()) || r.invocations() > kMaxInvocationsPerRecord) {
+      metrics_.CountRequest("ReportUsage", RequestResult::kError);
+      return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                             "usage record for '" + r.key().substr(0, 80) +
+                                                 "': keys are 64 lowercase hex digits and a record "
+                                                 "holds at most 2^40 invocations"));
+    }
+  }
+  uint32_t accepted = 0, unknown = 0;
+  for (const v1::UsageRecord& r : request->records()) {
+    StatusOr<std::optional<cache::Hit>> hit = store_.Get(r.key());
+    if (!hit.ok() || !hit->has_value()) {
+      ++unknown;
+      continue;
+    }
+    const v1::CostEstimate& cost = (*hit)->bundle->cost();
+    double saved_per_call = cost.baseline_seconds() - cost.stitched_seconds();
+    metrics_.AddUsage(r.invocations(), saved_per_call * static_cast<double>(r.invocations()));
+    ++accepted;
+  }
+  response->set_accepted(accepted);
+  response->set_unknown_keys(unknown);
+  metrics_.CountRequest("ReportUsage", RequestResult::kOk);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::Stats(grpc::CallbackServerContext* context,
+                                                   const v1::StatsRequest* /*request*/,
+                                                   v1::StatsResponse* response) {
+  response->set_version(info_.version);
+  response->set_target(info_.target);
+  response->set_uptime_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - info_.started).count());
+  auto count = [this](RequestResult r) { return static_cast<uint64_t>(metrics_.ServingCount(r)); };
+  response->set_hits_memory(count(RequestResult::kHitMemory));
+  response->set_hits_disk(count(RequestResult::kHitDisk));
+  response->set_compiles(static_cast<uint64_t>(metrics_.compiles()));
+  response->set_misses(
+      static_cast<uint64_t>(metrics_.RequestCount("Lookup", RequestResult::kFallback)));
+  response->set_errors(count(RequestResult::kError));
+  response->set_rejected(
+      static_cast<uint64_t>(metrics_.RequestCount("Compile", RequestResult::kFallback)));
+  cache::StoreStats s = store_.Stats();
+  response->set_entries(s.entries);
+  response->set_bytes(s.bytes);
+  response->set_capacity_bytes(s.capacity_bytes);
+  response->set_evictions(s.evictions);
+  response->set_queue_depth(pool_.queued());
+  response->set_compiles_in_flight(pool_.running());
+  response->set_compile_seconds_saved(metrics_.compile_seconds_saved());
+  response->set_gpu_seconds_saved(metrics_.gpu_seconds_saved());
+  response->set_invocations_reported(static_cast<uint64_t>(metrics_.invocations()));
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::ListEntries(grpc::CallbackServerContext* context,
+                                                         const v1::ListEntriesRequest* request,
+                                                         v1::ListEntriesResponse* response) {
+  uint32_t limit =
+      request->limit() == 0 ? kDefaultListLimit : std::min(request->limit(), kMaxListLimit);
+  for (const cache::EntryInfo& e : store_.List(limit)) {
+    v1::EntrySummary& s = *response->add_entries();
+    s.set_key(e.key);
+    s.set_target(e.target);
+    s.set_kernels(e.kernels);
+    s.set_bytes(e.bytes);
+    s.set_compile_seconds(e.compile_seconds);
+    s.set_plan(e.plan);
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::GetEntry(grpc::CallbackServerContext* context,
+                                                      const v1::GetEntryRequest* request,
+                                                      v1::CompileResponse* response) {
+  if (!IsHexKey(request->key())) {
+    metrics_.CountRequest("GetEntry", RequestResult::kError);
+    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                           "a key is 64 lowercase hex digits"));
+  }
+  StatusOr<std::optional<cache::Hit>> hit = store_.Get(request->key());
+  if (!hit.ok()) return FinishNow(context, ToGrpcStatus(hit.status()));
+  if (!hit->has_value()) {
+    metrics_.CountRequest("GetEntry", RequestResult::kFallback);
+    return FinishNow(
+        context, grpc::Status(grpc::StatusCode::NOT_FOUND, "no entry for key " + request->key()));
+  }
+  metrics_.CountRequest("GetEntry", (*hit)->tier == cache::Tier::kMemory ? RequestResult::kHitMemory
+                                                                         : RequestResult::kHitDisk);
+  response->set_source((*hit)->tier == cache::Tier::kMemory ? v1::CompileResponse::MEMORY
+                                                            : v1::CompileResponse::DISK);
+  response->set_key(request->key());
+  *response->mutable_bundle() = *(*hit)->bundle;
+  return FinishNow(context, grpc::Status::OK);
+}
+
+}  // namespace stitch::daemon

@@ -1,0 +1,81 @@
+// stitch.v1.KernelService on gRPC's callback API. Handlers never block a gRPC thread on a
+// compile: hits and errors finish inline, compiles finish from the compile pool.
+//
+// Thread-safety: gRPC calls the handlers concurrently; the service holds no mutable state
+// of its own beyond what KernelResolver, the store and the metrics guard.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+
+#include "daemon_metrics.h"
+#include "kernel_resolver.h"
+#include "stitch/cache/tiered_store.h"
+#include "stitch/v1/kernel_service.grpc.pb.h"
+
+namespace stitch::daemon {
+
+// What Stats reports besides the metrics.
+struct ServiceInfo {
+  std::string version;
+  std::string target;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+};
+
+// Compile and Lookup take raw bytes: a payload that is not a CompileRequest at all gets
+// INVALID_ARGUMENT like any other bad input (gRPC's own parser would answer INTERNAL), and
+// the cached bundle is serialized straight into the response without a deep copy.
+using KernelServiceBase = v1::KernelService::WithRawCallbackMethod_Compile<
+    v1::KernelService::WithRawCallbackMethod_Lookup<v1::KernelService::CallbackService>>;
+
+class KernelServiceImpl final : public KernelServiceBase {
+ public:
+  // Every reference must outlive the service.
+  KernelServiceImpl(KernelResolver& resolver, cache::TieredStore& store, CompilePool& pool,
+                    DaemonMetrics& metrics, ServiceInfo info);
+
+  grpc::ServerUnaryReactor* Compile(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ReportUsage(grpc::CallbackServerContext* context,
+                                        const v1::ReportUsageRequest* request,
+                                        v1::ReportUsageResponse* response) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
+                                  const v1::StatsRequest* request,
+                                  v1::StatsResponse* response) override;
+  grpc::ServerUnaryReactor* ListEntries(grpc::CallbackServerContext* context,
+                                        const v1::ListEntriesRequest* request,
+                                        v1::ListEntriesResponse* response) override;
+  grpc::ServerUnaryReactor* GetEntry(grpc::CallbackServerContext* context,
+                                     const v1::GetEntryRequest* request,
+                                     v1::CompileResponse* response) override;
+
+  // Requests whose answer waits for a compile; a draining daemon waits for this to reach
+  // zero before it stops the server.
+  int pending() const { return pending_.load(); }
+
+ private:
+  grpc::ServerUnaryReactor* Resolve(const char* method, grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+                                    bool compile_on_miss);
+
+  KernelResolver& resolver_;
+  cache::TieredStore& store_;
+  CompilePool& pool_;
+  DaemonMetrics& metrics_;
+  ServiceInfo info_;
+  std::atomic<int> pending_{0};
+};
+
+// Returns the gRPC status for a stitch Status (same code, same message).
+grpc::Status ToGrpcStatus(const Status& status);
+
+// Returns the serialized CompileResponse for a resolved bundle, built without copying the
+// bundle message.
+std::string SerializeResponse(v1::CompileResponse::Source source, const std::string& key,
+                              const v1::KernelBundle& bundle);
+
+}  // namespace stitch::daemon

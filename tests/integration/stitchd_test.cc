@@ -1,0 +1,497 @@
+// End to end on one node: a real stitchd process, the real client library over a Unix
+// socket, RocksDB on disk, and the metrics endpoint checked by promtool.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <random>
+#include <thread>
+
+#include "stitch/client/client.h"
+#include "stitch/compiler/graph_proto.h"
+#include "stitch/compiler/hlo_import.h"
+#include "support/stitchd_process.h"
+
+namespace stitch::testing {
+namespace {
+
+using client::Client;
+using client::ClientOptions;
+using client::Outcome;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+std::string CorpusFile(const std::string& relative) {
+  return ReadFile(std::string(STITCH_CORPUS_DIR) + "/" + relative);
+}
+
+// A row softmax over [rows, cols]; each shape is a distinct key.
+std::string SoftmaxHlo(int rows, int cols) {
+  std::string r = std::to_string(rows), c = std::to_string(cols);
+  return "HloModule softmax_" + r + "x" + c + R"(
+max_f {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+add_f {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  p = f32[)" +
+         r + "," + c + R"(] parameter(0)
+  lo = f32[] constant(-3e38)
+  m = f32[)" +
+         r + R"(] reduce(p, lo), dimensions={1}, to_apply=max_f
+  mb = f32[)" +
+         r + "," + c + R"(] broadcast(m), dimensions={0}
+  s = f32[)" +
+         r + "," + c + R"(] subtract(p, mb)
+  e = f32[)" +
+         r + "," + c + R"(] exponential(s)
+  z = f32[] constant(0)
+  sum = f32[)" +
+         r + R"(] reduce(e, z), dimensions={1}, to_apply=add_f
+  sb = f32[)" +
+         r + "," + c + R"(] broadcast(sum), dimensions={0}
+  ROOT d = f32[)" +
+         r + "," + c + R"(] divide(e, sb)
+}
+)";
+}
+
+v1::CompileRequest HloRequest(const std::string& text) {
+  v1::CompileRequest r;
+  r.set_hlo_text(text);
+  return r;
+}
+
+// A chain of `length` elementwise ops: slow enough to compile that a test can act while
+// the compile is in flight.
+v1::CompileRequest LongChainRequest(int length, int width) {
+  v1::Graph g;
+  g.set_name("chain");
+  v1::Node* p = g.add_nodes();
+  p->set_op(v1::PARAMETER);
+  p->mutable_shape()->set_dtype(v1::F32);
+  p->mutable_shape()->add_dims(width);
+  p->set_parameter_number(0);
+  for (int i = 0; i < length; ++i) {
+    v1::Node* n = g.add_nodes();
+    n->set_op(i % 3 == 0 ? v1::TANH : (i % 3 == 1 ? v1::EXP : v1::SIN));
+    *n->mutable_shape() = p->shape();
+    n->add_operands(i);
+  }
+  g.add_outputs(length);
+  v1::CompileRequest r;
+  *r.mutable_graph() = g;
+  return r;
+}
+
+class StitchdTest : public ::testing::Test {
+ protected:
+  DaemonPaths Paths() const {
+    return {dir_.path() + "/data", dir_.path() + "/stitchd.sock", dir_.path() + "/stitchd.log"};
+  }
+  // Integration tests run on a loaded 2-core CI machine: deadlines generous enough that
+  // only a wrong answer, not a slow one, fails them.
+  static ClientOptions Options(const StitchdProcess& d) {
+    ClientOptions o;
+    o.address = d.address();
+    o.local_cache_entries = 0;
+    o.lookup_deadline = milliseconds(5000);
+    o.compile_deadline = milliseconds(120000);
+    o.admin_deadline = milliseconds(5000);
+    return o;
+  }
+  static v1::StatsResponse StatsOf(Client& c) {
+    StatusOr<v1::StatsResponse> s = c.Stats();
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? *s : v1::StatsResponse();
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(StitchdTest, CompiledThenMemoryHitThenDiskHitAfterRestart) {
+  v1::CompileRequest request = HloRequest(CorpusFile("hlo/extracted/layernorm_fwd_2d1_f32.hlo"));
+  std::string key, ptx;
+  {
+    StitchdProcess d(Paths());
+    ASSERT_TRUE(d.started()) << d.log();
+    Client c(Options(d));
+    client::Result first = c.Compile(request);
+    ASSERT_EQ(first.outcome, Outcome::kCompiled) << first.reason;
+    ASSERT_EQ(first.key.size(), 64u);
+    ASSERT_GT(first.bundle->kernels_size(), 0);
+    EXPECT_EQ(first.bundle->key(), first.key);
+    EXPECT_FALSE(first.bundle->kernels(0).ptx().empty());
+    key = first.key;
+    ptx = first.bundle->kernels(0).ptx();
+
+    client::Result second = c.Compile(request);
+    ASSERT_EQ(second.outcome, Outcome::kMemory) << second.reason;
+    EXPECT_EQ(second.key, key);
+    EXPECT_EQ(second.bundle->digest(), first.bundle->digest());
+    v1::StatsResponse s = StatsOf(c);
+    EXPECT_EQ(s.compiles(), 1u);
+    EXPECT_EQ(s.hits_memory(), 1u);
+    EXPECT_GT(s.compile_seconds_saved(), 0.0);
+    EXPECT_EQ(d.Stop(), 0) << d.log();
+  }
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(Options(d));
+  client::Result third = c.Compile(request);
+  ASSERT_EQ(third.outcome, Outcome::kDisk) << third.reason;
+  EXPECT_EQ(third.key, key);
+  EXPECT_EQ(third.bundle->kernels(0).ptx(), ptx);
+  client::Result fourth = c.Lookup(request);
+  EXPECT_EQ(fourth.outcome, Outcome::kMemory) << fourth.reason;
+  // The fleet totals survive the restart.
+  v1::StatsResponse s = StatsOf(c);
+  EXPECT_EQ(s.compiles(), 1u);
+  EXPECT_EQ(s.hits_disk(), 1u);
+}
+
+TEST_F(StitchdTest, ThirtyTwoConcurrentIdenticalRequestsCompileOnce) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  v1::CompileRequest request = HloRequest(SoftmaxHlo(333, 777));
+  constexpr int kRequests = 32;
+  std::vector<client::Result> results(kRequests);
+  std::latch start(kRequests);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      Client c(Options(d));
+      start.arrive_and_wait();
+      results[static_cast<size_t>(i)] = c.Compile(request);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int compiled = 0;
+  for (const client::Result& r : results) {
+    ASSERT_TRUE(r.ok()) << r.reason;
+    EXPECT_EQ(r.key, results[0].key);
+    compiled += r.outcome == Outcome::kCompiled;
+  }
+  EXPECT_GE(compiled, 1);
+  Client c(Options(d));
+  EXPECT_EQ(StatsOf(c).compiles(), 1u);
+}
+
+TEST_F(StitchdTest, SecondDaemonOnTheSameSocketOrDataDirRefusesToStart) {
+  StitchdProcess first(Paths());
+  ASSERT_TRUE(first.started()) << first.log();
+
+  DaemonPaths same_socket = Paths();
+  same_socket.data_dir = dir_.path() + "/data2";
+  same_socket.log = dir_.path() + "/second.log";
+  StitchdProcess second(same_socket);
+  EXPECT_FALSE(second.started());
+  EXPECT_EQ(second.Wait(std::chrono::seconds(30)), 1);
+  EXPECT_NE(second.log().find("holds " + Paths().socket + ".lock"), std::string::npos)
+      << second.log();
+  EXPECT_NE(second.log().find(std::to_string(first.pid())), std::string::npos) << second.log();
+
+  DaemonPaths same_data = Paths();
+  same_data.socket = dir_.path() + "/other.sock";
+  same_data.log = dir_.path() + "/third.log";
+  StitchdProcess third(same_data);
+  EXPECT_FALSE(third.started());
+  EXPECT_EQ(third.Wait(std::chrono::seconds(30)), 1);
+  EXPECT_NE(third.log().find(Paths().data_dir), std::string::npos) << third.log();
+
+  // The first daemon still serves.
+  Client c(Options(first));
+  EXPECT_TRUE(c.Stats().ok());
+  EXPECT_TRUE(first.alive());
+}
+
+TEST_F(StitchdTest, ClientOfADeadSocketFallsBackWithinItsDeadline) {
+  ClientOptions o;
+  o.address = "unix://" + dir_.path() + "/nobody-listens.sock";
+  o.lookup_deadline = milliseconds(50);
+  Client c(o);
+  v1::CompileRequest request = HloRequest(SoftmaxHlo(8, 8));
+  for (int i = 0; i < 3; ++i) {
+    auto start = steady_clock::now();
+    client::Result r = c.Lookup(request);
+    auto elapsed = steady_clock::now() - start;
+    EXPECT_EQ(r.outcome, Outcome::kFallback);
+    EXPECT_FALSE(r.reason.empty());
+    EXPECT_LT(elapsed, milliseconds(50 + 100)) << r.reason;
+    start = steady_clock::now();
+    r = c.Compile(request, milliseconds(50));
+    elapsed = steady_clock::now() - start;
+    EXPECT_EQ(r.outcome, Outcome::kFallback);
+    EXPECT_LT(elapsed, milliseconds(50 + 100)) << r.reason;
+  }
+}
+
+// Sends raw bytes as a Compile request, as a broken or hostile client would.
+grpc::Status SendRawCompile(const std::string& address, const std::string& bytes) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1), response;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status result;
+  stub.UnaryCall(&ctx, "/stitch.v1.KernelService/Compile", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   std::lock_guard lock(mu);
+                   result = s;
+                   done = true;
+                   cv.notify_all();
+                 });
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done; });
+  return result;
+}
+
+TEST_F(StitchdTest, BadInputIsInvalidArgumentAndLeavesTheDaemonServing) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(Options(d));
+
+  std::mt19937 rng(12345);
+  std::string garbage(4096, '\0');
+  for (char& ch : garbage) ch = static_cast<char>(rng());
+  grpc::Status raw = SendRawCompile(d.address(), garbage);
+  EXPECT_EQ(raw.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << raw.error_message();
+
+  v1::CompileRequest cycle;
+  v1::Graph& g = *cycle.mutable_graph();
+  for (int i = 0; i < 3; ++i) {
+    v1::Node* n = g.add_nodes();
+    n->mutable_shape()->set_dtype(v1::F32);
+    n->mutable_shape()->add_dims(4);
+    if (i == 0) {
+      n->set_op(v1::PARAMETER);
+    } else {
+      n->set_op(v1::NEG);
+      n->add_operands(i == 1 ? 2 : 1);
+    }
+  }
+  g.add_outputs(2);
+  client::Result r = c.Compile(cycle);
+  EXPECT_EQ(r.outcome, Outcome::kFallback);
+  EXPECT_EQ(r.reason.rfind("INVALID_ARGUMENT", 0), 0u) << r.reason;
+  EXPECT_NE(r.reason.find("cycle"), std::string::npos) << r.reason;
+
+  r = c.Compile(LongChainRequest(100000, 4));
+  EXPECT_EQ(r.reason.rfind("INVALID_ARGUMENT", 0), 0u) << r.reason;
+  EXPECT_NE(r.reason.find("over the limit"), std::string::npos) << r.reason;
+
+  r = c.Compile(HloRequest(R"(HloModule has_dot
+ENTRY main {
+  a = f32[4,8] parameter(0)
+  b = f32[8,4] parameter(1)
+  ROOT d = f32[4,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})"));
+  EXPECT_EQ(r.reason.rfind("INVALID_ARGUMENT", 0), 0u) << r.reason;
+  EXPECT_NE(r.reason.find("dot"), std::string::npos) << r.reason;
+
+  r = c.Compile(HloRequest("this is not HLO"));
+  EXPECT_EQ(r.reason.rfind("INVALID_ARGUMENT", 0), 0u) << r.reason;
+
+  v1::CompileRequest empty;
+  r = c.Compile(empty);
+  EXPECT_EQ(r.reason.rfind("INVALID_ARGUMENT", 0), 0u) << r.reason;
+
+  // Still serving, and nothing was stored for the bad requests.
+  EXPECT_TRUE(d.alive());
+  client::Result good = c.Compile(HloRequest(SoftmaxHlo(16, 32)));
+  EXPECT_EQ(good.outcome, Outcome::kCompiled) << good.reason;
+  v1::StatsResponse s = StatsOf(c);
+  EXPECT_EQ(s.entries(), 1u);
+  EXPECT_GE(s.errors(), 5u);
+}
+
+TEST_F(StitchdTest, MetricsEndpointPassesPromtoolAndCountsRequests) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(Options(d));
+  v1::CompileRequest request = HloRequest(SoftmaxHlo(64, 128));
+  ASSERT_TRUE(c.Compile(request).ok());
+  ASSERT_TRUE(c.Lookup(request).ok());
+
+  std::string url = "http://127.0.0.1:" + std::to_string(d.metrics_port());
+  std::string file = dir_.path() + "/metrics.txt";
+  int status = 0;
+  std::string headers = RunCommand("curl -sS -D - -o " + file + " " + url + "/metrics", &status);
+  ASSERT_EQ(status, 0) << "curl failed; run scripts/setup";
+  EXPECT_NE(headers.find("Content-Type: text/plain; version=0.0.4; charset=utf-8"),
+            std::string::npos)
+      << headers;
+  std::string promtool = RunCommand("promtool check metrics < " + file + " 2>&1", &status);
+  EXPECT_EQ(status, 0) << promtool;
+  std::string body = ReadFile(file);
+  for (const char* expected :
+       {"stitch_requests_total{method=\"Compile\",result=\"compiled\"} 1",
+        "stitch_requests_total{method=\"Lookup\",result=\"hit_memory\"} 1",
+        "stitch_compiles_total{result=\"ok\"} 1", "stitch_lookup_duration_seconds_bucket",
+        "stitch_compile_duration_seconds_count 1", "stitch_cache_entries{tier=\"disk\"} 1",
+        "stitch_cache_capacity_bytes{tier=\"memory\"}", "stitch_build_info{",
+        "process_resident_memory_bytes", "stitch_gpu_seconds_saved_total",
+        "stitch_compile_seconds_saved_total", "stitch_compile_queue_depth 0",
+        "stitch_compiles_in_flight 0", "stitch_cache_evictions_total{tier=\"memory\"} 0"}) {
+    EXPECT_NE(body.find(expected), std::string::npos) << expected << "\n" << body;
+  }
+  std::string health = RunCommand("curl -sS " + url + "/healthz", &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(health, "ok\n");
+}
+
+TEST_F(StitchdTest, CompilePastItsDeadlineStillLandsInTheCache) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(Options(d));
+  v1::CompileRequest request = LongChainRequest(100, 1024);
+  client::Result late = c.Compile(request, milliseconds(20));
+  EXPECT_EQ(late.outcome, Outcome::kFallback);
+  EXPECT_NE(late.reason.find("DEADLINE_EXCEEDED"), std::string::npos) << late.reason;
+  auto end = steady_clock::now() + std::chrono::seconds(120);
+  client::Result hit;
+  while (steady_clock::now() < end) {
+    hit = c.Lookup(request);
+    if (hit.ok()) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_EQ(hit.outcome, Outcome::kMemory) << hit.reason;
+  EXPECT_EQ(StatsOf(c).compiles(), 1u);
+}
+
+TEST_F(StitchdTest, FullCompileQueueAnswersResourceExhausted) {
+  StitchdProcess d(Paths(), {"--workers", "1", "--max-queue", "1"});
+  ASSERT_TRUE(d.started()) << d.log();
+  constexpr int kRequests = 8;
+  std::vector<client::Result> results(kRequests);
+  std::latch start(kRequests);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      Client c(Options(d));
+      start.arrive_and_wait();
+      results[static_cast<size_t>(i)] = c.Compile(LongChainRequest(40 + i, 256));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int ok = 0, exhausted = 0;
+  for (const client::Result& r : results) {
+    ok += r.ok();
+    exhausted += r.reason.rfind("RESOURCE_EXHAUSTED", 0) == 0;
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(exhausted, 1);
+  EXPECT_EQ(ok + exhausted, kRequests);
+  Client c(Options(d));
+  EXPECT_EQ(StatsOf(c).rejected(), static_cast<uint64_t>(exhausted));
+}
+
+TEST_F(StitchdTest, SigtermDrainsAnInFlightCompile) {
+  v1::CompileRequest request = LongChainRequest(100, 1024);
+  {
+    StitchdProcess d(Paths());
+    ASSERT_TRUE(d.started()) << d.log();
+    Client c(Options(d));
+    std::future<client::Result> pending = c.CompileAsync(request);
+    // Wait until the compile runs, then ask the daemon to stop.
+    auto end = steady_clock::now() + std::chrono::seconds(30);
+    while (steady_clock::now() < end && StatsOf(c).compiles_in_flight() == 0) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    ::kill(d.pid(), SIGTERM);
+    client::Result r = pending.get();
+    EXPECT_EQ(r.outcome, Outcome::kCompiled) << r.reason;
+    EXPECT_EQ(d.Wait(std::chrono::seconds(120)), 0) << d.log();
+    EXPECT_NE(d.log().find("draining"), std::string::npos);
+  }
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(Options(d));
+  EXPECT_EQ(c.Lookup(request).outcome, Outcome::kDisk);
+}
+
+TEST_F(StitchdTest, MultiMebibyteMessagesGoThrough) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  // Node names are for messages only, so long ones make a large but valid graph.
+  v1::CompileRequest request = LongChainRequest(20, 64);
+  for (v1::Node& n : *request.mutable_graph()->mutable_nodes()) {
+    n.set_name(std::string(320 << 10, 'n'));
+  }
+  ASSERT_GT(request.ByteSizeLong(), 6u << 20);
+  Client c(Options(d));
+  client::Result r = c.Compile(request);
+  EXPECT_EQ(r.outcome, Outcome::kCompiled) << r.reason;
+}
+
+TEST_F(StitchdTest, UsageReportsCreditTheCostModelsSavings) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(Options(d));
+  client::Result r = c.Compile(HloRequest(SoftmaxHlo(128, 768)));
+  ASSERT_TRUE(r.ok()) << r.reason;
+  c.RecordInvocations(r.key, 1000);
+  c.RecordInvocations(r.key, 500);
+  c.RecordInvocations(std::string(64, 'a'), 7);
+  StatusOr<v1::ReportUsageResponse> sent = c.FlushUsage();
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  EXPECT_EQ(sent->accepted(), 1u);
+  EXPECT_EQ(sent->unknown_keys(), 1u);
+  v1::StatsResponse s = StatsOf(c);
+  EXPECT_EQ(s.invocations_reported(), 1500u);
+  const v1::CostEstimate& cost = r.bundle->cost();
+  EXPECT_GT(cost.baseline_seconds(), 0.0);
+  EXPECT_DOUBLE_EQ(s.gpu_seconds_saved(),
+                   1500 * (cost.baseline_seconds() - cost.stitched_seconds()));
+  c.RecordInvocations("not-a-key", 1);
+  EXPECT_FALSE(c.FlushUsage().ok());
+}
+
+TEST_F(StitchdTest, HealthServiceReportsServing) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  auto channel = grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  // An empty HealthCheckRequest asks about the whole server.
+  grpc::Slice empty(std::string{});
+  grpc::ByteBuffer request(&empty, 1), response;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   std::lock_guard lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_all();
+                 });
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done; });
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // HealthCheckResponse{status: SERVING}: field 1, varint 1.
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+}  // namespace
+}  // namespace stitch::testing
