@@ -101,23 +101,41 @@ StatusOr<KernelResolver::Prepared> KernelResolver::Prepare(const v1::CompileRequ
   return p;
 }
 
-void KernelResolver::Resolve(const v1::CompileRequest& request, bool compile_on_miss,
+bool KernelResolver::AnswerFromCache(const std::string& key,
+                                     std::chrono::steady_clock::time_point start,
+                                     const std::function<void(Resolution)>& done) {
+  StatusOr<std::optional<cache::Hit>> hit = store_.Get(key);
+  if (!hit.ok()) {
+    spdlog::warn("cache read failed for {}: {}", key, hit.status().ToString());
+    return false;
+  }
+  if (!hit->has_value()) return false;
+  metrics_.ObserveLookupSeconds(SecondsSince(start));
+  metrics_.AddCompileSecondsSaved((*hit)->bundle->compile_seconds());
+  done(Resolution{Status::Ok(), SourceOf((*hit)->tier), key, (*hit)->bundle});
+  return true;
+}
+
+void KernelResolver::Resolve(std::string_view request_bytes, bool compile_on_miss,
                              std::function<void(Resolution)> done) {
   auto start = std::chrono::steady_clock::now();
+  std::string digest = KeyMemo::Digest(request_bytes);
+  std::optional<std::string> known = memo_.Find(digest);
+  if (known && AnswerFromCache(*known, start, done)) return;
+
+  v1::CompileRequest request;
+  if (!request.ParseFromArray(request_bytes.data(), static_cast<int>(request_bytes.size()))) {
+    done(Resolution{
+        InvalidArgument("the payload is not a serialized stitch.v1.CompileRequest"), {}, {}, {}});
+    return;
+  }
   StatusOr<Prepared> prepared = Prepare(request);
   if (!prepared.ok()) {
     done(Resolution{prepared.status(), {}, {}, {}});
     return;
   }
-  StatusOr<std::optional<cache::Hit>> hit = store_.Get(prepared->key);
-  if (hit.ok() && hit->has_value()) {
-    metrics_.ObserveLookupSeconds(SecondsSince(start));
-    metrics_.AddCompileSecondsSaved((*hit)->bundle->compile_seconds());
-    done(Resolution{Status::Ok(), SourceOf((*hit)->tier), prepared->key, (*hit)->bundle});
-    return;
-  }
-  if (!hit.ok())
-    spdlog::warn("cache read failed for {}: {}", prepared->key, hit.status().ToString());
+  memo_.Remember(digest, prepared->key);
+  if (AnswerFromCache(prepared->key, start, done)) return;
   if (!compile_on_miss) {
     metrics_.ObserveLookupSeconds(SecondsSince(start));
     done(Resolution{NotFound("no cached kernels for key " + prepared->key), {}, prepared->key, {}});

@@ -6,6 +6,7 @@
 // the caller's thread when the answer needs no compile, else on a compile-pool thread.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "compile_pool.h"
 #include "daemon_metrics.h"
+#include "key_memo.h"
 #include "single_flight.h"
 #include "stitch/cache/tiered_store.h"
 #include "stitch/compiler/graph.h"
@@ -47,14 +49,18 @@ class KernelResolver {
   KernelResolver(ResolverOptions options, cache::KernelStore& store, CompilePool& pool,
                  DaemonMetrics& metrics);
 
-  // Resolves `request`; on a cache miss compiles when `compile_on_miss`, else answers
-  // NOT_FOUND.
-  void Resolve(const v1::CompileRequest& request, bool compile_on_miss,
+  // Resolves the serialized CompileRequest `request_bytes`; on a cache miss compiles when
+  // `compile_on_miss`, else answers NOT_FOUND. Bytes that are not a CompileRequest are
+  // INVALID_ARGUMENT.
+  void Resolve(std::string_view request_bytes, bool compile_on_miss,
                std::function<void(Resolution)> done);
 
  private:
   struct Prepared;
   StatusOr<Prepared> Prepare(const v1::CompileRequest& request);
+  // Answers from the cache when it holds `key`; returns false on a miss.
+  bool AnswerFromCache(const std::string& key, std::chrono::steady_clock::time_point start,
+                       const std::function<void(Resolution)>& done);
   const KeyContext& KeyContextFor(const std::string& target, bool ptx_only);
   void StartCompile(std::shared_ptr<Prepared> prepared);
   Resolution CompileNow(const Prepared& prepared);
@@ -64,6 +70,7 @@ class KernelResolver {
   CompilePool& pool_;
   DaemonMetrics& metrics_;
   SingleFlight<Resolution> flights_;
+  KeyMemo memo_{1 << 16};
   std::mutex key_contexts_mu_;
   std::map<std::pair<std::string, bool>, KeyContext> key_contexts_;
 };

@@ -109,15 +109,15 @@ std::string SerializeResponse(v1::CompileResponse::Source source, const std::str
 
 namespace {
 
-bool ParseRequest(const grpc::ByteBuffer& buffer, v1::CompileRequest& request) {
+std::string BytesOf(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
-  if (!buffer.Dump(&slices).ok()) return false;
   std::string bytes;
+  if (!buffer.Dump(&slices).ok()) return bytes;
   bytes.reserve(buffer.Length());
   for (const grpc::Slice& s : slices) {
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
-  return request.ParseFromString(bytes);
+  return bytes;
 }
 
 void SetBytes(grpc::ByteBuffer& buffer, std::string bytes) {
@@ -132,27 +132,21 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Resolve(const char* method,
                                                      const grpc::ByteBuffer* request,
                                                      grpc::ByteBuffer* response,
                                                      bool compile_on_miss) {
-  v1::CompileRequest parsed;
-  if (!ParseRequest(*request, parsed)) {
-    metrics_.CountRequest(method, RequestResult::kError);
-    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                           "the payload is not a serialized "
-                                           "stitch.v1.CompileRequest"));
-  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   pending_.fetch_add(1);
-  resolver_.Resolve(parsed, compile_on_miss, [this, method, reactor, response](Resolution r) {
-    metrics_.CountRequest(method, ResultOf(r));
-    if (r.status.ok()) {
-      SetBytes(*response, SerializeResponse(r.source, r.key, *r.bundle));
-    } else if (r.status.code() == StatusCode::kInvalidArgument) {
-      spdlog::info("{} rejected: {}", method, r.status.message());
-    }
-    // After the caller's deadline gRPC has already answered DEADLINE_EXCEEDED and drops
-    // this; the compiled bundle is in the cache either way.
-    reactor->Finish(ToGrpcStatus(r.status));
-    pending_.fetch_sub(1);
-  });
+  resolver_.Resolve(BytesOf(*request), compile_on_miss,
+                    [this, method, reactor, response](Resolution r) {
+                      metrics_.CountRequest(method, ResultOf(r));
+                      if (r.status.ok()) {
+                        SetBytes(*response, SerializeResponse(r.source, r.key, *r.bundle));
+                      } else if (r.status.code() == StatusCode::kInvalidArgument) {
+                        spdlog::info("{} rejected: {}", method, r.status.message());
+                      }
+                      // After the caller's deadline gRPC has already answered DEADLINE_EXCEEDED and
+                      // drops this; the compiled bundle is in the cache either way.
+                      reactor->Finish(ToGrpcStatus(r.status));
+                      pending_.fetch_sub(1);
+                    });
   return reactor;
 }
 
