@@ -14,8 +14,25 @@ struct CompileArgs {
   bool json = false;
   bool print_ptx = false;
   bool cubin = true;
+  std::string daemon;  // when set, ask this stitchd instead of compiling in-process
 };
 int RunCompile(const CompileArgs& args);
+int RunCompileOnDaemon(const CompileArgs& args);
+
+// Arguments of the commands that talk to a running stitchd.
+struct DaemonArgs {
+  std::string daemon = "unix:///run/stitchd/stitchd.sock";
+  bool json = false;
+  uint32_t limit = 100;  // cache ls
+  std::string key;       // cache get
+  std::string out;       // cache get: write the serialized bundle here
+};
+int RunStats(const DaemonArgs& args);
+int RunCacheList(const DaemonArgs& args);
+int RunCacheGet(const DaemonArgs& args);
+
+// Returns the gRPC target for a --daemon flag: a path starting with '/' is a Unix socket.
+std::string DaemonAddress(const std::string& flag);
 
 struct RunArgs {
   std::string file;

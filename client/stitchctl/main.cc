@@ -15,6 +15,25 @@ int main(int argc, char** argv) {
   c->add_flag("--json", compile.json, "Print JSON");
   c->add_flag("--ptx", compile.print_ptx, "Print each kernel's PTX");
   c->add_flag("!--no-cubin", compile.cubin, "Stop at PTX");
+  c->add_option("--daemon", compile.daemon,
+                "Ask this stitchd (unix:///path, /path or host:port) instead of compiling here");
+
+  DaemonArgs daemon;
+  const char* kDaemonHelp = "stitchd address: unix:///path, /path or host:port";
+  auto* st = app.add_subcommand("stats", "Print a running stitchd's counters");
+  st->add_option("--daemon", daemon.daemon, kDaemonHelp);
+  st->add_flag("--json", daemon.json, "Print JSON");
+  auto* cache = app.add_subcommand("cache", "Inspect a running stitchd's kernel cache");
+  cache->require_subcommand(1);
+  auto* ls = cache->add_subcommand("ls", "List cached bundles, most recently used first");
+  ls->add_option("--daemon", daemon.daemon, kDaemonHelp);
+  ls->add_option("--limit", daemon.limit, "At most this many entries");
+  ls->add_flag("--json", daemon.json, "Print JSON");
+  auto* get = cache->add_subcommand("get", "Show one cached bundle");
+  get->add_option("key", daemon.key, "The bundle's key (64 hex digits)")->required();
+  get->add_option("--daemon", daemon.daemon, kDaemonHelp);
+  get->add_option("--out", daemon.out, "Write the serialized stitch.v1.KernelBundle here");
+  get->add_flag("--json", daemon.json, "Print JSON");
 
   RunArgs run;
   std::string inputs;
@@ -46,7 +65,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& err) {
     return app.exit(err);
   }
-  if (c->parsed()) return RunCompile(compile);
+  if (c->parsed())
+    return compile.daemon.empty() ? RunCompile(compile) : RunCompileOnDaemon(compile);
+  if (st->parsed()) return RunStats(daemon);
+  if (ls->parsed()) return RunCacheList(daemon);
+  if (get->parsed()) return RunCacheGet(daemon);
   if (r->parsed()) {
     if (!inputs.empty()) run.inputs = CLI::detail::split(inputs, ',');
     return RunRun(run);

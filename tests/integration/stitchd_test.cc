@@ -493,5 +493,49 @@ TEST_F(StitchdTest, HealthServiceReportsServing) {
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
+TEST_F(StitchdTest, StitchctlCompilesListsAndShowsEntriesThroughTheDaemon) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  std::string stitchctl = std::string(STITCH_BINARY_DIR) + "/client/stitchctl";
+  std::string socket = Paths().socket;
+  std::string file = std::string(STITCH_CORPUS_DIR) + "/hlo/extracted/layernorm_fwd_2d1_f32.hlo";
+  int status = 0;
+  std::string out = RunCommand(stitchctl + " compile " + file + " --daemon " + socket, &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(out.rfind("compiled", 0), 0u) << out;
+  std::string key = out.substr(out.find_first_of("0123456789abcdef", 8), 64);
+  out = RunCommand(stitchctl + " compile " + file + " --daemon unix://" + socket, &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(out.rfind("hit_memory " + key, 0), 0u) << out;
+
+  out = RunCommand(stitchctl + " stats --json --daemon " + socket, &status);
+  ASSERT_EQ(status, 0) << out;
+  nlohmann::json stats = nlohmann::json::parse(out);
+  EXPECT_EQ(stats["compiles"], 1);
+  EXPECT_EQ(stats["hits_memory"], 1);
+  EXPECT_EQ(stats["entries"], 1);
+
+  out = RunCommand(stitchctl + " cache ls --daemon " + socket, &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_NE(out.find(key + "  sm_90"), std::string::npos) << out;
+
+  out = RunCommand(stitchctl + " cache get " + key + " --json --daemon " + socket, &status);
+  ASSERT_EQ(status, 0) << out;
+  nlohmann::json bundle = nlohmann::json::parse(out);
+  EXPECT_EQ(bundle["key"], key);
+  EXPECT_GT(bundle["kernels"].size(), 0u);
+
+  out = RunCommand(stitchctl + " cache get nothex --daemon " + socket + " 2>&1", &status);
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(out.find("INVALID_ARGUMENT"), std::string::npos) << out;
+  out = RunCommand(
+      stitchctl + " cache get " + std::string(64, 'b') + " --daemon " + socket + " 2>&1", &status);
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(out.find("NOT_FOUND"), std::string::npos) << out;
+  out = RunCommand(stitchctl + " stats --daemon " + dir_.path() + "/nobody.sock 2>&1", &status);
+  EXPECT_EQ(status, 1);
+  EXPECT_EQ(out.rfind("stitchctl: ", 0), 0u) << out;
+}
+
 }  // namespace
 }  // namespace stitch::testing

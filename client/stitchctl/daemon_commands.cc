@@ -1,0 +1,172 @@
+// stitchctl's commands that talk to a running stitchd through the client library.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "graph_input.h"
+#include "stitch/client/client.h"
+#include "stitch/compiler/graph_proto.h"
+
+namespace stitch::ctl {
+namespace {
+
+client::Client MakeClient(const std::string& daemon) {
+  client::ClientOptions o;
+  o.address = DaemonAddress(daemon);
+  o.local_cache_entries = 0;  // a one-shot tool asks the daemon every time
+  return client::Client(o);
+}
+
+nlohmann::json BundleJson(const v1::KernelBundle& b) {
+  nlohmann::json kernels = nlohmann::json::array();
+  for (const v1::Kernel& k : b.kernels()) {
+    const v1::LaunchDims& l = k.launch();
+    kernels.push_back({{"name", k.name()},
+                       {"kind", k.kind()},
+                       {"grid", {l.grid_x(), l.grid_y(), l.grid_z()}},
+                       {"block", {l.block_x(), l.block_y(), l.block_z()}},
+                       {"ptx_bytes", k.ptx().size()},
+                       {"cubin_bytes", k.cubin().size()}});
+  }
+  return {{"key", b.key()},
+          {"target", b.target()},
+          {"compiler_version", b.compiler_version()},
+          {"compile_seconds", b.compile_seconds()},
+          {"bytes", b.ByteSizeLong()},
+          {"plan", b.plan()},
+          {"kernels", kernels},
+          {"cost",
+           {{"stitched_seconds", b.cost().stitched_seconds()},
+            {"baseline_seconds", b.cost().baseline_seconds()},
+            {"stitched_kernels", b.cost().stitched_kernels()},
+            {"baseline_kernels", b.cost().baseline_kernels()}}}};
+}
+
+}  // namespace
+
+std::string DaemonAddress(const std::string& flag) {
+  // A bare path is a Unix socket; anything else is a gRPC target as given.
+  if (!flag.empty() && flag[0] == '/') return "unix://" + flag;
+  return flag;
+}
+
+int RunCompileOnDaemon(const CompileArgs& args) {
+  StatusOr<std::vector<Graph>> graphs = LoadGraphs(args.file);
+  if (!graphs.ok()) return Fail(graphs.status().ToString());
+  client::Client c = MakeClient(args.daemon);
+  nlohmann::json all = nlohmann::json::array();
+  for (const Graph& g : *graphs) {
+    v1::CompileRequest request;
+    *request.mutable_graph() = ToProto(g);
+    request.set_target(args.target);
+    request.set_ptx_only(!args.cubin);
+    auto start = std::chrono::steady_clock::now();
+    client::Result r = c.Compile(request);
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!r.ok()) return Fail(args.file + ": " + (g.name.empty() ? "" : g.name + ": ") + r.reason);
+    if (args.json) {
+      nlohmann::json j = BundleJson(*r.bundle);
+      j["graph"] = g.name;
+      j["source"] = client::OutcomeName(r.outcome);
+      j["ms"] = ms;
+      all.push_back(j);
+      continue;
+    }
+    std::printf("%-10s %s %s  %d kernel(s)  %.1f ms\n", client::OutcomeName(r.outcome),
+                r.key.c_str(), g.name.c_str(), r.bundle->kernels_size(), ms);
+  }
+  if (args.json) std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";
+  return 0;
+}
+
+int RunStats(const DaemonArgs& args) {
+  client::Client c = MakeClient(args.daemon);
+  StatusOr<v1::StatsResponse> s = c.Stats();
+  if (!s.ok()) return Fail(args.daemon + ": " + s.status().ToString());
+  nlohmann::json j = {{"version", s->version()},
+                      {"target", s->target()},
+                      {"uptime_seconds", s->uptime_seconds()},
+                      {"hits_memory", s->hits_memory()},
+                      {"hits_disk", s->hits_disk()},
+                      {"compiles", s->compiles()},
+                      {"misses", s->misses()},
+                      {"errors", s->errors()},
+                      {"rejected", s->rejected()},
+                      {"entries", s->entries()},
+                      {"bytes", s->bytes()},
+                      {"capacity_bytes", s->capacity_bytes()},
+                      {"evictions", s->evictions()},
+                      {"queue_depth", s->queue_depth()},
+                      {"compiles_in_flight", s->compiles_in_flight()},
+                      {"compile_seconds_saved", s->compile_seconds_saved()},
+                      {"gpu_seconds_saved", s->gpu_seconds_saved()},
+                      {"invocations_reported", s->invocations_reported()}};
+  if (args.json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  for (const auto& [name, value] : j.items()) std::cout << name << ": " << value.dump() << "\n";
+  return 0;
+}
+
+int RunCacheList(const DaemonArgs& args) {
+  client::Client c = MakeClient(args.daemon);
+  StatusOr<v1::ListEntriesResponse> list = c.ListEntries(args.limit);
+  if (!list.ok()) return Fail(args.daemon + ": " + list.status().ToString());
+  if (args.json) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const v1::EntrySummary& e : list->entries()) {
+      all.push_back({{"key", e.key()},
+                     {"target", e.target()},
+                     {"kernels", e.kernels()},
+                     {"bytes", e.bytes()},
+                     {"compile_seconds", e.compile_seconds()},
+                     {"plan", e.plan()}});
+    }
+    std::cout << all.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%-64s  %-6s  %7s  %9s  %10s  %s\n", "KEY", "TARGET", "KERNELS", "BYTES",
+              "COMPILE_MS", "PLAN");
+  for (const v1::EntrySummary& e : list->entries()) {
+    std::printf("%-64s  %-6s  %7u  %9llu  %10.1f  %s\n", e.key().c_str(), e.target().c_str(),
+                e.kernels(), static_cast<unsigned long long>(e.bytes()), e.compile_seconds() * 1e3,
+                e.plan().c_str());
+  }
+  return 0;
+}
+
+int RunCacheGet(const DaemonArgs& args) {
+  client::Client c = MakeClient(args.daemon);
+  StatusOr<v1::CompileResponse> entry = c.GetEntry(args.key);
+  if (!entry.ok()) return Fail(args.daemon + ": " + entry.status().ToString());
+  if (!args.out.empty()) {
+    std::ofstream out(args.out, std::ios::binary);
+    if (!out || !entry->bundle().SerializeToOstream(&out)) {
+      return Fail("cannot write " + args.out);
+    }
+    std::printf("wrote %zu bytes to %s\n", entry->bundle().ByteSizeLong(), args.out.c_str());
+    return 0;
+  }
+  nlohmann::json j = BundleJson(entry->bundle());
+  if (args.json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("key      %s\ntarget   %s\ncompiler %s\ncompile  %.1f ms\n",
+              j["key"].get<std::string>().c_str(), j["target"].get<std::string>().c_str(),
+              j["compiler_version"].get<std::string>().c_str(),
+              entry->bundle().compile_seconds() * 1e3);
+  for (const v1::Kernel& k : entry->bundle().kernels()) {
+    const v1::LaunchDims& l = k.launch();
+    std::printf("  %-28s %-13s grid=(%u,%u,%u) block=(%u,%u,%u) ptx=%zuB cubin=%zuB\n",
+                k.name().c_str(), k.kind().c_str(), l.grid_x(), l.grid_y(), l.grid_z(), l.block_x(),
+                l.block_y(), l.block_z(), k.ptx().size(), k.cubin().size());
+  }
+  return 0;
+}
+
+}  // namespace stitch::ctl
