@@ -87,26 +87,6 @@ KernelServiceImpl::KernelServiceImpl(KernelResolver& resolver, cache::TieredStor
                                      CompilePool& pool, DaemonMetrics& metrics, ServiceInfo info)
     : resolver_(resolver), store_(store), pool_(pool), metrics_(metrics), info_(std::move(info)) {}
 
-std::string SerializeResponse(v1::CompileResponse::Source source, const std::string& key,
-                              const v1::KernelBundle& bundle) {
-  v1::CompileResponse head;
-  head.set_source(source);
-  head.set_key(key);
-  std::string out = head.SerializeAsString();
-  // Field 3 (bundle), length-delimited: protobuf parses concatenated fields as one message.
-  std::string body = bundle.SerializeAsString();
-  out.push_back(static_cast<char>((3 << 3) | 2));
-  for (uint64_t n = body.size();; n >>= 7) {
-    if (n < 0x80) {
-      out.push_back(static_cast<char>(n));
-      break;
-    }
-    out.push_back(static_cast<char>((n & 0x7f) | 0x80));
-  }
-  out += body;
-  return out;
-}
-
 namespace {
 
 std::string BytesOf(const grpc::ByteBuffer& buffer) {
@@ -118,11 +98,6 @@ std::string BytesOf(const grpc::ByteBuffer& buffer) {
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   return bytes;
-}
-
-void SetBytes(grpc::ByteBuffer& buffer, std::string bytes) {
-  grpc::Slice slice(std::move(bytes));
-  grpc::ByteBuffer(&slice, 1).Swap(&buffer);
 }
 
 }  // namespace
@@ -138,7 +113,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Resolve(const char* method,
                     [this, method, reactor, response](Resolution r) {
                       metrics_.CountRequest(method, ResultOf(r));
                       if (r.status.ok()) {
-                        SetBytes(*response, SerializeResponse(r.source, r.key, *r.bundle));
+                        responses_.Response(r.source, r.key, r.bundle).Swap(response);
                       } else if (r.status.code() == StatusCode::kInvalidArgument) {
                         spdlog::info("{} rejected: {}", method, r.status.message());
                       }

@@ -10,6 +10,7 @@
 
 #include "daemon_metrics.h"
 #include "kernel_resolver.h"
+#include "response_bytes.h"
 #include "stitch/cache/tiered_store.h"
 #include "stitch/v1/kernel_service.grpc.pb.h"
 
@@ -68,14 +69,10 @@ class KernelServiceImpl final : public KernelServiceBase {
   DaemonMetrics& metrics_;
   ServiceInfo info_;
   std::atomic<int> pending_{0};
+  ResponseBytes responses_{64u << 20};
 };
 
 // Returns the gRPC status for a stitch Status (same code, same message).
 grpc::Status ToGrpcStatus(const Status& status);
-
-// Returns the serialized CompileResponse for a resolved bundle, built without copying the
-// bundle message.
-std::string SerializeResponse(v1::CompileResponse::Source source, const std::string& key,
-                              const v1::KernelBundle& bundle);
 
 }  // namespace stitch::daemon
