@@ -7,7 +7,10 @@
  *    is STITCH_FALLBACK with a reason, and the caller runs its framework's own kernels.
  *  - Bundles this process already received are served from an in-process cache
  *    (STITCH_HIT_LOCAL) without contacting the daemon.
- *  - After fork(), a child makes its own connection on first use.
+ *  - gRPC cannot be used safely after fork(): in a process forked from one that has used
+ *    the client, results come from the inherited in-process cache (STITCH_HIT_LOCAL) or
+ *    are fallbacks whose reason starts with "UNAVAILABLE: this process was forked". A
+ *    process forked before the first use is unaffected.
  *
  * Ownership: every object returned by a *_create or compile/lookup function belongs to the
  * caller and is released with the matching *_destroy / *_free function. Pointers returned

@@ -16,12 +16,19 @@ std::string RequestDigest(const v1::CompileRequest& request) {
     coded.SetSerializationDeterministic(true);
     request.SerializeToCodedStream(&coded);
   }
+  // Fetched once: a fetch takes OpenSSL's method-store lock, which a child after fork()
+  // could inherit held by a thread of its parent.
+  static EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA2-256", nullptr);
+  if (sha256 == nullptr) return {};  // the caller treats "" as uncacheable
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  if (ctx == nullptr) return {};
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int md_len = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), md, &md_len, EVP_sha256(), nullptr) != 1) {
-    // Without a digest the request cannot be cached; the caller treats "" as uncacheable.
-    return {};
-  }
+  bool ok = EVP_DigestInit_ex(ctx, sha256, nullptr) == 1 &&
+            EVP_DigestUpdate(ctx, bytes.data(), bytes.size()) == 1 &&
+            EVP_DigestFinal_ex(ctx, md, &md_len) == 1;
+  EVP_MD_CTX_free(ctx);
+  if (!ok) return {};
   return std::string(reinterpret_cast<const char*>(md), md_len);
 }
 

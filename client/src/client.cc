@@ -4,9 +4,12 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -118,12 +121,19 @@ namespace {
 
 using internal::BundleCache;
 using internal::GrpcCodeName;
+using Stub = v1::KernelService::Stub;
+using TimePoint = std::chrono::system_clock::time_point;
 
 constexpr int kMaxReceiveBytes = 256 << 20;
 // gRPC's default reconnect backoff grows to two minutes; a restarted daemon should be found
 // again within a second, and a connect to a node-local socket costs little.
 constexpr int kInitialReconnectBackoffMs = 100;
 constexpr int kMaxReconnectBackoffMs = 1000;
+
+const char kForkedMessage[] =
+    "this process was forked from one that had used the stitchd client, and gRPC cannot be "
+    "used safely after fork(); use the client before forking (children get its bundles "
+    "from the in-process cache) or in processes that have not inherited gRPC state";
 
 std::string FallbackReason(const grpc::Status& status) {
   return std::string(GrpcCodeName(status.error_code())) + ": " + status.error_message();
@@ -136,37 +146,15 @@ Result Fallback(std::string reason) {
   return r;
 }
 
-// The channel and stub of one process. gRPC state must not be touched in a child after
-// fork(), so a Connection dropped in a process other than its creator's is leaked rather
-// than destroyed.
-struct Connection {
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::KernelService::Stub> stub;
-};
-
-std::shared_ptr<Connection> MakeConnection(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
-  // The daemon is node-local: an http_proxy meant for the outside world must not apply.
-  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-  // Channels with equal targets and arguments share connections through a process-wide
-  // pool. A child after fork() inherits that pool, and reusing the parent's connection
-  // would interleave two processes' frames on one socket; a channel-local pool gives the
-  // child's channel a connection of its own.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto* conn = new Connection;
-  conn->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  conn->stub = v1::KernelService::NewStub(conn->channel);
-  pid_t owner = getpid();
-  return std::shared_ptr<Connection>(conn, [owner](Connection* c) {
-    if (getpid() == owner) delete c;
-  });
+Result LocalHit(BundleCache::Entry entry) {
+  Result r;
+  r.outcome = Outcome::kLocal;
+  r.bundle = std::move(entry.bundle);
+  r.key = std::move(entry.key);
+  return r;
 }
 
-std::chrono::system_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout) {
+TimePoint DeadlineAfter(std::chrono::milliseconds timeout) {
   return std::chrono::system_clock::now() + timeout;
 }
 
@@ -195,27 +183,99 @@ Result Finish(const grpc::Status& status, v1::CompileResponse& response, BundleC
   return r;
 }
 
-Result LocalHit(BundleCache::Entry entry) {
-  Result r;
-  r.outcome = Outcome::kLocal;
-  r.bundle = std::move(entry.bundle);
-  r.key = std::move(entry.key);
-  return r;
-}
-
 Status ToStatus(const grpc::Status& status, const char* method, const std::string& address) {
   StatusCode code = internal::ToStatusCode(status.error_code());
   std::string message = std::string(method) + " at " + address + ": " + status.error_message();
   // Keep the gRPC code visible where the mapping loses it.
-  if (code == StatusCode::kInternal || code == StatusCode::kUnavailable ||
-      code == StatusCode::kInvalidArgument) {
-    const char* grpc_name = GrpcCodeName(status.error_code());
-    if (std::string(grpc_name) != StatusCodeName(code)) {
-      message += std::string(" (gRPC ") + grpc_name + ")";
-    }
+  const char* grpc_name = GrpcCodeName(status.error_code());
+  if (std::string(grpc_name) != StatusCodeName(code)) {
+    message += std::string(" (gRPC ") + grpc_name + ")";
   }
   return Status(code, std::move(message));
 }
+
+void RunDone(const std::function<void(Result)>& done, Result result) {
+  // `done` may run on a gRPC thread, where an escaping exception would end the process.
+  try {
+    done(std::move(result));
+  } catch (...) {
+  }
+}
+
+// fork()
+//
+// gRPC 1.51 keeps process-wide state: one epoll set, timer, executor and poller threads,
+// internal locks. A child after fork() shares the epoll set with its parent and inherits
+// every lock and condition variable in the state the parent's threads left them, without
+// those threads. Measured in this library's tests, a child of a process that had used gRPC
+// blocked inside gRPC (grpc_init, the handshake's timer, the poller) or crashed in absl
+// when gRPC signalled a condition variable a parent thread had been waiting on; its calls
+// could also take the parent's events and make the parent abort. gRPC's own fork support
+// (GRPC_ENABLE_FORK_SUPPORT=1 with grpc_prefork/grpc_postfork_child) deadlocked inside its
+// post-fork handler. So a process forked from one that used gRPC through this library
+// never touches gRPC: it answers from the in-process cache it inherited and falls back
+// otherwise. A process forked before the first use is a fresh gRPC process.
+
+std::atomic<pid_t> g_origin_pid{0};  // the process that first used gRPC through this library
+
+bool InForkedChild() {
+  pid_t origin = g_origin_pid.load(std::memory_order_relaxed);
+  return origin != 0 && origin != getpid();
+}
+
+// Holds every client's mutexes across fork(), so that a child (which still uses the
+// in-process cache and the usage counts) never inherits one locked by another thread.
+struct ForkState {
+  std::mutex mu;
+  std::unordered_set<internal::ForkLockable*> clients;
+};
+
+ForkState& Fork() {
+  static ForkState* state = [] {
+    auto* st = new ForkState;  // never destroyed: fork handlers may run during exit
+    auto unlock_all = [] {
+      ForkState& f = Fork();
+      for (internal::ForkLockable* c : f.clients) c->UnlockAfterFork();
+      f.mu.unlock();
+    };
+    pthread_atfork(
+        [] {
+          ForkState& f = Fork();
+          f.mu.lock();
+          for (internal::ForkLockable* c : f.clients) c->LockForFork();
+        },
+        unlock_all, unlock_all);
+    return st;
+  }();
+  return *state;
+}
+
+// The channel and stub of the process that made them; never destroyed in another process.
+struct Connection {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<Stub> stub;
+};
+
+std::shared_ptr<Connection> MakeConnection(const std::string& address) {
+  pid_t unset = 0;
+  g_origin_pid.compare_exchange_strong(unset, getpid());
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  // The daemon is node-local: an http_proxy meant for the outside world must not apply.
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  auto* conn = new Connection;
+  conn->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  conn->stub = v1::KernelService::NewStub(conn->channel);
+  pid_t owner = getpid();
+  return std::shared_ptr<Connection>(conn, [owner](Connection* c) {
+    if (getpid() == owner) delete c;
+  });
+}
+
+template <typename Request, typename Response>
+using StubMethod = grpc::Status (Stub::*)(grpc::ClientContext*, const Request&, Response*);
 
 }  // namespace
 
@@ -223,84 +283,55 @@ struct Client::Impl final : internal::ForkLockable {
   explicit Impl(ClientOptions opts);
   ~Impl();
 
-  std::shared_ptr<Connection> GetConnection();
+  // Returns this process's connection, or null with `error` set in a process forked from
+  // one that used gRPC.
+  std::shared_ptr<Connection> GetConnection(grpc::Status* error);
+  // Returns the in-process cache's entry for `request`, and its digest in `digest` ("" when
+  // the cache is off).
+  std::optional<BundleCache::Entry> FindLocal(const v1::CompileRequest& request,
+                                              std::string* digest);
   Result Unary(bool lookup, const v1::CompileRequest& request, std::chrono::milliseconds deadline);
   void StartAsync(const v1::CompileRequest& request, std::function<void(Result)> done);
-
-  // Each returns after the RPC ends, with the gRPC status.
-  template <typename Response, typename Call>
-  StatusOr<Response> Admin(const char* method, Call call);
+  template <typename Request, typename Response>
+  StatusOr<Response> Admin(const char* name, StubMethod<Request, Response> method,
+                           const Request& request);
 
   void LockForFork() override;
   void UnlockAfterFork() override;
 
   ClientOptions options;
   std::string address;
-  std::shared_ptr<BundleCache> cache;  // null when disabled; shared with in-flight calls
+  std::shared_ptr<BundleCache> cache;  // null when disabled; shared with calls in flight
 
   std::mutex conn_mu;
   std::condition_variable conn_cv;
   std::shared_ptr<Connection> conn;
   pid_t conn_pid = 0;
-  int async_in_flight = 0;  // callback calls of conn_pid's process still running
+  int async_in_flight = 0;  // CompileAsync calls of conn_pid's process not finished yet
 
   std::mutex usage_mu;
   std::unordered_map<std::string, uint64_t> pending_usage;
 };
-
-namespace {
-
-// Locks every client's mutexes across fork(), so that a child never inherits one locked
-// by a thread that does not exist in it.
-struct ForkRegistry {
-  std::mutex mu;
-  std::unordered_set<internal::ForkLockable*> clients;
-};
-
-ForkRegistry& Registry() {
-  static ForkRegistry* registry = [] {
-    auto* r = new ForkRegistry;  // never destroyed: fork handlers may run during exit
-    pthread_atfork(
-        [] {
-          ForkRegistry& reg = Registry();
-          reg.mu.lock();
-          for (internal::ForkLockable* c : reg.clients) c->LockForFork();
-        },
-        [] {
-          ForkRegistry& reg = Registry();
-          for (internal::ForkLockable* c : reg.clients) c->UnlockAfterFork();
-          reg.mu.unlock();
-        },
-        [] {
-          ForkRegistry& reg = Registry();
-          for (internal::ForkLockable* c : reg.clients) c->UnlockAfterFork();
-          reg.mu.unlock();
-        });
-    return r;
-  }();
-  return *registry;
-}
-
-}  // namespace
 
 Client::Impl::Impl(ClientOptions opts)
     : options(std::move(opts)), address(internal::NormalizeAddress(options.address)) {
   if (options.local_cache_entries > 0) {
     cache = std::make_shared<BundleCache>(options.local_cache_entries);
   }
-  ForkRegistry& reg = Registry();
-  std::lock_guard<std::mutex> lock(reg.mu);
-  reg.clients.insert(this);
+  ForkState& f = Fork();
+  std::lock_guard<std::mutex> lock(f.mu);
+  f.clients.insert(this);
 }
 
 Client::Impl::~Impl() {
   {
-    ForkRegistry& reg = Registry();
-    std::lock_guard<std::mutex> lock(reg.mu);
-    reg.clients.erase(this);
+    ForkState& f = Fork();
+    std::lock_guard<std::mutex> lock(f.mu);
+    f.clients.erase(this);
   }
-  // A callback call must not drop the last reference to its channel: gRPC would then join
-  // the thread running the callback. Every call has a deadline, so this wait is bounded.
+  // A callback must not drop the last reference to its channel: gRPC would then join the
+  // thread running it. Every call has a deadline, so this wait is bounded. In a child the
+  // parent's calls are not this process's to wait for.
   std::unique_lock<std::mutex> lock(conn_mu);
   if (conn_pid == getpid()) conn_cv.wait(lock, [this] { return async_in_flight == 0; });
 }
@@ -317,32 +348,37 @@ void Client::Impl::UnlockAfterFork() {
   conn_mu.unlock();
 }
 
-std::shared_ptr<Connection> Client::Impl::GetConnection() {
+std::shared_ptr<Connection> Client::Impl::GetConnection(grpc::Status* error) {
+  if (InForkedChild()) {
+    *error = grpc::Status(grpc::StatusCode::UNAVAILABLE, kForkedMessage);
+    return nullptr;
+  }
   std::lock_guard<std::mutex> lock(conn_mu);
-  pid_t pid = getpid();
-  if (conn == nullptr || conn_pid != pid) {
-    // In a child after fork() the parent's connection and its in-flight calls belong to
-    // threads that do not exist here; its deleter leaks it when the last copy goes.
+  if (conn == nullptr) {
     conn = MakeConnection(address);
-    conn_pid = pid;
-    async_in_flight = 0;
+    conn_pid = getpid();
   }
   return conn;
+}
+
+std::optional<BundleCache::Entry> Client::Impl::FindLocal(const v1::CompileRequest& request,
+                                                          std::string* digest) {
+  if (!cache) return std::nullopt;
+  *digest = internal::RequestDigest(request);
+  if (digest->empty()) return std::nullopt;
+  return cache->Find(*digest);
 }
 
 Result Client::Impl::Unary(bool lookup, const v1::CompileRequest& request,
                            std::chrono::milliseconds deadline) {
   try {
     std::string digest;
-    if (cache) {
-      digest = internal::RequestDigest(request);
-      if (!digest.empty()) {
-        if (std::optional<BundleCache::Entry> hit = cache->Find(digest)) {
-          return LocalHit(std::move(*hit));
-        }
-      }
+    if (std::optional<BundleCache::Entry> hit = FindLocal(request, &digest)) {
+      return LocalHit(std::move(*hit));
     }
-    std::shared_ptr<Connection> c = GetConnection();
+    grpc::Status error;
+    std::shared_ptr<Connection> c = GetConnection(&error);
+    if (c == nullptr) return Fallback(FallbackReason(error));
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(deadline));
     v1::CompileResponse response;
@@ -356,20 +392,9 @@ Result Client::Impl::Unary(bool lookup, const v1::CompileRequest& request,
   }
 }
 
-namespace {
-
-void RunDone(const std::function<void(Result)>& done, Result result) {
-  // `done` may run on a gRPC thread, where an escaping exception would end the process.
-  try {
-    done(std::move(result));
-  } catch (...) {
-  }
-}
-
-}  // namespace
-
 void Client::Impl::StartAsync(const v1::CompileRequest& request, std::function<void(Result)> done) {
   if (!done) return;
+  // The state of one call, owned by gRPC's callback from the moment the call starts.
   struct Call {
     grpc::ClientContext context;
     v1::CompileRequest request;
@@ -383,27 +408,26 @@ void Client::Impl::StartAsync(const v1::CompileRequest& request, std::function<v
   std::unique_ptr<Call> call;
   try {
     std::string digest;
-    if (cache) {
-      digest = internal::RequestDigest(request);
-      if (!digest.empty()) {
-        if (std::optional<BundleCache::Entry> hit = cache->Find(digest)) {
-          RunDone(done, LocalHit(std::move(*hit)));
-          return;
-        }
-      }
+    if (std::optional<BundleCache::Entry> hit = FindLocal(request, &digest)) {
+      RunDone(done, LocalHit(std::move(*hit)));
+      return;
+    }
+    grpc::Status error;
+    std::shared_ptr<Connection> c = GetConnection(&error);
+    if (c == nullptr) {
+      RunDone(done, Fallback(FallbackReason(error)));
+      return;
     }
     call = std::make_unique<Call>();
     call->request = request;
-    call->conn = GetConnection();
+    call->conn = std::move(c);
     call->cache = cache;
     call->digest = std::move(digest);
     call->owner = this;
     call->context.set_deadline(DeadlineAfter(options.compile_deadline));
     call->done = std::move(done);
-    {
-      std::lock_guard<std::mutex> lock(conn_mu);
-      ++async_in_flight;
-    }
+    std::lock_guard<std::mutex> lock(conn_mu);
+    ++async_in_flight;
   } catch (const std::exception& e) {
     if (call && call->done) done = std::move(call->done);
     RunDone(done, Fallback(std::string("INTERNAL: ") + e.what()));
@@ -413,7 +437,7 @@ void Client::Impl::StartAsync(const v1::CompileRequest& request, std::function<v
   raw->conn->stub->async()->Compile(
       &raw->context, &raw->request, &raw->response, [raw](grpc::Status status) {
         std::unique_ptr<Call> owned(raw);
-        Result result = Fallback("INTERNAL: result not built");
+        Result result;
         try {
           result = Finish(status, owned->response, owned->cache.get(), owned->digest);
         } catch (const std::exception& e) {
@@ -428,23 +452,26 @@ void Client::Impl::StartAsync(const v1::CompileRequest& request, std::function<v
           --impl->async_in_flight;
           impl->conn_cv.notify_all();
         }
-        // From here the client may already be gone.
+        // From here on the client may be gone.
         RunDone(done_fn, std::move(result));
       });
 }
 
-template <typename Response, typename Call>
-StatusOr<Response> Client::Impl::Admin(const char* method, Call call) {
+template <typename Request, typename Response>
+StatusOr<Response> Client::Impl::Admin(const char* name, StubMethod<Request, Response> method,
+                                       const Request& request) {
   try {
-    std::shared_ptr<Connection> c = GetConnection();
+    grpc::Status error;
+    std::shared_ptr<Connection> c = GetConnection(&error);
+    if (c == nullptr) return ToStatus(error, name, address);
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(options.admin_deadline));
     Response response;
-    grpc::Status status = call(*c->stub, &context, &response);
-    if (!status.ok()) return ToStatus(status, method, address);
+    grpc::Status status = (c->stub.get()->*method)(&context, request, &response);
+    if (!status.ok()) return ToStatus(status, name, address);
     return response;
   } catch (const std::exception& e) {
-    return Internal(std::string(method) + ": " + e.what());
+    return Internal(std::string(name) + ": " + e.what());
   }
 }
 
@@ -498,13 +525,10 @@ StatusOr<v1::ReportUsageResponse> Client::FlushUsage() {
     record->set_key(key);
     record->set_invocations(n);
   }
-  StatusOr<v1::ReportUsageResponse> response = impl_->Admin<v1::ReportUsageResponse>(
-      "ReportUsage",
-      [&](v1::KernelService::Stub& stub, grpc::ClientContext* ctx, v1::ReportUsageResponse* out) {
-        return stub.ReportUsage(ctx, request, out);
-      });
+  StatusOr<v1::ReportUsageResponse> response =
+      impl_->Admin("ReportUsage", &Stub::ReportUsage, request);
   if (!response.ok()) {
-    // Counts recorded meanwhile were added to the fresh map; add the batch back to them.
+    // Counts recorded meanwhile went to the fresh map; add the batch back to them.
     std::lock_guard<std::mutex> lock(impl_->usage_mu);
     for (const auto& [key, n] : batch) impl_->pending_usage[key] += n;
   }
@@ -512,28 +536,19 @@ StatusOr<v1::ReportUsageResponse> Client::FlushUsage() {
 }
 
 StatusOr<v1::StatsResponse> Client::Stats() {
-  return impl_->Admin<v1::StatsResponse>(
-      "Stats", [](v1::KernelService::Stub& stub, grpc::ClientContext* ctx, v1::StatsResponse* out) {
-        return stub.Stats(ctx, v1::StatsRequest(), out);
-      });
+  return impl_->Admin("Stats", &Stub::Stats, v1::StatsRequest());
 }
 
 StatusOr<v1::ListEntriesResponse> Client::ListEntries(uint32_t limit) {
   v1::ListEntriesRequest request;
   request.set_limit(limit);
-  return impl_->Admin<v1::ListEntriesResponse>(
-      "ListEntries",
-      [&](v1::KernelService::Stub& stub, grpc::ClientContext* ctx, v1::ListEntriesResponse* out) {
-        return stub.ListEntries(ctx, request, out);
-      });
+  return impl_->Admin("ListEntries", &Stub::ListEntries, request);
 }
 
 StatusOr<v1::CompileResponse> Client::GetEntry(const std::string& key) {
   v1::GetEntryRequest request;
   request.set_key(key);
-  return impl_->Admin<v1::CompileResponse>(
-      "GetEntry", [&](v1::KernelService::Stub& stub, grpc::ClientContext* ctx,
-                      v1::CompileResponse* out) { return stub.GetEntry(ctx, request, out); });
+  return impl_->Admin("GetEntry", &Stub::GetEntry, request);
 }
 
 }  // namespace stitch::client

@@ -1,4 +1,4 @@
-// Helpers of the client shared between its source files and its tests' expectations.
+// Helpers shared between the client library's source files.
 #pragma once
 
 #include <string>

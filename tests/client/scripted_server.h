@@ -5,7 +5,10 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -134,6 +137,73 @@ class ScriptedServer {
  private:
   std::string dir_;
   std::unique_ptr<grpc::Server> server_;
+};
+
+// Serves a ScriptedService from a child process, for the fork tests: gRPC state does not
+// survive fork(), so a server in the test process would make every process it forks a
+// child of a gRPC user, and its polling threads would share their epoll set with the
+// children. Start it before this process uses gRPC. The service's Stats answers the call
+// counts: compiles = Compile calls, misses = Lookup calls, invocations_reported = the sum
+// of ReportUsage invocations.
+class ForkedServer {
+ public:
+  explicit ForkedServer(const std::function<void(ScriptedService&)>& script) : dir_(MakeTempDir()) {
+    int ready[2];
+    if (::pipe(ready) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(ready[0]);
+      ScriptedService service;
+      script(service);
+      std::atomic<uint64_t> invocations{0};
+      auto usage = service.report_usage;
+      service.report_usage = [&, usage](const v1::ReportUsageRequest& req,
+                                        v1::ReportUsageResponse* resp) {
+        for (const v1::UsageRecord& r : req.records()) invocations += r.invocations();
+        if (usage) return usage(req, resp);
+        resp->set_accepted(static_cast<uint32_t>(req.records_size()));
+        return grpc::Status::OK;
+      };
+      service.stats = [&](v1::StatsResponse* s) {
+        s->set_compiles(static_cast<uint64_t>(service.compile_calls.load()));
+        s->set_misses(static_cast<uint64_t>(service.lookup_calls.load()));
+        s->set_invocations_reported(invocations.load());
+        return grpc::Status::OK;
+      };
+      {
+        grpc::ServerBuilder builder;
+        builder.AddListeningPort("unix://" + dir_ + "/stitchd.sock",
+                                 grpc::InsecureServerCredentials());
+        builder.RegisterService(&service);
+        std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+        char byte = server ? 1 : 0;
+        if (::write(ready[1], &byte, 1) != 1 || !server) ::_exit(1);
+        while (true) ::pause();  // until the test process kills it
+      }
+    }
+    ::close(ready[1]);
+    pollfd p{ready[0], POLLIN, 0};
+    char byte = 0;
+    ready_ = pid_ > 0 && ::poll(&p, 1, 10000) == 1 && ::read(ready[0], &byte, 1) == 1 && byte == 1;
+    ::close(ready[0]);
+  }
+  ~ForkedServer() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove_all(dir_);
+  }
+  ForkedServer(const ForkedServer&) = delete;
+  ForkedServer& operator=(const ForkedServer&) = delete;
+
+  bool ready() const { return ready_; }
+  std::string address() const { return "unix://" + dir_ + "/stitchd.sock"; }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+  bool ready_ = false;
 };
 
 // A bundle of `kernels` kernels whose PTX is `ptx_bytes` long.

@@ -8,8 +8,11 @@
 // without an RPC; the cache is keyed by the request's bytes, so the daemon's key is never
 // computed here.
 //
-// The gRPC channel is created on first use, and created anew in a child process after
-// fork(): gRPC state does not survive fork, and jobs fork data-loader workers.
+// The gRPC channel is created on first use. gRPC state does not survive fork(), and jobs
+// fork data-loader workers: a process forked from one that has used a Client never touches
+// gRPC. Its Clients answer from the in-process cache they inherited (Outcome::kLocal) and
+// fall back otherwise (reason "UNAVAILABLE: this process was forked ..."). A process forked
+// before the first use is unaffected.
 //
 // Thread-safety: a Client may be used from many threads at once.
 // Link line: stitch_service_proto (protobuf, gRPC) and stitch_status; no LLVM, no RocksDB.
@@ -73,7 +76,9 @@ class Client {
   // fallback with reason "NOT_FOUND: ...". Deadline: options.lookup_deadline.
   Result Lookup(const v1::CompileRequest& request);
 
-  // Asynchronous Compile: `done` runs once, on a gRPC thread (or inline for a local hit).
+  // Asynchronous Compile: `done` runs once, on a gRPC thread (or inline, before this
+  // returns, for a local hit or a fallback decided without an RPC). `done` must not destroy
+  // this Client; destroying a Client waits for its calls in flight.
   void CompileAsync(const v1::CompileRequest& request, std::function<void(Result)> done);
   std::future<Result> CompileAsync(const v1::CompileRequest& request);
 

@@ -1,0 +1,266 @@
+// The C ABI of stitch_client.h, used the way a ctypes caller would: handles, outcome,
+// bundle bytes, kernel accessors, NULL arguments and fail-open on a dead socket.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "client/scripted_server.h"
+#include "stitch_client.h"
+
+namespace {
+
+using stitch::testing::Answer;
+using stitch::testing::MakeBundle;
+using stitch::testing::MakeTempDir;
+using stitch::testing::ScriptedServer;
+using stitch::testing::ScriptedService;
+namespace v1 = stitch::v1;
+
+const char kHlo[] = "HloModule m\nENTRY e { ROOT p = f32[4] parameter(0) }\n";
+
+TEST(ClientCApi, CompileHloAndReadTheBundle) {
+  ScriptedService service;
+  service.compile = [](const v1::CompileRequest& req, v1::CompileResponse* resp) {
+    resp->set_source(v1::CompileResponse::COMPILED);
+    resp->set_key(std::string(64, 'a'));
+    *resp->mutable_bundle() = MakeBundle(std::string(64, 'a'), 2, 100);
+    resp->mutable_bundle()->mutable_kernels(1)->clear_cubin();
+    resp->mutable_bundle()->set_target(req.target());
+    return grpc::Status::OK;
+  };
+  ScriptedServer server(&service);
+  stitch_client* client = stitch_client_create(server.address().c_str(), 0, 0);
+  ASSERT_NE(client, nullptr);
+
+  stitch_result* r = stitch_client_compile_hlo(client, kHlo, std::strlen(kHlo), "sm_80");
+  ASSERT_NE(r, nullptr);
+  ASSERT_EQ(stitch_result_outcome(r), STITCH_COMPILED) << stitch_result_reason(r);
+  EXPECT_STREQ(stitch_result_key(r), std::string(64, 'a').c_str());
+  EXPECT_STREQ(stitch_result_reason(r), "");
+
+  // The text and target went through as given.
+  std::vector<v1::CompileRequest> seen = service.CompileRequests();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].hlo_text(), kHlo);
+  EXPECT_EQ(seen[0].target(), "sm_80");
+
+  size_t len = 0;
+  const void* bytes = stitch_result_bundle(r, &len);
+  ASSERT_NE(bytes, nullptr);
+  v1::KernelBundle bundle;
+  ASSERT_TRUE(bundle.ParseFromArray(bytes, static_cast<int>(len)));
+  EXPECT_EQ(bundle.kernels_size(), 2);
+  EXPECT_EQ(bundle.target(), "sm_80");
+  EXPECT_EQ(stitch_result_bundle(r, nullptr), bytes) << "the bytes are made once";
+
+  ASSERT_EQ(stitch_result_kernel_count(r), 2u);
+  EXPECT_STREQ(stitch_result_kernel_name(r, 0), "fusion_0");
+  EXPECT_STREQ(stitch_result_kernel_name(r, 1), "fusion_1");
+  EXPECT_EQ(std::strlen(stitch_result_kernel_ptx(r, 0)), 100u);
+  size_t cubin_len = 0;
+  const void* cubin = stitch_result_kernel_cubin(r, 0, &cubin_len);
+  ASSERT_NE(cubin, nullptr);
+  EXPECT_EQ(cubin_len, 16u);
+  cubin_len = 99;
+  EXPECT_EQ(stitch_result_kernel_cubin(r, 1, &cubin_len), nullptr);  // PTX only
+  EXPECT_EQ(cubin_len, 0u);
+  EXPECT_EQ(stitch_result_kernel_name(r, 2), nullptr);
+  EXPECT_EQ(stitch_result_kernel_ptx(r, 2), nullptr);
+  cubin_len = 99;
+  EXPECT_EQ(stitch_result_kernel_cubin(r, 2, &cubin_len), nullptr);
+  EXPECT_EQ(cubin_len, 0u);
+
+  // The same request again: this process already has it.
+  stitch_result* again = stitch_client_compile_hlo(client, kHlo, std::strlen(kHlo), "sm_80");
+  EXPECT_EQ(stitch_result_outcome(again), STITCH_HIT_LOCAL);
+  EXPECT_EQ(service.compile_calls.load(), 1);
+  stitch_result_free(again);
+
+  // Results outlive their client.
+  stitch_client_destroy(client);
+  EXPECT_STREQ(stitch_result_kernel_name(r, 1), "fusion_1");
+  stitch_result_free(r);
+}
+
+TEST(ClientCApi, GraphPayloadsAndLookups) {
+  ScriptedService service;
+  service.compile = Answer(v1::CompileResponse::COMPILED, 1);
+  service.lookup = [](const v1::CompileRequest& req, v1::CompileResponse* resp) {
+    if (req.graph().nodes_size() == 0) return grpc::Status(grpc::StatusCode::NOT_FOUND, "miss");
+    return Answer(v1::CompileResponse::DISK, 1)(req, resp);
+  };
+  ScriptedServer server(&service);
+  stitch_client* client = stitch_client_create(server.address().c_str(), 2000, 5000);
+  ASSERT_NE(client, nullptr);
+
+  v1::Graph graph;
+  graph.set_name("g");
+  graph.add_nodes()->set_name("p0");
+  std::string pb = graph.SerializeAsString();
+
+  stitch_result* r = stitch_client_compile_graph(client, pb.data(), pb.size(), nullptr);
+  ASSERT_EQ(stitch_result_outcome(r), STITCH_COMPILED) << stitch_result_reason(r);
+  std::vector<v1::CompileRequest> seen = service.CompileRequests();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].graph().name(), "g");
+  EXPECT_EQ(seen[0].target(), "") << "NULL target: the daemon's";
+  stitch_result_free(r);
+
+  // Bytes that are not a Graph: a fallback, and nothing sent.
+  const char junk[] = "\xff\xff\xff\xff not a graph";
+  r = stitch_client_compile_graph(client, junk, sizeof(junk), nullptr);
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_FALLBACK);
+  EXPECT_EQ(std::string(stitch_result_reason(r)).rfind("INVALID_ARGUMENT", 0), 0u)
+      << stitch_result_reason(r);
+  EXPECT_EQ(stitch_result_bundle(r, nullptr), nullptr);
+  EXPECT_EQ(stitch_result_kernel_count(r), 0u);
+  EXPECT_EQ(service.compile_calls.load(), 1);
+  stitch_result_free(r);
+
+  v1::Graph other;
+  other.set_name("other");
+  other.add_nodes()->set_name("p0");
+  other.add_nodes()->set_name("p1");
+  std::string other_pb = other.SerializeAsString();
+  r = stitch_client_lookup_graph(client, other_pb.data(), other_pb.size(), "sm_90");
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_HIT_DISK) << stitch_result_reason(r);
+  stitch_result_free(r);
+
+  v1::Graph empty;
+  empty.set_name("empty");
+  std::string empty_pb = empty.SerializeAsString();
+  r = stitch_client_lookup_graph(client, empty_pb.data(), empty_pb.size(), nullptr);
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_FALLBACK);
+  EXPECT_STREQ(stitch_result_reason(r), "NOT_FOUND: miss");
+  stitch_result_free(r);
+
+  r = stitch_client_lookup_hlo(client, kHlo, std::strlen(kHlo), nullptr);
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_FALLBACK);  // an HLO request has no graph nodes
+  stitch_result_free(r);
+  EXPECT_EQ(service.lookup_calls.load(), 3);
+  stitch_client_destroy(client);
+}
+
+TEST(ClientCApi, UsageRecordAndFlush) {
+  ScriptedService service;
+  std::atomic<bool> fail{true};
+  service.report_usage = [&](const v1::ReportUsageRequest& req, v1::ReportUsageResponse* resp) {
+    if (fail) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "later");
+    resp->set_accepted(static_cast<uint32_t>(req.records_size()));
+    return grpc::Status::OK;
+  };
+  ScriptedServer server(&service);
+  stitch_client* client = stitch_client_create(server.address().c_str(), 0, 0);
+  EXPECT_EQ(stitch_client_record_invocations(client, "k1", 3), 0);
+  EXPECT_EQ(stitch_client_record_invocations(client, "k1", 4), 0);
+  EXPECT_EQ(stitch_client_flush_usage(client), 1);  // kept
+  fail = false;
+  EXPECT_EQ(stitch_client_flush_usage(client), 0);
+  std::vector<v1::ReportUsageRequest> seen = service.UsageRequests();
+  ASSERT_EQ(seen.size(), 2u);
+  ASSERT_EQ(seen[1].records_size(), 1);
+  EXPECT_EQ(seen[1].records(0).key(), "k1");
+  EXPECT_EQ(seen[1].records(0).invocations(), 7u);
+  stitch_client_destroy(client);
+}
+
+TEST(ClientCApi, DeadSocketFallsBackWithinTheLookupDeadline) {
+  std::string dir = MakeTempDir();
+  std::string path = dir + "/nobody.sock";  // a bare path names a unix socket
+  stitch_client* client = stitch_client_create(path.c_str(), 50, 0);
+  ASSERT_NE(client, nullptr);
+  auto start = std::chrono::steady_clock::now();
+  stitch_result* r = stitch_client_lookup_hlo(client, kHlo, std::strlen(kHlo), nullptr);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  start)
+                .count();
+  EXPECT_LT(ms, 150);
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_FALLBACK);
+  std::string reason = stitch_result_reason(r);
+  EXPECT_TRUE(reason.rfind("UNAVAILABLE", 0) == 0 || reason.rfind("DEADLINE_EXCEEDED", 0) == 0)
+      << reason;
+  EXPECT_STREQ(stitch_result_key(r), "");
+  size_t len = 123;
+  EXPECT_EQ(stitch_result_bundle(r, &len), nullptr);
+  EXPECT_EQ(len, 0u);
+  stitch_result_free(r);
+  EXPECT_EQ(stitch_client_flush_usage(client), 0) << "nothing pending: nothing to send";
+  EXPECT_EQ(stitch_client_record_invocations(client, "k", 1), 0);
+  EXPECT_EQ(stitch_client_flush_usage(client), 1);
+  stitch_client_destroy(client);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ClientCApi, NullArgumentsNeverCrash) {
+  stitch_client* client = stitch_client_create(nullptr, -1, -1);  // all defaults
+  ASSERT_NE(client, nullptr);
+
+  stitch_result* r = stitch_client_compile_hlo(nullptr, kHlo, std::strlen(kHlo), nullptr);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_FALLBACK);
+  EXPECT_NE(std::string(stitch_result_reason(r)).find("null"), std::string::npos);
+  stitch_result_free(r);
+
+  for (stitch_result* f : {stitch_client_compile_hlo(client, nullptr, 10, nullptr),
+                           stitch_client_compile_hlo(client, kHlo, 0, nullptr),
+                           stitch_client_compile_graph(client, nullptr, 5, "sm_90"),
+                           stitch_client_compile_graph(nullptr, nullptr, 0, nullptr),
+                           stitch_client_lookup_hlo(nullptr, nullptr, 0, nullptr),
+                           stitch_client_lookup_graph(client, nullptr, 1, nullptr)}) {
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(stitch_result_outcome(f), STITCH_FALLBACK);
+    EXPECT_EQ(std::string(stitch_result_reason(f)).rfind("INVALID_ARGUMENT", 0), 0u)
+        << stitch_result_reason(f);
+    stitch_result_free(f);
+  }
+
+  EXPECT_EQ(stitch_result_outcome(nullptr), STITCH_FALLBACK);
+  EXPECT_STREQ(stitch_result_key(nullptr), "");
+  EXPECT_NE(stitch_result_reason(nullptr), nullptr);
+  size_t len = 7;
+  EXPECT_EQ(stitch_result_bundle(nullptr, &len), nullptr);
+  EXPECT_EQ(len, 0u);
+  EXPECT_EQ(stitch_result_kernel_count(nullptr), 0u);
+  EXPECT_EQ(stitch_result_kernel_name(nullptr, 0), nullptr);
+  EXPECT_EQ(stitch_result_kernel_ptx(nullptr, 0), nullptr);
+  EXPECT_EQ(stitch_result_kernel_cubin(nullptr, 0, nullptr), nullptr);
+  stitch_result_free(nullptr);
+
+  EXPECT_EQ(stitch_client_record_invocations(nullptr, "k", 1), -1);
+  EXPECT_EQ(stitch_client_record_invocations(client, nullptr, 1), -1);
+  EXPECT_EQ(stitch_client_flush_usage(nullptr), -1);
+  stitch_client_destroy(nullptr);
+  stitch_client_destroy(client);
+}
+
+TEST(ClientCApi, OutcomeNames) {
+  EXPECT_STREQ(stitch_outcome_name(STITCH_HIT_LOCAL), "hit_local");
+  EXPECT_STREQ(stitch_outcome_name(STITCH_HIT_MEMORY), "hit_memory");
+  EXPECT_STREQ(stitch_outcome_name(STITCH_HIT_DISK), "hit_disk");
+  EXPECT_STREQ(stitch_outcome_name(STITCH_COMPILED), "compiled");
+  EXPECT_STREQ(stitch_outcome_name(STITCH_FALLBACK), "fallback");
+  EXPECT_STREQ(stitch_outcome_name(static_cast<stitch_outcome>(42)), "fallback");
+  // ctypes callers use the numbers.
+  EXPECT_EQ(STITCH_HIT_LOCAL, 0);
+  EXPECT_EQ(STITCH_FALLBACK, 4);
+}
+
+}  // namespace
+
+namespace {
+
+// The header must stay plain C for ctypes and C callers.
+TEST(ClientCApi, HeaderCompilesAsC) {
+  if (std::system("command -v cc > /dev/null 2>&1") != 0) GTEST_SKIP() << "no C compiler";
+  std::string cmd = "cc -std=c99 -Wall -Wextra -Werror -pedantic -fsyntax-only -x c " +
+                    std::string(STITCH_SOURCE_DIR) + "/client/include/stitch_client.h";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+}  // namespace
