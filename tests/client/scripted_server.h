@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -150,8 +151,12 @@ class ForkedServer {
   explicit ForkedServer(const std::function<void(ScriptedService&)>& script) : dir_(MakeTempDir()) {
     int ready[2];
     if (::pipe(ready) != 0) return;
+    pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {
+      // Never outlive the test process, even when it dies without cleaning up.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(0);
       ::close(ready[0]);
       ScriptedService service;
       script(service);
