@@ -146,14 +146,9 @@ void KernelResolver::Resolve(std::string_view request_bytes, bool compile_on_mis
 }
 
 void KernelResolver::StartCompile(std::shared_ptr<Prepared> prepared) {
-  bool queued = pool_.TrySubmit([this, prepared] {
-    metrics_.queue_depth().Set(pool_.queued());
-    metrics_.compiles_in_flight().Set(pool_.running());
-    Resolution r = CompileNow(*prepared);
-    flights_.Finish(prepared->key, r);
-    metrics_.compiles_in_flight().Set(pool_.running() - 1);
-  });
-  metrics_.queue_depth().Set(pool_.queued());
+  // The queue-depth and in-flight gauges are read from the pool at scrape time.
+  bool queued =
+      pool_.TrySubmit([this, prepared] { flights_.Finish(prepared->key, CompileNow(*prepared)); });
   if (!queued) {
     flights_.Finish(prepared->key,
                     Resolution{ResourceExhausted("the compile queue is full; retry later or "

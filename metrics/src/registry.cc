@@ -217,15 +217,21 @@ void AppendOpenSeries(std::string& out, const std::string& name, std::string_vie
   }
 }
 
-void AppendSample(std::string& out, const std::string& name, std::string_view suffix,
-                  const Labels& labels, double value) {
+// Writes `name` `suffix`, with its label set when there is one.
+void AppendSeriesName(std::string& out, const std::string& name, std::string_view suffix,
+                      const Labels& labels) {
   if (labels.empty()) {
     out += name;
     out += suffix;
-  } else {
-    AppendOpenSeries(out, name, suffix, labels);
-    out += '}';
+    return;
   }
+  AppendOpenSeries(out, name, suffix, labels);
+  out += '}';
+}
+
+void AppendSample(std::string& out, const std::string& name, std::string_view suffix,
+                  const Labels& labels, double value) {
+  AppendSeriesName(out, name, suffix, labels);
   out += ' ';
   internal::AppendDouble(out, value);
   out += '\n';
@@ -233,13 +239,7 @@ void AppendSample(std::string& out, const std::string& name, std::string_view su
 
 void AppendCount(std::string& out, const std::string& name, std::string_view suffix,
                  const Labels& labels, uint64_t count) {
-  if (labels.empty()) {
-    out += name;
-    out += suffix;
-  } else {
-    AppendOpenSeries(out, name, suffix, labels);
-    out += '}';
-  }
+  AppendSeriesName(out, name, suffix, labels);
   out += ' ';
   internal::AppendUint(out, count);
   out += '\n';

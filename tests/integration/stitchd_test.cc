@@ -235,27 +235,36 @@ TEST_F(StitchdTest, ClientOfADeadSocketFallsBackWithinItsDeadline) {
   }
 }
 
-// Sends raw bytes as a Compile request, as a broken or hostile client would.
-grpc::Status SendRawCompile(const std::string& address, const std::string& bytes) {
+// Calls `method` with the raw request `bytes`, as a broken or foreign client would, and
+// returns the status; the response bytes go to `response` when it is given.
+grpc::Status CallRaw(const std::string& address, const std::string& method,
+                     const std::string& bytes, std::string* response = nullptr) {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::Slice slice(bytes);
-  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ByteBuffer request(&slice, 1), reply;
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
   grpc::Status result;
-  stub.UnaryCall(&ctx, "/stitch.v1.KernelService/Compile", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   std::lock_guard lock(mu);
-                   result = s;
-                   done = true;
-                   cv.notify_all();
-                 });
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &reply, [&](grpc::Status s) {
+    std::lock_guard lock(mu);
+    result = s;
+    done = true;
+    cv.notify_all();
+  });
   std::unique_lock lock(mu);
   cv.wait(lock, [&] { return done; });
+  if (response != nullptr && result.ok()) {
+    std::vector<grpc::Slice> slices;
+    if (reply.Dump(&slices).ok()) {
+      for (const grpc::Slice& sl : slices) {
+        response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+      }
+    }
+  }
   return result;
 }
 
@@ -267,7 +276,7 @@ TEST_F(StitchdTest, BadInputIsInvalidArgumentAndLeavesTheDaemonServing) {
   std::mt19937 rng(12345);
   std::string garbage(4096, '\0');
   for (char& ch : garbage) ch = static_cast<char>(rng());
-  grpc::Status raw = SendRawCompile(d.address(), garbage);
+  grpc::Status raw = CallRaw(d.address(), "/stitch.v1.KernelService/Compile", garbage);
   EXPECT_EQ(raw.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << raw.error_message();
 
   v1::CompileRequest cycle;
@@ -463,32 +472,10 @@ TEST_F(StitchdTest, UsageReportsCreditTheCostModelsSavings) {
 TEST_F(StitchdTest, HealthServiceReportsServing) {
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  auto channel = grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   // An empty HealthCheckRequest asks about the whole server.
-  grpc::Slice empty(std::string{});
-  grpc::ByteBuffer request(&empty, 1), response;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  grpc::Status status;
-  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   std::lock_guard lock(mu);
-                   status = s;
-                   done = true;
-                   cv.notify_all();
-                 });
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return done; });
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(response.Dump(&slices).ok());
   std::string bytes;
-  for (const grpc::Slice& s : slices)
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  grpc::Status status = CallRaw(d.address(), "/grpc.health.v1.Health/Check", "", &bytes);
+  ASSERT_TRUE(status.ok()) << status.error_message();
   // HealthCheckResponse{status: SERVING}: field 1, varint 1.
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
