@@ -30,14 +30,6 @@
 
 namespace stitch {
 
-struct LaunchDims {
-  std::array<uint32_t, 3> grid = {1, 1, 1};
-  std::array<uint32_t, 3> block = {1, 1, 1};
-  uint64_t threads() const {
-    return uint64_t{grid[0]} * grid[1] * grid[2] * block[0] * block[1] * block[2];
-  }
-};
-
 struct CodegenOptions {
   std::string target = "sm_90";  // sm_80 or sm_90 (anything LLVM 16 NVPTX accepts)
   // libdevice bitcode; empty means "use stitch's own math definitions" (PTX-only mode).

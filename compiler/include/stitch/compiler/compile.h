@@ -17,7 +17,14 @@
 
 namespace stitch {
 
+// Which planner groups the graph into kernels.
+enum class PlannerKind {
+  kStitch,    // the stitching planner (stitch_planner.h): fewest bytes and launches
+  kBaseline,  // XLA-style fusion (baseline_planner.h), the yardstick
+};
+
 struct CompileOptions {
+  PlannerKind planner = PlannerKind::kStitch;
   CodegenOptions codegen;  // codegen.target is also the key's target
   GraphLimits limits;
   std::string salt;      // cache namespace salt (part of the key)

@@ -1,0 +1,60 @@
+// The GPUs stitch plans for: the figures of each that the scheduler and the cost model need,
+// and the occupancy arithmetic both share.
+//
+// Thread-safety: the device table is a constant; every function here is pure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stitch/compiler/plan.h"
+
+namespace stitch {
+
+struct GpuDevice {
+  std::string name;    // "H100"
+  std::string target;  // "sm_90"
+  int sms = 0;
+  double hbm_bytes_per_second = 0;
+  double launch_seconds = 0;  // per kernel, launch plus the tail of the previous one
+  // Per-SM limits that bound how many blocks are resident at once.
+  int max_threads_per_sm = 2048;
+  int max_blocks_per_sm = 32;
+  int registers_per_sm = 65536;
+  int64_t shared_bytes_per_sm = 0;
+  // The most static shared memory one block may declare (dynamic shared memory can go
+  // further, but stitch kernels use static arrays only).
+  int64_t max_static_shared_bytes_per_block = 48 * 1024;
+  // A grid-wide barrier (AStitch measured ~2.5 us on V100-class parts; Hopper's is similar).
+  double grid_barrier_seconds = 2.5e-6;
+  // A block-wide barrier, as seen by a memory-bound kernel (mostly the pipeline drain).
+  double block_barrier_seconds = 40e-9;
+  // Latency of a DRAM load under load: with Little's law it gives the bytes that must be in
+  // flight to reach full bandwidth.
+  double dram_latency_seconds = 700e-9;
+  int64_t l2_bytes = 0;
+};
+
+// Returns the device table (A100, H100, H200).
+const std::vector<GpuDevice>& KnownDevices();
+
+// Returns the device named `name_or_target` ("H100", "sm_90"; for a target shared by
+// several devices, the first listed), or nullptr when unknown.
+const GpuDevice* FindDevice(std::string_view name_or_target);
+
+// Returns the device to plan for when compiling for `target`: FindDevice(target), or the
+// first device of the table for a target it does not list.
+const GpuDevice& DeviceForTarget(std::string_view target);
+
+// Returns how many blocks of `mapping`'s launch can be resident on one SM at once, limited
+// by threads, block slots, registers and shared memory; 0 when one block does not fit.
+int ResidentBlocksPerSm(const GpuDevice& device, const ThreadMapping& mapping);
+
+// Returns the most blocks of `mapping`'s launch that are guaranteed co-resident on the
+// whole device: ResidentBlocksPerSm times the SM count. A kernel with grid-wide barriers
+// deadlocks unless its grid is at most this.
+int64_t CoResidentBlocks(const GpuDevice& device, const ThreadMapping& mapping);
+
+}  // namespace stitch
