@@ -43,7 +43,9 @@ TEST(Stitchctl, CompilePrintsKeyKernelsAndTime) {
                            " --target sm_80");
   ASSERT_EQ(o.exit_code, 0) << o.out;
   EXPECT_NE(o.out.find("key "), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("row_reduce"), std::string::npos) << o.out;
+  // The stitching planner makes the layernorm one row-stitched kernel.
+  EXPECT_NE(o.out.find("plan  stitch, 1 kernel(s)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("row_stitch"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("ms to PTX"), std::string::npos) << o.out;
 }
 

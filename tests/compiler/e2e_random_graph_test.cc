@@ -1,9 +1,13 @@
 // Property test: random well-formed graphs agree between the emulator (random thread
 // order) and the reference interpreter. Each run draws a new base seed and logs it; graph i
-// uses base + i, so a failure names the one seed that reproduces it.
+// uses base + i, so a failure names the one seed that reproduces it. Setting
+// STITCH_RANDOM_GRAPH_SEED replays a run: graph i then uses that value + i, so a failing
+// graph's own seed runs first in shard 0.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include "stitch/compiler/verifier.h"
 #include "support/emulator_check.h"
@@ -12,13 +16,17 @@
 namespace stitch {
 namespace {
 
-constexpr int kGraphs = 200;
+constexpr int kGraphs = 300;
 constexpr int kShards = 8;
 
 uint64_t BaseSeed() {
-  // A new base seed every run, logged so a failure can be replayed by fixing it here.
-  static const uint64_t seed =
-      static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  // A new base seed every run unless one is given, logged so a failure can be replayed.
+  static const uint64_t seed = [] {
+    if (const char* fixed = std::getenv("STITCH_RANDOM_GRAPH_SEED")) {
+      return static_cast<uint64_t>(std::stoull(fixed));
+    }
+    return static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  }();
   return seed;
 }
 
@@ -31,7 +39,8 @@ TEST_P(RandomGraphs, EmulatorAgreesWithInterpreter) {
   for (int i = GetParam(); i < kGraphs; i += kShards) {
     uint64_t seed = base + static_cast<uint64_t>(i);
     Graph g = testing::RandomGraphBuilder(seed).Build();
-    ASSERT_TRUE(Verify(g).ok()) << "generator made an invalid graph, seed " << seed;
+    ASSERT_TRUE(Verify(g).ok()) << "generator made an invalid graph, seed " << seed << ": "
+                                << Verify(g).ToString();
     ASSERT_TRUE(testing::CheckOnEmulator(g, seed, /*random_order=*/true)) << "seed " << seed << "\n"
                                                                           << ToText(g);
   }

@@ -1,5 +1,4 @@
 #include "emitters.h"
-#include "launch_config.h"
 #include "reduction.h"
 
 namespace stitch::codegen {
@@ -7,10 +6,10 @@ namespace stitch::codegen {
 StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
   STITCH_ASSIGN_OR_RETURN(ReducePlan plan, AnalyzeReduceKernel(kc));
   const ReduceGeometry& geo = plan.geometry;
-  ColumnReduceConfig cfg = ChooseColumnReduce(geo.kept, geo.reduced, kc.sm_count);
+  const ThreadMapping& cfg = kc.spec.mapping;
   EmittedNest nest;
   nest.launch = cfg.launch;
-  const int tile_y = cfg.tile_y;
+  const int tile_y = cfg.column_tile_y;
   llvm::IRBuilder<>& b = kc.b;
   for (auto& r : plan.reduces) {
     llvm::Type* st = SharedType(r.acc_ty);

@@ -32,6 +32,32 @@ void ElementalEmitter::ResetScope() {
   delin_.clear();
 }
 
+void ElementalEmitter::PinAnyIndex(int node, llvm::AllocaInst* slot) { pinned_any_[node] = slot; }
+
+void ElementalEmitter::Pin(int node, llvm::Value* linear, llvm::AllocaInst* slot) {
+  pinned_[{node, linear}] = slot;
+}
+
+void ElementalEmitter::ClearPins() {
+  pinned_any_.clear();
+  pinned_.clear();
+}
+
+llvm::Value* ElementalEmitter::Lookup(int node, llvm::Value* linear) const {
+  auto it = memo_.find(Key{node, linear, {}});
+  return it == memo_.end() ? nullptr : it->second;
+}
+
+llvm::Value* ElementalEmitter::PinnedValue(int node, const IrIndex& index) {
+  llvm::AllocaInst* slot = nullptr;
+  if (auto it = pinned_any_.find(node); it != pinned_any_.end()) {
+    slot = it->second;
+  } else if (index.linear) {
+    if (auto p = pinned_.find({node, index.linear}); p != pinned_.end()) slot = p->second;
+  }
+  return slot ? b_.CreateLoad(slot->getAllocatedType(), slot) : nullptr;
+}
+
 void ElementalEmitter::Seed(int node, llvm::Value* linear, llvm::Value* value) {
   memo_[Key{node, linear, {}}] = value;
 }
@@ -292,6 +318,11 @@ StatusOr<llvm::Value*> ElementalEmitter::Emit(int root, const IrIndex& root_inde
     Frame& f = stack.back();
     Key key = KeyOf(f.node, f.index);
     if (memo_.count(key)) {
+      stack.pop_back();
+      continue;
+    }
+    if (llvm::Value* pinned = PinnedValue(f.node, f.index)) {
+      memo_[key] = pinned;
       stack.pop_back();
       continue;
     }

@@ -41,6 +41,20 @@ class ElementalEmitter {
   // consumed by epilogue nodes).
   void Seed(int node, llvm::Value* linear, llvm::Value* value);
 
+  // Makes every later access to `node` read `slot` (an entry-block alloca the caller has
+  // stored the node's compute-type value into), whatever the index. Survives ResetScope.
+  // Used for a row's reduce results in row-stitched kernels, where the planner has proved
+  // that every access is to the current row.
+  void PinAnyIndex(int node, llvm::AllocaInst* slot);
+  // Makes accesses to `node` at exactly linear index `linear` read `slot`. Survives
+  // ResetScope. Used for values a thread keeps in registers between the phases of a row.
+  void Pin(int node, llvm::Value* linear, llvm::AllocaInst* slot);
+  // Forgets every pin.
+  void ClearPins();
+  // Returns the value memoised for `node` at linear index `linear` in the current scope,
+  // or nullptr.
+  llvm::Value* Lookup(int node, llvm::Value* linear) const;
+
   // Returns per-dimension indices of `linear` in a row-major space of `dims`.
   std::vector<llvm::Value*> Delinearize(llvm::Value* linear, const std::vector<int64_t>& dims);
   // Returns the row-major linear index of `idx` in a space of `dims`.
@@ -63,6 +77,7 @@ class ElementalEmitter {
   }
 
   Key KeyOf(int node, const IrIndex& index) const;
+  llvm::Value* PinnedValue(int node, const IrIndex& index);
   IrIndex Normalize(int node, const IrIndex& index);
   const std::vector<llvm::Value*>& DimsOf(IrIndex& index, const std::vector<int64_t>& shape);
   llvm::Value* LinearOf(const IrIndex& index, const std::vector<int64_t>& shape);
@@ -78,6 +93,8 @@ class ElementalEmitter {
   llvm::IRBuilder<>& b_;
   std::unordered_set<int> in_kernel_;
   std::map<Key, llvm::Value*> memo_;
+  std::map<int, llvm::AllocaInst*> pinned_any_;
+  std::map<std::pair<int, llvm::Value*>, llvm::AllocaInst*> pinned_;
   std::map<std::pair<llvm::Value*, std::vector<int64_t>>, std::vector<llvm::Value*>> delin_;
   std::map<int, llvm::GlobalVariable*> constant_arrays_;
   size_t max_stack_ = 0;

@@ -11,8 +11,8 @@
 #include <set>
 
 #include "emitters.h"
-#include "launch_config.h"
 #include "stitch/compiler/codegen.h"
+#include "stitch/compiler/schedule.h"
 
 namespace stitch {
 namespace {
@@ -123,9 +123,14 @@ void AddAnnotation(llvm::Module& m, llvm::Function* fn, const char* key, int val
 
 }  // namespace
 
-StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
+StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& unscheduled,
                                     const CodegenOptions& options) {
-  STITCH_RETURN_IF_ERROR(ValidateSpec(g, spec));
+  STITCH_RETURN_IF_ERROR(ValidateSpec(g, unscheduled));
+  KernelSpec spec = unscheduled;
+  // A spec built by hand (tests, tools) may come without a mapping: schedule it here.
+  if (spec.mapping.work_items == 0) {
+    STITCH_RETURN_IF_ERROR(ScheduleKernel(g, spec, DeviceForTarget(options.target)));
+  }
   llvm::LLVMContext ctx;
   auto module = std::make_unique<llvm::Module>("stitch." + spec.name, ctx);
   module->setTargetTriple(kTriple);
@@ -147,7 +152,6 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
   llvm::IRBuilder<> b(ctx);
   codegen::KernelContext kc{g, spec, options, ctx, *module, fn, b, {}, {}};
   kc.index_ty = Fits32(g, spec) ? b.getInt32Ty() : b.getInt64Ty();
-  kc.sm_count = codegen::SmCount(options.target);
   for (size_t i = 0; i < kernel.param_nodes.size(); ++i) {
     llvm::Argument* arg = fn->getArg(static_cast<unsigned>(i));
     int node = kernel.param_nodes[i];
@@ -176,6 +180,9 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
       break;
     case KernelKind::kColumnReduce:
       nest = codegen::EmitColumnReduceKernel(kc);
+      break;
+    case KernelKind::kRowStitch:
+      nest = codegen::EmitRowStitchKernel(kc);
       break;
   }
   if (!nest.ok()) return nest.status().WithContext("kernel " + spec.name);

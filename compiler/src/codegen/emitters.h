@@ -18,6 +18,10 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc);
 // block (long rows).
 StatusOr<EmittedNest> EmitRowReduceKernel(KernelContext& kc);
 
+// Row reductions stitched with their producers and consumers (row_stitch.h): each group of
+// threads walks its rows phase by phase and writes every output of the row.
+StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc);
+
 // Reduction where consecutive threads own consecutive outputs and a block's rows of
 // threads split the reduced elements.
 StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc);

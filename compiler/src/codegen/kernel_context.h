@@ -32,7 +32,6 @@ struct KernelContext {
   // i32 when every tensor the kernel touches is small enough, else i64. Index values are
   // non-negative and treated as signed.
   llvm::IntegerType* index_ty = nullptr;
-  int sm_count = 132;
 
   llvm::Value* Index(int64_t v) const { return llvm::ConstantInt::get(index_ty, v); }
 };

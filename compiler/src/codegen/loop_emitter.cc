@@ -1,7 +1,6 @@
 #include "dtype_lowering.h"
 #include "elemental_emitter.h"
 #include "emitters.h"
-#include "launch_config.h"
 
 namespace stitch::codegen {
 
@@ -15,7 +14,7 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc) {
     }
   }
   EmittedNest nest;
-  nest.launch = LoopLaunch(n, kc.sm_count);
+  nest.launch = kc.spec.mapping.launch;
   llvm::IRBuilder<>& b = kc.b;
   ElementalEmitter em(kc);
   llvm::Value* start = b.CreateAdd(b.CreateMul(BlockIdx(kc, Dim::kX), BlockDim(kc, Dim::kX)),

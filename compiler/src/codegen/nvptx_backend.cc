@@ -1,4 +1,5 @@
-// LowerToPtx: portable module -> libdevice (or fallback math) -> O3 -> PTX text.
+// LowerToPtx: portable module -> grid barrier body, libdevice (or fallback math) -> O3 ->
+// PTX text.
 #include <llvm/ADT/SmallString.h>
 #include <llvm/Analysis/CGSCCPassManager.h>
 #include <llvm/Analysis/LoopAnalysisManager.h>
@@ -27,6 +28,7 @@
 #include <unordered_map>
 
 #include "device_math.h"
+#include "grid_barrier.h"
 #include "stitch/compiler/codegen.h"
 
 extern "C" {
@@ -120,6 +122,8 @@ Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options) {
   }
   std::unique_ptr<llvm::Module> m = std::move(*parsed);
   m->setTargetTriple(kTriple);
+  // The grid barrier gets its device body here; O3 inlines it into the kernel.
+  STITCH_RETURN_IF_ERROR(codegen::DefineGridBarrier(*m).WithContext("kernel " + kernel.name));
 
   if (HasMathDeclarations(*m)) {
     std::ifstream probe(options.libdevice_path, std::ios::binary);

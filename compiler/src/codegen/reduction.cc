@@ -7,6 +7,38 @@
 
 namespace stitch::codegen {
 
+StatusOr<ReduceInfo> MakeReduceInfo(KernelContext& kc, int id) {
+  const Graph& g = kc.graph;
+  const Node& n = g.nodes[id];
+  if (n.op != OpCode::kReduce || n.operands.size() != 2) {
+    return InvalidArgument(DescribeNode(g, id) + " needs operands {input, init}");
+  }
+  for (int o : n.operands) {
+    if (o < 0 || o >= static_cast<int>(g.nodes.size())) {
+      return InvalidArgument(DescribeNode(g, id) + " has an out-of-range operand");
+    }
+  }
+  ReduceInfo r;
+  r.node = id;
+  r.input = n.operands[0];
+  r.init = n.operands[1];
+  r.kind = n.reduce_kind;
+  r.dtype = n.shape.dtype;
+  r.acc_ty = ComputeType(kc.ctx, r.dtype);
+  if (g.nodes[r.input].shape.dtype != r.dtype || g.nodes[r.init].shape.dtype != r.dtype ||
+      g.nodes[r.init].shape.rank() != 0) {
+    return InvalidArgument(DescribeNode(g, id) +
+                           ": input and init must have the result dtype; init is a scalar");
+  }
+  if (IsFloat(r.dtype) && (r.kind == ReduceKind::kAnd || r.kind == ReduceKind::kOr)) {
+    return InvalidArgument(DescribeNode(g, id) + ": and/or reduce of a float");
+  }
+  if (r.kind < ReduceKind::kSum || r.kind > ReduceKind::kOr) {
+    return InvalidArgument(DescribeNode(g, id) + ": unknown combiner");
+  }
+  return r;
+}
+
 StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
   const Graph& g = kc.graph;
   const int hero = kc.spec.hero;
@@ -16,33 +48,7 @@ StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
   }
   ReducePlan plan;
   auto add_reduce = [&](int id) -> Status {
-    const Node& n = g.nodes[id];
-    if (n.operands.size() != 2) {
-      return InvalidArgument(DescribeNode(g, id) + " needs operands {input, init}");
-    }
-    for (int o : n.operands) {
-      if (o < 0 || o >= static_cast<int>(g.nodes.size())) {
-        return InvalidArgument(DescribeNode(g, id) + " has an out-of-range operand");
-      }
-    }
-    ReduceInfo r;
-    r.node = id;
-    r.input = n.operands[0];
-    r.init = n.operands[1];
-    r.kind = n.reduce_kind;
-    r.dtype = n.shape.dtype;
-    r.acc_ty = ComputeType(kc.ctx, r.dtype);
-    if (g.nodes[r.input].shape.dtype != r.dtype || g.nodes[r.init].shape.dtype != r.dtype ||
-        g.nodes[r.init].shape.rank() != 0) {
-      return InvalidArgument(DescribeNode(g, id) +
-                             ": input and init must have the result dtype; init is a scalar");
-    }
-    if (IsFloat(r.dtype) && (r.kind == ReduceKind::kAnd || r.kind == ReduceKind::kOr)) {
-      return InvalidArgument(DescribeNode(g, id) + ": and/or reduce of a float");
-    }
-    if (r.kind < ReduceKind::kSum || r.kind > ReduceKind::kOr) {
-      return InvalidArgument(DescribeNode(g, id) + ": unknown combiner");
-    }
+    STITCH_ASSIGN_OR_RETURN(ReduceInfo r, MakeReduceInfo(kc, id));
     plan.reduces.push_back(r);
     return Status::Ok();
   };
@@ -215,25 +221,28 @@ Status AccumulateElement(KernelContext& kc, ElementalEmitter& em, const ReducePl
 
 namespace {
 
-llvm::Value* ShuffleDown32(llvm::IRBuilder<>& b, llvm::Value* v, int offset) {
+llvm::Value* Shuffle32(llvm::IRBuilder<>& b, llvm::Value* v, int offset, bool butterfly) {
   const bool is_float = v->getType()->isFloatTy();
-  auto id = is_float ? llvm::Intrinsic::nvvm_shfl_sync_down_f32
-                     : llvm::Intrinsic::nvvm_shfl_sync_down_i32;
+  auto id = butterfly ? (is_float ? llvm::Intrinsic::nvvm_shfl_sync_bfly_f32
+                                  : llvm::Intrinsic::nvvm_shfl_sync_bfly_i32)
+                      : (is_float ? llvm::Intrinsic::nvvm_shfl_sync_down_f32
+                                  : llvm::Intrinsic::nvvm_shfl_sync_down_i32);
   // Clamp 0x1f: lanes past the end of the warp read their own value.
   return b.CreateIntrinsic(id, {}, {b.getInt32(-1), v, b.getInt32(offset), b.getInt32(0x1f)});
 }
 
-llvm::Value* ShuffleDown(llvm::IRBuilder<>& b, llvm::Value* v, int offset) {
+llvm::Value* Shuffle(llvm::IRBuilder<>& b, llvm::Value* v, int offset, bool butterfly) {
   llvm::Type* ty = v->getType();
-  if (ty->isFloatTy() || ty->isIntegerTy(32)) return ShuffleDown32(b, v, offset);
+  if (ty->isFloatTy() || ty->isIntegerTy(32)) return Shuffle32(b, v, offset, butterfly);
   if (ty->isIntegerTy() && ty->getIntegerBitWidth() < 32) {
-    llvm::Value* w = ShuffleDown32(b, b.CreateZExt(v, b.getInt32Ty()), offset);
+    llvm::Value* w = Shuffle32(b, b.CreateZExt(v, b.getInt32Ty()), offset, butterfly);
     return b.CreateTrunc(w, ty);
   }
   // 64-bit values travel as two 32-bit halves.
   llvm::Value* bits = ty->isDoubleTy() ? b.CreateBitCast(v, b.getInt64Ty()) : v;
-  llvm::Value* lo = ShuffleDown32(b, b.CreateTrunc(bits, b.getInt32Ty()), offset);
-  llvm::Value* hi = ShuffleDown32(b, b.CreateTrunc(b.CreateLShr(bits, 32), b.getInt32Ty()), offset);
+  llvm::Value* lo = Shuffle32(b, b.CreateTrunc(bits, b.getInt32Ty()), offset, butterfly);
+  llvm::Value* hi =
+      Shuffle32(b, b.CreateTrunc(b.CreateLShr(bits, 32), b.getInt32Ty()), offset, butterfly);
   llvm::Value* joined = b.CreateOr(b.CreateZExt(lo, b.getInt64Ty()),
                                    b.CreateShl(b.CreateZExt(hi, b.getInt64Ty()), 32));
   return ty->isDoubleTy() ? b.CreateBitCast(joined, ty) : joined;
@@ -245,7 +254,16 @@ llvm::Value* WarpReduce(KernelContext& kc, const ReduceInfo& r, llvm::Value* v, 
   // Lane 0 of a group only ever reads lanes inside its group, so groups narrower than a
   // warp need no segment mask.
   for (int offset = width / 2; offset > 0; offset /= 2) {
-    v = Combine(kc.b, r, v, ShuffleDown(kc.b, v, offset));
+    v = Combine(kc.b, r, v, Shuffle(kc.b, v, offset, /*butterfly=*/false));
+  }
+  return v;
+}
+
+llvm::Value* WarpAllReduce(KernelContext& kc, const ReduceInfo& r, llvm::Value* v, int width) {
+  // XOR partners stay inside aligned groups of `width` lanes, and every lane ends with the
+  // group's result.
+  for (int offset = width / 2; offset > 0; offset /= 2) {
+    v = Combine(kc.b, r, v, Shuffle(kc.b, v, offset, /*butterfly=*/true));
   }
   return v;
 }

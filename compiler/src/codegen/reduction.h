@@ -65,6 +65,14 @@ Status AccumulateElement(KernelContext& kc, ElementalEmitter& em, const ReducePl
 // the result) with shfl.sync.down on a full mask.
 llvm::Value* WarpReduce(KernelContext& kc, const ReduceInfo& r, llvm::Value* v, int width);
 
+// Returns `v` reduced over aligned groups of `width` lanes, in every lane of the group
+// (butterfly shuffles on a full mask).
+llvm::Value* WarpAllReduce(KernelContext& kc, const ReduceInfo& r, llvm::Value* v, int width);
+
+// Returns the reduce info of reduce node `id` (accumulator not yet allocated), or an error
+// naming the node when it is malformed.
+StatusOr<ReduceInfo> MakeReduceInfo(KernelContext& kc, int id);
+
 // The type a value of `acc_ty` is kept in shared memory (i1 is widened to i8).
 llvm::Type* SharedType(llvm::Type* acc_ty);
 llvm::Value* ToShared(llvm::IRBuilder<>& b, llvm::Value* v);

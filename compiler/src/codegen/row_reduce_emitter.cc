@@ -1,5 +1,4 @@
 #include "emitters.h"
-#include "launch_config.h"
 #include "reduction.h"
 
 namespace stitch::codegen {
@@ -9,16 +8,16 @@ namespace {
 // (threadIdx.y). All lanes of a warp run the same number of row-group iterations, so the
 // full-mask shuffles are always executed by the whole warp.
 Status EmitWarpRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
-                    const RowReduceConfig& cfg) {
+                    const ThreadMapping& cfg) {
   llvm::IRBuilder<>& b = kc.b;
   const ReduceGeometry& geo = plan.geometry;
-  const int lanes = cfg.lanes_per_row;
+  const int lanes = cfg.threads_per_row;
   const int64_t rows_per_warp = 32 / lanes;
   const int64_t groups = (geo.kept + rows_per_warp - 1) / rows_per_warp;
   llvm::Value* lane = ThreadIdx(kc, Dim::kX);
   llvm::Value* sub = b.CreateUDiv(lane, kc.Index(lanes));
   llvm::Value* seg = b.CreateURem(lane, kc.Index(lanes));
-  llvm::Value* warps = kc.Index(cfg.warps_per_block);
+  llvm::Value* warps = kc.Index(cfg.launch.block[1]);
   llvm::Value* first =
       b.CreateAdd(b.CreateMul(BlockIdx(kc, Dim::kX), warps), ThreadIdx(kc, Dim::kY));
   llvm::Value* stride = b.CreateMul(GridDim(kc, Dim::kX), warps);
@@ -43,10 +42,10 @@ Status EmitWarpRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
 // One block per row: threads stride over the row, warps reduce by shuffles, warp results
 // meet in shared memory and the first warp reduces them.
 Status EmitBlockRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
-                     const RowReduceConfig& cfg, uint32_t& shared_bytes) {
+                     const ThreadMapping& cfg, uint32_t& shared_bytes) {
   llvm::IRBuilder<>& b = kc.b;
   const ReduceGeometry& geo = plan.geometry;
-  const int warps = cfg.warps_per_block;
+  const int warps = static_cast<int>(cfg.launch.block[0] / 32);
   const int threads = warps * 32;
   for (auto& r : plan.reduces) {
     llvm::Type* st = SharedType(r.acc_ty);
@@ -103,11 +102,11 @@ Status EmitBlockRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
 
 StatusOr<EmittedNest> EmitRowReduceKernel(KernelContext& kc) {
   STITCH_ASSIGN_OR_RETURN(ReducePlan plan, AnalyzeReduceKernel(kc));
-  RowReduceConfig cfg = ChooseRowReduce(plan.geometry.kept, plan.geometry.reduced, kc.sm_count);
+  const ThreadMapping& cfg = kc.spec.mapping;
   EmittedNest nest;
   nest.launch = cfg.launch;
   ElementalEmitter em(kc);
-  if (cfg.block_per_row) {
+  if (cfg.threads_per_row > 32) {
     STITCH_RETURN_IF_ERROR(EmitBlockRows(kc, em, plan, cfg, nest.shared_bytes));
   } else {
     STITCH_RETURN_IF_ERROR(EmitWarpRows(kc, em, plan, cfg));

@@ -5,6 +5,7 @@
 #include "stitch/compiler/baseline_planner.h"
 #include "stitch/compiler/cost_model.h"
 #include "stitch/compiler/key.h"
+#include "stitch/compiler/schedule.h"
 
 namespace stitch {
 namespace {
@@ -57,6 +58,9 @@ void FillCost(const Graph& g, const CompileResult& result, const std::string& ta
   std::unique_ptr<CostModel> model = NewAnalyticalCostModel(*device);
   PlanCost stitched = model->Estimate(g, result.plan);
   StatusOr<FusionPlan> baseline_plan = PlanBaseline(g);
+  if (baseline_plan.ok() && !SchedulePlan(g, *baseline_plan, *device).ok()) {
+    baseline_plan = Internal("the baseline plan cannot be scheduled");
+  }
   PlanCost baseline = baseline_plan.ok() ? model->Estimate(g, *baseline_plan) : stitched;
   out.set_stitched_seconds(stitched.seconds);
   out.set_baseline_seconds(baseline.seconds);

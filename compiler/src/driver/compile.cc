@@ -3,6 +3,9 @@
 #include <chrono>
 
 #include "stitch/compiler/baseline_planner.h"
+#include "stitch/compiler/gpu_device.h"
+#include "stitch/compiler/schedule.h"
+#include "stitch/compiler/stitch_planner.h"
 #include "stitch/compiler/verifier.h"
 
 namespace stitch {
@@ -23,7 +26,7 @@ class Stopwatch {
 
 std::string OptionsText(const CompileOptions& o) {
   // Only what changes the emitted code belongs here; paths do not, libdevice's presence does.
-  std::string text = "planner=baseline";
+  std::string text = o.planner == PlannerKind::kBaseline ? "planner=baseline" : "planner=stitch";
   text += o.codegen.libdevice_path.empty() ? ";math=stitch" : ";math=libdevice";
   // A bundle without cubin must not answer a request that wants one.
   text += o.codegen.emit_cubin && CubinAvailable(o.codegen) ? ";cubin=1" : ";cubin=0";
@@ -47,7 +50,13 @@ StatusOr<CompileResult> CompileGraph(const Graph& g, const CompileOptions& optio
   result.key = ComputeKey(g, KeyContextFor(options));
   result.timings.verify_ms = clock.LapMs();
 
-  STITCH_ASSIGN_OR_RETURN(result.plan, PlanBaseline(g));
+  const GpuDevice& device = DeviceForTarget(options.codegen.target);
+  if (options.planner == PlannerKind::kBaseline) {
+    STITCH_ASSIGN_OR_RETURN(result.plan, PlanBaseline(g));
+    STITCH_RETURN_IF_ERROR(SchedulePlan(g, result.plan, device));
+  } else {
+    STITCH_ASSIGN_OR_RETURN(result.plan, PlanStitched(g, device));
+  }
   result.temporaries = TemporaryNodes(g, result.plan);
   result.timings.plan_ms = clock.LapMs();
 

@@ -3,8 +3,11 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <cstring>
+#include <new>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "emulator/block_scheduler.h"
 #include "emulator/jit.h"
@@ -19,12 +22,19 @@ namespace {
 constexpr size_t kStackBytes = 64 * 1024;
 constexpr uint64_t kMaxFrameBytes = 32 * 1024;
 constexpr uint64_t kMaxBlockThreads = 1024;
+// A kernel with a grid barrier keeps every thread of its grid alive at once, each with its
+// own fiber stack (a few KiB of it resident; see BlockScheduler::RunGrid), and every block
+// with its own shared memory.
+constexpr uint64_t kMaxGridBarrierThreads = 64 * 1024;
+constexpr uint64_t kMaxGridSharedBytes = uint64_t{256} << 20;
 
 struct LoadedKernel {
   emu::EntryFn entry = nullptr;
   uint32_t num_params = 0;
   uint8_t* shared = nullptr;
   uint64_t shared_bytes = 0;
+  uint64_t shared_align = 16;
+  bool grid_barrier = false;
 };
 
 class EmulatorImpl final : public Emulator {
@@ -56,33 +66,87 @@ class EmulatorImpl final : public Emulator {
     }
 
     counters_[0] = counters_[1] = 0;
+    sectors_[0].clear();
+    sectors_[1].clear();
     const uint64_t barriers_before = scheduler_.barriers();
+    const uint64_t grid_barriers_before = scheduler_.grid_barriers();
     std::vector<void*> arg_copy = args;
     emu::BlockGeometry geometry;
     geometry.ntid = dims.block;
     geometry.nctaid = dims.grid;
-    for (uint32_t z = 0; z < dims.grid[2]; ++z) {
-      for (uint32_t y = 0; y < dims.grid[1]; ++y) {
-        for (uint32_t x = 0; x < dims.grid[0]; ++x) {
-          geometry.ctaid = {x, y, z};
-          if (loaded->shared != nullptr) {
-            // Shared memory starts undefined on the GPU: zero it, or in random-order mode
-            // fill it with NaN/-1 bytes so reads before writes show up.
-            std::memset(loaded->shared, options_.random_order ? 0xff : 0, loaded->shared_bytes);
-          }
-          STITCH_RETURN_IF_ERROR(scheduler_.RunBlock(loaded->entry, arg_copy.data(), geometry));
-        }
-      }
+    if (loaded->grid_barrier) {
+      STITCH_RETURN_IF_ERROR(LaunchGrid(kernel, *loaded, geometry, arg_copy.data()));
+    } else {
+      STITCH_RETURN_IF_ERROR(LaunchBlocks(*loaded, geometry, arg_copy.data()));
     }
     LaunchStats stats;
     stats.global_bytes_loaded = counters_[0];
     stats.global_bytes_stored = counters_[1];
+    stats.footprint_bytes_loaded = sectors_[0].size() * kSectorBytes;
+    stats.footprint_bytes_stored = sectors_[1].size() * kSectorBytes;
     stats.barriers = scheduler_.barriers() - barriers_before;
+    stats.grid_barriers = scheduler_.grid_barriers() - grid_barriers_before;
     stats.threads = dims.threads();
     return stats;
   }
 
  private:
+  // Runs the blocks one after another, sharing the module's shared-memory global.
+  Status LaunchBlocks(const LoadedKernel& loaded, emu::BlockGeometry geometry, void** args) {
+    const std::array<uint32_t, 3> grid = geometry.nctaid;
+    for (uint32_t z = 0; z < grid[2]; ++z) {
+      for (uint32_t y = 0; y < grid[1]; ++y) {
+        for (uint32_t x = 0; x < grid[0]; ++x) {
+          geometry.ctaid = {x, y, z};
+          if (loaded.shared != nullptr) {
+            // Shared memory starts undefined on the GPU: zero it, or in random-order mode
+            // fill it with NaN/-1 bytes so reads before writes show up.
+            std::memset(loaded.shared, SharedFill(), loaded.shared_bytes);
+          }
+          STITCH_RETURN_IF_ERROR(scheduler_.RunBlock(loaded.entry, args, geometry));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Runs every block at once (the kernel synchronises its grid), each with its own shared
+  // memory.
+  Status LaunchGrid(const CompiledKernel& kernel, const LoadedKernel& loaded,
+                    const emu::BlockGeometry& geometry, void** args) {
+    const uint64_t blocks = uint64_t{geometry.nctaid[0]} * geometry.nctaid[1] * geometry.nctaid[2];
+    const uint64_t threads = blocks * geometry.ntid[0] * geometry.ntid[1] * geometry.ntid[2];
+    if (threads > kMaxGridBarrierThreads) {
+      return ResourceExhausted("kernel " + kernel.name + " uses a grid barrier and launches " +
+                               std::to_string(threads) + " threads; the emulator runs at most " +
+                               std::to_string(kMaxGridBarrierThreads) + " of them at once");
+    }
+    std::unique_ptr<uint8_t[]> storage;
+    uint8_t* shared = nullptr;
+    uint64_t stride = 0;
+    if (loaded.shared_bytes != 0) {
+      const uint64_t align = std::max<uint64_t>(loaded.shared_align, 16);
+      stride = (loaded.shared_bytes + align - 1) / align * align;
+      if (stride * blocks > kMaxGridSharedBytes) {
+        return ResourceExhausted("kernel " + kernel.name + " uses a grid barrier and needs " +
+                                 std::to_string(stride * blocks) +
+                                 " bytes of shared memory over its blocks; the emulator allows " +
+                                 std::to_string(kMaxGridSharedBytes));
+      }
+      const size_t bytes = static_cast<size_t>(stride * blocks + align);
+      storage.reset(new (std::nothrow) uint8_t[bytes]);
+      if (storage == nullptr) {
+        return ResourceExhausted("cannot allocate shared memory for kernel " + kernel.name);
+      }
+      const uintptr_t raw = reinterpret_cast<uintptr_t>(storage.get());
+      shared = storage.get() + ((align - raw % align) % align);
+      std::memset(shared, SharedFill(), static_cast<size_t>(stride * blocks));
+    }
+    return scheduler_.RunGrid(loaded.entry, args, geometry, shared, stride);
+  }
+
+  int SharedFill() const { return options_.random_order ? 0xff : 0; }
+
   StatusOr<const LoadedKernel*> GetOrCompile(const CompiledKernel& kernel) {
     std::string key = kernel.name;
     key.push_back('\0');
@@ -100,16 +164,22 @@ class EmulatorImpl final : public Emulator {
                                std::to_string(kMaxFrameBytes));
     }
     jit_->Optimize(*rm.module);
-    STITCH_RETURN_IF_ERROR(emu::InstrumentGlobalTraffic(*rm.module, rm.kernel_name, counters_));
+    STITCH_RETURN_IF_ERROR(emu::InstrumentGlobalTraffic(
+        *rm.module, rm.kernel_name, counters_,
+        options_.count_footprint ? &EmulatorImpl::Touch : nullptr, this));
     uint64_t shared_addr = 0;
+    // A grid-barrier kernel has no shared-memory global: its blocks own their buffers.
+    const bool shared_global = rm.shared_bytes != 0 && !rm.grid_barrier;
     STITCH_ASSIGN_OR_RETURN(uint64_t entry,
                             jit_->Load(std::move(rm.module), std::move(context), emu::kEntryName,
-                                       rm.shared_bytes != 0 ? emu::kSharedName : "", &shared_addr));
+                                       shared_global ? emu::kSharedName : "", &shared_addr));
     auto loaded = std::make_unique<LoadedKernel>();
     loaded->entry = reinterpret_cast<emu::EntryFn>(static_cast<uintptr_t>(entry));
     loaded->num_params = rm.num_params;
     loaded->shared = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(shared_addr));
     loaded->shared_bytes = rm.shared_bytes;
+    loaded->shared_align = rm.shared_align;
+    loaded->grid_barrier = rm.grid_barrier;
     const LoadedKernel* out = loaded.get();
     cache_.emplace(std::move(key), std::move(loaded));
     return out;
@@ -119,6 +189,16 @@ class EmulatorImpl final : public Emulator {
   std::unique_ptr<emu::Jit> jit_;
   emu::BlockScheduler scheduler_;
   uint64_t counters_[2] = {0, 0};  // global bytes loaded, stored; updated by kernel code
+
+  // DRAM moves 32-byte sectors: the footprint is the set of sectors touched.
+  static constexpr uint64_t kSectorBytes = 32;
+  static void Touch(void* self, const void* address, uint64_t bytes, uint32_t store) {
+    auto* impl = static_cast<EmulatorImpl*>(self);
+    const uint64_t first = reinterpret_cast<uintptr_t>(address) / kSectorBytes;
+    const uint64_t last = (reinterpret_cast<uintptr_t>(address) + bytes - 1) / kSectorBytes;
+    for (uint64_t s = first; s <= last; ++s) impl->sectors_[store ? 1 : 0].insert(s);
+  }
+  std::unordered_set<uint64_t> sectors_[2];
   std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> cache_;
 };
 

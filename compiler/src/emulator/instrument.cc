@@ -29,7 +29,7 @@ bool FromParameter(const llvm::Value* ptr, const llvm::Function& kernel) {
 }  // namespace
 
 Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_name,
-                               uint64_t* counters) {
+                               uint64_t* counters, FootprintFn footprint, void* recorder) {
   llvm::Function* kernel = module.getFunction(kernel_name);
   if (kernel == nullptr || kernel->isDeclaration()) {
     return Internal("kernel " + kernel_name + " vanished before instrumentation");
@@ -51,6 +51,21 @@ Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_n
     b.CreateStore(b.CreateAdd(old, bytes), counter_addr[which]);
   };
 
+  auto* i32 = llvm::Type::getInt32Ty(ctx);
+  auto* footprint_ty =
+      llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, ptr, i64, i32}, false);
+  auto report = [&](llvm::Instruction* at, llvm::Value* address, uint64_t bytes, int store) {
+    if (footprint == nullptr) return;
+    llvm::IRBuilder<> b(at);
+    auto as_ptr = [&](const void* p) {
+      return llvm::ConstantExpr::getIntToPtr(
+          llvm::ConstantInt::get(i64, reinterpret_cast<uintptr_t>(p)), ptr);
+    };
+    b.CreateCall(footprint_ty, as_ptr(reinterpret_cast<const void*>(footprint)),
+                 {as_ptr(recorder), b.CreatePointerCast(address, ptr),
+                  llvm::ConstantInt::get(i64, bytes), llvm::ConstantInt::get(i32, store)});
+  };
+
   for (llvm::BasicBlock& bb : *kernel) {
     // Fixed-size accesses of one block are summed and counted once at its end.
     uint64_t loaded = 0, stored = 0;
@@ -58,11 +73,16 @@ Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_n
     for (llvm::Instruction& inst : bb) {
       if (auto* load = llvm::dyn_cast<llvm::LoadInst>(&inst)) {
         if (FromParameter(load->getPointerOperand(), *kernel)) {
-          loaded += dl.getTypeStoreSize(load->getType()).getFixedValue();
+          const uint64_t n = dl.getTypeStoreSize(load->getType()).getFixedValue();
+          loaded += n;
+          report(load, load->getPointerOperand(), n, 0);
         }
       } else if (auto* store = llvm::dyn_cast<llvm::StoreInst>(&inst)) {
         if (FromParameter(store->getPointerOperand(), *kernel)) {
-          stored += dl.getTypeStoreSize(store->getValueOperand()->getType()).getFixedValue();
+          const uint64_t n =
+              dl.getTypeStoreSize(store->getValueOperand()->getType()).getFixedValue();
+          stored += n;
+          report(store, store->getPointerOperand(), n, 1);
         }
       } else if (auto* rmw = llvm::dyn_cast<llvm::AtomicRMWInst>(&inst)) {
         if (FromParameter(rmw->getPointerOperand(), *kernel)) {

@@ -1,5 +1,6 @@
 #include "emulator/retarget.h"
 
+#include <llvm/ADT/SmallPtrSet.h>
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/DataLayout.h>
@@ -18,6 +19,8 @@
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -28,6 +31,27 @@ namespace stitch::emu {
 namespace {
 
 using llvm::StringRef;
+
+// The grid-wide barrier of the portable-IR contract (codegen.h): `void (ptr workspace)`.
+constexpr char kGridSyncFunction[] = "stitch.grid.sync";
+
+// Declares (or finds) the runtime function `name`. Readnone ones (thread ids, the block's
+// shared memory) are constant for a thread, so they may be CSE'd and hoisted; convergent
+// ones keep their control dependence, like the NVVM originals.
+llvm::FunctionCallee DeclareRuntime(llvm::Module& m, StringRef name, llvm::FunctionType* type,
+                                    bool readnone, bool convergent) {
+  llvm::FunctionCallee callee = m.getOrInsertFunction(name, type);
+  if (auto* fn = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
+    fn->setDoesNotThrow();
+    if (readnone) {
+      fn->setDoesNotAccessMemory();
+      fn->addFnAttr(llvm::Attribute::WillReturn);
+      fn->addFnAttr(llvm::Attribute::Speculatable);
+    }
+    if (convergent) fn->setConvergent();
+  }
+  return callee;
+}
 
 // Functions listed as kernels in nvvm.annotations.
 std::vector<llvm::Function*> AnnotatedKernels(llvm::Module& m) {
@@ -70,22 +94,58 @@ class Rewriter {
     return Status::Ok();
   }
 
+  // Replaces every call to the contract's grid barrier with the runtime's. Returns whether
+  // the kernel has one; INVALID_ARGUMENT when it is defined or has the wrong type.
+  StatusOr<bool> LowerGridBarrier() {
+    llvm::Function* f = m_.getFunction(kGridSyncFunction);
+    if (f == nullptr) return false;
+    llvm::LLVMContext& ctx = m_.getContext();
+    auto* ptr = llvm::PointerType::get(ctx, 0);
+    auto* i32 = llvm::Type::getInt32Ty(ctx);
+    auto* want = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr}, false);
+    if (!f->isDeclaration()) {
+      return InvalidArgument("kernel " + kernel_ + " defines " + kGridSyncFunction +
+                             "; portable IR only declares it");
+    }
+    if (f->getFunctionType() != want) {
+      std::string type;
+      llvm::raw_string_ostream os(type);
+      f->getFunctionType()->print(os);
+      return InvalidArgument("kernel " + kernel_ + " declares " + kGridSyncFunction + " as " +
+                             os.str() + "; the contract is void (ptr)");
+    }
+    for (llvm::User* u : f->users()) {
+      auto* call = llvm::dyn_cast<llvm::CallInst>(u);
+      if (call == nullptr || call->getCalledFunction() != f) {
+        return Unimplemented("kernel " + kernel_ + ": " + kGridSyncFunction +
+                             " is used other than as a direct call");
+      }
+    }
+    // Sites are numbered in program order, for the deadlock messages.
+    std::vector<llvm::CallInst*> calls;
+    for (llvm::Function& fn : m_) {
+      for (llvm::Instruction& inst : llvm::instructions(fn)) {
+        auto* call = llvm::dyn_cast<llvm::CallInst>(&inst);
+        if (call != nullptr && call->getCalledFunction() == f) calls.push_back(call);
+      }
+    }
+    auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {i32, ptr}, false);
+    llvm::FunctionCallee runtime = Runtime(kGridBarrierName, type, false, true);
+    for (llvm::CallInst* call : calls) {
+      llvm::IRBuilder<> b(call);
+      llvm::CallInst* c =
+          b.CreateCall(runtime, {b.getInt32(next_grid_site_++), call->getArgOperand(0)});
+      c->setConvergent();
+      Replace(call, nullptr);
+    }
+    f->eraseFromParent();
+    return !calls.empty();
+  }
+
  private:
   llvm::FunctionCallee Runtime(StringRef name, llvm::FunctionType* type, bool readnone,
                                bool convergent) {
-    llvm::FunctionCallee callee = m_.getOrInsertFunction(name, type);
-    if (auto* fn = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
-      fn->setDoesNotThrow();
-      if (readnone) {
-        // Thread ids are constant for the thread, so they may be CSE'd and hoisted.
-        fn->setDoesNotAccessMemory();
-        fn->addFnAttr(llvm::Attribute::WillReturn);
-        fn->addFnAttr(llvm::Attribute::Speculatable);
-      }
-      // Like the NVVM originals: control dependence must not change.
-      if (convergent) fn->setConvergent();
-    }
-    return callee;
+    return DeclareRuntime(m_, name, type, readnone, convergent);
   }
 
   void Replace(llvm::CallInst* call, llvm::Value* v) {
@@ -296,18 +356,108 @@ class Rewriter {
   llvm::Module& m_;
   std::string kernel_;
   uint32_t next_site_ = 0;
+  uint32_t next_grid_site_ = 0;
+};
+
+// True when constant `c` refers to one of `globals`, possibly through nested constants.
+bool RefersTo(const llvm::Constant* c,
+              const llvm::SmallPtrSetImpl<const llvm::GlobalVariable*>& globals) {
+  if (const auto* g = llvm::dyn_cast<llvm::GlobalVariable>(c)) return globals.contains(g);
+  for (const llvm::Use& op : c->operands()) {
+    const auto* sub = llvm::dyn_cast<llvm::Constant>(op.get());
+    if (sub != nullptr && RefersTo(sub, globals)) return true;
+  }
+  return false;
+}
+
+// Turns every constant expression over one of `globals` that an instruction uses into
+// instructions, so that each use of a global is an instruction operand. A phi's operand is
+// computed at the end of its incoming block.
+void ExpandConstantExprs(llvm::Module& m,
+                         const llvm::SmallPtrSetImpl<const llvm::GlobalVariable*>& globals) {
+  for (llvm::Function& f : m) {
+    std::vector<llvm::Instruction*> work;
+    for (llvm::Instruction& inst : llvm::instructions(f)) work.push_back(&inst);
+    while (!work.empty()) {
+      llvm::Instruction* inst = work.back();
+      work.pop_back();
+      for (unsigned k = 0; k < inst->getNumOperands(); ++k) {
+        auto* ce = llvm::dyn_cast<llvm::ConstantExpr>(inst->getOperand(k));
+        if (ce == nullptr || !RefersTo(ce, globals)) continue;
+        if (auto* phi = llvm::dyn_cast<llvm::PHINode>(inst)) {
+          llvm::BasicBlock* in = phi->getIncomingBlock(k);
+          llvm::Instruction* expanded = ce->getAsInstruction(in->getTerminator());
+          // A block may appear several times; all its entries must keep one value.
+          for (unsigned j = k; j < phi->getNumIncomingValues(); ++j) {
+            if (phi->getIncomingBlock(j) == in && phi->getIncomingValue(j) == ce) {
+              phi->setIncomingValue(j, expanded);
+            }
+          }
+          work.push_back(expanded);
+        } else {
+          llvm::Instruction* expanded = ce->getAsInstruction(inst);
+          inst->setOperand(k, expanded);
+          work.push_back(expanded);
+        }
+      }
+    }
+  }
+}
+
+// Replaces every use of `g` (all instruction operands) with `make(insert_before)`.
+Status ReplaceWithInstructions(llvm::GlobalVariable* g, const std::string& kernel,
+                               const std::function<llvm::Value*(llvm::Instruction*)>& make) {
+  g->removeDeadConstantUsers();
+  std::vector<llvm::Instruction*> users;
+  for (llvm::User* u : g->users()) {
+    auto* inst = llvm::dyn_cast<llvm::Instruction>(u);
+    if (inst == nullptr) {
+      return Unimplemented("kernel " + kernel + ": shared memory " + g->getName().str() +
+                           " is referenced from a constant, which a grid-wide launch cannot "
+                           "place per block");
+    }
+    if (std::find(users.begin(), users.end(), inst) == users.end()) users.push_back(inst);
+  }
+  for (llvm::Instruction* inst : users) {
+    if (auto* phi = llvm::dyn_cast<llvm::PHINode>(inst)) {
+      for (unsigned k = 0; k < phi->getNumIncomingValues(); ++k) {
+        if (phi->getIncomingValue(k) != g) continue;
+        llvm::BasicBlock* in = phi->getIncomingBlock(k);
+        llvm::Value* v = make(in->getTerminator());
+        for (unsigned j = k; j < phi->getNumIncomingValues(); ++j) {
+          if (phi->getIncomingBlock(j) == in && phi->getIncomingValue(j) == g) {
+            phi->setIncomingValue(j, v);
+          }
+        }
+      }
+    } else {
+      llvm::Value* v = make(inst);
+      inst->replaceUsesOfWith(g, v);
+    }
+  }
+  return Status::Ok();
+}
+
+struct SharedLayout {
+  uint64_t bytes = 0;
+  uint64_t align = 16;
 };
 
 // Packs every addrspace(3) global into one host global. Users keep their addrspace(3)
 // pointer types (the x86 backend treats address space 3 as ordinary memory), so only the
 // storage moves and no instruction needs rewriting. The global is externally visible so
 // the optimiser must assume the opaque barrier call may read and write it.
-StatusOr<uint64_t> PackSharedMemory(llvm::Module& m, const std::string& kernel) {
+//
+// When `per_block` (a grid-wide launch, whose blocks run at once), there is no such global:
+// each address is an offset from the block's own buffer, which a readnone runtime call
+// returns (the scheduler knows the calling thread's block).
+StatusOr<SharedLayout> PackSharedMemory(llvm::Module& m, const std::string& kernel,
+                                        bool per_block) {
   std::vector<llvm::GlobalVariable*> shared;
   for (llvm::GlobalVariable& g : m.globals()) {
     if (g.getAddressSpace() == 3) shared.push_back(&g);
   }
-  if (shared.empty()) return uint64_t{0};
+  if (shared.empty()) return SharedLayout{};
   const llvm::DataLayout& dl = m.getDataLayout();
   uint64_t offset = 0;
   llvm::Align max_align(16);
@@ -326,12 +476,31 @@ StatusOr<uint64_t> PackSharedMemory(llvm::Module& m, const std::string& kernel) 
   }
   const uint64_t total = std::max<uint64_t>(offset, 1);
   auto* i8 = llvm::Type::getInt8Ty(m.getContext());
+  auto* i64 = llvm::Type::getInt64Ty(m.getContext());
+  if (per_block) {
+    llvm::SmallPtrSet<const llvm::GlobalVariable*, 8> set(shared.begin(), shared.end());
+    ExpandConstantExprs(m, set);
+    auto* ptr = llvm::PointerType::get(m.getContext(), 0);
+    llvm::FunctionCallee base_fn =
+        DeclareRuntime(m, kSharedBaseName, llvm::FunctionType::get(ptr, false), true, false);
+    for (size_t i = 0; i < shared.size(); ++i) {
+      llvm::GlobalVariable* g = shared[i];
+      const uint64_t off = offsets[i];
+      STITCH_RETURN_IF_ERROR(ReplaceWithInstructions(g, kernel, [&](llvm::Instruction* at) {
+        llvm::IRBuilder<> b(at);
+        llvm::Value* base = b.CreateCall(base_fn);
+        llvm::Value* addr = b.CreateInBoundsGEP(i8, base, llvm::ConstantInt::get(i64, off));
+        return b.CreateAddrSpaceCast(addr, g->getType());
+      }));
+      g->eraseFromParent();
+    }
+    return SharedLayout{total, max_align.value()};
+  }
   auto* storage_type = llvm::ArrayType::get(i8, total);
   auto* storage =
       new llvm::GlobalVariable(m, storage_type, false, llvm::GlobalValue::ExternalLinkage,
                                llvm::ConstantAggregateZero::get(storage_type), kSharedName);
   storage->setAlignment(max_align);
-  auto* i64 = llvm::Type::getInt64Ty(m.getContext());
   for (size_t i = 0; i < shared.size(); ++i) {
     llvm::GlobalVariable* g = shared[i];
     llvm::Constant* addr = llvm::ConstantExpr::getInBoundsGetElementPtr(
@@ -339,7 +508,7 @@ StatusOr<uint64_t> PackSharedMemory(llvm::Module& m, const std::string& kernel) 
     g->replaceAllUsesWith(llvm::ConstantExpr::getAddrSpaceCast(addr, g->getType()));
     g->eraseFromParent();
   }
-  return total;
+  return SharedLayout{total, max_align.value()};
 }
 
 void BuildEntryThunk(llvm::Module& m, llvm::Function* kernel) {
@@ -415,6 +584,17 @@ StatusOr<RetargetedModule> Retarget(llvm::LLVMContext& ctx, const std::string& b
 
   Rewriter rewriter(m, kernel_name);
   STITCH_RETURN_IF_ERROR(rewriter.LowerIntrinsics());
+  STITCH_ASSIGN_OR_RETURN(const bool grid_barrier, rewriter.LowerGridBarrier());
+  if (grid_barrier) {
+    // Threads exchange data through the kernel's writable buffers across the opaque
+    // barrier call. A noalias parameter that the kernel does not capture looks private to
+    // the optimiser, which would then move its loads and stores across the call.
+    for (llvm::Argument& arg : kernel->args()) {
+      if (arg.hasNoAliasAttr() && !arg.onlyReadsMemory()) {
+        arg.removeAttr(llvm::Attribute::NoAlias);
+      }
+    }
+  }
 
   // Left-over libdevice references must have a host implementation.
   for (llvm::Function& f : m) {
@@ -443,7 +623,7 @@ StatusOr<RetargetedModule> Retarget(llvm::LLVMContext& ctx, const std::string& b
     trap->eraseFromParent();
   }
 
-  STITCH_ASSIGN_OR_RETURN(uint64_t shared_bytes, PackSharedMemory(m, label));
+  STITCH_ASSIGN_OR_RETURN(SharedLayout shared, PackSharedMemory(m, label, grid_barrier));
 
   for (llvm::Function& f : m) {
     f.removeFnAttr("target-cpu");
@@ -482,7 +662,9 @@ StatusOr<RetargetedModule> Retarget(llvm::LLVMContext& ctx, const std::string& b
   RetargetedModule out;
   out.kernel_name = kernel_name;
   out.num_params = static_cast<uint32_t>(kernel->arg_size());
-  out.shared_bytes = shared_bytes;
+  out.shared_bytes = shared.bytes;
+  out.shared_align = shared.align;
+  out.grid_barrier = grid_barrier;
   out.frame_bytes = StaticFrameBytes(m);
   out.module = std::move(module);
   return out;

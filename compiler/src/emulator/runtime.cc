@@ -15,9 +15,9 @@ uint32_t TidZ() { return Self().tid[2]; }
 uint32_t NtidX() { return Self().scheduler->geometry().ntid[0]; }
 uint32_t NtidY() { return Self().scheduler->geometry().ntid[1]; }
 uint32_t NtidZ() { return Self().scheduler->geometry().ntid[2]; }
-uint32_t CtaidX() { return Self().scheduler->geometry().ctaid[0]; }
-uint32_t CtaidY() { return Self().scheduler->geometry().ctaid[1]; }
-uint32_t CtaidZ() { return Self().scheduler->geometry().ctaid[2]; }
+uint32_t CtaidX() { return Self().ctaid[0]; }
+uint32_t CtaidY() { return Self().ctaid[1]; }
+uint32_t CtaidZ() { return Self().ctaid[2]; }
 uint32_t NctaidX() { return Self().scheduler->geometry().nctaid[0]; }
 uint32_t NctaidY() { return Self().scheduler->geometry().nctaid[1]; }
 uint32_t NctaidZ() { return Self().scheduler->geometry().nctaid[2]; }
@@ -32,6 +32,13 @@ uint32_t BarrierReduce(uint32_t site, uint32_t op, uint32_t pred) {
   ThreadState& t = Self();
   return t.scheduler->BarrierReduce(&t, site, op, pred);
 }
+
+void GridSync(uint32_t site, void* workspace) {
+  ThreadState& t = Self();
+  t.scheduler->GridBarrier(&t, site, workspace);
+}
+
+void* SharedBase() { return Self().shared; }
 
 uint64_t Warp(uint32_t op, uint32_t mask, uint32_t value, uint32_t b, uint32_t c) {
   ThreadState& t = Self();
@@ -69,6 +76,8 @@ RuntimeSymbols BuildSymbols() {
   add(kBarrierName, &Barrier);
   add(kBarrierReduceName, &BarrierReduce);
   add(kWarpName, &Warp);
+  add(kGridBarrierName, &GridSync);
+  add(kSharedBaseName, &SharedBase);
   add(kTrapName, &Trap);
   AppendLibdeviceSymbols(s);
   AppendHalfSymbols(s);

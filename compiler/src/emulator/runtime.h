@@ -18,6 +18,9 @@ inline constexpr const char* kSharedName = "__stitch_emu_smem";
 inline constexpr const char* kBarrierName = "__stitch_emu_barrier";
 inline constexpr const char* kBarrierReduceName = "__stitch_emu_barrier_red";
 inline constexpr const char* kWarpName = "__stitch_emu_warp";
+inline constexpr const char* kGridBarrierName = "__stitch_emu_grid_sync";
+// Returns the calling thread's block's shared memory in a grid-wide launch.
+inline constexpr const char* kSharedBaseName = "__stitch_emu_smem_base";
 inline constexpr const char* kTrapName = "__stitch_emu_trap";
 inline constexpr const char* kSregPrefix = "__stitch_emu_sreg_";
 

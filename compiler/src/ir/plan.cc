@@ -12,9 +12,39 @@ std::string_view KernelKindName(KernelKind k) {
       return "row_reduce";
     case KernelKind::kColumnReduce:
       return "column_reduce";
+    case KernelKind::kRowStitch:
+      return "row_stitch";
   }
   return "invalid";
 }
+
+std::string_view StitchSchemeName(StitchScheme s) {
+  switch (s) {
+    case StitchScheme::kIndependent:
+      return "independent";
+    case StitchScheme::kLocal:
+      return "local";
+    case StitchScheme::kRegional:
+      return "regional";
+    case StitchScheme::kGlobal:
+      return "global";
+  }
+  return "invalid";
+}
+
+namespace {
+
+void DescribeMapping(const ThreadMapping& m, std::ostringstream& out) {
+  out << " grid=" << m.launch.grid[0] << " block=" << m.launch.block[0] << "x" << m.launch.block[1];
+  if (m.threads_per_row != 32 || m.rows_per_block != 1) {
+    out << " threads/row=" << m.threads_per_row << " rows/block=" << m.rows_per_block;
+  }
+  if (m.values_per_thread > 0) out << " regs/row=" << m.values_per_thread;
+  if (m.vector_width > 1) out << " vec=" << m.vector_width;
+  if (m.shared_bytes > 0) out << " smem=" << m.shared_bytes;
+}
+
+}  // namespace
 
 std::string Describe(const Graph& g, const FusionPlan& plan) {
   std::ostringstream out;
@@ -26,7 +56,13 @@ std::string Describe(const Graph& g, const FusionPlan& plan) {
     for (size_t i = 0; i < k.inputs.size(); ++i) out << (i ? ",%" : "%") << k.inputs[i];
     out << "} writes={";
     for (size_t i = 0; i < k.outputs.size(); ++i) out << (i ? ",%" : "%") << k.outputs[i];
-    out << "}\n";
+    out << "}";
+    if (k.mapping.launch.blocks() > 0 && k.mapping.work_items > 0) DescribeMapping(k.mapping, out);
+    out << "\n";
+    for (const StitchEdge& e : k.edges) {
+      out << "    %" << e.producer << " -> %" << e.consumer << " " << StitchSchemeName(e.scheme)
+          << "\n";
+    }
   }
   return out.str();
 }

@@ -5,7 +5,10 @@
 namespace stitch {
 
 const std::vector<GpuDevice>& KnownDevices() {
-  // Public datasheet figures; launch overhead as measured back-to-back on a stream.
+  // Public datasheet figures (SXM parts): SM counts and HBM bandwidth from NVIDIA's product
+  // pages, shared memory per SM and L2 size from the CUDA programming guide's table of
+  // compute capabilities and the architecture whitepapers; launch overhead as measured
+  // back-to-back on a stream.
   static const std::vector<GpuDevice> devices = [] {
     GpuDevice h100;
     h100.name = "H100";
@@ -43,22 +46,55 @@ const GpuDevice& DeviceForTarget(std::string_view target) {
   return d ? *d : KnownDevices().front();
 }
 
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t RoundUp(int64_t a, int64_t unit) { return CeilDiv(a, unit) * unit; }
+
+}  // namespace
+
+// The rules of CUDA's occupancy calculation (cuda_occupancy.h) for sm_80 and sm_90, each
+// limit computed alone and the smallest taken:
+//   * threads: blocks take whole warps, max_threads_per_sm / 32 warp slots in all;
+//   * block slots: max_blocks_per_sm;
+//   * registers: a warp takes registers_per_thread x 32 registers rounded up to the
+//     allocation unit, all from one sub-partition of the register file, so each
+//     sub-partition holds floor(its registers / a warp's) warps; the launch itself fails when
+//     a block's warps, rounded up to the sub-partition count, need more than the per-block
+//     register limit, or a thread more than the per-thread limit;
+//   * shared memory: a block takes its static shared memory plus the driver's reserved bytes,
+//     rounded up to the allocation unit, out of the SM's shared memory (the largest carveout,
+//     the driver's choice when a kernel needs shared memory); the launch fails when the static
+//     part exceeds the per-block limit.
 int ResidentBlocksPerSm(const GpuDevice& device, const ThreadMapping& mapping) {
   const int64_t threads = static_cast<int64_t>(mapping.launch.block_threads());
-  if (threads <= 0 || threads > 1024) return 0;
-  // Warps are the allocation unit for threads and registers.
-  const int64_t warps = (threads + 31) / 32;
-  int64_t by_threads = device.max_threads_per_sm / (warps * 32);
-  // Registers are allocated per warp in units of 256.
-  const int64_t regs_per_warp = (int64_t{std::max(mapping.registers_per_thread, 1)} * 32 + 255) /
-                                256 * 256;
-  int64_t by_registers = device.registers_per_sm / (regs_per_warp * warps);
-  int64_t by_shared = mapping.shared_bytes == 0
-                          ? device.max_blocks_per_sm
-                          : device.shared_bytes_per_sm / (int64_t{mapping.shared_bytes} + 1024);
-  if (mapping.shared_bytes > device.max_static_shared_bytes_per_block) by_shared = 0;
-  int64_t blocks = std::min({by_threads, by_registers, by_shared,
-                             static_cast<int64_t>(device.max_blocks_per_sm)});
+  if (threads <= 0 || threads > device.max_threads_per_block) return 0;
+  constexpr int64_t kWarpSize = 32;
+  const int64_t warps = CeilDiv(threads, kWarpSize);
+  const int64_t by_threads = device.max_threads_per_sm / kWarpSize / warps;
+
+  const int64_t registers = std::max(mapping.registers_per_thread, 1);
+  if (registers > device.max_registers_per_thread) return 0;
+  const int64_t sub_partitions = std::max(device.register_sub_partitions, 1);
+  const int64_t registers_per_warp =
+      RoundUp(registers * kWarpSize, std::max(device.register_allocation_unit, 1));
+  if (registers_per_warp * RoundUp(warps, sub_partitions) > device.max_registers_per_block) {
+    return 0;
+  }
+  const int64_t warps_per_sub_partition =
+      device.registers_per_sm / sub_partitions / registers_per_warp;
+  const int64_t by_registers = warps_per_sub_partition * sub_partitions / warps;
+
+  if (int64_t{mapping.shared_bytes} > device.max_static_shared_bytes_per_block) return 0;
+  const int64_t shared_per_block =
+      RoundUp(int64_t{mapping.shared_bytes} + device.reserved_shared_bytes_per_block,
+              std::max(device.shared_allocation_unit, 1));
+  const int64_t by_shared = shared_per_block > 0 ? device.shared_bytes_per_sm / shared_per_block
+                                                 : int64_t{device.max_blocks_per_sm};
+
+  const int64_t blocks = std::min(
+      {by_threads, by_registers, by_shared, static_cast<int64_t>(device.max_blocks_per_sm)});
   return static_cast<int>(std::max<int64_t>(blocks, 0));
 }
 

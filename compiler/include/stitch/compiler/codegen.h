@@ -14,6 +14,19 @@
 //   * math functions are calls to libdevice names (__nv_expf, ...) left as declarations;
 //     LowerToPtx links libdevice or, without the toolkit, stitch's own definitions;
 //   * f16 values use LLVM `half` (fpext/fptrunc); bf16 is handled as i16 bits.
+//   * a grid-wide barrier (AStitch's "global" scheme) is a call to
+//     `declare void @stitch.grid.sync(ptr %workspace)`, marked convergent. %workspace
+//     points to 8 bytes of global memory, 4-byte aligned: a u32 arrival counter, then a
+//     u32 generation. The host zero-fills it once before the first launch (the generation
+//     may hold anything; the counter must be 0); every barrier leaves the counter at 0 and
+//     advances the generation, so later barriers of the launch and later launches reuse it
+//     as it is (after an aborted launch, zero it again). Launches that may run at the same
+//     time need separate workspaces. Every thread of every block calls it the same number
+//     of times, and the grid must be no larger than what can be co-resident on the GPU (a
+//     persistent grid), or it hangs. Global memory written by any thread before the call
+//     is visible to every thread after it. LowerToPtx gives it its device body and drops
+//     `noalias` from the writable parameters of a kernel that calls it; the emulator runs
+//     such a kernel's blocks at once.
 //
 // Thread-safety: every function here may be called concurrently; each call builds its
 // own LLVMContext.

@@ -25,14 +25,14 @@ namespace stitch {
 
 // The modelled cost of one kernel of a plan, by term.
 struct KernelCost {
-  double seconds = 0;          // the total of the terms below
-  double memory_seconds = 0;   // bytes over achieved bandwidth, stretched by wave tails
+  double seconds = 0;         // the total of the terms below
+  double memory_seconds = 0;  // bytes over achieved bandwidth, stretched by wave tails
   double launch_seconds = 0;
   double barrier_seconds = 0;  // block and grid barriers
   int64_t global_bytes = 0;
   int resident_blocks_per_sm = 0;
-  double waves = 0;                   // blocks over (SMs x resident blocks per SM)
-  double bandwidth_fraction = 0;      // achieved over peak HBM bandwidth, in (0, 1]
+  double waves = 0;               // blocks over (SMs x resident blocks per SM)
+  double bandwidth_fraction = 0;  // achieved over peak HBM bandwidth, in (0, 1]
 };
 
 struct PlanCost {

@@ -2,7 +2,10 @@
 // for the host (thread ids, barriers and shuffles become calls into the emulator runtime;
 // shared memory becomes a per-block buffer; libdevice calls become host libm), JIT-compiles
 // it with ORC, and runs every thread of a block as a fiber that switches at barriers and
-// shuffles. Blocks run one after another.
+// shuffles. Blocks run one after another, except in a kernel that calls the grid barrier
+// (stitch.grid.sync, codegen.h): there every block of the grid runs at once, each with its
+// own shared memory, and a thread at the grid barrier waits until every thread of the grid
+// has arrived.
 //
 // Thread-safety: an Emulator may be used from one thread at a time. Separate Emulator
 // objects are independent.
@@ -20,16 +23,25 @@ namespace stitch {
 
 struct EmulatorOptions {
   // Run the threads of a block in a random order between synchronisation points (a new
-  // permutation at every barrier), so a missing barrier shows up as a wrong answer.
+  // permutation at every barrier), so a missing barrier shows up as a wrong answer. In a
+  // kernel with a grid barrier the permutation is over the threads of the whole grid.
   bool random_order = false;
   uint64_t seed = 0;
+  // Also count the distinct 32-byte sectors each launch touches (DRAM's access unit): the
+  // traffic a GPU's caches cannot avoid. Every global access then calls into the emulator,
+  // which makes runs several times slower.
+  bool count_footprint = false;
 };
 
 // What one launch did.
 struct LaunchStats {
   uint64_t global_bytes_loaded = 0;  // loads through kernel pointer parameters
   uint64_t global_bytes_stored = 0;
-  uint64_t barriers = 0;  // block-wide barriers completed, over all blocks
+  // With EmulatorOptions::count_footprint: distinct sectors loaded and stored, in bytes.
+  uint64_t footprint_bytes_loaded = 0;
+  uint64_t footprint_bytes_stored = 0;
+  uint64_t barriers = 0;       // block-wide barriers completed, over all blocks
+  uint64_t grid_barriers = 0;  // grid-wide barriers completed (each counted once)
   uint64_t threads = 0;
 };
 
@@ -45,11 +57,14 @@ class Emulator {
   // not match the kernel's parameters, the IR is not bitcode or the launch dimensions are
   // empty or exceed 1024 threads per block; UNIMPLEMENTED when the kernel uses an NVVM
   // intrinsic or libdevice function the emulator lacks (named in the message);
-  // RESOURCE_EXHAUSTED when its per-thread local memory exceeds the fiber stack; INTERNAL
-  // when the kernel deadlocks ("deadlock in block (x,y,z): ...": threads of a block wait at
-  // different barriers, or lanes of a warp at different warp operations) or cannot be
-  // compiled. After an error the emulator remains usable; the buffers may hold partial
-  // results.
+  // RESOURCE_EXHAUSTED when its per-thread local memory exceeds the fiber stack, or when a
+  // kernel with a grid barrier launches more than 65536 threads; INTERNAL when the kernel
+  // deadlocks ("deadlock in block (x,y,z): ...": threads of a block wait at different
+  // barriers, or lanes of a warp at different warp operations; "deadlock at a grid barrier:
+  // ...": some threads returned, or wait elsewhere, while others wait at a grid barrier),
+  // when the grid barrier's workspace is misused (its arrival counter not 0, threads passing
+  // different workspaces) or when the kernel cannot be compiled. After an error the emulator
+  // remains usable; the buffers may hold partial results.
   virtual StatusOr<LaunchStats> Launch(const CompiledKernel& kernel,
                                        const std::vector<void*>& args) = 0;
 };

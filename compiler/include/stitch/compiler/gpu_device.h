@@ -35,6 +35,20 @@ struct GpuDevice {
   // flight to reach full bandwidth.
   double dram_latency_seconds = 700e-9;
   int64_t l2_bytes = 0;
+  // Allocation rules of the occupancy calculation (CUDA's cuda_occupancy.h and the
+  // programming guide's table of compute capabilities; the same for sm_80 and sm_90).
+  int max_threads_per_block = 1024;
+  // Registers are allocated per warp, in units of this many.
+  int register_allocation_unit = 256;
+  // The register file is split evenly between the SM's warp schedulers; a warp takes all
+  // its registers from one of them.
+  int register_sub_partitions = 4;
+  int max_registers_per_thread = 255;
+  int max_registers_per_block = 65536;
+  // Shared memory is allocated per block in units of this many bytes, after adding the
+  // bytes the driver reserves for every block (sm_80 and later).
+  int shared_allocation_unit = 128;
+  int64_t reserved_shared_bytes_per_block = 1024;
 };
 
 // Returns the device table (A100, H100, H200).

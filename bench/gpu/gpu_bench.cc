@@ -1,0 +1,575 @@
+// gpu_bench: times the 30-subgraph suite on a real GPU, stitched plan against the XLA-style
+// baseline plan, through the CUDA driver API.
+//
+// For every subgraph at its listed shape, both plans are compiled for the device's
+// architecture (cubin where the toolkit exists; PTX goes to the driver's JIT otherwise), every
+// kernel parameter gets a device buffer (random inputs, outputs, temporaries) and the whole
+// plan is timed with CUDA events: --warmup runs, then the median of --repeats runs, each
+// after an L2 flush. Achieved bandwidth is the lower-bound traffic (every input read once,
+// every output written once) over the measured time, against the device's peak. Each plan
+// also runs once at the emulation scale and is compared with the reference interpreter.
+//
+// Usage:
+//   gpu_bench [--warmup N] [--repeats N] [--only ID,...] [--no-flush-l2] [--no-verify]
+//             [--target sm_XX] [--device N] [--driver LIB] [--csv PATH] [--out-dir DIR]
+//   gpu_bench --list [--target sm_XX] [--only ID,...] [--csv PATH]   (no GPU needed)
+//   gpu_bench --export-graphs FILE [--only ID,...]                   (for frameworks.py)
+//   gpu_bench --export-reference DIR [--only ID,...]                 (frameworks.py check)
+//
+// --out-dir writes stitch.csv, device.json (the device and the run's settings) and
+// graphs.json there, which `frameworks.py time/merge` read (scripts/bench gpu).
+//
+// Exit status: 0 success; 1 a subgraph failed to compile or run, or its outputs did not
+// match; 2 no usable GPU (one line on stderr says why); 3 bad flags.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_runner.h"
+#include "gpu/suite_export.h"
+#include "stitch/compiler/baseline_planner.h"
+#include "stitch/compiler/compile.h"
+#include "stitch/compiler/interpreter.h"
+#include "stitch/compiler/shape_scaling.h"
+#include "stitch/compiler/tensor.h"
+#include "stitch/compiler/tensor_compare.h"
+#include "stitch/compiler/verifier.h"
+#include "suite/suite.h"
+
+namespace stitch::gpu {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitNoGpu = 2;
+constexpr int kExitUsage = 3;
+
+constexpr const char* kUsage =
+    "usage: gpu_bench [--warmup N] [--repeats N] [--only ID,...] [--no-flush-l2] [--no-verify]\n"
+    "                 [--target sm_XX] [--device N] [--driver LIB] [--csv PATH] [--out-dir DIR]\n"
+    "       gpu_bench --list [--target sm_XX] [--only ID,...] [--csv PATH]\n"
+    "       gpu_bench --export-graphs FILE [--only ID,...]\n"
+    "       gpu_bench --export-reference DIR [--only ID,...]\n";
+
+enum class Mode { kRun, kList, kExportGraphs, kExportReference };
+
+struct Flags {
+  Mode mode = Mode::kRun;
+  std::string export_path;
+  TimingOptions timing;
+  bool verify = true;
+  std::vector<int> only;
+  std::string target;  // empty: the device's architecture (sm_90 for --list)
+  int device = 0;
+  std::string driver = "libcuda.so.1";
+  std::string csv_path;
+  std::string out_dir;
+};
+
+// One plan's figures; -1 (or "-") where not measured.
+struct PlanFigures {
+  int kernels = -1;
+  int64_t plan_bytes = -1;
+  int64_t cubin_bytes = -1;
+  double us = -1;
+  std::string loaded_from = "-";
+  std::string matches = "-";  // "yes", "NO" or "-"
+  double max_rel_error = -1;
+};
+
+struct Row {
+  int id = 0;
+  std::string subgraph;
+  int64_t lower_bound = -1;
+  PlanFigures stitch, baseline;
+  std::string error;  // the first failure, if any
+};
+
+std::string Fixed(double v, int digits) {
+  if (v < 0 || !std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+std::string Count(int64_t v) { return v < 0 ? "-" : std::to_string(v); }
+
+double GigabytesPerSecond(int64_t bytes, double us) {
+  return bytes > 0 && us > 0 ? bytes / (us * 1e-6) / 1e9 : -1;
+}
+
+double PercentOfPeak(int64_t bytes, double us, double peak) {
+  return bytes > 0 && us > 0 && peak > 0 ? 100.0 * bytes / (us * 1e-6) / peak : -1;
+}
+
+double Speedup(const Row& r) {
+  return r.stitch.us > 0 && r.baseline.us > 0 ? r.baseline.us / r.stitch.us : -1;
+}
+
+// The most input elements any reduce of `g` folds into one output element.
+int64_t LongestReduction(const Graph& g) {
+  int64_t longest = 0;
+  for (const Node& n : g.nodes) {
+    if (n.op != OpCode::kReduce) continue;
+    const int64_t out = std::max<int64_t>(n.shape.elements(), 1);
+    longest = std::max(longest, g.nodes[n.operands[0]].shape.elements() / out);
+  }
+  return longest;
+}
+
+// DefaultTolerance, with 4x for f32 outputs of graphs that sum over more than 1024 terms:
+// the interpreter sums in double, a kernel in f32 in its own order (as the suite's tests
+// hold the emulator).
+double Tolerance(const Graph& g, DType t) {
+  const bool long_f32_sum = t == DType::kF32 && LongestReduction(g) > 1024;
+  return DefaultTolerance(t) * (long_f32_sum ? 4 : 1);
+}
+
+CompileOptions OptionsFor(PlannerKind planner, const std::string& target) {
+  CompileOptions options;
+  options.planner = planner;
+  options.codegen.target = target;
+  return options;
+}
+
+// Runs `planner`'s plan of the scaled graph `g` on the GPU (with cubin, or PTX only where the
+// full-shape compile had to do without) and compares it with the interpreter.
+void VerifyOnGpu(Gpu& gpu, const Graph& g, int seed, PlannerKind planner, const std::string& target,
+                 bool cubin, PlanFigures& p, std::string& error) {
+  CompileOptions options = OptionsFor(planner, target);
+  options.codegen.emit_cubin = cubin;
+  StatusOr<CompileResult> compiled = CompileGraph(g, options);
+  if (!compiled.ok()) {
+    if (error.empty()) error = "compile (scaled): " + compiled.status().ToString();
+    return;
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<Tensor> inputs;
+  for (int node : g.Parameters()) inputs.push_back(RandomTensor(g.nodes[node].shape, rng));
+  StatusOr<std::vector<Tensor>> want = Evaluate(g, inputs);
+  if (!want.ok()) {
+    if (error.empty()) error = "interpreter: " + want.status().ToString();
+    return;
+  }
+  StatusOr<std::vector<Tensor>> got = gpu.RunPlan(g, *compiled, inputs);
+  if (!got.ok()) {
+    if (error.empty()) error = "run (scaled): " + got.status().ToString();
+    return;
+  }
+  p.matches = "yes";
+  p.max_rel_error = 0;
+  for (size_t k = 0; k < want->size(); ++k) {
+    const Tensor& expected = (*want)[k];
+    Comparison c = Compare(expected, (*got)[k], Tolerance(g, expected.shape.dtype));
+    p.max_rel_error = std::max(p.max_rel_error, c.max_rel_error);
+    if (!c.pass) {
+      p.matches = "NO";
+      if (error.empty()) {
+        error = "output " + std::to_string(k) + " " + expected.shape.ToString() + ": " + c.message;
+      }
+    }
+  }
+}
+
+// Compiles (and, given a GPU, times and verifies) one plan of one entry.
+void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const std::string& target,
+                 Gpu* gpu, const Flags& flags, PlanFigures& p, std::string& error) {
+  const char* which = planner == PlannerKind::kStitch ? "stitch" : "baseline";
+  StatusOr<CompileResult> compiled = CompileGraph(e.graph, OptionsFor(planner, target));
+  if (!compiled.ok() && gpu != nullptr) {
+    // The toolkit may not assemble for this GPU (CUDA 13 dropped sm_70 and older); its PTX
+    // can still go to the driver's JIT.
+    CompileOptions ptx_only = OptionsFor(planner, target);
+    ptx_only.codegen.emit_cubin = false;
+    if (StatusOr<CompileResult> retry = CompileGraph(e.graph, ptx_only); retry.ok()) {
+      compiled = std::move(retry);
+    }
+  }
+  if (!compiled.ok()) {
+    if (error.empty()) error = std::string(which) + " compile: " + compiled.status().ToString();
+    return;
+  }
+  p.kernels = static_cast<int>(compiled->kernels.size());
+  p.plan_bytes = EstimateTraffic(e.graph, compiled->plan).total();
+  p.cubin_bytes = 0;
+  for (const CompiledKernel& k : compiled->kernels) {
+    p.cubin_bytes += static_cast<int64_t>(k.cubin.size());
+  }
+  if (gpu == nullptr) return;
+  TimingOptions timing = flags.timing;
+  timing.seed = static_cast<uint64_t>(e.id);
+  StatusOr<PlanTiming> t = gpu->TimePlan(e.graph, *compiled, timing);
+  if (!t.ok()) {
+    if (error.empty()) error = std::string(which) + " run: " + t.status().ToString();
+    return;
+  }
+  p.us = t->median_us;
+  p.loaded_from = t->loaded_from;
+  if (!flags.verify) return;
+  std::optional<ScaledGraph> scaled = ScaleForEmulation(e.graph);
+  if (!scaled) return;
+  std::string verify_error;
+  VerifyOnGpu(*gpu, scaled->graph, 1000 + e.id, planner, target, p.cubin_bytes > 0, p,
+              verify_error);
+  if (!verify_error.empty() && error.empty()) error = std::string(which) + " " + verify_error;
+}
+
+Row Measure(const suite::SuiteEntry& e, const std::string& target, Gpu* gpu, const Flags& flags) {
+  Row r;
+  r.id = e.id;
+  r.subgraph = e.model + " / " + e.pattern + ", " + e.shape_text;
+  if (Status s = Verify(e.graph); !s.ok()) {
+    r.error = "verify: " + s.ToString();
+    return r;
+  }
+  r.lower_bound = TrafficLowerBound(e.graph).total();
+  MeasurePlan(e, PlannerKind::kStitch, target, gpu, flags, r.stitch, r.error);
+  MeasurePlan(e, PlannerKind::kBaseline, target, gpu, flags, r.baseline, r.error);
+  return r;
+}
+
+std::string Pair(const std::string& a, const std::string& b) { return a + " / " + b; }
+
+void PrintTable(const std::vector<Row>& rows, double peak) {
+  std::cout << "| id | subgraph | kernels (stitch / base) | lower bound MB | plan MB (stitch / "
+               "base) | cubin KB (stitch / base) | stitch µs | base µs | speedup | stitch GB/s | "
+               "stitch % peak | base % "
+               "peak | gpu = interp (stitch / base) |\n"
+               "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n";
+  for (const Row& r : rows) {
+    const double kb_s = r.stitch.cubin_bytes < 0 ? -1 : r.stitch.cubin_bytes / 1024.0;
+    const double kb_b = r.baseline.cubin_bytes < 0 ? -1 : r.baseline.cubin_bytes / 1024.0;
+    std::cout << "| " << r.id << " | " << r.subgraph << " | "
+              << Pair(Count(r.stitch.kernels), Count(r.baseline.kernels)) << " | "
+              << Fixed(r.lower_bound / 1e6, 1) << " | "
+              << Pair(Fixed(r.stitch.plan_bytes / 1e6, 1), Fixed(r.baseline.plan_bytes / 1e6, 1))
+              << " | " << Pair(Fixed(kb_s, 1), Fixed(kb_b, 1)) << " | " << Fixed(r.stitch.us, 1)
+              << " | " << Fixed(r.baseline.us, 1) << " | " << Fixed(Speedup(r), 2) << " | "
+              << Fixed(GigabytesPerSecond(r.lower_bound, r.stitch.us), 0) << " | "
+              << Fixed(PercentOfPeak(r.lower_bound, r.stitch.us, peak), 1) << " | "
+              << Fixed(PercentOfPeak(r.lower_bound, r.baseline.us, peak), 1) << " | "
+              << Pair(r.stitch.matches, r.baseline.matches) << " |\n";
+  }
+}
+
+std::string CsvField(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string Scientific(double v) {
+  if (v < 0) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.2e", v);
+  return buf;
+}
+
+Status WriteCsv(const std::string& path, const std::vector<Row>& rows, double peak) {
+  std::ofstream out(path);
+  if (!out) return InvalidArgument("cannot write " + path);
+  out << "id,subgraph,lower_bound_bytes,stitch_kernels,baseline_kernels,stitch_plan_bytes,"
+         "baseline_plan_bytes,stitch_cubin_bytes,baseline_cubin_bytes,stitch_us,baseline_us,"
+         "speedup,stitch_gbps,stitch_pct_peak,baseline_gbps,baseline_pct_peak,stitch_loaded,"
+         "baseline_loaded,stitch_matches,baseline_matches,stitch_max_rel_error,"
+         "baseline_max_rel_error,error\n";
+  auto num = [](double v, int digits) { return v < 0 ? std::string() : Fixed(v, digits); };
+  auto cnt = [](int64_t v) { return v < 0 ? std::string() : std::to_string(v); };
+  for (const Row& r : rows) {
+    out << r.id << "," << CsvField(r.subgraph) << "," << cnt(r.lower_bound) << ","
+        << cnt(r.stitch.kernels) << "," << cnt(r.baseline.kernels) << ","
+        << cnt(r.stitch.plan_bytes) << "," << cnt(r.baseline.plan_bytes) << ","
+        << cnt(r.stitch.cubin_bytes) << "," << cnt(r.baseline.cubin_bytes) << ","
+        << num(r.stitch.us, 2) << "," << num(r.baseline.us, 2) << "," << num(Speedup(r), 3) << ","
+        << num(GigabytesPerSecond(r.lower_bound, r.stitch.us), 1) << ","
+        << num(PercentOfPeak(r.lower_bound, r.stitch.us, peak), 2) << ","
+        << num(GigabytesPerSecond(r.lower_bound, r.baseline.us), 1) << ","
+        << num(PercentOfPeak(r.lower_bound, r.baseline.us, peak), 2) << "," << r.stitch.loaded_from
+        << "," << r.baseline.loaded_from << "," << r.stitch.matches << "," << r.baseline.matches
+        << "," << Scientific(r.stitch.max_rel_error) << "," << Scientific(r.baseline.max_rel_error)
+        << "," << CsvField(r.error) << "\n";
+  }
+  out.close();
+  if (!out) return Internal("error writing " + path);
+  return Status::Ok();
+}
+
+Status WriteDeviceJson(const std::string& path, const DeviceInfo& d, const std::string& target,
+                       const Flags& flags, const std::vector<Row>& rows) {
+  nlohmann::json j;
+  j["name"] = d.name;
+  j["slug"] = DeviceSlug(d.name);
+  j["arch"] = d.arch();
+  j["target"] = target;
+  j["sms"] = d.sms;
+  j["l2_bytes"] = d.l2_bytes;
+  j["memory_bytes"] = d.memory_bytes;
+  j["peak_bytes_per_second"] = d.peak_bytes_per_second;
+  j["peak_source"] = d.peak_source;
+  j["driver_version"] =
+      std::to_string(d.driver_version / 1000) + "." + std::to_string(d.driver_version % 1000 / 10);
+  j["warmup"] = flags.timing.warmup;
+  j["repeats"] = flags.timing.repeats;
+  j["flush_l2"] = flags.timing.flush_l2;
+  j["ids"] = nlohmann::json::array();
+  for (const Row& r : rows) j["ids"].push_back(r.id);
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  j["date"] = date;
+  std::ofstream out(path);
+  if (!out) return InvalidArgument("cannot write " + path);
+  out << j.dump(1) << "\n";
+  out.close();
+  if (!out) return Internal("error writing " + path);
+  return Status::Ok();
+}
+
+double GeometricMean(const std::vector<double>& v) {
+  if (v.empty()) return -1;
+  double log_sum = 0;
+  for (double x : v) log_sum += std::log(x);
+  return std::exp(log_sum / v.size());
+}
+
+void PrintSummary(const std::vector<Row>& rows, const std::string& target, const Gpu* gpu) {
+  int compiled = 0, timed = 0, matched = 0, verified = 0;
+  int64_t stitch_kernels = 0, baseline_kernels = 0;
+  std::vector<double> speedups;
+  bool all_cubin = true;
+  for (const Row& r : rows) {
+    if (r.stitch.kernels >= 0 && r.baseline.kernels >= 0) {
+      ++compiled;
+      stitch_kernels += r.stitch.kernels;
+      baseline_kernels += r.baseline.kernels;
+      all_cubin = all_cubin && r.stitch.cubin_bytes > 0 && r.baseline.cubin_bytes > 0;
+    }
+    if (Speedup(r) > 0) {
+      ++timed;
+      speedups.push_back(Speedup(r));
+    }
+    for (const PlanFigures* p : {&r.stitch, &r.baseline}) {
+      if (p->matches != "-") ++verified;
+      if (p->matches == "yes") ++matched;
+    }
+  }
+  std::cout << "\nCompiled " << compiled << "/" << rows.size() << " subgraphs for " << target
+            << " with both planners: " << stitch_kernels << " stitched kernels, "
+            << baseline_kernels << " baseline kernels; cubin "
+            << (all_cubin && compiled > 0 ? "for every kernel" : "missing (PTX only)") << ".\n";
+  if (gpu == nullptr) {
+    std::cout << "Not run: this listing only compiles (no GPU used).\n";
+  } else {
+    const DeviceInfo& d = gpu->info();
+    std::cout << "Timed " << timed << "/" << rows.size() << " subgraphs; geometric-mean speedup "
+              << "of stitched over baseline: " << Fixed(GeometricMean(speedups), 2) << "x.\n"
+              << (verified == 0 ? std::string("Outputs not verified.\n")
+                                : "Outputs matched the reference interpreter for " +
+                                      std::to_string(matched) + "/" + std::to_string(verified) +
+                                      " verified plans (emulation-scale shapes).\n")
+              << "Device: " << d.name << " (" << d.arch() << ", " << d.sms << " SMs, "
+              << Fixed(d.memory_bytes / 1073741824.0, 0) << " GiB), peak "
+              << Fixed(d.peak_bytes_per_second / 1e9, 0) << " GB/s (" << d.peak_source
+              << "), driver " << d.driver_version / 1000 << "." << d.driver_version % 1000 / 10
+              << ".\n";
+  }
+  for (const Row& r : rows) {
+    if (!r.error.empty()) std::cout << "  #" << r.id << ": " << r.error << "\n";
+  }
+}
+
+// The architecture to compile for on a device: its own where LLVM 16's NVPTX backend knows
+// it, else sm_90, whose PTX the driver JIT-compiles for newer GPUs.
+std::string TargetForDevice(const DeviceInfo& d) {
+  const int cc = d.cc_major * 10 + d.cc_minor;
+  return cc > 90 ? "sm_90" : d.arch();
+}
+
+StatusOr<std::vector<int>> ParseIds(const std::string& text) {
+  std::vector<int> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const long id = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || id < 1 || id > suite::kSuiteSize) {
+      return InvalidArgument("--only takes suite ids 1.." + std::to_string(suite::kSuiteSize) +
+                             ", got '" + item + "'");
+    }
+    ids.push_back(static_cast<int>(id));
+  }
+  return ids;
+}
+
+StatusOr<int> ParseCount(const std::string& flag, const std::string& text, int min) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < min || v > 1000000) {
+    return InvalidArgument(flag + " takes a number >= " + std::to_string(min) + ", got '" + text +
+                           "'");
+  }
+  return static_cast<int>(v);
+}
+
+StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> StatusOr<std::string> {
+      if (i + 1 >= argc) return InvalidArgument(arg + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (arg == "--list" || arg == "--dry-run") {
+      f.mode = Mode::kList;
+    } else if (arg == "--no-flush-l2") {
+      f.timing.flush_l2 = false;
+    } else if (arg == "--no-verify") {
+      f.verify = false;
+    } else if (arg == "--export-graphs" || arg == "--export-reference" || arg == "--warmup" ||
+               arg == "--repeats" || arg == "--only" || arg == "--target" || arg == "--device" ||
+               arg == "--driver" || arg == "--csv" || arg == "--out-dir") {
+      STITCH_ASSIGN_OR_RETURN(std::string v, value());
+      if (arg == "--export-graphs") {
+        f.mode = Mode::kExportGraphs;
+        f.export_path = v;
+      } else if (arg == "--export-reference") {
+        f.mode = Mode::kExportReference;
+        f.export_path = v;
+      } else if (arg == "--warmup") {
+        STITCH_ASSIGN_OR_RETURN(f.timing.warmup, ParseCount(arg, v, 0));
+      } else if (arg == "--repeats") {
+        STITCH_ASSIGN_OR_RETURN(f.timing.repeats, ParseCount(arg, v, 1));
+      } else if (arg == "--only") {
+        STITCH_ASSIGN_OR_RETURN(f.only, ParseIds(v));
+      } else if (arg == "--target") {
+        if (v.rfind("sm_", 0) != 0) return InvalidArgument("--target takes sm_XX, got '" + v + "'");
+        f.target = v;
+      } else if (arg == "--device") {
+        STITCH_ASSIGN_OR_RETURN(f.device, ParseCount(arg, v, 0));
+      } else if (arg == "--driver") {
+        f.driver = v;
+      } else if (arg == "--csv") {
+        f.csv_path = v;
+      } else {
+        f.out_dir = v;
+      }
+    } else {
+      return InvalidArgument("unknown argument '" + arg + "'");
+    }
+  }
+  return f;
+}
+
+std::vector<suite::SuiteEntry> SelectedEntries(const Flags& flags) {
+  std::vector<suite::SuiteEntry> entries;
+  for (suite::SuiteEntry& e : suite::BuildSuite()) {
+    if (flags.only.empty() ||
+        std::find(flags.only.begin(), flags.only.end(), e.id) != flags.only.end()) {
+      entries.push_back(std::move(e));
+    }
+  }
+  return entries;
+}
+
+int Main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+  }
+  StatusOr<Flags> parsed = ParseFlags(argc, argv);
+  if (!parsed.ok()) {
+    std::cerr << "gpu_bench: " << parsed.status().message() << "\n" << kUsage;
+    return kExitUsage;
+  }
+  const Flags& flags = *parsed;
+
+  if (flags.mode == Mode::kExportGraphs || flags.mode == Mode::kExportReference) {
+    const std::vector<suite::SuiteEntry> entries = SelectedEntries(flags);
+    Status s = flags.mode == Mode::kExportGraphs ? WriteGraphsJson(flags.export_path, entries)
+                                                 : WriteReference(flags.export_path, entries);
+    if (!s.ok()) {
+      std::cerr << "gpu_bench: " << s.ToString() << "\n";
+      return kExitFailed;
+    }
+    return 0;
+  }
+
+  std::unique_ptr<Gpu> gpu;
+  std::string target = flags.target.empty() ? "sm_90" : flags.target;
+  if (flags.mode == Mode::kRun) {
+    StatusOr<std::unique_ptr<Gpu>> opened = OpenGpu(flags.driver, flags.device);
+    if (!opened.ok()) {
+      std::cerr << "gpu_bench: no usable CUDA GPU: " << opened.status().message()
+                << " (gpu_bench --list compiles the suite without one)\n";
+      return kExitNoGpu;
+    }
+    gpu = std::move(*opened);
+    if (flags.target.empty()) target = TargetForDevice(gpu->info());
+    std::cerr << "gpu_bench: " << gpu->info().name << " (" << gpu->info().arch()
+              << "), compiling for " << target << "\n";
+  }
+
+  const std::vector<suite::SuiteEntry> entries = SelectedEntries(flags);
+  std::vector<Row> rows;
+  for (const suite::SuiteEntry& e : entries) {
+    rows.push_back(Measure(e, target, gpu.get(), flags));
+    std::cerr << "#" << e.id << " done\n";
+  }
+  const double peak = gpu ? gpu->info().peak_bytes_per_second : 0;
+  PrintTable(rows, peak);
+  PrintSummary(rows, target, gpu.get());
+
+  std::string csv_path = flags.csv_path;
+  if (!flags.out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(flags.out_dir, ec);
+    if (csv_path.empty()) csv_path = flags.out_dir + "/stitch.csv";
+  }
+  if (!csv_path.empty()) {
+    if (Status s = WriteCsv(csv_path, rows, peak); !s.ok()) {
+      std::cerr << "gpu_bench: " << s.ToString() << "\n";
+      return kExitFailed;
+    }
+  }
+  if (!flags.out_dir.empty()) {
+    Status s = WriteGraphsJson(flags.out_dir + "/graphs.json", entries);
+    if (s.ok() && gpu) {
+      s = WriteDeviceJson(flags.out_dir + "/device.json", gpu->info(), target, flags, rows);
+    }
+    if (!s.ok()) {
+      std::cerr << "gpu_bench: " << s.ToString() << "\n";
+      return kExitFailed;
+    }
+  }
+
+  bool ok = true;
+  for (const Row& r : rows) {
+    ok = ok && r.stitch.kernels >= 0 && r.baseline.kernels >= 0;
+    if (gpu) {
+      ok = ok && r.stitch.us > 0 && r.baseline.us > 0 && r.stitch.matches != "NO" &&
+           r.baseline.matches != "NO";
+    }
+  }
+  return ok ? 0 : kExitFailed;
+}
+
+}  // namespace
+}  // namespace stitch::gpu
+
+int main(int argc, char** argv) { return stitch::gpu::Main(argc, argv); }

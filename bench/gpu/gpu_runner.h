@@ -1,0 +1,88 @@
+// Running compiled plans on a real GPU through the CUDA driver API.
+//
+// The driver is opened at run time (dlopen of libcuda.so.1, entry points by dlsym), so the
+// benchmark starts, and can compile and export the suite, on machines without a driver or a
+// GPU; only OpenGpu fails there, with a one-line reason. Builds without the CUDA headers
+// (cuda.h) get an OpenGpu that always fails, saying so.
+//
+// Buffers follow the bundle's ABI (codegen.h): one buffer per graph node that some kernel
+// takes as a parameter, `g.nodes[id].shape.bytes()` long; kernel arguments are the device
+// pointers in CompiledKernel::param_nodes order; kernels run in plan order on one stream.
+//
+// Thread-safety: a Gpu is used from one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stitch/compiler/compile.h"
+#include "stitch/compiler/graph.h"
+#include "stitch/compiler/status.h"
+#include "stitch/compiler/tensor.h"
+
+namespace stitch::gpu {
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;  // as the driver reports it, e.g. "NVIDIA H100 80GB HBM3"
+  int cc_major = 0, cc_minor = 0;
+  int sms = 0;
+  int64_t l2_bytes = 0;
+  int64_t memory_bytes = 0;
+  // Peak DRAM bandwidth, and where the figure came from ("memory clock x bus width" or
+  // "device table: H100").
+  double peak_bytes_per_second = 0;
+  std::string peak_source;
+  int driver_version = 0;  // e.g. 12080 for 12.8
+
+  // "sm_90" for compute capability 9.0.
+  std::string arch() const { return "sm_" + std::to_string(cc_major * 10 + cc_minor); }
+};
+
+// Returns the part of a device name fit for a file name: "NVIDIA H100 80GB HBM3" gives
+// "h100_80gb_hbm3".
+std::string DeviceSlug(const std::string& name);
+
+struct TimingOptions {
+  int warmup = 10;    // whole-plan runs before timing
+  int repeats = 100;  // timed whole-plan runs; the median is reported
+  // Evict the L2 cache before every timed run (a memset of twice its size), so small
+  // subgraphs are timed reading DRAM as they would inside a model.
+  bool flush_l2 = true;
+  uint64_t seed = 1;  // for the random contents of parameter buffers
+};
+
+struct PlanTiming {
+  double median_us = 0, min_us = 0, max_us = 0;
+  // How the kernels were loaded: "cubin", "ptx" (JIT by the driver) or "cubin+ptx".
+  std::string loaded_from;
+};
+
+class Gpu {
+ public:
+  virtual ~Gpu() = default;
+
+  virtual const DeviceInfo& info() const = 0;
+
+  // Loads the kernels of `compiled` (cubin when it was built for this device's arch, PTX
+  // otherwise or when the cubin does not load), fills parameter buffers with random values
+  // of their dtype and times the whole plan with CUDA events: `warmup` runs, then `repeats`
+  // timed runs.
+  virtual StatusOr<PlanTiming> TimePlan(const Graph& g, const CompileResult& compiled,
+                                        const TimingOptions& options) = 0;
+
+  // Runs the plan once on `params` (ordered by parameter number) and returns one tensor per
+  // graph output. Output and temporary buffers start as 0xff bytes, so an element no kernel
+  // writes shows up as NaN or all-ones.
+  virtual StatusOr<std::vector<Tensor>> RunPlan(const Graph& g, const CompileResult& compiled,
+                                                const std::vector<Tensor>& params) = 0;
+};
+
+// Opens device `ordinal` through the driver library `driver_library` (a name for dlopen,
+// normally "libcuda.so.1"). Returns UNAVAILABLE with a one-line reason when no GPU can be
+// used: the library does not load, cuInit fails, or the driver sees no (or too few) devices.
+StatusOr<std::unique_ptr<Gpu>> OpenGpu(const std::string& driver_library, int ordinal);
+
+}  // namespace stitch::gpu

@@ -1,0 +1,298 @@
+// Row-stitched kernels: a group of threads owns whole rows and, for each row, runs one pass
+// per phase of reduces, then one pass that writes the row's outputs.
+//
+// Reuse follows AStitch's schemes: a reduce result reaches the row's threads through warp
+// shuffles (threads_per_row <= 32) or a shared-memory slot per warp (a block per row); row
+// values read by several passes stay in registers when each thread holds a fixed number
+// of a row's elements (mapping.values_per_thread > 0), and are read again otherwise.
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "dtype_lowering.h"
+#include "emitters.h"
+#include "reduction.h"
+#include "stitch/compiler/row_stitch.h"
+
+namespace stitch::codegen {
+namespace {
+
+class RowStitchEmitter {
+ public:
+  RowStitchEmitter(KernelContext& kc, const RowStitchLayout& layout)
+      : kc_(kc), b_(kc.b), m_(kc.spec.mapping), layout_(layout), em_(kc) {}
+
+  StatusOr<EmittedNest> Emit() {
+    for (const auto& phase : layout_.phases) {
+      for (int id : phase) {
+        STITCH_ASSIGN_OR_RETURN(ReduceInfo r, MakeReduceInfo(kc_, id));
+        r.acc = EntryAlloca(kc_, r.acc_ty, "acc");
+        reduces_[id] = r;
+        results_[id] = EntryAlloca(kc_, r.acc_ty, "row_result");
+      }
+    }
+    for (int c : layout_.cached) {
+      llvm::Type* ty = ComputeType(kc_.ctx, kc_.graph.nodes[c].shape.dtype);
+      for (int j = 0; j < m_.values_per_thread; ++j) {
+        cache_[c].push_back(EntryAlloca(kc_, ty, "row_cache"));
+      }
+    }
+    EmittedNest nest;
+    nest.launch = m_.launch;
+    STITCH_RETURN_IF_ERROR(EmitIndependentOutputs());
+    if (m_.threads_per_row <= 32) {
+      STITCH_RETURN_IF_ERROR(EmitWarpRows());
+    } else {
+      STITCH_RETURN_IF_ERROR(AllocateSlots(nest.shared_bytes));
+      STITCH_RETURN_IF_ERROR(EmitBlockRows());
+    }
+    return nest;
+  }
+
+ private:
+  int64_t rows() const { return layout_.geometry.rows; }
+  int64_t row_len() const { return layout_.geometry.row_len; }
+
+  // Several rows per warp (or a warp per row): lanes [sub * tpr, (sub + 1) * tpr) own row
+  // `group * rows_per_warp + sub`. Every lane runs the same iterations, so full-mask
+  // shuffles are executed by the whole warp.
+  Status EmitWarpRows() {
+    const int tpr = m_.threads_per_row;
+    const int64_t rows_per_warp = 32 / tpr;
+    const int64_t groups = (rows() + rows_per_warp - 1) / rows_per_warp;
+    llvm::Value* lane = ThreadIdx(kc_, Dim::kX);
+    llvm::Value* sub = b_.CreateUDiv(lane, kc_.Index(tpr));
+    seg_ = b_.CreateURem(lane, kc_.Index(tpr));
+    llvm::Value* warps = kc_.Index(m_.launch.block[1]);
+    llvm::Value* first =
+        b_.CreateAdd(b_.CreateMul(BlockIdx(kc_, Dim::kX), warps), ThreadIdx(kc_, Dim::kY));
+    llvm::Value* stride = b_.CreateMul(GridDim(kc_, Dim::kX), warps);
+    return EmitForLoop(kc_, "rowgroup", first, kc_.Index(groups), stride, [&](llvm::Value* grp) {
+      llvm::Value* row = b_.CreateAdd(b_.CreateMul(grp, kc_.Index(rows_per_warp)), sub);
+      return EmitRow(row, b_.CreateICmpSLT(row, kc_.Index(rows())));
+    });
+  }
+
+  // Outputs unrelated to the rows: a grid-stride loop over each one's elements, using
+  // every thread of the launch.
+  Status EmitIndependentOutputs() {
+    if (layout_.independent_outputs.empty()) return Status::Ok();
+    const int64_t block = int64_t{m_.launch.block[0]} * m_.launch.block[1];
+    llvm::Value* tid =
+        b_.CreateAdd(b_.CreateMul(ThreadIdx(kc_, Dim::kY), kc_.Index(m_.launch.block[0])),
+                     ThreadIdx(kc_, Dim::kX));
+    llvm::Value* first = b_.CreateAdd(b_.CreateMul(BlockIdx(kc_, Dim::kX), kc_.Index(block)), tid);
+    llvm::Value* stride = b_.CreateMul(GridDim(kc_, Dim::kX), kc_.Index(block));
+    for (int o : layout_.independent_outputs) {
+      const int64_t n = kc_.graph.nodes[o].shape.elements();
+      STITCH_RETURN_IF_ERROR(
+          EmitForLoop(kc_, "independent", first, kc_.Index(n), stride, [&](llvm::Value* i) {
+            em_.ResetScope();
+            return StoreOutput(o, i);
+          }));
+    }
+    return Status::Ok();
+  }
+
+  // A block per row: partial results of each warp meet in shared memory.
+  Status EmitBlockRows() {
+    seg_ = ThreadIdx(kc_, Dim::kX);
+    lane_ = b_.CreateURem(seg_, kc_.Index(32));
+    warp_ = b_.CreateUDiv(seg_, kc_.Index(32));
+    return EmitForLoop(kc_, "row", BlockIdx(kc_, Dim::kX), kc_.Index(rows()), GridDim(kc_, Dim::kX),
+                       [&](llvm::Value* row) -> Status {
+                         STITCH_RETURN_IF_ERROR(EmitRow(row, b_.getTrue()));
+                         // The next row reuses the warp slots.
+                         Barrier(kc_);
+                         return Status::Ok();
+                       });
+  }
+
+  Status AllocateSlots(uint32_t& shared_bytes) {
+    const uint64_t warps = m_.threads_per_row / 32;
+    for (auto& [id, r] : reduces_) {
+      llvm::Type* st = SharedType(r.acc_ty);
+      r.smem = SharedArray(kc_, st, warps, "row_partials");
+      shared_bytes +=
+          static_cast<uint32_t>(kc_.module.getDataLayout().getTypeAllocSize(st) * warps);
+    }
+    return Status::Ok();
+  }
+
+  Status EmitRow(llvm::Value* row, llvm::Value* row_valid) {
+    const int tpr = m_.threads_per_row;
+    row_ = row;
+    row_valid_ = row_valid;
+    cols_.clear();
+    lins_.clear();
+    valid_.clear();
+    em_.ClearPins();
+    llvm::Value* base = b_.CreateMul(row, kc_.Index(row_len()));
+    for (int j = 0; j < m_.values_per_thread; ++j) {
+      llvm::Value* col = b_.CreateAdd(seg_, kc_.Index(int64_t{j} * tpr));
+      cols_.push_back(col);
+      lins_.push_back(b_.CreateAdd(base, col));
+      valid_.push_back(b_.CreateAnd(row_valid, b_.CreateICmpSLT(col, kc_.Index(row_len()))));
+    }
+    for (size_t p = 0; p < layout_.phases.size(); ++p) {
+      STITCH_RETURN_IF_ERROR(EmitPhase(static_cast<int>(p)));
+    }
+    STITCH_RETURN_IF_ERROR(ForEachElement([&](llvm::Value* lin) -> Status {
+      for (int o : layout_.row_space_outputs) STITCH_RETURN_IF_ERROR(StoreOutput(o, lin));
+      return Status::Ok();
+    }));
+    if (layout_.row_outputs.empty()) return Status::Ok();
+    llvm::Value* leader = b_.CreateAnd(row_valid, b_.CreateICmpEQ(seg_, kc_.Index(0)));
+    return EmitIf(kc_, "row_out", leader, [&]() -> Status {
+      em_.ResetScope();
+      for (int o : layout_.row_outputs) STITCH_RETURN_IF_ERROR(StoreOutput(o, row));
+      return Status::Ok();
+    });
+  }
+
+  // Runs `body(linear index)` for each element of the row this thread owns: unrolled over
+  // the fixed positions when values stay in registers, a loop otherwise.
+  Status ForEachElement(const std::function<Status(llvm::Value*)>& body, int pass = -1) {
+    if (m_.values_per_thread > 0) {
+      for (size_t j = 0; j < lins_.size(); ++j) {
+        STITCH_RETURN_IF_ERROR(EmitIf(kc_, "elem", valid_[j], [&]() -> Status {
+          em_.ResetScope();
+          STITCH_RETURN_IF_ERROR(body(lins_[j]));
+          return StoreCached(pass, j);
+        }));
+      }
+      return Status::Ok();
+    }
+    llvm::Value* end = b_.CreateSelect(row_valid_, kc_.Index(row_len()), kc_.Index(0));
+    llvm::Value* base = b_.CreateMul(row_, kc_.Index(row_len()));
+    return EmitForLoop(kc_, "col", seg_, end, kc_.Index(m_.threads_per_row),
+                       [&](llvm::Value* col) -> Status {
+                         em_.ResetScope();
+                         return body(b_.CreateAdd(base, col));
+                       });
+  }
+
+  // Keeps the values of cached nodes first computed in `pass` at position j.
+  Status StoreCached(int pass, size_t j) {
+    for (size_t c = 0; c < layout_.cached.size(); ++c) {
+      if (layout_.cached_first_pass[c] != pass) continue;
+      const int node = layout_.cached[c];
+      STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(node, IrIndex{{}, lins_[j]}));
+      b_.CreateStore(v, cache_[node][j]);
+    }
+    return Status::Ok();
+  }
+
+  Status EmitPhase(int p) {
+    const std::vector<int>& phase = layout_.phases[static_cast<size_t>(p)];
+    for (int id : phase) b_.CreateStore(Identity(b_, reduces_[id]), reduces_[id].acc);
+    STITCH_RETURN_IF_ERROR(ForEachElement(
+        [&](llvm::Value* lin) -> Status {
+          for (int id : phase) {
+            const ReduceInfo& r = reduces_[id];
+            STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(r.input, IrIndex{{}, lin}));
+            llvm::Value* acc = b_.CreateLoad(r.acc_ty, r.acc);
+            b_.CreateStore(Combine(b_, r, acc, v), r.acc);
+          }
+          return Status::Ok();
+        },
+        p));
+    // From here on, later passes read the cached values instead of recomputing them.
+    for (size_t c = 0; c < layout_.cached.size(); ++c) {
+      if (layout_.cached_first_pass[c] != p) continue;
+      const int node = layout_.cached[c];
+      for (size_t j = 0; j < lins_.size(); ++j) em_.Pin(node, lins_[j], cache_[node][j]);
+    }
+    std::vector<llvm::Value*> totals;
+    for (int id : phase) {
+      const ReduceInfo& r = reduces_[id];
+      llvm::Value* partial = b_.CreateLoad(r.acc_ty, r.acc);
+      if (m_.threads_per_row <= 32) {
+        totals.push_back(WarpAllReduce(kc_, r, partial, m_.threads_per_row));
+      } else {
+        totals.push_back(WarpAllReduce(kc_, r, partial, 32));
+      }
+    }
+    if (m_.threads_per_row > 32) STITCH_RETURN_IF_ERROR(CombineWarps(phase, totals));
+    em_.ResetScope();
+    for (size_t i = 0; i < phase.size(); ++i) {
+      const ReduceInfo& r = reduces_[phase[i]];
+      STITCH_ASSIGN_OR_RETURN(llvm::Value * init, em_.Emit(r.init, IrIndex{{}, kc_.Index(0)}));
+      b_.CreateStore(Combine(b_, r, init, totals[i]), results_[r.node]);
+      em_.PinAnyIndex(r.node, results_[r.node]);
+    }
+    return Status::Ok();
+  }
+
+  // Lane 0 of each warp publishes its warp's result; after one barrier every thread
+  // combines all of them, so the whole block holds the row's result.
+  Status CombineWarps(const std::vector<int>& phase, std::vector<llvm::Value*>& totals) {
+    const int warps = m_.threads_per_row / 32;
+    STITCH_RETURN_IF_ERROR(
+        EmitIf(kc_, "publish", b_.CreateICmpEQ(lane_, kc_.Index(0)), [&]() -> Status {
+          for (size_t i = 0; i < phase.size(); ++i) {
+            const ReduceInfo& r = reduces_[phase[i]];
+            llvm::Type* st = SharedType(r.acc_ty);
+            b_.CreateStore(ToShared(b_, totals[i]), b_.CreateInBoundsGEP(st, r.smem, {warp_}));
+          }
+          return Status::Ok();
+        }));
+    Barrier(kc_);
+    for (size_t i = 0; i < phase.size(); ++i) {
+      const ReduceInfo& r = reduces_[phase[i]];
+      llvm::Type* st = SharedType(r.acc_ty);
+      llvm::Value* acc = nullptr;
+      for (int w = 0; w < warps; ++w) {
+        llvm::Value* slot = b_.CreateInBoundsGEP(st, r.smem, {kc_.Index(w)});
+        llvm::Value* v = FromShared(b_, b_.CreateLoad(st, slot), r.acc_ty);
+        acc = acc ? Combine(b_, r, acc, v) : v;
+      }
+      totals[i] = acc;
+    }
+    return Status::Ok();
+  }
+
+  Status StoreOutput(int node, llvm::Value* lin) {
+    const auto& outs = kc_.spec.outputs;
+    const size_t slot =
+        static_cast<size_t>(std::find(outs.begin(), outs.end(), node) - outs.begin());
+    STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(node, IrIndex{{}, lin}));
+    StoreElement(b_, kc_.graph.nodes[node].shape.dtype, v, kc_.output_buffers[slot], lin);
+    return Status::Ok();
+  }
+
+  KernelContext& kc_;
+  llvm::IRBuilder<>& b_;
+  const ThreadMapping& m_;
+  const RowStitchLayout& layout_;
+  ElementalEmitter em_;
+  std::map<int, ReduceInfo> reduces_;
+  std::map<int, llvm::AllocaInst*> results_;
+  std::map<int, std::vector<llvm::AllocaInst*>> cache_;
+  llvm::Value* seg_ = nullptr;   // this thread's first column in its row
+  llvm::Value* lane_ = nullptr;  // block mode: lane within the warp
+  llvm::Value* warp_ = nullptr;  // block mode: warp within the block
+  llvm::Value* row_ = nullptr;
+  llvm::Value* row_valid_ = nullptr;
+  std::vector<llvm::Value*> cols_, lins_, valid_;
+};
+
+}  // namespace
+
+StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
+  STITCH_ASSIGN_OR_RETURN(RowStitchLayout layout, AnalyzeRowStitch(kc.graph, kc.spec));
+  const ThreadMapping& m = kc.spec.mapping;
+  if (m.threads_per_row < 1 || (m.threads_per_row > 32 && m.threads_per_row % 32 != 0) ||
+      (m.threads_per_row <= 32 && 32 % m.threads_per_row != 0)) {
+    return InvalidArgument("kernel " + kc.spec.name + ": threads_per_row " +
+                           std::to_string(m.threads_per_row) + " is not a power of two");
+  }
+  if (m.threads_per_row > 32 && m.launch.block[0] != static_cast<uint32_t>(m.threads_per_row)) {
+    return InvalidArgument("kernel " + kc.spec.name +
+                           ": a block per row needs blockDim.x == " + "threads_per_row");
+  }
+  RowStitchEmitter emitter(kc, layout);
+  return emitter.Emit();
+}
+
+}  // namespace stitch::codegen

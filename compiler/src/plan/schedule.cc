@@ -1,0 +1,200 @@
+#include "stitch/compiler/schedule.h"
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <set>
+
+#include "stitch/compiler/baseline_planner.h"
+#include "stitch/compiler/cost_model.h"
+#include "stitch/compiler/row_stitch.h"
+
+namespace stitch {
+namespace {
+
+// Beyond a few waves a grid-stride loop is as fast and the launch is cheaper.
+constexpr int64_t kMaxBlocksPerSm = 32;
+// Row elements a thread may keep in registers per cached value; more unrolls too much code.
+constexpr int kMaxValuesPerThread = 16;
+
+uint32_t CeilDivCapped(int64_t n, int64_t d, int64_t cap) {
+  int64_t q = d > 0 ? (n + d - 1) / d : 0;
+  return static_cast<uint32_t>(std::clamp<int64_t>(q, 1, cap));
+}
+
+int NextPow2(int64_t n) {
+  int p = 1;
+  while (p < n && p < (1 << 20)) p *= 2;
+  return p;
+}
+
+// Footprint traffic: each input buffer read once and each output written once. Re-reads of
+// the same bytes inside one launch are served by L1/L2 (rows of a stitched kernel are a few
+// hundred KiB at most while they are being reused), so they are not DRAM traffic.
+// Loads in flight count only inputs streamed element by element over the kernel's
+// iteration space of `elements`; smaller inputs (a row's statistics, a bias) are reused
+// from cache and do not wait on DRAM.
+void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements) {
+  FusionPlan one;
+  one.kernels.push_back(k);
+  TrafficEstimate t = EstimateTraffic(g, one);
+  k.mapping.bytes_loaded = t.bytes_read;
+  k.mapping.bytes_stored = t.bytes_written;
+  int in_flight = 0;
+  for (int i : k.inputs) {
+    if (g.nodes[i].shape.elements() >= elements) in_flight += DTypeBytes(g.nodes[i].shape.dtype);
+  }
+  k.mapping.load_bytes_in_flight_per_thread = std::max(in_flight, 1);
+}
+
+void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+  ThreadMapping& m = k.mapping;
+  // Round tiny sizes up to whole warps; 256 threads keep 8 blocks resident per SM.
+  const int64_t block = std::min<int64_t>(256, std::max<int64_t>(32, (n + 31) / 32 * 32));
+  m.launch.block = {static_cast<uint32_t>(block), 1, 1};
+  m.launch.grid = {CeilDivCapped(n, block, int64_t{d.sms} * 8 * 4), 1, 1};
+  m.work_items = n;
+  SetTraffic(g, k, n);
+}
+
+void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+  const Node& h = g.nodes[k.hero];
+  const int64_t rows = h.shape.elements();
+  const int64_t row_len = rows > 0 ? g.nodes[h.operands[0]].shape.elements() / rows : 0;
+  ThreadMapping& m = k.mapping;
+  m.work_items = rows;
+  if (row_len <= 512) {
+    // A warp (or part of one) per row: no shared memory and no barriers.
+    m.threads_per_row = std::min(NextPow2(row_len), 32);
+    const int warps = 8;
+    m.rows_per_block = warps * (32 / m.threads_per_row);
+    m.launch.block = {32, static_cast<uint32_t>(warps), 1};
+    m.launch.grid = {CeilDivCapped(rows, m.rows_per_block, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
+  } else {
+    const int threads = row_len <= 4096 ? 256 : row_len <= 16384 ? 512 : 1024;
+    m.threads_per_row = threads;
+    m.rows_per_block = 1;
+    m.launch.block = {static_cast<uint32_t>(threads), 1, 1};
+    m.launch.grid = {CeilDivCapped(rows, 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
+    m.shared_bytes = static_cast<uint32_t>(8 * (threads / 32) * k.outputs.size());
+    m.block_barriers_per_item = 2;
+  }
+  SetTraffic(g, k, rows * row_len);
+}
+
+void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+  const Node& h = g.nodes[k.hero];
+  const int64_t kept = h.shape.elements();
+  const int64_t reduced = kept > 0 ? g.nodes[h.operands[0]].shape.elements() / kept : 0;
+  ThreadMapping& m = k.mapping;
+  const int64_t tiles = (kept + 31) / 32;
+  // Few tiles: taller blocks so each SM still gets enough threads to hide latency.
+  m.column_tile_y = (tiles < int64_t{d.sms} * 4 && reduced >= 256) ? 32 : 8;
+  m.launch.block = {32, static_cast<uint32_t>(m.column_tile_y), 1};
+  m.launch.grid = {CeilDivCapped(tiles, 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
+  m.shared_bytes = static_cast<uint32_t>(8 * 32 * m.column_tile_y * k.outputs.size());
+  m.block_barriers_per_item = 2;
+  m.work_items = tiles;
+  SetTraffic(g, k, kept * reduced);
+}
+
+// Fills a row-stitched mapping with `threads_per_row` threads per row.
+void FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
+                   const GpuDevice& d, KernelSpec& k) {
+  const RowGeometry& geo = layout.geometry;
+  ThreadMapping& m = k.mapping;
+  m = ThreadMapping{};
+  m.threads_per_row = threads_per_row;
+  m.work_items = geo.rows;
+  int reduces = 0;
+  for (const auto& p : layout.phases) reduces += static_cast<int>(p.size());
+  if (threads_per_row <= 32) {
+    const int64_t rows_per_warp = 32 / threads_per_row;
+    const int64_t warps_needed = (geo.rows + rows_per_warp - 1) / rows_per_warp;
+    // Fewer warps per block when rows are few, so the blocks spread over every SM.
+    int warps = 8;
+    while (warps > 1 && warps_needed / warps < int64_t{d.sms} * 2) warps /= 2;
+    m.rows_per_block = static_cast<int>(warps * rows_per_warp);
+    m.launch.block = {32, static_cast<uint32_t>(warps), 1};
+  } else {
+    m.rows_per_block = 1;
+    m.launch.block = {static_cast<uint32_t>(threads_per_row), 1, 1};
+    // One slot per warp and reduce; results are read by every thread after one barrier,
+    // and a last barrier per row guards the slots' reuse.
+    m.shared_bytes = static_cast<uint32_t>(8 * (threads_per_row / 32) * reduces);
+    m.block_barriers_per_item = static_cast<int>(layout.phases.size()) + 1;
+  }
+  m.launch.grid = {CeilDivCapped(geo.rows, m.rows_per_block, int64_t{d.sms} * kMaxBlocksPerSm), 1,
+                   1};
+  const int64_t per_thread = (geo.row_len + threads_per_row - 1) / threads_per_row;
+  const int cached = static_cast<int>(layout.cached.size());
+  m.values_per_thread = per_thread <= kMaxValuesPerThread ? static_cast<int>(per_thread) : 0;
+  m.registers_per_thread = 32 + 2 * reduces + m.values_per_thread * std::max(cached, 1);
+  if (m.registers_per_thread > 255) {
+    m.values_per_thread = 0;
+    m.registers_per_thread = 32 + 2 * reduces;
+  }
+  SetTraffic(g, k, geo.rows * geo.row_len);
+  if (m.values_per_thread > 0) m.load_bytes_in_flight_per_thread *= m.values_per_thread;
+}
+
+Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+  STITCH_ASSIGN_OR_RETURN(RowStitchLayout layout, AnalyzeRowStitch(g, k));
+  const int64_t row_len = layout.geometry.row_len;
+  std::vector<int> candidates;
+  for (int t = std::min(NextPow2(row_len), 32); t >= 1 && t * 4 >= std::min<int64_t>(row_len, 32);
+       t /= 2) {
+    candidates.push_back(t);
+  }
+  for (int t = 64; t <= 1024 && (t / 2) < row_len; t *= 2) candidates.push_back(t);
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
+  double best = std::numeric_limits<double>::infinity();
+  int best_threads = candidates.front();
+  for (int t : candidates) {
+    FillRowStitch(g, layout, t, d, k);
+    if (ResidentBlocksPerSm(d, k.mapping) == 0) continue;
+    double s = model->EstimateKernel(g, k).seconds;
+    if (s < best) {
+      best = s;
+      best_threads = t;
+    }
+  }
+  FillRowStitch(g, layout, best_threads, d, k);
+  if (ResidentBlocksPerSm(d, k.mapping) == 0) {
+    return ResourceExhausted("kernel " + k.name + ": no row mapping fits " + d.name);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  if (kernel.outputs.empty()) return InvalidArgument("kernel " + kernel.name + " has no outputs");
+  const int n = static_cast<int>(g.nodes.size());
+  if (kernel.kind != KernelKind::kLoop &&
+      (kernel.hero < 0 || kernel.hero >= n || g.nodes[kernel.hero].op != OpCode::kReduce)) {
+    return InvalidArgument("kernel " + kernel.name + ": the hero is not a reduce node");
+  }
+  switch (kernel.kind) {
+    case KernelKind::kLoop:
+      ScheduleLoop(g, kernel, device);
+      return Status::Ok();
+    case KernelKind::kRowReduce:
+      ScheduleRowReduce(g, kernel, device);
+      return Status::Ok();
+    case KernelKind::kColumnReduce:
+      ScheduleColumnReduce(g, kernel, device);
+      return Status::Ok();
+    case KernelKind::kRowStitch:
+      return ScheduleRowStitch(g, kernel, device);
+  }
+  return InvalidArgument("kernel " + kernel.name + " has an unknown kind");
+}
+
+Status SchedulePlan(const Graph& g, FusionPlan& plan, const GpuDevice& device) {
+  for (KernelSpec& k : plan.kernels) STITCH_RETURN_IF_ERROR(ScheduleKernel(g, k, device));
+  return Status::Ok();
+}
+
+}  // namespace stitch

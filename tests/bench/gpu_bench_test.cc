@@ -1,0 +1,200 @@
+// gpu_bench on a machine without a GPU: it says so in one line and exits with status 2,
+// whether the driver library is missing or only a stub; --list compiles all 30 subgraphs with
+// both planners without one; bad flags exit with status 3.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "bench/gpu_command.h"
+#include "suite/suite.h"
+
+namespace stitch::gpu::test {
+namespace {
+
+constexpr int kExitNoGpu = 2;
+constexpr int kExitUsage = 3;
+
+// Lines of a markdown table's body: "| <id> | ...".
+std::vector<std::string> TableRows(const std::string& out) {
+  std::vector<std::string> rows;
+  for (const std::string& line : Lines(out)) {
+    if (line.size() > 2 && line.rfind("| ", 0) == 0 &&
+        std::isdigit(static_cast<unsigned char>(line[2]))) {
+      rows.push_back(line);
+    }
+  }
+  return rows;
+}
+
+// Splits a CSV line whose only quoted field may contain commas.
+std::vector<std::string> CsvFields(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (char c : line) {
+    if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+void ExpectNoGpuMessage(const CommandResult& r, const std::string& reason) {
+  EXPECT_EQ(r.exit_status, kExitNoGpu) << r.err;
+  const std::vector<std::string> lines = Lines(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_EQ(lines[0].rfind("gpu_bench: no usable CUDA GPU: ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find(reason), std::string::npos) << lines[0];
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+bool BuiltWithDriverApi() {
+  CommandResult r = RunCommand(GpuBench() + " --driver /nonexistent/libcuda.so.1");
+  return r.err.find("no CUDA driver support") == std::string::npos;
+}
+
+TEST(GpuBenchTest, MissingDriverLibrarySaysSoAndExits2) {
+  CommandResult r = RunCommand(GpuBench() + " --driver /nonexistent/libcuda.so.1 --only 24");
+  if (!BuiltWithDriverApi()) {
+    ExpectNoGpuMessage(r, "no CUDA driver support");
+    return;
+  }
+  ExpectNoGpuMessage(r, "cannot load the CUDA driver: /nonexistent/libcuda.so.1");
+}
+
+TEST(GpuBenchTest, StubDriverFailsCuInitAndExits2) {
+  const std::string stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+  if (!std::filesystem::exists(stub)) GTEST_SKIP() << "no CUDA toolkit stub at " << stub;
+  if (!BuiltWithDriverApi()) GTEST_SKIP() << "gpu_bench was built without cuda.h";
+  CommandResult r = RunCommand(GpuBench() + " --driver " + stub + " --only 24");
+  ExpectNoGpuMessage(r, "cuInit failed: CUDA_ERROR_STUB_LIBRARY");
+}
+
+// The default driver: on a machine without a GPU this is the case CI meets; where a GPU
+// exists the same command times one subgraph instead.
+TEST(GpuBenchTest, DefaultDriverEitherTimesOrSaysThereIsNoGpu) {
+  CommandResult r = RunCommand(GpuBench() + " --only 24 --warmup 1 --repeats 3");
+  if (r.exit_status == kExitNoGpu) {
+    ExpectNoGpuMessage(r, "");
+    return;
+  }
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  const std::vector<std::string> rows = TableRows(r.out);
+  ASSERT_EQ(rows.size(), 1u) << r.out;
+  EXPECT_EQ(rows[0].find(" - "), std::string::npos) << "unmeasured figures: " << rows[0];
+}
+
+std::string FakeDriver() {
+  return std::string(STITCH_BINARY_DIR) + "/bench/gpu/libstitch_fake_cuda.so";
+}
+
+// The driver code end to end against tests/bench/gpu_fake_cuda.cc, which checks every call
+// (arguments per PTX entry, memory ranges) but runs nothing.
+TEST(GpuBenchTest, FakeDriverTimesBothPlansAndWritesTheRunDirectory) {
+  if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
+  ScratchDir scratch("fake");
+  const std::string& dir = scratch.path();
+  CommandResult r =
+      RunCommand(GpuBench() + " --driver " + FakeDriver() +
+                 " --only 1,12,24 --warmup 1 --repeats 3 --no-verify --out-dir " + dir);
+  ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+  EXPECT_EQ(r.err.find("fake cuda:"), std::string::npos) << r.err;
+  const std::vector<std::string> rows = TableRows(r.out);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  for (const std::string& row : rows) {
+    EXPECT_EQ(row.find("| - |"), std::string::npos) << "unmeasured figures: " << row;
+  }
+  EXPECT_NE(r.out.find("Device: NVIDIA Fake H100 (host) (sm_90, 132 SMs, 80 GiB), peak 3352 GB/s "
+                       "(memory clock x bus width), driver 12.8."),
+            std::string::npos)
+      << r.out;
+  const std::vector<std::string> csv = Lines(ReadFile(dir + "/stitch.csv"));
+  ASSERT_EQ(csv.size(), 4u);
+  for (size_t i = 1; i < csv.size(); ++i) {
+    // The fake refuses cubin, so every kernel went through the PTX path.
+    EXPECT_NE(csv[i].find(",ptx,ptx,"), std::string::npos) << csv[i];
+  }
+  const std::string device = ReadFile(dir + "/device.json");
+  EXPECT_NE(device.find("\"slug\": \"fake_h100_host\""), std::string::npos) << device;
+  EXPECT_NE(device.find("\"repeats\": 3"), std::string::npos) << device;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/graphs.json"));
+}
+
+TEST(GpuBenchTest, FakeDriverOutputsFailVerification) {
+  if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
+  // The fake returns zeros for every output, which the interpreter does not.
+  CommandResult r =
+      RunCommand(GpuBench() + " --driver " + FakeDriver() + " --only 12 --warmup 0 --repeats 1");
+  EXPECT_EQ(r.exit_status, 1) << r.err << r.out;
+  const std::vector<std::string> rows = TableRows(r.out);
+  ASSERT_EQ(rows.size(), 1u) << r.out;
+  EXPECT_NE(rows[0].find("| NO / NO |"), std::string::npos) << rows[0];
+  EXPECT_NE(r.out.find("#12: stitch output 0"), std::string::npos) << r.out;
+}
+
+TEST(GpuBenchTest, ZeroDevicesOrAMissingOrdinalSayThereIsNoGpu) {
+  if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
+  ExpectNoGpuMessage(
+      RunCommand("STITCH_FAKE_CUDA_DEVICES=0 " + GpuBench() + " --driver " + FakeDriver()),
+      "the CUDA driver reports no GPU");
+  ExpectNoGpuMessage(RunCommand(GpuBench() + " --driver " + FakeDriver() + " --device 3"),
+                     "device 3 requested, the CUDA driver sees 1");
+}
+
+TEST(GpuBenchTest, ListCompilesTheWholeSuiteWithBothPlanners) {
+  ScratchDir scratch("list");
+  const std::string& dir = scratch.path();
+  CommandResult r = RunCommand(GpuBench() + " --list --csv " + dir + "/list.csv");
+  ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+  EXPECT_EQ(TableRows(r.out).size(), static_cast<size_t>(suite::kSuiteSize)) << r.out;
+  EXPECT_NE(r.out.find("Not run"), std::string::npos) << r.out;
+
+  const std::vector<std::string> csv = Lines(ReadFile(dir + "/list.csv"));
+  ASSERT_EQ(csv.size(), static_cast<size_t>(suite::kSuiteSize) + 1);
+  const std::vector<std::string> header = CsvFields(csv[0]);
+  auto column = [&](const std::string& name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    EXPECT_NE(it, header.end()) << name;
+    return it - header.begin();
+  };
+  const auto stitch_kernels = column("stitch_kernels"),
+             baseline_kernels = column("baseline_kernels");
+  const auto stitch_cubin = column("stitch_cubin_bytes"),
+             baseline_cubin = column("baseline_cubin_bytes");
+  const auto stitch_us = column("stitch_us"), error = column("error");
+  for (size_t i = 1; i < csv.size(); ++i) {
+    const std::vector<std::string> f = CsvFields(csv[i]);
+    ASSERT_EQ(f.size(), header.size()) << csv[i];
+    EXPECT_EQ(f[0], std::to_string(i));
+    EXPECT_GT(std::stoi(f[stitch_kernels]), 0) << csv[i];
+    EXPECT_GT(std::stoi(f[baseline_kernels]), 0) << csv[i];
+    EXPECT_TRUE(f[stitch_us].empty()) << "nothing is timed without a GPU: " << csv[i];
+    EXPECT_TRUE(f[error].empty()) << csv[i];
+#if STITCH_TEST_EXPECT_CUBIN
+    // This build assembles cubin (ptxas or nvJitLink), so every kernel of both plans has one.
+    EXPECT_GT(std::stoll(f[stitch_cubin]), 0) << csv[i];
+    EXPECT_GT(std::stoll(f[baseline_cubin]), 0) << csv[i];
+#else
+    EXPECT_EQ(f[stitch_cubin], "0") << csv[i];
+    EXPECT_EQ(f[baseline_cubin], "0") << csv[i];
+#endif
+  }
+}
+
+TEST(GpuBenchTest, BadFlagsExit3WithUsage) {
+  for (const char* args : {"--only 31", "--repeats 0", "--target 90", "--bogus", "--warmup"}) {
+    CommandResult r = RunCommand(GpuBench() + " " + args);
+    EXPECT_EQ(r.exit_status, kExitUsage) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("usage: gpu_bench"), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace stitch::gpu::test

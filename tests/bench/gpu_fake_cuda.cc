@@ -1,0 +1,334 @@
+// A stand-in for libcuda.so.1 with the entry points gpu_bench uses, so its driver code runs in
+// tests on machines without a GPU. Nothing executes: memory is address ranges only, kernels
+// do nothing and events read a simulated device clock (each launch takes 2 us plus 1 ns per
+// 64 threads, each memset 1 ns per 4 KiB), so timings are deterministic. What it checks, returning
+// an error and printing "fake cuda: ..." on stderr when a check fails:
+//   * every call after cuInit, with a current context where the driver needs one;
+//   * copies and memsets stay inside one live allocation;
+//   * modules are PTX (cubin is refused with CUDA_ERROR_NO_BINARY_FOR_GPU, as a GPU of another
+//     architecture would), and a launch passes exactly as many arguments as the PTX entry
+//     declares parameters, each pointing at a device pointer into a live allocation;
+//   * launch dimensions are non-zero with at most 1024 threads per block.
+// Environment: STITCH_FAKE_CUDA_DEVICES sets the device count (default 1).
+#include <cuda.h>
+
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+struct CUctx_st {};
+struct CUfunc_st {
+  std::string name;
+  int params = 0;
+};
+struct CUmod_st {
+  std::map<std::string, std::unique_ptr<CUfunc_st>> functions;
+};
+struct CUevent_st {
+  uint64_t at_ns = 0;
+  bool recorded = false;
+};
+
+namespace {
+
+struct State {
+  bool initialized = false;
+  bool context_current = false;
+  CUctx_st context;
+  CUdeviceptr next = 0x10000000;
+  uint64_t clock_ns = 0;                      // the simulated device clock
+  std::map<CUdeviceptr, size_t> allocations;  // base -> bytes
+  std::set<CUmod_st*> modules;
+};
+
+State& S() {
+  static State* s = new State;
+  return *s;
+}
+
+CUresult Fail(CUresult r, const std::string& why) {
+  std::fprintf(stderr, "fake cuda: %s\n", why.c_str());
+  return r;
+}
+
+int DeviceCount() {
+  const char* env = std::getenv("STITCH_FAKE_CUDA_DEVICES");
+  return env ? std::atoi(env) : 1;
+}
+
+// Whether [ptr, ptr + bytes) lies inside one live allocation.
+bool InAllocation(CUdeviceptr ptr, size_t bytes) {
+  auto& a = S().allocations;
+  auto it = a.upper_bound(ptr);
+  if (it == a.begin()) return false;
+  --it;
+  const size_t size = std::max<size_t>(it->second, 1);
+  return ptr >= it->first && ptr + bytes <= it->first + size;
+}
+
+CUresult Ready(bool need_context) {
+  if (!S().initialized) return Fail(CUDA_ERROR_NOT_INITIALIZED, "called before cuInit");
+  if (need_context && !S().context_current) {
+    return Fail(CUDA_ERROR_INVALID_CONTEXT, "no current context");
+  }
+  return CUDA_SUCCESS;
+}
+
+// Parameter count of each `.entry name(...)` in PTX text.
+std::map<std::string, int> PtxEntries(const std::string& ptx) {
+  std::map<std::string, int> entries;
+  size_t at = 0;
+  while ((at = ptx.find(".entry ", at)) != std::string::npos) {
+    at += 7;
+    const size_t open = ptx.find('(', at);
+    const size_t close = ptx.find(')', open);
+    if (open == std::string::npos || close == std::string::npos) break;
+    std::string name = ptx.substr(at, open - at);
+    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    int params = 0;
+    for (size_t p = ptx.find(".param", open); p < close; p = ptx.find(".param", p + 1)) ++params;
+    entries[name] = params;
+    at = close;
+  }
+  return entries;
+}
+
+}  // namespace
+
+CUresult cuGetErrorName(CUresult error, const char** p) {
+  switch (error) {
+    case CUDA_SUCCESS:
+      *p = "CUDA_SUCCESS";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_VALUE:
+      *p = "CUDA_ERROR_INVALID_VALUE";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+      *p = "CUDA_ERROR_NO_BINARY_FOR_GPU";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_NOT_FOUND:
+      *p = "CUDA_ERROR_NOT_FOUND";
+      return CUDA_SUCCESS;
+    default:
+      *p = "CUDA_ERROR_FAKE";
+      return CUDA_SUCCESS;
+  }
+}
+
+CUresult cuGetErrorString(CUresult error, const char** p) {
+  *p = "reported by the fake driver";
+  return CUDA_SUCCESS;
+}
+
+CUresult cuInit(unsigned int flags) {
+  if (flags != 0) return Fail(CUDA_ERROR_INVALID_VALUE, "cuInit flags must be 0");
+  S().initialized = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int* v) {
+  *v = 12080;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int* count) {
+  if (CUresult r = Ready(false)) return r;
+  *count = DeviceCount();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  if (CUresult r = Ready(false)) return r;
+  if (ordinal < 0 || ordinal >= DeviceCount()) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char* name, int len, CUdevice) {
+  std::snprintf(name, static_cast<size_t>(len), "NVIDIA Fake H100 (host)");
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
+  switch (a) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      *v = 9;
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      *v = 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      *v = 132;
+      break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+      *v = 50 << 20;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+      *v = 2619000;  // kHz
+      break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+      *v = 5120;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem(size_t* bytes, CUdevice) {
+  *bytes = size_t{80} << 30;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice) {
+  if (CUresult r = Ready(false)) return r;
+  *ctx = &S().context;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
+
+CUresult cuDevicePrimaryCtxReset(CUdevice) {
+  S().context_current = false;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  if (ctx != &S().context) return Fail(CUDA_ERROR_INVALID_CONTEXT, "unknown context");
+  S().context_current = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize() { return Ready(true); }
+
+CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int, CUjit_option*,
+                            void**) {
+  if (CUresult r = Ready(true)) return r;
+  const char* text = static_cast<const char*>(image);
+  if (std::memcmp(text,
+                  "\x7f"
+                  "ELF",
+                  4) == 0)
+    return CUDA_ERROR_NO_BINARY_FOR_GPU;
+  const std::map<std::string, int> entries = PtxEntries(text);
+  if (entries.empty()) return Fail(CUDA_ERROR_INVALID_PTX, "no .entry in the PTX");
+  auto m = std::make_unique<CUmod_st>();
+  for (const auto& [name, params] : entries) {
+    auto f = std::make_unique<CUfunc_st>();
+    f->name = name;
+    f->params = params;
+    m->functions[name] = std::move(f);
+  }
+  *module = m.release();
+  S().modules.insert(*module);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  if (!S().modules.count(m)) return Fail(CUDA_ERROR_INVALID_HANDLE, "unknown module");
+  auto it = m->functions.find(name);
+  if (it == m->functions.end()) return Fail(CUDA_ERROR_NOT_FOUND, std::string("no entry ") + name);
+  *f = it->second.get();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleUnload(CUmodule m) {
+  if (!S().modules.erase(m)) return Fail(CUDA_ERROR_INVALID_HANDLE, "unloading unknown module");
+  delete m;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc(CUdeviceptr* ptr, size_t bytes) {
+  if (CUresult r = Ready(true)) return r;
+  if (bytes == 0) return Fail(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc of 0 bytes");
+  *ptr = S().next;
+  S().allocations[*ptr] = bytes;
+  S().next += (bytes + 0xffff) & ~CUdeviceptr{0xffff};
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree(CUdeviceptr ptr) {
+  if (!S().allocations.erase(ptr)) return Fail(CUDA_ERROR_INVALID_VALUE, "freeing unknown memory");
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyHtoD(CUdeviceptr dst, const void*, size_t bytes) {
+  if (CUresult r = Ready(true)) return r;
+  if (!InAllocation(dst, bytes)) return Fail(CUDA_ERROR_INVALID_VALUE, "copy outside memory");
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
+  if (CUresult r = Ready(true)) return r;
+  if (!InAllocation(src, bytes)) return Fail(CUDA_ERROR_INVALID_VALUE, "copy outside memory");
+  std::memset(dst, 0, bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemsetD8(CUdeviceptr dst, unsigned char, size_t bytes) {
+  if (CUresult r = Ready(true)) return r;
+  if (!InAllocation(dst, bytes)) return Fail(CUDA_ERROR_INVALID_VALUE, "memset outside memory");
+  S().clock_ns += bytes >> 12;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                        CUstream stream, void** params, void** extra) {
+  if (CUresult r = Ready(true)) return r;
+  if (gx * gy * gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024) {
+    return Fail(CUDA_ERROR_INVALID_VALUE, "bad launch dimensions for " + f->name);
+  }
+  if (extra != nullptr) return Fail(CUDA_ERROR_INVALID_VALUE, "extra is not used");
+  if (f->params > 0 && params == nullptr) return Fail(CUDA_ERROR_INVALID_VALUE, "no params");
+  // The ABI: every parameter is a pointer, so every slot holds a device pointer into a live
+  // allocation. (Surplus slots past the declared count cannot be seen from here.)
+  for (int i = 0; i < f->params; ++i) {
+    const CUdeviceptr p = *static_cast<const CUdeviceptr*>(params[i]);
+    if (!InAllocation(p, 1)) {
+      return Fail(CUDA_ERROR_INVALID_VALUE,
+                  f->name + ": argument " + std::to_string(i) + " is not device memory");
+    }
+  }
+  S().clock_ns += 2000 + uint64_t{gx} * gy * gz * bx * by * bz / 64;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction, int block_size,
+                                                     size_t) {
+  *blocks = block_size > 0 ? 2048 / block_size : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventCreate(CUevent* e, unsigned int) {
+  if (CUresult r = Ready(true)) return r;
+  *e = new CUevent_st;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventRecord(CUevent e, CUstream) {
+  e->at_ns = S().clock_ns;
+  e->recorded = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventSynchronize(CUevent e) {
+  return e->recorded ? CUDA_SUCCESS : Fail(CUDA_ERROR_INVALID_HANDLE, "event never recorded");
+}
+
+CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
+  if (!start->recorded || !end->recorded) return Fail(CUDA_ERROR_INVALID_HANDLE, "unrecorded");
+  *ms = static_cast<float>(static_cast<double>(end->at_ns - start->at_ns) / 1e6);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy(CUevent e) {
+  delete e;
+  return CUDA_SUCCESS;
+}
