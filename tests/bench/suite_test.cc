@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -82,10 +83,28 @@ TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
   for (int p : g.Parameters()) inputs.push_back(RandomTensor(g.nodes[p].shape, rng));
   StatusOr<std::vector<Tensor>> expected = Evaluate(g, inputs);
   ASSERT_TRUE(expected.ok()) << expected.status().ToString();
-  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create();
+  EmulatorOptions emulator_options;
+  emulator_options.random_order = true;
+  emulator_options.seed = 1000 + GetParam();
+  emulator_options.count_footprint = true;
+  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(emulator_options);
   ASSERT_TRUE(emulator.ok()) << emulator.status().ToString();
   StatusOr<EmulatedRun> run = RunOnEmulator(g, portable->kernels, inputs, **emulator);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
+  // The cost model's traffic for each kernel is what the emulator measures: the distinct
+  // 32-byte sectors the kernel's threads touch.
+  ASSERT_EQ(run->per_kernel.size(), portable->plan.kernels.size());
+  for (size_t k = 0; k < run->per_kernel.size(); ++k) {
+    const ThreadMapping& m = portable->plan.kernels[k].mapping;
+    const LaunchStats& s = run->per_kernel[k];
+    const double model = static_cast<double>(m.bytes_loaded + m.bytes_stored);
+    const double measured =
+        static_cast<double>(s.footprint_bytes_loaded + s.footprint_bytes_stored);
+    std::printf("kernel %zu: model %.0f bytes, emulator footprint %.0f bytes (%+.2f%%)\n", k, model,
+                measured, 100 * (measured / model - 1));
+    EXPECT_NEAR(measured / model, 1.0, 0.05) << portable->plan.kernels[k].name << "\n"
+                                             << Describe(g, portable->plan);
+  }
   ASSERT_EQ(run->outputs.size(), expected->size());
   for (size_t k = 0; k < expected->size(); ++k) {
     const Tensor& want = (*expected)[k];

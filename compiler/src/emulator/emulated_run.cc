@@ -1,6 +1,7 @@
 #include "stitch/compiler/emulated_run.h"
 
 #include <map>
+#include <new>
 
 namespace stitch {
 
@@ -10,6 +11,26 @@ uint64_t EmulatedRun::global_bytes() const {
   return total;
 }
 
+namespace {
+
+// Buffers start on 256-byte boundaries, as cudaMalloc's do, so footprints in 32-byte
+// sectors match the GPU's.
+template <typename T>
+struct DeviceAlignedAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlignment{256};
+  DeviceAlignedAllocator() = default;
+  template <typename U>
+  DeviceAlignedAllocator(const DeviceAlignedAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
+  void deallocate(T* p, size_t) { ::operator delete(p, kAlignment); }
+  bool operator==(const DeviceAlignedAllocator&) const { return true; }
+};
+
+using DeviceBuffer = std::vector<uint8_t, DeviceAlignedAllocator<uint8_t>>;
+
+}  // namespace
+
 StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKernel>& kernels,
                                     const std::vector<Tensor>& params, Emulator& emulator) {
   std::vector<int> param_nodes = g.Parameters();
@@ -17,14 +38,15 @@ StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKe
     return InvalidArgument("graph takes " + std::to_string(param_nodes.size()) +
                            " parameters, got " + std::to_string(params.size()));
   }
-  std::map<int, std::vector<uint8_t>> buffers;
+  std::map<int, DeviceBuffer> buffers;
   for (size_t k = 0; k < params.size(); ++k) {
     const Shape& want = g.nodes[param_nodes[k]].shape;
     if (params[k].shape != want) {
       return InvalidArgument("parameter " + std::to_string(k) + " is " +
                              params[k].shape.ToString() + ", expected " + want.ToString());
     }
-    buffers[param_nodes[k]] = ToDeviceBytes(params[k]);
+    std::vector<uint8_t> bytes = ToDeviceBytes(params[k]);
+    buffers[param_nodes[k]].assign(bytes.begin(), bytes.end());
   }
   EmulatedRun run;
   for (const CompiledKernel& kernel : kernels) {
@@ -45,7 +67,9 @@ StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKe
     if (it == buffers.end()) {
       return Internal("no kernel wrote graph output node " + std::to_string(o));
     }
-    STITCH_ASSIGN_OR_RETURN(Tensor t, FromDeviceBytes(g.nodes[o].shape, it->second));
+    STITCH_ASSIGN_OR_RETURN(
+        Tensor t, FromDeviceBytes(g.nodes[o].shape,
+                                  std::vector<uint8_t>(it->second.begin(), it->second.end())));
     run.outputs.push_back(std::move(t));
   }
   return run;
