@@ -123,14 +123,12 @@ class RowStitchEmitter {
     const int tpr = m_.threads_per_row;
     row_ = row;
     row_valid_ = row_valid;
-    cols_.clear();
     lins_.clear();
     valid_.clear();
     em_.ClearPins();
     llvm::Value* base = b_.CreateMul(row, kc_.Index(row_len()));
     for (int j = 0; j < m_.values_per_thread; ++j) {
       llvm::Value* col = b_.CreateAdd(seg_, kc_.Index(int64_t{j} * tpr));
-      cols_.push_back(col);
       lins_.push_back(b_.CreateAdd(base, col));
       valid_.push_back(b_.CreateAnd(row_valid, b_.CreateICmpSLT(col, kc_.Index(row_len()))));
     }
@@ -274,7 +272,7 @@ class RowStitchEmitter {
   llvm::Value* warp_ = nullptr;  // block mode: warp within the block
   llvm::Value* row_ = nullptr;
   llvm::Value* row_valid_ = nullptr;
-  std::vector<llvm::Value*> cols_, lins_, valid_;
+  std::vector<llvm::Value*> lins_, valid_;  // per register position: index, in range
 };
 
 }  // namespace

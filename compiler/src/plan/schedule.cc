@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
-#include <set>
 
-#include "stitch/compiler/baseline_planner.h"
 #include "stitch/compiler/cost_model.h"
 #include "stitch/compiler/row_stitch.h"
 
@@ -28,16 +26,16 @@ int NextPow2(int64_t n) {
   return p;
 }
 
+// DRAM moves 32-byte sectors, and buffers start on sector boundaries, so each buffer's
+// bytes are rounded up to whole sectors.
+int64_t Sectors(int64_t bytes) { return (bytes + 31) / 32 * 32; }
+
 // Footprint traffic: each input buffer read once and each output written once. Re-reads of
 // the same bytes inside one launch are served by L1/L2 (rows of a stitched kernel are a few
 // hundred KiB at most while they are being reused), so they are not DRAM traffic.
 // Loads in flight count only inputs streamed element by element over the kernel's
 // iteration space of `elements`; smaller inputs (a row's statistics, a bias) are reused
 // from cache and do not wait on DRAM.
-//
-// DRAM moves 32-byte sectors, and buffers start on sector boundaries, so each buffer's
-// bytes are rounded up to whole sectors.
-int64_t Sectors(int64_t bytes) { return (bytes + 31) / 32 * 32; }
 
 void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements) {
   k.mapping.bytes_loaded = 0;

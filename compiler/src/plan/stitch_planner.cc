@@ -108,7 +108,6 @@ class Planner {
   // that is still legal in the state reached so far: one greedy step that merges many
   // disjoint pairs, so plans of thousands of kernels take few steps.
   State ApplyDisjoint(const State& s, std::vector<Candidate> candidates) {
-    std::vector<std::vector<int>> groups;  // outputs of the kernels merged so far
     State current = s;
     std::set<std::vector<int>> touched;
     for (Candidate& c : candidates) {
@@ -139,7 +138,7 @@ class Planner {
   StatusOr<FusionPlan> Finish(State s) {
     FusionPlan plan;
     plan.planner = "stitch";
-    std::vector<std::set<int>> succ = Successors(s);
+    std::vector<std::set<int>> succ = BuildIndex(s).succ;
     std::vector<int> indegree(s.kernels.size(), 0);
     for (const auto& out : succ) {
       for (int k : out) ++indegree[k];
@@ -226,8 +225,6 @@ class Planner {
     }
     return ix;
   }
-
-  std::vector<std::set<int>> Successors(const State& s) const { return BuildIndex(s).succ; }
 
   // Pairs worth merging: one feeds the other, or both read the same non-scalar buffer (a
   // merge then reads it once; readers are paired with their neighbour in dependence order
