@@ -398,6 +398,7 @@ void Emulate(const Graph& full, int seed, Result& r) {
   CompileOptions options;
   options.codegen.target = kTarget;
   options.emit_ptx = false;  // the emulator runs the portable module
+  options.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
   StatusOr<CompileResult> compiled = CompileGraph(g, options);
   if (!compiled.ok()) {
     r.match = "-";

@@ -41,6 +41,8 @@ struct DriverApi {
   decltype(&::cuMemcpyDtoH) MemcpyDtoH = nullptr;
   decltype(&::cuMemsetD8) MemsetD8 = nullptr;
   decltype(&::cuLaunchKernel) LaunchKernel = nullptr;
+  // Optional: only kernels with a workspace need it (null when the driver lacks it).
+  decltype(&::cuLaunchCooperativeKernel) LaunchCooperativeKernel = nullptr;
   decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) OccupancyMaxActiveBlocks = nullptr;
   decltype(&::cuEventCreate) EventCreate = nullptr;
   decltype(&::cuEventRecord) EventRecord = nullptr;
@@ -64,6 +66,9 @@ std::string ResolveAll(void* lib, DriverApi& api) {
   // cuEventElapsedTime_v2 is new in 12.8; older drivers have only the first version.
   const bool elapsed = Resolve(lib, "cuEventElapsedTime_v2", api.EventElapsedTime) ||
                        Resolve(lib, "cuEventElapsedTime", api.EventElapsedTime);
+  // A driver without cooperative launches still runs every kernel without a workspace; the
+  // others fail one by one (CudaGpu::Load).
+  (void)Resolve(lib, "cuLaunchCooperativeKernel", api.LaunchCooperativeKernel);
   const Entry entries[] = {
       {"cuGetErrorName", Resolve(lib, "cuGetErrorName", api.GetErrorName)},
       {"cuGetErrorString", Resolve(lib, "cuGetErrorString", api.GetErrorString)},
@@ -159,9 +164,14 @@ class DeviceBuffer {
 // The modules of one plan and the launch of each kernel, with its arguments bound.
 struct LoadedPlan {
   struct Launch {
+    std::string name;
     CUfunction function = nullptr;
     LaunchDims dims;
-    std::vector<CUdeviceptr> pointers;  // in param_nodes order
+    // A kernel with a workspace has grid barriers: cuLaunchCooperativeKernel, which refuses
+    // a grid that cannot be resident at once instead of hanging.
+    bool cooperative = false;
+    DeviceBuffer workspace;             // CompiledKernel::workspace_bytes, zero-filled once
+    std::vector<CUdeviceptr> pointers;  // in param_nodes order, then the workspace
     std::vector<void*> args;            // &pointers[i], as cuLaunchKernel takes them
   };
   const DriverApi* api = nullptr;
@@ -206,9 +216,12 @@ class CudaGpu final : public Gpu {
   Status Load(const CompileResult& compiled, LoadedPlan& plan);
   // A kernel with grid-wide barriers hangs unless its whole grid is resident at once; the
   // compiler sized it for its device table, which may have more SMs than this GPU.
+  // Returns FAILED_PRECONDITION naming the kernel when the grid does not fit.
   Status CheckCoResident(const CompiledKernel& k, CUfunction f);
   // Allocates a buffer for every parameter of `g` and every node a kernel takes.
   Status AllocateBuffers(const Graph& g, const CompileResult& compiled, Buffers& buffers);
+  // Sets every launch's arguments; allocates and zero-fills each kernel's workspace, which
+  // then serves all of that kernel's launches of the plan (they run one at a time).
   Status Bind(const CompileResult& compiled, Buffers& buffers, LoadedPlan& plan);
   Status FillRandom(const DeviceBuffer& buffer, const Shape& shape, std::mt19937_64& rng);
   Status Launch(const LoadedPlan& plan);
@@ -312,10 +325,20 @@ Status CudaGpu::Load(const CompileResult& compiled, LoadedPlan& plan) {
     }
     plan.modules.push_back(module);
     LoadedPlan::Launch launch;
+    launch.name = k.name;
     STITCH_RETURN_IF_ERROR(Check(api_.ModuleGetFunction(&launch.function, module, k.name.c_str()),
                                  "cuModuleGetFunction " + k.name));
     launch.dims = k.launch;
-    if (i < compiled.plan.kernels.size() && compiled.plan.kernels[i].mapping.grid_barriers > 0) {
+    if (k.workspace_bytes != 0) {
+      if (api_.LaunchCooperativeKernel == nullptr) {
+        return FailedPrecondition("kernel " + k.name +
+                                  " has grid-wide barriers and needs a cooperative launch, but "
+                                  "the CUDA driver lacks cuLaunchCooperativeKernel");
+      }
+      launch.cooperative = true;
+    }
+    if (k.workspace_bytes != 0 ||
+        (i < compiled.plan.kernels.size() && compiled.plan.kernels[i].mapping.grid_barriers > 0)) {
       STITCH_RETURN_IF_ERROR(CheckCoResident(k, launch.function));
     }
     plan.launches.push_back(std::move(launch));
@@ -357,9 +380,16 @@ Status CudaGpu::AllocateBuffers(const Graph& g, const CompileResult& compiled, B
 
 Status CudaGpu::Bind(const CompileResult& compiled, Buffers& buffers, LoadedPlan& plan) {
   for (size_t i = 0; i < compiled.kernels.size(); ++i) {
+    const CompiledKernel& k = compiled.kernels[i];
     LoadedPlan::Launch& launch = plan.launches[i];
-    for (int node : compiled.kernels[i].param_nodes) {
-      launch.pointers.push_back(buffers.at(node).ptr());
+    for (int node : k.param_nodes) launch.pointers.push_back(buffers.at(node).ptr());
+    if (k.workspace_bytes != 0) {
+      // cuMemAlloc aligns to at least 256 bytes, as the workspace contract asks.
+      STITCH_ASSIGN_OR_RETURN(launch.workspace, Allocate(static_cast<size_t>(k.workspace_bytes)));
+      STITCH_RETURN_IF_ERROR(
+          Check(api_.MemsetD8(launch.workspace.ptr(), 0, launch.workspace.bytes()),
+                "cuMemsetD8 of the workspace of " + k.name));
+      launch.pointers.push_back(launch.workspace.ptr());
     }
     for (CUdeviceptr& p : launch.pointers) launch.args.push_back(&p);
   }
@@ -387,11 +417,17 @@ Status CudaGpu::Launch(const LoadedPlan& plan) {
   for (const LoadedPlan::Launch& l : plan.launches) {
     const auto& grid = l.dims.grid;
     const auto& block = l.dims.block;
+    void** args = const_cast<void**>(l.args.data());
     // Shared memory is static in stitch's kernels, so no dynamic bytes are requested.
-    CUresult r =
-        api_.LaunchKernel(l.function, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
-                          nullptr, const_cast<void**>(l.args.data()), nullptr);
-    if (r != CUDA_SUCCESS) return Check(r, "cuLaunchKernel");
+    if (l.cooperative) {
+      CUresult r = api_.LaunchCooperativeKernel(l.function, grid[0], grid[1], grid[2], block[0],
+                                                block[1], block[2], 0, nullptr, args);
+      if (r != CUDA_SUCCESS) return Check(r, "cuLaunchCooperativeKernel " + l.name);
+      continue;
+    }
+    CUresult r = api_.LaunchKernel(l.function, grid[0], grid[1], grid[2], block[0], block[1],
+                                   block[2], 0, nullptr, args, nullptr);
+    if (r != CUDA_SUCCESS) return Check(r, "cuLaunchKernel " + l.name);
   }
   return Status::Ok();
 }

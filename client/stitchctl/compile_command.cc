@@ -22,6 +22,7 @@ nlohmann::json KernelJson(const CompiledKernel& k, bool with_ptx) {
       {"grid", {k.launch.grid[0], k.launch.grid[1], k.launch.grid[2]}},
       {"block", {k.launch.block[0], k.launch.block[1], k.launch.block[2]}},
       {"shared_bytes", k.shared_bytes},
+      {"workspace_bytes", k.workspace_bytes},
       {"ptx_bytes", k.ptx.size()},
       {"cubin_bytes", k.cubin.size()},
   };
@@ -34,10 +35,15 @@ void PrintText(const Graph& g, const CompileResult& r, bool with_ptx) {
   std::cout << "key   " << r.key.hex << "\n";
   std::cout << "plan  " << r.plan.planner << ", " << r.kernels.size() << " kernel(s)\n";
   for (const CompiledKernel& k : r.kernels) {
-    std::printf("  %-28s %-13s grid=(%u,%u,%u) block=(%u,%u,%u) shared=%uB\n", k.name.c_str(),
+    std::printf("  %-28s %-13s grid=(%u,%u,%u) block=(%u,%u,%u) shared=%uB", k.name.c_str(),
                 std::string(KernelKindName(k.kind)).c_str(), k.launch.grid[0], k.launch.grid[1],
                 k.launch.grid[2], k.launch.block[0], k.launch.block[1], k.launch.block[2],
                 k.shared_bytes);
+    // Only kernels with grid barriers have a workspace; the others keep the short line.
+    if (k.workspace_bytes != 0) {
+      std::printf(" workspace=%lluB", static_cast<unsigned long long>(k.workspace_bytes));
+    }
+    std::printf("\n");
   }
   std::printf("compile %.2f ms to PTX, %.2f ms to cubin\n", r.timings.to_ptx_ms(),
               r.timings.total_ms());

@@ -1,6 +1,8 @@
 // gpu_bench on a machine without a GPU: it says so in one line and exits with status 2,
 // whether the driver library is missing or only a stub; --list compiles all 30 subgraphs with
-// both planners without one; bad flags exit with status 3.
+// both planners without one; bad flags exit with status 3. The runner (gpu_runner.h) also
+// runs in-process against the stand-in driver, for kernels the suite does not produce.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "bench/gpu_command.h"
+#include "gpu/gpu_runner.h"
 #include "suite/suite.h"
 
 namespace stitch::gpu::test {
@@ -146,6 +149,95 @@ TEST(GpuBenchTest, ZeroDevicesOrAMissingOrdinalSayThereIsNoGpu) {
       "the CUDA driver reports no GPU");
   ExpectNoGpuMessage(RunCommand(GpuBench() + " --driver " + FakeDriver() + " --device 3"),
                      "device 3 requested, the CUDA driver sees 1");
+}
+
+// A kernel of `params` pointer parameters that does nothing, as PTX the stand-in parses.
+CompiledKernel PtxKernel(const std::string& name, int params, std::vector<int> param_nodes,
+                         uint32_t blocks, uint32_t threads) {
+  CompiledKernel k;
+  k.name = name;
+  k.launch.grid = {blocks, 1, 1};
+  k.launch.block = {threads, 1, 1};
+  k.param_nodes = std::move(param_nodes);
+  k.ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry " + name + "(\n";
+  for (int i = 0; i < params; ++i) {
+    k.ptx +=
+        "  .param .u64 " + name + "_param_" + std::to_string(i) + (i + 1 < params ? ",\n" : "\n");
+  }
+  k.ptx += ")\n{\n  ret;\n}\n";
+  return k;
+}
+
+// The stand-in's record of its recent launches, one line each.
+std::string FakeLaunchLog() {
+  void* lib = dlopen(FakeDriver().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) return "(the stand-in driver is not loaded)";
+  auto* log = reinterpret_cast<const char* (*)()>(dlsym(lib, "stitch_fake_cuda_log"));
+  std::string out = log != nullptr ? log() : "(no stitch_fake_cuda_log)";
+  dlclose(lib);
+  return out;
+}
+
+// A kernel with a workspace (codegen.h) takes it as one more argument, zero-filled before its
+// first launch, and goes through cuLaunchCooperativeKernel; one whose grid cannot be resident
+// at once is not launched.
+TEST(GpuBenchTest, WorkspaceKernelsLaunchCooperativelyWithTheWorkspaceLast) {
+  if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
+  StatusOr<std::unique_ptr<Gpu>> gpu = OpenGpu(FakeDriver(), 0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  Graph g;
+  Node x;
+  x.name = "x";
+  x.op = OpCode::kParameter;
+  x.shape.dtype = DType::kF32;
+  x.shape.dims = {4096};
+  x.parameter_number = 0;
+  const int xi = g.Add(x);
+  Node y = x;
+  y.name = "y";
+  y.op = OpCode::kNeg;
+  y.operands = {xi};
+  y.parameter_number = -1;
+  const int yi = g.Add(y);
+  g.outputs = {yi};
+  Tensor input;
+  {
+    StatusOr<Tensor> t = FromDeviceBytes(x.shape, std::vector<uint8_t>(4 * 4096, 0));
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    input = std::move(t).value();
+  }
+
+  CompileResult compiled;
+  compiled.kernels.push_back(PtxKernel("plain", 2, {xi, yi}, 16, 256));
+  // The fake fits 2048 / 256 = 8 blocks per SM on 132 SMs.
+  CompiledKernel with_workspace = PtxKernel("with_workspace", 3, {xi, yi}, 8 * 132, 256);
+  with_workspace.workspace_bytes = 1024;
+  compiled.kernels.push_back(with_workspace);
+  StatusOr<std::vector<Tensor>> out = (*gpu)->RunPlan(g, compiled, {input});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  std::string log = FakeLaunchLog();
+  EXPECT_NE(log.find("cuLaunchKernel plain args=2 last=16384B\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuLaunchCooperativeKernel with_workspace args=3 last=1024B zeroed\n"),
+            std::string::npos)
+      << log;
+
+  // Timed runs reuse the workspace as it is.
+  TimingOptions timing;
+  timing.warmup = 1;
+  timing.repeats = 2;
+  timing.flush_l2 = false;
+  StatusOr<PlanTiming> t = (*gpu)->TimePlan(g, compiled, timing);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+
+  // One block more than fits: refused before anything is launched.
+  log = FakeLaunchLog();
+  compiled.kernels[1].launch.grid[0] = 8 * 132 + 1;
+  out = (*gpu)->RunPlan(g, compiled, {input});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kFailedPrecondition) << out.status().ToString();
+  EXPECT_NE(out.status().message().find("kernel with_workspace"), std::string::npos)
+      << out.status().ToString();
+  EXPECT_EQ(FakeLaunchLog(), log);
 }
 
 TEST(GpuBenchTest, ListCompilesTheWholeSuiteWithBothPlanners) {

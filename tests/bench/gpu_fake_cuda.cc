@@ -8,7 +8,14 @@
 //   * modules are PTX (cubin is refused with CUDA_ERROR_NO_BINARY_FOR_GPU, as a GPU of another
 //     architecture would), and a launch passes exactly as many arguments as the PTX entry
 //     declares parameters, each pointing at a device pointer into a live allocation;
-//   * launch dimensions are non-zero with at most 1024 threads per block.
+//   * launch dimensions are non-zero with at most 1024 threads per block;
+//   * a cooperative launch (cuLaunchCooperativeKernel) has a grid that fits at once, by the
+//     occupancy cuOccupancyMaxActiveBlocksPerMultiprocessor reports, or fails with
+//     CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE as a real driver does.
+// It records its last launches for tests that load it in-process: stitch_fake_cuda_log()
+// returns one line per launch, oldest first,
+//   "<entry point> <kernel> args=<n> last=<bytes of the last argument's allocation>B[ zeroed]"
+// where "zeroed" says a cuMemsetD8 of 0 covered that whole allocation since it was made.
 // Environment: STITCH_FAKE_CUDA_DEVICES sets the device count (default 1).
 #include <cuda.h>
 
@@ -17,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -37,14 +45,24 @@ struct CUevent_st {
 
 namespace {
 
+struct Allocation {
+  size_t bytes = 0;
+  bool zeroed = false;  // a memset of 0 has covered all of it, and nothing else was set since
+};
+
+constexpr int kSms = 132;
+constexpr size_t kLogLines = 256;
+
 struct State {
   bool initialized = false;
   bool context_current = false;
   CUctx_st context;
   CUdeviceptr next = 0x10000000;
-  uint64_t clock_ns = 0;                      // the simulated device clock
-  std::map<CUdeviceptr, size_t> allocations;  // base -> bytes
+  uint64_t clock_ns = 0;                          // the simulated device clock
+  std::map<CUdeviceptr, Allocation> allocations;  // by base
   std::set<CUmod_st*> modules;
+  std::deque<std::string> launches;  // the last kLogLines launches
+  std::string log;                   // what stitch_fake_cuda_log returned last
 };
 
 State& S() {
@@ -68,9 +86,21 @@ bool InAllocation(CUdeviceptr ptr, size_t bytes) {
   auto it = a.upper_bound(ptr);
   if (it == a.begin()) return false;
   --it;
-  const size_t size = std::max<size_t>(it->second, 1);
+  const size_t size = std::max<size_t>(it->second.bytes, 1);
   return ptr >= it->first && ptr + bytes <= it->first + size;
 }
+
+// The live allocation holding `ptr`, or null.
+std::pair<const CUdeviceptr, Allocation>* AllocationAt(CUdeviceptr ptr) {
+  auto& a = S().allocations;
+  auto it = a.upper_bound(ptr);
+  if (it == a.begin()) return nullptr;
+  --it;
+  return ptr < it->first + std::max<size_t>(it->second.bytes, 1) ? &*it : nullptr;
+}
+
+// Blocks of `block_size` threads that fit on one SM (2048 threads per SM).
+int BlocksPerSm(int block_size) { return block_size > 0 ? 2048 / block_size : 0; }
 
 CUresult Ready(bool need_context) {
   if (!S().initialized) return Fail(CUDA_ERROR_NOT_INITIALIZED, "called before cuInit");
@@ -164,7 +194,7 @@ CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
       *v = 0;
       break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-      *v = 132;
+      *v = kSms;
       break;
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
       *v = 50 << 20;
@@ -248,7 +278,7 @@ CUresult cuMemAlloc(CUdeviceptr* ptr, size_t bytes) {
   if (CUresult r = Ready(true)) return r;
   if (bytes == 0) return Fail(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc of 0 bytes");
   *ptr = S().next;
-  S().allocations[*ptr] = bytes;
+  S().allocations[*ptr] = Allocation{bytes, false};
   S().next += (bytes + 0xffff) & ~CUdeviceptr{0xffff};
   return CUDA_SUCCESS;
 }
@@ -271,21 +301,29 @@ CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemsetD8(CUdeviceptr dst, unsigned char, size_t bytes) {
+CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t bytes) {
   if (CUresult r = Ready(true)) return r;
   if (!InAllocation(dst, bytes)) return Fail(CUDA_ERROR_INVALID_VALUE, "memset outside memory");
+  auto* a = AllocationAt(dst);
+  if (value != 0) {
+    a->second.zeroed = false;
+  } else if (dst == a->first && bytes >= a->second.bytes) {
+    a->second.zeroed = true;
+  }
   S().clock_ns += bytes >> 12;
   return CUDA_SUCCESS;
 }
 
-CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
-                        CUstream stream, void** params, void** extra) {
+namespace {
+
+// The checks both launch entry points make; records the launch as `entry`.
+CUresult CheckLaunch(const char* entry, CUfunction f, unsigned int gx, unsigned int gy,
+                     unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
+                     void** params) {
   if (CUresult r = Ready(true)) return r;
   if (gx * gy * gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024) {
     return Fail(CUDA_ERROR_INVALID_VALUE, "bad launch dimensions for " + f->name);
   }
-  if (extra != nullptr) return Fail(CUDA_ERROR_INVALID_VALUE, "extra is not used");
   if (f->params > 0 && params == nullptr) return Fail(CUDA_ERROR_INVALID_VALUE, "no params");
   // The ABI: every parameter is a pointer, so every slot holds a device pointer into a live
   // allocation. (Surplus slots past the declared count cannot be seen from here.)
@@ -296,13 +334,43 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
                   f->name + ": argument " + std::to_string(i) + " is not device memory");
     }
   }
+  std::string line = std::string(entry) + " " + f->name + " args=" + std::to_string(f->params);
+  if (f->params > 0) {
+    const auto* last = AllocationAt(*static_cast<const CUdeviceptr*>(params[f->params - 1]));
+    line += " last=" + std::to_string(last->second.bytes) + "B";
+    if (last->second.zeroed) line += " zeroed";
+  }
+  S().launches.push_back(std::move(line));
+  if (S().launches.size() > kLogLines) S().launches.pop_front();
   S().clock_ns += 2000 + uint64_t{gx} * gy * gz * bx * by * bz / 64;
   return CUDA_SUCCESS;
 }
 
+}  // namespace
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                        CUstream stream, void** params, void** extra) {
+  if (extra != nullptr) return Fail(CUDA_ERROR_INVALID_VALUE, "extra is not used");
+  return CheckLaunch("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, params);
+}
+
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                   unsigned int bx, unsigned int by, unsigned int bz,
+                                   unsigned int shared, CUstream stream, void** params) {
+  const uint64_t blocks = uint64_t{gx} * gy * gz;
+  const uint64_t resident = uint64_t(BlocksPerSm(static_cast<int>(bx * by * bz))) * kSms;
+  if (blocks > resident) {
+    return Fail(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+                f->name + ": " + std::to_string(blocks) + " blocks, only " +
+                    std::to_string(resident) + " fit at once");
+  }
+  return CheckLaunch("cuLaunchCooperativeKernel", f, gx, gy, gz, bx, by, bz, params);
+}
+
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction, int block_size,
                                                      size_t) {
-  *blocks = block_size > 0 ? 2048 / block_size : 0;
+  *blocks = BlocksPerSm(block_size);
   return CUDA_SUCCESS;
 }
 
@@ -331,4 +399,11 @@ CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
 CUresult cuEventDestroy(CUevent e) {
   delete e;
   return CUDA_SUCCESS;
+}
+
+// Not a driver entry point: the recent launches (see the top of this file).
+extern "C" __attribute__((visibility("default"))) const char* stitch_fake_cuda_log() {
+  S().log.clear();
+  for (const std::string& line : S().launches) S().log += line + "\n";
+  return S().log.c_str();
 }

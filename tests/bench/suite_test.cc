@@ -76,6 +76,7 @@ TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
   const Graph& g = scaled->graph;
   CompileOptions ir_options;
   ir_options.emit_ptx = false;
+  ir_options.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
   StatusOr<CompileResult> portable = CompileGraph(g, ir_options);
   ASSERT_TRUE(portable.ok()) << portable.status().ToString();
   std::mt19937_64 rng(1000 + GetParam());

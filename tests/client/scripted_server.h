@@ -214,7 +214,7 @@ class ForkedServer {
 // A bundle of `kernels` kernels whose PTX is `ptx_bytes` long.
 inline v1::KernelBundle MakeBundle(const std::string& key, int kernels, size_t ptx_bytes = 64) {
   v1::KernelBundle b;
-  b.set_format_version(1);
+  b.set_format_version(2);
   b.set_key(key);
   b.set_target("sm_90");
   b.set_plan("stitched");

@@ -28,6 +28,7 @@ inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed,
                                                   double tolerance_scale = 1.0) {
   CompileOptions options;
   options.emit_ptx = false;
+  options.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
   StatusOr<CompileResult> compiled = CompileGraph(g, options);
   if (!compiled.ok()) return ::testing::AssertionFailure() << compiled.status().ToString();
   std::mt19937_64 rng(seed);

@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <tuple>
+
 #include "emitters.h"
 #include "reduction.h"
 
@@ -10,7 +13,13 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
   EmittedNest nest;
   nest.launch = cfg.launch;
   const int tile_y = cfg.column_tile_y;
+  const int64_t chunks = std::max(cfg.reduce_chunks, 1);
   llvm::IRBuilder<>& b = kc.b;
+  PartialArrays arrays;
+  if (chunks > 1) {
+    STITCH_ASSIGN_OR_RETURN(arrays, LayoutPartials(kc, plan, chunks));
+    nest.workspace_end = arrays.end_offset;
+  }
   for (auto& r : plan.reduces) {
     llvm::Type* st = SharedType(r.acc_ty);
     // Row ty of the tile holds thread (tx, ty)'s partial at [ty * 32 + tx]: both the writes
@@ -24,16 +33,22 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
   llvm::Value* ty = ThreadIdx(kc, Dim::kY);
   llvm::Value* slot = b.CreateAdd(b.CreateMul(ty, kc.Index(32)), tx);
   const int64_t tiles = (geo.kept + 31) / 32;
+  // A work item is a tile of 32 kept columns and, when split, one chunk of its rows.
   STITCH_RETURN_IF_ERROR(EmitForLoop(
-      kc, "tile", BlockIdx(kc, Dim::kX), kc.Index(tiles), GridDim(kc, Dim::kX),
-      [&](llvm::Value* tile) -> Status {
+      kc, "tile", BlockIdx(kc, Dim::kX), kc.Index(tiles * chunks), GridDim(kc, Dim::kX),
+      [&](llvm::Value* item) -> Status {
+        llvm::Value* tile = chunks > 1 ? b.CreateURem(item, kc.Index(tiles)) : item;
+        llvm::Value* chunk = chunks > 1 ? b.CreateUDiv(item, kc.Index(tiles)) : kc.Index(0);
         llvm::Value* k = b.CreateAdd(b.CreateMul(tile, kc.Index(32)), tx);
         llvm::Value* valid = b.CreateICmpSLT(k, kc.Index(geo.kept));
+        llvm::Value* lo = kc.Index(0);
+        llvm::Value* hi = kc.Index(geo.reduced);
+        if (chunks > 1) std::tie(lo, hi) = ChunkRange(kc, geo.reduced, chunks, chunk);
         InitAccumulators(kc, plan.reduces);
         // Threads past the last output skip the loads but still take part in barriers.
-        llvm::Value* end = b.CreateSelect(valid, kc.Index(geo.reduced), kc.Index(0));
+        llvm::Value* end = b.CreateSelect(valid, hi, kc.Index(0));
         STITCH_RETURN_IF_ERROR(
-            EmitForLoop(kc, "red", ty, end, kc.Index(tile_y),
+            EmitForLoop(kc, "red", b.CreateAdd(lo, ty), end, kc.Index(tile_y),
                         [&](llvm::Value* r) { return AccumulateElement(kc, em, plan, k, r); }));
         for (auto& r : plan.reduces) {
           llvm::Type* st = SharedType(r.acc_ty);
@@ -54,12 +69,17 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
             }
             partials.push_back(acc);
           }
+          if (chunks > 1) {
+            StorePartials(kc, plan, arrays, partials, chunk, k);
+            return Status::Ok();
+          }
           return WriteReduceOutputs(kc, em, plan, partials, k);
         }));
         // The next tile reuses the partial slots.
         Barrier(kc);
         return Status::Ok();
       }));
+  if (chunks > 1) STITCH_RETURN_IF_ERROR(EmitCombinePartials(kc, em, plan, arrays));
   return nest;
 }
 

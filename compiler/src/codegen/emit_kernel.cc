@@ -12,6 +12,7 @@
 
 #include "emitters.h"
 #include "stitch/compiler/codegen.h"
+#include "stitch/compiler/gpu_device.h"
 #include "stitch/compiler/schedule.h"
 
 namespace stitch {
@@ -83,6 +84,20 @@ Status ValidateSpec(const Graph& g, const KernelSpec& spec) {
       }
     }
   }
+  if (spec.kind == KernelKind::kGlobalStitch) {
+    if (spec.phases.empty()) return InvalidArgument(k + ": a global_stitch kernel needs phases");
+    for (const KernelSpec& phase : spec.phases) {
+      STITCH_RETURN_IF_ERROR(ValidateSpec(g, phase));
+      for (int id : phase.nodes) {
+        if (!computed.count(id) && !inputs.count(id)) {
+          return InvalidArgument(k + ": phase " + phase.name + " computes " + DescribeNode(g, id) +
+                                 ", which is neither a node nor an input of the kernel");
+        }
+      }
+    }
+    return Status::Ok();
+  }
+  if (!spec.phases.empty()) return InvalidArgument(k + ": only global_stitch kernels have phases");
   if (spec.kind != KernelKind::kLoop && spec.hero < 0) {
     return InvalidArgument(k + ": a reduce kernel needs a hero");
   }
@@ -123,6 +138,26 @@ void AddAnnotation(llvm::Module& m, llvm::Function* fn, const char* key, int val
 
 }  // namespace
 
+namespace codegen {
+
+StatusOr<EmittedNest> EmitNest(KernelContext& kc) {
+  switch (kc.spec.kind) {
+    case KernelKind::kLoop:
+      return EmitLoopKernel(kc);
+    case KernelKind::kRowReduce:
+      return EmitRowReduceKernel(kc);
+    case KernelKind::kColumnReduce:
+      return EmitColumnReduceKernel(kc);
+    case KernelKind::kRowStitch:
+      return EmitRowStitchKernel(kc);
+    case KernelKind::kGlobalStitch:
+      return EmitGlobalStitchKernel(kc);
+  }
+  return Internal("kernel " + kc.spec.name + " has an unknown kind");
+}
+
+}  // namespace codegen
+
 StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& unscheduled,
                                     const CodegenOptions& options) {
   STITCH_RETURN_IF_ERROR(ValidateSpec(g, unscheduled));
@@ -143,7 +178,8 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& unschedule
   kernel.param_nodes.insert(kernel.param_nodes.end(), spec.outputs.begin(), spec.outputs.end());
 
   llvm::Type* ptr = llvm::PointerType::get(ctx, 0);
-  std::vector<llvm::Type*> params(kernel.param_nodes.size(), ptr);
+  const bool has_workspace = spec.kind == KernelKind::kGlobalStitch;
+  std::vector<llvm::Type*> params(kernel.param_nodes.size() + (has_workspace ? 1 : 0), ptr);
   auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), params, false);
   llvm::Function* fn =
       llvm::Function::Create(fty, llvm::GlobalValue::ExternalLinkage, spec.name, module.get());
@@ -168,28 +204,30 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& unschedule
     }
   }
 
+  if (has_workspace) {
+    llvm::Argument* ws = fn->getArg(static_cast<unsigned>(kernel.param_nodes.size()));
+    ws->setName("workspace");
+    ws->addAttr(llvm::Attribute::NoCapture);
+    kc.workspace = ws;
+  }
+
   auto* entry = llvm::BasicBlock::Create(ctx, "entry", fn);
   b.SetInsertPoint(entry);
-  StatusOr<codegen::EmittedNest> nest = Internal("unknown kernel kind");
-  switch (spec.kind) {
-    case KernelKind::kLoop:
-      nest = codegen::EmitLoopKernel(kc);
-      break;
-    case KernelKind::kRowReduce:
-      nest = codegen::EmitRowReduceKernel(kc);
-      break;
-    case KernelKind::kColumnReduce:
-      nest = codegen::EmitColumnReduceKernel(kc);
-      break;
-    case KernelKind::kRowStitch:
-      nest = codegen::EmitRowStitchKernel(kc);
-      break;
-  }
+  StatusOr<codegen::EmittedNest> nest = codegen::EmitNest(kc);
   if (!nest.ok()) return nest.status().WithContext("kernel " + spec.name);
   b.CreateRetVoid();
 
   kernel.launch = nest->launch;
   kernel.shared_bytes = nest->shared_bytes;
+  if (has_workspace) {
+    kernel.workspace_bytes = (std::max<uint64_t>(nest->workspace_end, 8) + 255) / 256 * 256;
+    // The grid was sized for this many co-resident blocks per SM; ptxas must keep the
+    // registers low enough for them (.minnctapersm), or the grid barrier would deadlock.
+    if (const GpuDevice* device = FindDevice(options.target)) {
+      const uint64_t per_sm = (kernel.launch.blocks() + device->sms - 1) / device->sms;
+      AddAnnotation(*module, fn, "minctasm", static_cast<int>(std::max<uint64_t>(per_sm, 1)));
+    }
+  }
   AddAnnotation(*module, fn, "kernel", 1);
   AddAnnotation(*module, fn, "maxntidx", static_cast<int>(kernel.launch.block[0]));
   AddAnnotation(*module, fn, "maxntidy", static_cast<int>(kernel.launch.block[1]));

@@ -9,6 +9,8 @@ namespace stitch::codegen {
 struct EmittedNest {
   LaunchDims launch;
   uint32_t shared_bytes = 0;
+  // The first byte of the kernel's workspace after what the nest uses (0: none used).
+  uint64_t workspace_end = 0;
 };
 
 // Grid-stride loop over the output elements; every output is computed per element.
@@ -25,5 +27,11 @@ StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc);
 // Reduction where consecutive threads own consecutive outputs and a block's rows of
 // threads split the reduced elements.
 StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc);
+
+// Runs the emitter of kc.spec.kind.
+StatusOr<EmittedNest> EmitNest(KernelContext& kc);
+
+// A persistent grid running the spec's phases with a grid barrier between each two.
+StatusOr<EmittedNest> EmitGlobalStitchKernel(KernelContext& kc);
 
 }  // namespace stitch::codegen

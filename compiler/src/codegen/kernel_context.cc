@@ -16,13 +16,27 @@ llvm::Value* ReadSreg(KernelContext& kc, llvm::Intrinsic::ID x, llvm::Intrinsic:
 
 llvm::Value* ThreadIdx(KernelContext& kc, Dim d) {
   using namespace llvm::Intrinsic;
-  return ReadSreg(kc, nvvm_read_ptx_sreg_tid_x, nvvm_read_ptx_sreg_tid_y, nvvm_read_ptx_sreg_tid_z,
-                  d);
+  if (kc.logical_block[0] == 0) {
+    return ReadSreg(kc, nvvm_read_ptx_sreg_tid_x, nvvm_read_ptx_sreg_tid_y,
+                    nvvm_read_ptx_sreg_tid_z, d);
+  }
+  if (d == Dim::kZ) return kc.Index(0);
+  llvm::Value* tid = ReadSreg(kc, nvvm_read_ptx_sreg_tid_x, nvvm_read_ptx_sreg_tid_y,
+                              nvvm_read_ptx_sreg_tid_z, Dim::kX);
+  llvm::Value* width = kc.Index(kc.logical_block[0]);
+  return d == Dim::kX ? kc.b.CreateURem(tid, width) : kc.b.CreateUDiv(tid, width);
 }
 llvm::Value* BlockDim(KernelContext& kc, Dim d) {
   using namespace llvm::Intrinsic;
-  return ReadSreg(kc, nvvm_read_ptx_sreg_ntid_x, nvvm_read_ptx_sreg_ntid_y,
-                  nvvm_read_ptx_sreg_ntid_z, d);
+  if (kc.logical_block[0] == 0) {
+    return ReadSreg(kc, nvvm_read_ptx_sreg_ntid_x, nvvm_read_ptx_sreg_ntid_y,
+                    nvvm_read_ptx_sreg_ntid_z, d);
+  }
+  return kc.Index(d == Dim::kX ? kc.logical_block[0] : d == Dim::kY ? kc.logical_block[1] : 1);
+}
+llvm::Value* LinearThreadIdx(KernelContext& kc) {
+  return kc.b.CreateAdd(ThreadIdx(kc, Dim::kX),
+                        kc.b.CreateMul(ThreadIdx(kc, Dim::kY), BlockDim(kc, Dim::kX)));
 }
 llvm::Value* BlockIdx(KernelContext& kc, Dim d) {
   using namespace llvm::Intrinsic;

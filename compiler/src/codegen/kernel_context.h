@@ -5,6 +5,7 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <unordered_map>
@@ -32,6 +33,13 @@ struct KernelContext {
   // i32 when every tensor the kernel touches is small enough, else i64. Index values are
   // non-negative and treated as signed.
   llvm::IntegerType* index_ty = nullptr;
+  // Phases of a kGlobalStitch kernel run in a one-dimensional physical block of
+  // x * y threads and see it as this logical (x, y) block; {0, 0} means the physical one.
+  std::array<uint32_t, 2> logical_block = {0, 0};
+  // The kernel's workspace parameter (codegen.h), null when it has none, and the byte
+  // offset in it where this emitter may put its partial results.
+  llvm::Value* workspace = nullptr;
+  uint64_t workspace_offset = 0;
 
   llvm::Value* Index(int64_t v) const { return llvm::ConstantInt::get(index_ty, v); }
 };
@@ -39,10 +47,14 @@ struct KernelContext {
 enum class Dim { kX, kY, kZ };
 
 // Returns threadIdx / blockDim / blockIdx / gridDim along `d`, widened to the index type.
+// threadIdx and blockDim follow kc.logical_block when it is set.
 llvm::Value* ThreadIdx(KernelContext& kc, Dim d);
 llvm::Value* BlockDim(KernelContext& kc, Dim d);
 llvm::Value* BlockIdx(KernelContext& kc, Dim d);
 llvm::Value* GridDim(KernelContext& kc, Dim d);
+
+// Returns the thread's linear index in its block (x + y * blockDim.x).
+llvm::Value* LinearThreadIdx(KernelContext& kc);
 
 // Emits a block-wide barrier (bar.sync 0).
 void Barrier(KernelContext& kc);

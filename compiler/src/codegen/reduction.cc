@@ -3,7 +3,10 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
+#include <algorithm>
+
 #include "dtype_lowering.h"
+#include "grid_barrier.h"
 
 namespace stitch::codegen {
 
@@ -100,12 +103,22 @@ StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
   geo.reduced_is_suffix = contiguous(/*suffix=*/true);
   geo.reduced_is_prefix = !geo.reduced_is_suffix && contiguous(/*suffix=*/false);
 
-  for (int out : kc.spec.outputs) {
+  for (size_t slot = 0; slot < kc.spec.outputs.size(); ++slot) {
+    const int out = kc.spec.outputs[slot];
     if (out == hero) {
       plan.reduces[0].is_output = true;
       continue;
     }
     const Node& n = g.nodes[out];
+    if (n.op != OpCode::kReduce && n.shape.elements() != geo.kept &&
+        n.shape.elements() == geo.kept * geo.reduced) {
+      if (!geo.reduced_is_suffix && !geo.reduced_is_prefix) {
+        return Unimplemented(DescribeNode(g, out) + " is a full-size output of reduce kernel " +
+                             kc.spec.name + ", whose reduced dimensions are not at either end");
+      }
+      plan.side_outputs.push_back(slot);
+      continue;
+    }
     if (n.op != OpCode::kReduce) {
       if (n.shape.elements() != geo.kept) {
         return Unimplemented(DescribeNode(g, out) + " is an output of reduce kernel " +
@@ -216,6 +229,12 @@ Status AccumulateElement(KernelContext& kc, ElementalEmitter& em, const ReducePl
     llvm::Value* acc = kc.b.CreateLoad(red.acc_ty, red.acc);
     kc.b.CreateStore(Combine(kc.b, red, acc, v), red.acc);
   }
+  for (size_t slot : plan.side_outputs) {
+    const int out = kc.spec.outputs[slot];
+    IrIndex linear{{}, idx.linear};
+    STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, linear));
+    StoreElement(kc.b, kc.graph.nodes[out].shape.dtype, v, kc.output_buffers[slot], idx.linear);
+  }
   return Status::Ok();
 }
 
@@ -293,12 +312,113 @@ Status WriteReduceOutputs(KernelContext& kc, ElementalEmitter& em, const ReduceP
     em.Seed(r.node, seed_index, result);
   }
   for (size_t o = 0; o < kc.spec.outputs.size(); ++o) {
+    if (std::find(plan.side_outputs.begin(), plan.side_outputs.end(), o) !=
+        plan.side_outputs.end()) {
+      continue;
+    }
     int out = kc.spec.outputs[o];
     IrIndex idx{{}, g.nodes[out].shape.rank() == 0 ? kc.Index(0) : k};
     STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, idx));
     StoreElement(kc.b, g.nodes[out].shape.dtype, v, kc.output_buffers[o], k);
   }
   return Status::Ok();
+}
+
+namespace {
+
+constexpr uint64_t kPartialAlignment = 256;
+
+llvm::Value* PartialAddress(KernelContext& kc, const ReduceInfo& r, llvm::Value* base,
+                            llvm::Value* chunk, llvm::Value* k, int64_t kept) {
+  llvm::IRBuilder<>& b = kc.b;
+  llvm::Value* slot =
+      b.CreateAdd(b.CreateMul(chunk, kc.Index(kept), "", true, true), k, "", true, true);
+  return b.CreateInBoundsGEP(SharedType(r.acc_ty), base, {slot});
+}
+
+}  // namespace
+
+StatusOr<PartialArrays> LayoutPartials(KernelContext& kc, const ReducePlan& plan, int64_t chunks) {
+  if (kc.workspace == nullptr) {
+    return Internal("kernel " + kc.spec.name +
+                    ": a split reduction needs the workspace of a global_stitch kernel");
+  }
+  PartialArrays arrays;
+  arrays.chunks = chunks;
+  uint64_t offset =
+      (kc.workspace_offset + kPartialAlignment - 1) / kPartialAlignment * kPartialAlignment;
+  const llvm::DataLayout& dl = kc.module.getDataLayout();
+  for (const ReduceInfo& r : plan.reduces) {
+    arrays.base.push_back(kc.b.CreateConstInBoundsGEP1_64(kc.b.getInt8Ty(), kc.workspace, offset));
+    const uint64_t bytes = dl.getTypeAllocSize(SharedType(r.acc_ty)) *
+                           static_cast<uint64_t>(chunks) *
+                           static_cast<uint64_t>(plan.geometry.kept);
+    offset += (bytes + kPartialAlignment - 1) / kPartialAlignment * kPartialAlignment;
+  }
+  arrays.end_offset = offset;
+  return arrays;
+}
+
+void StorePartials(KernelContext& kc, const ReducePlan& plan, const PartialArrays& arrays,
+                   const std::vector<llvm::Value*>& partials, llvm::Value* chunk, llvm::Value* k) {
+  for (size_t i = 0; i < plan.reduces.size(); ++i) {
+    const ReduceInfo& r = plan.reduces[i];
+    kc.b.CreateStore(ToShared(kc.b, partials[i]),
+                     PartialAddress(kc, r, arrays.base[i], chunk, k, plan.geometry.kept));
+  }
+}
+
+Status EmitCombinePartials(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                           const PartialArrays& arrays) {
+  llvm::IRBuilder<>& b = kc.b;
+  GridBarrier(kc, kc.workspace);
+  // Warps are numbered across the grid; a warp's lanes split the output's chunks. The loop
+  // over outputs is uniform across a warp, so every lane reaches the shuffles.
+  llvm::Value* threads = b.CreateMul(BlockDim(kc, Dim::kX), BlockDim(kc, Dim::kY));
+  llvm::Value* tid = LinearThreadIdx(kc);
+  llvm::Value* lane = b.CreateURem(tid, kc.Index(32));
+  llvm::Value* warp =
+      b.CreateUDiv(b.CreateAdd(b.CreateMul(BlockIdx(kc, Dim::kX), threads), tid), kc.Index(32));
+  llvm::Value* warps = b.CreateUDiv(b.CreateMul(GridDim(kc, Dim::kX), threads), kc.Index(32));
+  std::vector<ReduceInfo> reduces = plan.reduces;
+  for (ReduceInfo& r : reduces) r.acc = nullptr;
+  return EmitForLoop(
+      kc, "combine", warp, kc.Index(plan.geometry.kept), warps, [&](llvm::Value* k) -> Status {
+        InitAccumulators(kc, reduces);
+        STITCH_RETURN_IF_ERROR(
+            EmitForLoop(kc, "chunk", lane, kc.Index(arrays.chunks), kc.Index(32),
+                        [&](llvm::Value* c) -> Status {
+                          for (size_t i = 0; i < reduces.size(); ++i) {
+                            const ReduceInfo& r = reduces[i];
+                            llvm::Type* st = SharedType(r.acc_ty);
+                            llvm::Value* p =
+                                FromShared(b,
+                                           b.CreateLoad(st, PartialAddress(kc, r, arrays.base[i], c,
+                                                                           k, plan.geometry.kept)),
+                                           r.acc_ty);
+                            b.CreateStore(Combine(b, r, b.CreateLoad(r.acc_ty, r.acc), p), r.acc);
+                          }
+                          return Status::Ok();
+                        }));
+        std::vector<llvm::Value*> totals;
+        for (const ReduceInfo& r : reduces) {
+          totals.push_back(WarpReduce(kc, r, b.CreateLoad(r.acc_ty, r.acc), 32));
+        }
+        return EmitIf(kc, "write", b.CreateICmpEQ(lane, kc.Index(0)),
+                      [&] { return WriteReduceOutputs(kc, em, plan, totals, k); });
+      });
+}
+
+std::pair<llvm::Value*, llvm::Value*> ChunkRange(KernelContext& kc, int64_t reduced, int64_t chunks,
+                                                 llvm::Value* chunk) {
+  llvm::IRBuilder<>& b = kc.b;
+  const int64_t size = (reduced + chunks - 1) / chunks;
+  llvm::Value* lo = b.CreateMul(chunk, kc.Index(size), "", true, true);
+  llvm::Value* lo_clamped =
+      b.CreateSelect(b.CreateICmpSLT(lo, kc.Index(reduced)), lo, kc.Index(reduced));
+  llvm::Value* hi = b.CreateAdd(lo_clamped, kc.Index(size), "", true, true);
+  hi = b.CreateSelect(b.CreateICmpSLT(hi, kc.Index(reduced)), hi, kc.Index(reduced));
+  return {lo_clamped, hi};
 }
 
 }  // namespace stitch::codegen

@@ -2,6 +2,7 @@
 // their index geometry, combiners, identities and warp shuffles.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "elemental_emitter.h"
@@ -38,6 +39,11 @@ struct ReduceGeometry {
 struct ReducePlan {
   std::vector<ReduceInfo> reduces;
   std::vector<int> epilogue;
+  // Slots in spec.outputs of outputs with the reduce input's element count that read no
+  // reduce: each element is computed and stored where the reduction visits it, so the
+  // inputs they share with the reduces are read once. Only for reduced dimensions at either
+  // end of the input (its elements are then visited by linear index).
+  std::vector<size_t> side_outputs;
   ReduceGeometry geometry;
 };
 
@@ -57,7 +63,8 @@ llvm::Value* Combine(llvm::IRBuilder<>& b, const ReduceInfo& r, llvm::Value* a, 
 // Stores the identity into every accumulator.
 void InitAccumulators(KernelContext& kc, std::vector<ReduceInfo>& reduces);
 
-// Adds the input element (kept k, reduced r) of every reduce into its accumulator.
+// Adds the input element (kept k, reduced r) of every reduce into its accumulator, and
+// stores the side outputs' element there.
 Status AccumulateElement(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
                          llvm::Value* k, llvm::Value* r);
 
@@ -82,5 +89,33 @@ llvm::Value* FromShared(llvm::IRBuilder<>& b, llvm::Value* v, llvm::Type* acc_ty
 // outputs of output linear index `k` (reduces and epilogue nodes).
 Status WriteReduceOutputs(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
                           const std::vector<llvm::Value*>& partials, llvm::Value* k);
+
+// Partial results of a split reduction (ThreadMapping::reduce_chunks) in the kernel's
+// workspace: per reduce, an array of chunks x kept values of SharedType(acc_ty), chunk-major
+// (chunk c of output k at c * kept + k), each array 256-byte aligned, from
+// kc.workspace_offset on.
+struct PartialArrays {
+  std::vector<llvm::Value*> base;  // one i8 pointer per reduce of the plan
+  int64_t chunks = 1;
+  uint64_t end_offset = 0;  // the first workspace byte after the arrays
+};
+
+// Lays out the partial arrays of `plan` in kc.workspace. Returns INTERNAL when the kernel
+// has no workspace.
+StatusOr<PartialArrays> LayoutPartials(KernelContext& kc, const ReducePlan& plan, int64_t chunks);
+
+// Stores `partials` (one per reduce) as chunk `chunk` of output `k`.
+void StorePartials(KernelContext& kc, const ReducePlan& plan, const PartialArrays& arrays,
+                   const std::vector<llvm::Value*>& partials, llvm::Value* chunk, llvm::Value* k);
+
+// Emits a grid barrier and then the second stage of a split reduction: a warp per output
+// combines its chunks' partials and writes the kernel's outputs for it.
+Status EmitCombinePartials(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                           const PartialArrays& arrays);
+
+// Returns the [lo, hi) range of reduced elements of chunk `chunk` when `reduced` elements
+// are split into `chunks` chunks of equal size (the last may be shorter or empty).
+std::pair<llvm::Value*, llvm::Value*> ChunkRange(KernelContext& kc, int64_t reduced, int64_t chunks,
+                                                 llvm::Value* chunk);
 
 }  // namespace stitch::codegen

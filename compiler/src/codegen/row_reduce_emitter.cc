@@ -1,3 +1,5 @@
+#include <tuple>
+
 #include "emitters.h"
 #include "reduction.h"
 
@@ -39,10 +41,10 @@ Status EmitWarpRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
   });
 }
 
-// One block per row: threads stride over the row, warps reduce by shuffles, warp results
-// meet in shared memory and the first warp reduces them.
+// One block per row (or, split, per chunk of a row): threads stride over the row, warps
+// reduce by shuffles, warp results meet in shared memory and the first warp reduces them.
 Status EmitBlockRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
-                     const ThreadMapping& cfg, uint32_t& shared_bytes) {
+                     const ThreadMapping& cfg, const PartialArrays* split, uint32_t& shared_bytes) {
   llvm::IRBuilder<>& b = kc.b;
   const ReduceGeometry& geo = plan.geometry;
   const int warps = static_cast<int>(cfg.launch.block[0] / 32);
@@ -55,12 +57,19 @@ Status EmitBlockRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
   llvm::Value* tid = ThreadIdx(kc, Dim::kX);
   llvm::Value* lane = b.CreateURem(tid, kc.Index(32));
   llvm::Value* warp = b.CreateUDiv(tid, kc.Index(32));
+  const int64_t chunks = split ? split->chunks : 1;
+  // A work item is a row and, when split, one chunk of it; a row's chunks are adjacent.
   return EmitForLoop(
-      kc, "row", BlockIdx(kc, Dim::kX), kc.Index(geo.kept), GridDim(kc, Dim::kX),
-      [&](llvm::Value* row) -> Status {
+      kc, "row", BlockIdx(kc, Dim::kX), kc.Index(geo.kept * chunks), GridDim(kc, Dim::kX),
+      [&](llvm::Value* item) -> Status {
+        llvm::Value* row = split ? b.CreateUDiv(item, kc.Index(chunks)) : item;
+        llvm::Value* chunk = split ? b.CreateURem(item, kc.Index(chunks)) : kc.Index(0);
+        llvm::Value* lo = kc.Index(0);
+        llvm::Value* hi = kc.Index(geo.reduced);
+        if (split) std::tie(lo, hi) = ChunkRange(kc, geo.reduced, chunks, chunk);
         InitAccumulators(kc, plan.reduces);
         STITCH_RETURN_IF_ERROR(
-            EmitForLoop(kc, "col", tid, kc.Index(geo.reduced), kc.Index(threads),
+            EmitForLoop(kc, "col", b.CreateAdd(lo, tid), hi, kc.Index(threads),
                         [&](llvm::Value* c) { return AccumulateElement(kc, em, plan, row, c); }));
         std::vector<llvm::Value*> warp_results;
         for (auto& r : plan.reduces) {
@@ -89,8 +98,13 @@ Status EmitBlockRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
                 v = b.CreateSelect(has, v, Identity(b, r));
                 partials.push_back(WarpReduce(kc, r, v, 32));
               }
-              return EmitIf(kc, "write", b.CreateICmpEQ(lane, kc.Index(0)),
-                            [&] { return WriteReduceOutputs(kc, em, plan, partials, row); });
+              return EmitIf(kc, "write", b.CreateICmpEQ(lane, kc.Index(0)), [&]() -> Status {
+                if (split) {
+                  StorePartials(kc, plan, *split, partials, chunk, row);
+                  return Status::Ok();
+                }
+                return WriteReduceOutputs(kc, em, plan, partials, row);
+              });
             }));
         // The next row reuses the partial slots.
         Barrier(kc);
@@ -106,8 +120,17 @@ StatusOr<EmittedNest> EmitRowReduceKernel(KernelContext& kc) {
   EmittedNest nest;
   nest.launch = cfg.launch;
   ElementalEmitter em(kc);
-  if (cfg.threads_per_row > 32) {
-    STITCH_RETURN_IF_ERROR(EmitBlockRows(kc, em, plan, cfg, nest.shared_bytes));
+  if (cfg.reduce_chunks > 1) {
+    if (cfg.threads_per_row <= 32) {
+      return InvalidArgument("kernel " + kc.spec.name +
+                             ": a split row reduction needs a block per row chunk");
+    }
+    STITCH_ASSIGN_OR_RETURN(PartialArrays arrays, LayoutPartials(kc, plan, cfg.reduce_chunks));
+    nest.workspace_end = arrays.end_offset;
+    STITCH_RETURN_IF_ERROR(EmitBlockRows(kc, em, plan, cfg, &arrays, nest.shared_bytes));
+    STITCH_RETURN_IF_ERROR(EmitCombinePartials(kc, em, plan, arrays));
+  } else if (cfg.threads_per_row > 32) {
+    STITCH_RETURN_IF_ERROR(EmitBlockRows(kc, em, plan, cfg, nullptr, nest.shared_bytes));
   } else {
     STITCH_RETURN_IF_ERROR(EmitWarpRows(kc, em, plan, cfg));
   }

@@ -41,6 +41,7 @@ void FillKernel(const Graph& g, const CompileResult& result, const CompiledKerne
   out.set_cubin(k.cubin);
   out.set_kind(std::string(KernelKindName(k.kind)));
   out.set_static_shared_bytes(k.shared_bytes);
+  out.set_workspace_bytes(k.workspace_bytes);
   v1::LaunchDims& l = *out.mutable_launch();
   l.set_grid_x(k.launch.grid[0]);
   l.set_grid_y(k.launch.grid[1]);

@@ -30,6 +30,9 @@ std::string OptionsText(const CompileOptions& o) {
   text += o.codegen.libdevice_path.empty() ? ";math=stitch" : ";math=libdevice";
   // A bundle without cubin must not answer a request that wants one.
   text += o.codegen.emit_cubin && CubinAvailable(o.codegen) ? ";cubin=1" : ";cubin=0";
+  if (o.max_persistent_grid_blocks > 0) {
+    text += ";max_persistent_grid=" + std::to_string(o.max_persistent_grid_blocks);
+  }
   return text;
 }
 
@@ -56,6 +59,15 @@ StatusOr<CompileResult> CompileGraph(const Graph& g, const CompileOptions& optio
     STITCH_RETURN_IF_ERROR(SchedulePlan(g, result.plan, device));
   } else {
     STITCH_ASSIGN_OR_RETURN(result.plan, PlanStitched(g, device));
+  }
+  if (options.max_persistent_grid_blocks > 0) {
+    // The plan is the target's; only the persistent grids shrink (and their reductions
+    // are split again for the smaller grid).
+    GpuDevice capped = device;
+    capped.max_persistent_grid_blocks = options.max_persistent_grid_blocks;
+    for (KernelSpec& k : result.plan.kernels) {
+      if (k.kind == KernelKind::kGlobalStitch) STITCH_RETURN_IF_ERROR(ScheduleKernel(g, k, capped));
+    }
   }
   result.temporaries = TemporaryNodes(g, result.plan);
   result.timings.plan_ms = clock.LapMs();

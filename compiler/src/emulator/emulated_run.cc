@@ -49,6 +49,9 @@ StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKe
     buffers[param_nodes[k]].assign(bytes.begin(), bytes.end());
   }
   EmulatedRun run;
+  // One workspace per kernel, zero-filled before its launch, as codegen.h asks of a host.
+  std::vector<DeviceBuffer> workspaces;
+  workspaces.reserve(kernels.size());
   for (const CompiledKernel& kernel : kernels) {
     std::vector<void*> args;
     for (int node : kernel.param_nodes) {
@@ -57,6 +60,10 @@ StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKe
       // A zero-size tensor still needs a valid, distinct address.
       if (it->second.empty()) it->second.reserve(1);
       args.push_back(it->second.data());
+    }
+    if (kernel.workspace_bytes != 0) {
+      workspaces.emplace_back(static_cast<size_t>(kernel.workspace_bytes), uint8_t{0});
+      args.push_back(workspaces.back().data());
     }
     StatusOr<LaunchStats> stats = emulator.Launch(kernel, args);
     if (!stats.ok()) return stats.status().WithContext("kernel " + kernel.name);

@@ -52,6 +52,21 @@ class EmulatorImpl final : public Emulator {
                              std::to_string(loaded->num_params) + " argument(s), got " +
                              std::to_string(args.size()));
     }
+    // The workspace is the trailing argument (codegen.h); the GPU hands out 256-byte-aligned
+    // allocations, and the footprint leaves the workspace out by its address range.
+    const uint8_t* workspace = nullptr;
+    if (kernel.workspace_bytes != 0) {
+      if (args.empty()) {
+        return InvalidArgument("kernel " + kernel.name + " has a " +
+                               std::to_string(kernel.workspace_bytes) +
+                               "-byte workspace but takes no arguments");
+      }
+      workspace = static_cast<const uint8_t*>(args.back());
+      if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0) {
+        return InvalidArgument("kernel " + kernel.name + ": its workspace (the last argument) " +
+                               "is not " + std::to_string(kWorkspaceAlignment) + "-byte aligned");
+      }
+    }
     const LaunchDims& dims = kernel.launch;
     for (int i = 0; i < 3; ++i) {
       if (dims.grid[i] == 0 || dims.block[i] == 0) {
@@ -68,8 +83,12 @@ class EmulatorImpl final : public Emulator {
     counters_[0] = counters_[1] = 0;
     sectors_[0].clear();
     sectors_[1].clear();
+    footprint_[0] = footprint_[1] = 0;
+    workspace_begin_ = reinterpret_cast<uintptr_t>(workspace);
+    workspace_end_ = workspace_begin_ + (workspace != nullptr ? kernel.workspace_bytes : 0);
     const uint64_t barriers_before = scheduler_.barriers();
     const uint64_t grid_barriers_before = scheduler_.grid_barriers();
+    phase_grid_barriers_ = grid_barriers_before;
     std::vector<void*> arg_copy = args;
     emu::BlockGeometry geometry;
     geometry.ntid = dims.block;
@@ -82,8 +101,9 @@ class EmulatorImpl final : public Emulator {
     LaunchStats stats;
     stats.global_bytes_loaded = counters_[0];
     stats.global_bytes_stored = counters_[1];
-    stats.footprint_bytes_loaded = sectors_[0].size() * kSectorBytes;
-    stats.footprint_bytes_stored = sectors_[1].size() * kSectorBytes;
+    ClosePhase();
+    stats.footprint_bytes_loaded = footprint_[0];
+    stats.footprint_bytes_stored = footprint_[1];
     stats.barriers = scheduler_.barriers() - barriers_before;
     stats.grid_barriers = scheduler_.grid_barriers() - grid_barriers_before;
     stats.threads = dims.threads();
@@ -190,15 +210,35 @@ class EmulatorImpl final : public Emulator {
   emu::BlockScheduler scheduler_;
   uint64_t counters_[2] = {0, 0};  // global bytes loaded, stored; updated by kernel code
 
-  // DRAM moves 32-byte sectors: the footprint is the set of sectors touched.
+  // DRAM moves 32-byte sectors: the footprint is the set of sectors touched, per phase
+  // between grid barriers (emulator.h).
   static constexpr uint64_t kSectorBytes = 32;
+  static constexpr uint64_t kWorkspaceAlignment = 256;
   static void Touch(void* self, const void* address, uint64_t bytes, uint32_t store) {
     auto* impl = static_cast<EmulatorImpl*>(self);
-    const uint64_t first = reinterpret_cast<uintptr_t>(address) / kSectorBytes;
-    const uint64_t last = (reinterpret_cast<uintptr_t>(address) + bytes - 1) / kSectorBytes;
+    // Every thread reaches a grid barrier before it is released, so the first access that
+    // sees a new count is the first of the next phase.
+    if (impl->scheduler_.grid_barriers() != impl->phase_grid_barriers_) impl->ClosePhase();
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(address);
+    if (begin < impl->workspace_end_ && begin + bytes > impl->workspace_begin_) return;
+    const uint64_t first = begin / kSectorBytes;
+    const uint64_t last = (begin + bytes - 1) / kSectorBytes;
     for (uint64_t s = first; s <= last; ++s) impl->sectors_[store ? 1 : 0].insert(s);
   }
-  std::unordered_set<uint64_t> sectors_[2];
+  // Adds the current phase's sectors to the launch's footprint and starts the next phase.
+  void ClosePhase() {
+    for (int k = 0; k < 2; ++k) {
+      footprint_[k] += sectors_[k].size() * kSectorBytes;
+      sectors_[k].clear();
+    }
+    phase_grid_barriers_ = scheduler_.grid_barriers();
+  }
+  std::unordered_set<uint64_t> sectors_[2];  // of the current phase: loaded, stored
+  uint64_t footprint_[2] = {0, 0};           // bytes of the launch's closed phases
+  uint64_t phase_grid_barriers_ = 0;         // scheduler_.grid_barriers() as the phase began
+  // The launch's workspace, [begin, end); empty when it has none.
+  uintptr_t workspace_begin_ = 0;
+  uintptr_t workspace_end_ = 0;
   std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> cache_;
 };
 

@@ -14,6 +14,8 @@ std::string_view KernelKindName(KernelKind k) {
       return "column_reduce";
     case KernelKind::kRowStitch:
       return "row_stitch";
+    case KernelKind::kGlobalStitch:
+      return "global_stitch";
   }
   return "invalid";
 }
@@ -41,7 +43,27 @@ void DescribeMapping(const ThreadMapping& m, std::ostringstream& out) {
   }
   if (m.values_per_thread > 0) out << " regs/row=" << m.values_per_thread;
   if (m.vector_width > 1) out << " vec=" << m.vector_width;
+  if (m.reduce_chunks > 1) out << " chunks=" << m.reduce_chunks;
   if (m.shared_bytes > 0) out << " smem=" << m.shared_bytes;
+  if (m.grid_barriers > 0) out << " grid_barriers=" << m.grid_barriers;
+}
+
+void DescribeKernel(const Graph& g, const KernelSpec& k, const std::string& indent,
+                    std::ostringstream& out) {
+  out << indent << k.name << " [" << KernelKindName(k.kind) << "]";
+  if (k.hero >= 0) out << " hero=%" << k.hero << " (" << g.nodes[k.hero].shape.ToString() << ")";
+  out << " nodes=" << k.nodes.size() << " reads={";
+  for (size_t i = 0; i < k.inputs.size(); ++i) out << (i ? ",%" : "%") << k.inputs[i];
+  out << "} writes={";
+  for (size_t i = 0; i < k.outputs.size(); ++i) out << (i ? ",%" : "%") << k.outputs[i];
+  out << "}";
+  if (k.mapping.launch.blocks() > 0 && k.mapping.work_items > 0) DescribeMapping(k.mapping, out);
+  out << "\n";
+  for (const StitchEdge& e : k.edges) {
+    out << indent << "  %" << e.producer << " -> %" << e.consumer << " "
+        << StitchSchemeName(e.scheme) << "\n";
+  }
+  for (const KernelSpec& phase : k.phases) DescribeKernel(g, phase, indent + "  | ", out);
 }
 
 }  // namespace
@@ -49,21 +71,7 @@ void DescribeMapping(const ThreadMapping& m, std::ostringstream& out) {
 std::string Describe(const Graph& g, const FusionPlan& plan) {
   std::ostringstream out;
   out << plan.planner << " plan: " << plan.kernels.size() << " kernel(s)\n";
-  for (const KernelSpec& k : plan.kernels) {
-    out << "  " << k.name << " [" << KernelKindName(k.kind) << "]";
-    if (k.hero >= 0) out << " hero=%" << k.hero << " (" << g.nodes[k.hero].shape.ToString() << ")";
-    out << " nodes=" << k.nodes.size() << " reads={";
-    for (size_t i = 0; i < k.inputs.size(); ++i) out << (i ? ",%" : "%") << k.inputs[i];
-    out << "} writes={";
-    for (size_t i = 0; i < k.outputs.size(); ++i) out << (i ? ",%" : "%") << k.outputs[i];
-    out << "}";
-    if (k.mapping.launch.blocks() > 0 && k.mapping.work_items > 0) DescribeMapping(k.mapping, out);
-    out << "\n";
-    for (const StitchEdge& e : k.edges) {
-      out << "    %" << e.producer << " -> %" << e.consumer << " " << StitchSchemeName(e.scheme)
-          << "\n";
-    }
-  }
+  for (const KernelSpec& k : plan.kernels) DescribeKernel(g, k, "  ", out);
   return out.str();
 }
 

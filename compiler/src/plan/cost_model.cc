@@ -23,6 +23,13 @@
 //             + block_barriers_per_item x critical x block_barrier_seconds
 //   seconds   = memory + launch + barriers
 //
+// A split reduction (reduce_chunks > 1) adds its grid barrier and ceil(chunks / 32) DRAM
+// round trips for combining the partials. A global kernel is one launch plus its phases,
+// each priced as above with the kernel's grid and resources, plus a grid barrier between
+// consecutive phases; its bytes are the sum of the phases' (a value re-read after a grid
+// barrier counts again: across a barrier the data set is the whole tensor, larger than L2
+// at the shapes worth stitching this way).
+//
 // A kernel that cannot run at all costs +infinity (see kInfeasibleSeconds).
 #include "stitch/compiler/cost_model.h"
 
@@ -59,6 +66,8 @@ int64_t ItemsPerPass(KernelKind kind, const ThreadMapping& m) {
     case KernelKind::kColumnReduce:
       // A 32 x column_tile_y block owns one tile of 32 kept columns at a time.
       return 1;
+    case KernelKind::kGlobalStitch:
+      return 1;  // priced phase by phase
   }
   return 1;
 }
@@ -89,6 +98,9 @@ class AnalyticalCostModel : public CostModel {
   }
 
   KernelCost EstimateKernel(const Graph& g, const KernelSpec& kernel) const override {
+    if (kernel.kind == KernelKind::kGlobalStitch && !IsUnscheduled(kernel.mapping)) {
+      return EstimateGlobal(g, kernel);
+    }
     const ThreadMapping& m = kernel.mapping;
     KernelCost c;
     c.launch_seconds = device_.launch_seconds;
@@ -178,12 +190,53 @@ class AnalyticalCostModel : public CostModel {
     c.barrier_seconds = std::max(m.grid_barriers, 0) * device_.grid_barrier_seconds +
                         static_cast<double>(std::max(m.block_barriers_per_item, 0)) *
                             static_cast<double>(critical) * device_.block_barrier_seconds;
+    // A split reduction's second stage: after the barrier a warp's lanes each load
+    // ceil(chunks / 32) partials one after another.
+    if (m.reduce_chunks > 1) {
+      c.barrier_seconds +=
+          static_cast<double>(CeilDiv(m.reduce_chunks, 32)) * device_.dram_latency_seconds;
+    }
 
     c.seconds = c.memory_seconds + c.launch_seconds + c.barrier_seconds;
     return c;
   }
 
  private:
+  // A global kernel: one launch, its phases one after another on the same co-resident grid
+  // (each priced with the kernel's block, shared memory and registers, which set how many
+  // blocks are resident), and a grid barrier between consecutive phases.
+  KernelCost EstimateGlobal(const Graph& g, const KernelSpec& kernel) const {
+    const ThreadMapping& m = kernel.mapping;
+    KernelCost c;
+    c.launch_seconds = device_.launch_seconds;
+    c.resident_blocks_per_sm = ResidentBlocksPerSm(device_, m);
+    const int64_t slots = int64_t{c.resident_blocks_per_sm} * std::max(device_.sms, 1);
+    const int64_t blocks = std::max<int64_t>(static_cast<int64_t>(m.launch.blocks()), 1);
+    c.waves =
+        slots > 0 ? static_cast<double>(blocks) / static_cast<double>(slots) : kInfeasibleSeconds;
+    if (slots == 0 || blocks > slots) {
+      c.resident_blocks_per_sm = 0;
+      c.memory_seconds = c.seconds = kInfeasibleSeconds;
+      return c;
+    }
+    const int between = std::max<int>(static_cast<int>(kernel.phases.size()) - 1, 0);
+    c.barrier_seconds = between * device_.grid_barrier_seconds;
+    double weighted_bandwidth = 0;
+    for (const KernelSpec& phase : kernel.phases) {
+      KernelSpec priced = phase;
+      priced.mapping.shared_bytes = m.shared_bytes;
+      priced.mapping.registers_per_thread = m.registers_per_thread;
+      const KernelCost p = EstimateKernel(g, priced);
+      c.memory_seconds += p.memory_seconds;
+      c.barrier_seconds += p.barrier_seconds;
+      c.global_bytes += p.global_bytes;
+      weighted_bandwidth += p.bandwidth_fraction * p.memory_seconds;
+    }
+    c.bandwidth_fraction = c.memory_seconds > 0 ? weighted_bandwidth / c.memory_seconds : 0;
+    c.seconds = c.memory_seconds + c.launch_seconds + c.barrier_seconds;
+    return c;
+  }
+
   GpuDevice device_;
 };
 

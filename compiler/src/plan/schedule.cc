@@ -102,8 +102,9 @@ void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d) {
 }
 
 // Fills a row-stitched mapping with `threads_per_row` threads per row.
+// A nonzero `block_threads` fixes the block size (phases of a global kernel share one).
 void FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
-                   const GpuDevice& d, KernelSpec& k) {
+                   const GpuDevice& d, int block_threads, KernelSpec& k) {
   const RowGeometry& geo = layout.geometry;
   ThreadMapping& m = k.mapping;
   m = ThreadMapping{};
@@ -117,6 +118,7 @@ void FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_pe
     // Fewer warps per block when rows are few, so the blocks spread over every SM.
     int warps = 8;
     while (warps > 1 && warps_needed / warps < int64_t{d.sms} * 2) warps /= 2;
+    if (block_threads > 0) warps = block_threads / 32;
     m.rows_per_block = static_cast<int>(warps * rows_per_warp);
     m.launch.block = {32, static_cast<uint32_t>(warps), 1};
   } else {
@@ -141,7 +143,7 @@ void FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_pe
   if (m.values_per_thread > 0) m.load_bytes_in_flight_per_thread *= m.values_per_thread;
 }
 
-Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
   STITCH_ASSIGN_OR_RETURN(RowStitchLayout layout, AnalyzeRowStitch(g, k));
   const int64_t row_len = layout.geometry.row_len;
   std::vector<int> candidates;
@@ -149,12 +151,17 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
        t /= 2) {
     candidates.push_back(t);
   }
-  for (int t = 64; t <= 1024 && (t / 2) < row_len; t *= 2) candidates.push_back(t);
+  for (int t = 64; t <= 1024 && (t / 2) < row_len; t *= 2) {
+    if (block_threads == 0 || t == block_threads) candidates.push_back(t);
+  }
+  if (block_threads > 0 && row_len > 32 && candidates.back() != block_threads) {
+    candidates.push_back(block_threads);
+  }
   std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
   double best = std::numeric_limits<double>::infinity();
   int best_threads = candidates.front();
   for (int t : candidates) {
-    FillRowStitch(g, layout, t, d, k);
+    FillRowStitch(g, layout, t, d, block_threads, k);
     if (ResidentBlocksPerSm(d, k.mapping) == 0) continue;
     double s = model->EstimateKernel(g, k).seconds;
     if (s < best) {
@@ -162,9 +169,166 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
       best_threads = t;
     }
   }
-  FillRowStitch(g, layout, best_threads, d, k);
+  FillRowStitch(g, layout, best_threads, d, block_threads, k);
   if (ResidentBlocksPerSm(d, k.mapping) == 0) {
     return ResourceExhausted("kernel " + k.name + ": no row mapping fits " + d.name);
+  }
+  return Status::Ok();
+}
+
+// Bytes of one partial value of each reduce a split phase computes (reduce.h's
+// PartialArrays): its accumulator type, at least 4 bytes (f16 and bf16 accumulate in f32).
+int64_t PartialBytes(const Graph& g, const KernelSpec& k) {
+  int64_t bytes = 0;
+  for (int o : k.outputs) {
+    const Node& n = g.nodes[o];
+    if (n.op == OpCode::kReduce) bytes += std::max<int64_t>(DTypeBytes(n.shape.dtype), 4);
+  }
+  return bytes;
+}
+
+// Schedules a phase of a global kernel for blocks of `threads` threads.
+Status SchedulePhase(const Graph& g, KernelSpec& k, const GpuDevice& d, int threads) {
+  const uint32_t t = static_cast<uint32_t>(threads);
+  ThreadMapping& m = k.mapping;
+  m = ThreadMapping{};
+  switch (k.kind) {
+    case KernelKind::kLoop:
+      ScheduleLoop(g, k, d);
+      m.launch.block = {t, 1, 1};
+      return Status::Ok();
+    case KernelKind::kRowReduce:
+      ScheduleRowReduce(g, k, d);
+      if (m.threads_per_row > 32) {
+        m.threads_per_row = threads;
+        m.launch.block = {t, 1, 1};
+        m.shared_bytes = static_cast<uint32_t>(8 * (threads / 32) * k.outputs.size());
+      } else {
+        m.rows_per_block = (threads / 32) * (32 / m.threads_per_row);
+        m.launch.block = {32, t / 32, 1};
+      }
+      return Status::Ok();
+    case KernelKind::kColumnReduce:
+      ScheduleColumnReduce(g, k, d);
+      m.column_tile_y = threads / 32;
+      m.launch.block = {32, t / 32, 1};
+      m.shared_bytes = static_cast<uint32_t>(8 * 32 * m.column_tile_y * k.outputs.size());
+      return Status::Ok();
+    case KernelKind::kRowStitch:
+      return ScheduleRowStitch(g, k, d, threads);
+    case KernelKind::kGlobalStitch:
+      break;
+  }
+  return InvalidArgument("kernel " + k.name + ": a phase cannot be a global_stitch kernel");
+}
+
+// Splits the reduced elements of a reduce phase into chunks when its rows or tiles alone
+// would leave blocks of the grid idle; the cost model picks the chunk count.
+void SplitReducePhase(const Graph& g, KernelSpec& k, const GpuDevice& d, const CostModel& model) {
+  ThreadMapping& m = k.mapping;
+  const bool column = k.kind == KernelKind::kColumnReduce;
+  const bool block_rows = k.kind == KernelKind::kRowReduce && m.threads_per_row > 32;
+  if (!column && !block_rows) return;
+  const Node& h = g.nodes[k.hero];
+  const int64_t kept = h.shape.elements();
+  const int64_t reduced = kept > 0 ? g.nodes[h.operands[0]].shape.elements() / kept : 0;
+  const int64_t items = column ? (kept + 31) / 32 : kept;
+  const int64_t blocks = static_cast<int64_t>(m.launch.blocks());
+  // A chunk keeps at least a few elements per thread of the block.
+  const int64_t min_chunk = column ? int64_t{m.column_tile_y} * 4 : int64_t{m.threads_per_row} * 4;
+  const int64_t max_chunks = std::max<int64_t>(1, reduced / std::max<int64_t>(min_chunk, 1));
+  const ThreadMapping unsplit = m;
+  double best = model.EstimateKernel(g, k).seconds;
+  int best_chunks = 1;
+  for (int64_t c = 2; c <= max_chunks && items * (c / 2) < blocks * 2; c *= 2) {
+    m = unsplit;
+    m.reduce_chunks = static_cast<int>(c);
+    m.work_items = items * c;
+    m.grid_barriers += 1;
+    const int64_t partials = PartialBytes(g, k) * kept * c;
+    m.bytes_stored += Sectors(partials);
+    m.bytes_loaded += Sectors(partials);
+    const double seconds = model.EstimateKernel(g, k).seconds;
+    if (seconds < best) {
+      best = seconds;
+      best_chunks = static_cast<int>(c);
+    }
+  }
+  m = unsplit;
+  if (best_chunks > 1) {
+    m.reduce_chunks = best_chunks;
+    m.work_items = items * best_chunks;
+    m.grid_barriers += 1;
+    const int64_t partials = PartialBytes(g, k) * kept * best_chunks;
+    m.bytes_stored += Sectors(partials);
+    m.bytes_loaded += Sectors(partials);
+  }
+}
+
+// Fills a global kernel's mapping for blocks of `threads` threads; returns false when no
+// grid of that block size can be co-resident.
+bool FillGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int threads,
+                      const CostModel& model) {
+  ThreadMapping& m = k.mapping;
+  m = ThreadMapping{};
+  m.launch.block = {static_cast<uint32_t>(threads), 1, 1};
+  int64_t wanted = 1;
+  for (KernelSpec& phase : k.phases) {
+    if (!SchedulePhase(g, phase, d, threads).ok()) return false;
+    m.shared_bytes += phase.mapping.shared_bytes;
+    m.registers_per_thread = std::max(m.registers_per_thread, phase.mapping.registers_per_thread);
+    wanted = std::max<int64_t>(wanted, static_cast<int64_t>(phase.mapping.launch.blocks()));
+    // A reduce phase can split its rows or tiles over any number of blocks.
+    const bool splittable =
+        phase.kind == KernelKind::kColumnReduce ||
+        (phase.kind == KernelKind::kRowReduce && phase.mapping.threads_per_row > 32);
+    if (splittable) wanted = std::numeric_limits<int64_t>::max();
+  }
+  const int resident = ResidentBlocksPerSm(d, m);
+  if (resident == 0) return false;
+  // The co-residency bound: every block of the grid is resident at once, so the barriers
+  // cannot wait on a block that has not started.
+  int64_t grid = std::min<int64_t>(CoResidentBlocks(d, m), std::max<int64_t>(wanted, 1));
+  if (d.max_persistent_grid_blocks > 0) grid = std::min(grid, d.max_persistent_grid_blocks);
+  m.launch.grid = {static_cast<uint32_t>(grid), 1, 1};
+  m.grid_barriers = static_cast<int>(k.phases.size()) - 1;
+  int in_flight = 1;
+  for (KernelSpec& phase : k.phases) {
+    phase.mapping.launch.grid = m.launch.grid;
+    // Phases are priced with the kernel's resources, which set their residency.
+    const uint32_t own_shared = phase.mapping.shared_bytes;
+    const int own_registers = phase.mapping.registers_per_thread;
+    phase.mapping.shared_bytes = m.shared_bytes;
+    phase.mapping.registers_per_thread = m.registers_per_thread;
+    SplitReducePhase(g, phase, d, model);
+    phase.mapping.shared_bytes = own_shared;
+    phase.mapping.registers_per_thread = own_registers;
+    m.grid_barriers += phase.mapping.grid_barriers;
+    m.bytes_loaded += phase.mapping.bytes_loaded;
+    m.bytes_stored += phase.mapping.bytes_stored;
+    m.work_items += phase.mapping.work_items;
+    in_flight = std::max(in_flight, phase.mapping.load_bytes_in_flight_per_thread);
+  }
+  m.load_bytes_in_flight_per_thread = in_flight;
+  return true;
+}
+
+Status ScheduleGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+  if (k.phases.empty()) return InvalidArgument("kernel " + k.name + " has no phases");
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
+  double best = std::numeric_limits<double>::infinity();
+  int best_threads = 0;
+  for (int threads : {256, 512, 1024}) {
+    KernelSpec trial = k;
+    if (!FillGlobalStitch(g, trial, d, threads, *model)) continue;
+    const double s = model->EstimateKernel(g, trial).seconds;
+    if (s < best) {
+      best = s;
+      best_threads = threads;
+    }
+  }
+  if (best_threads == 0 || !FillGlobalStitch(g, k, d, best_threads, *model)) {
+    return ResourceExhausted("kernel " + k.name + ": no co-resident grid fits " + d.name);
   }
   return Status::Ok();
 }
@@ -174,7 +338,7 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
 Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
   if (kernel.outputs.empty()) return InvalidArgument("kernel " + kernel.name + " has no outputs");
   const int n = static_cast<int>(g.nodes.size());
-  if (kernel.kind != KernelKind::kLoop &&
+  if (kernel.kind != KernelKind::kLoop && kernel.kind != KernelKind::kGlobalStitch &&
       (kernel.hero < 0 || kernel.hero >= n || g.nodes[kernel.hero].op != OpCode::kReduce)) {
     return InvalidArgument("kernel " + kernel.name + ": the hero is not a reduce node");
   }
@@ -190,6 +354,8 @@ Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& devic
       return Status::Ok();
     case KernelKind::kRowStitch:
       return ScheduleRowStitch(g, kernel, device);
+    case KernelKind::kGlobalStitch:
+      return ScheduleGlobalStitch(g, kernel, device);
   }
   return InvalidArgument("kernel " + kernel.name + " has an unknown kind");
 }

@@ -135,7 +135,8 @@ class Planner {
   }
 
   // Orders kernels so producers come first, names them and records their stitched edges.
-  StatusOr<FusionPlan> Finish(State s) {
+  StatusOr<FusionPlan> Finish(State s, std::chrono::steady_clock::time_point deadline) {
+    deadline_ = deadline;
     FusionPlan plan;
     plan.planner = "stitch";
     std::vector<std::set<int>> succ = BuildIndex(s).succ;
@@ -162,6 +163,7 @@ class Planner {
     if (plan.kernels.size() != s.kernels.size()) {
       return Internal("the stitched plan of graph '" + g_.name + "' has a cycle between kernels");
     }
+    plan.kernels = FormGlobalKernels(std::move(plan.kernels), deadline_);
     for (size_t k = 0; k < plan.kernels.size(); ++k) {
       KernelSpec& spec = plan.kernels[k];
       spec.name = "stitch_k" + std::to_string(k) + "_" + std::string(KernelKindName(spec.kind));
@@ -363,16 +365,194 @@ class Planner {
     } else {
       spec.kind = KernelKind::kRowStitch;
       spec.hero = reduces.front();
-      if (!AnalyzeRowStitch(g_, spec).ok()) return std::nullopt;
+      if (!AnalyzeRowStitch(g_, spec).ok() && !MakeReduceKernel(spec)) return std::nullopt;
     }
     if (!ScheduleKernel(g_, spec, device_).ok()) return std::nullopt;
     Kernel k;
-    k.seconds = model_->EstimateKernel(g_, spec).seconds;
-    k.spec = std::move(spec);
+    // A reduce kernel is priced as what it will become: split over blocks, when cheaper.
+    k.spec = WrapSplitReduce(std::move(spec));
+    k.seconds = model_->EstimateKernel(g_, k.spec).seconds;
     return k;
   }
 
+  // Makes `spec` a reduce kernel (kRowReduce or kColumnReduce) when its outputs are reduces
+  // of one geometry, computed side by side from inputs read once, and values of the reduce's
+  // output shape computed from them: two column reductions of the same tensor, say.
+  bool MakeReduceKernel(KernelSpec& spec) const {
+    const Node& hero = g_.nodes[spec.hero];
+    const Shape& input = g_.nodes[hero.operands[0]].shape;
+    std::set<int> reduce_outputs;
+    std::vector<int> side_outputs;
+    for (int o : spec.outputs) {
+      const Node& n = g_.nodes[o];
+      if (n.op == OpCode::kReduce) {
+        if (g_.nodes[n.operands[0]].shape.dims != input.dims || n.dimensions != hero.dimensions) {
+          return false;
+        }
+        reduce_outputs.insert(o);
+      } else if (n.shape.elements() == input.elements() &&
+                 n.shape.elements() != hero.shape.elements()) {
+        side_outputs.push_back(o);
+      } else if (n.shape.elements() != hero.shape.elements()) {
+        return false;
+      }
+    }
+    if (!side_outputs.empty() && !ReducedAtEitherEnd(hero)) return false;
+    for (int o : side_outputs) {
+      if (ReadsReduce(o, spec)) return false;
+    }
+    // Every reduce in the body is an output, and nothing feeding a reduce reads another
+    // reduce (each element of every reduce's input is computed in the same pass).
+    for (int id : spec.nodes) {
+      if (g_.nodes[id].op == OpCode::kReduce && !reduce_outputs.count(id)) return false;
+    }
+    for (int r : reduce_outputs) {
+      if (ReadsReduce(g_.nodes[r].operands[0], spec)) return false;
+    }
+    if (reduce_outputs.size() + side_outputs.size() < 2) return false;
+    spec.hero = *reduce_outputs.begin();
+    SortByRankFirst(spec);
+    spec.kind = IsRowReduction(g_, spec.hero) ? KernelKind::kRowReduce : KernelKind::kColumnReduce;
+    return true;
+  }
+
+  // Whether the reduced dimensions of `reduce` (ignoring those of size 1) are a prefix or a
+  // suffix of its input's: its input is then walked by linear index (reduction.h).
+  bool ReducedAtEitherEnd(const Node& reduce) const {
+    const std::vector<int64_t>& dims = g_.nodes[reduce.operands[0]].shape.dims;
+    std::vector<bool> reduced(dims.size(), false);
+    for (int64_t d : reduce.dimensions) reduced[static_cast<size_t>(d)] = true;
+    std::vector<bool> pattern;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d] != 1) pattern.push_back(reduced[d]);
+    }
+    auto ordered = [&](bool leading) {
+      bool seen_other = false;
+      for (bool r : pattern) {
+        if (r != leading) seen_other = true;
+        if (r == leading && seen_other) return false;
+      }
+      return true;
+    };
+    return ordered(true) || ordered(false);
+  }
+
+  // Whether computing `id` inside `spec` needs the value of a reduce of the kernel.
+  bool ReadsReduce(int id, const KernelSpec& spec) const {
+    std::set<int> body(spec.nodes.begin(), spec.nodes.end());
+    std::vector<int> stack = {id};
+    std::set<int> seen;
+    while (!stack.empty()) {
+      int n = stack.back();
+      stack.pop_back();
+      if (!body.count(n) || !seen.insert(n).second) continue;
+      if (g_.nodes[n].op == OpCode::kReduce) return true;
+      for (int o : g_.nodes[n].operands) stack.push_back(o);
+    }
+    return false;
+  }
+
+  // Puts the hero first among the outputs' reduces by rank (the emitters take the hero
+  // from spec.hero; the order of outputs is the parameter order).
+  void SortByRankFirst(KernelSpec& spec) const {
+    int first = spec.hero;
+    for (int o : spec.outputs) {
+      if (g_.nodes[o].op == OpCode::kReduce && rank_[o] < rank_[first]) first = o;
+    }
+    spec.hero = first;
+  }
+
+  // The global scheme. Walks the ordered plan and joins each kernel into a global_stitch
+  // kernel with the one before it while the model prices the joined kernel no higher than
+  // the two apart (at equal cost one launch beats two: the host issues fewer launches).
+  // A reduce kernel whose rows or tiles are too few to fill the GPU first becomes a global
+  // kernel of one phase, which may split its reduction over blocks. Consecutive kernels of
+  // an ordered plan can always be joined: the phases keep the order and a grid barrier
+  // separates them.
+  std::vector<KernelSpec> FormGlobalKernels(std::vector<KernelSpec> kernels,
+                                            std::chrono::steady_clock::time_point deadline) {
+    std::vector<KernelSpec> out;
+    for (KernelSpec& k : kernels) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        out.push_back(std::move(k));
+        continue;
+      }
+      KernelSpec current = WrapSplitReduce(std::move(k));
+      if (!out.empty()) {
+        std::optional<KernelSpec> joined = Join(out.back(), current);
+        // Equal up to rounding: the sum of phase terms is added in another order.
+        constexpr double kRelativeTie = 1e-4;
+        const double apart = Seconds(out.back()) + Seconds(current);
+        if (joined && Seconds(*joined) <= apart * (1 + kRelativeTie)) {
+          out.back() = std::move(*joined);
+          continue;
+        }
+      }
+      out.push_back(std::move(current));
+    }
+    return out;
+  }
+
+  double Seconds(const KernelSpec& k) const { return model_->EstimateKernel(g_, k).seconds; }
+
+  KernelSpec WrapSplitReduce(KernelSpec k) const {
+    if (k.kind != KernelKind::kColumnReduce && k.kind != KernelKind::kRowReduce) return k;
+    KernelSpec global = GlobalOf({k});
+    if (!ScheduleKernel(g_, global, device_).ok()) return k;
+    bool split = false;
+    for (const KernelSpec& p : global.phases) split |= p.mapping.reduce_chunks > 1;
+    if (!split || Seconds(global) >= Seconds(k)) return k;
+    return global;
+  }
+
+  std::optional<KernelSpec> Join(const KernelSpec& a, const KernelSpec& b) const {
+    std::vector<KernelSpec> phases;
+    for (const KernelSpec* k : {&a, &b}) {
+      if (k->kind == KernelKind::kGlobalStitch) {
+        phases.insert(phases.end(), k->phases.begin(), k->phases.end());
+      } else {
+        phases.push_back(*k);
+      }
+    }
+    KernelSpec global = GlobalOf(std::move(phases));
+    if (!ScheduleKernel(g_, global, device_).ok()) return std::nullopt;
+    return global;
+  }
+
+  // A global kernel running `phases` in order: its outputs are theirs, its inputs what no
+  // earlier phase writes.
+  KernelSpec GlobalOf(std::vector<KernelSpec> phases) const {
+    KernelSpec global;
+    global.kind = KernelKind::kGlobalStitch;
+    std::set<int> written, nodes;
+    std::set<int> inputs;
+    for (KernelSpec& p : phases) {
+      p.mapping = ThreadMapping{};
+      for (int i : p.inputs) {
+        if (!written.count(i)) inputs.insert(i);
+      }
+      for (int o : p.outputs) {
+        written.insert(o);
+        global.outputs.push_back(o);
+      }
+      nodes.insert(p.nodes.begin(), p.nodes.end());
+    }
+    // A phase may recompute a value another kernel materialises and a later phase reads:
+    // the kernel then lists it as an input only.
+    for (int i : inputs) nodes.erase(i);
+    global.nodes.assign(nodes.begin(), nodes.end());
+    SortByRank(global.nodes);
+    global.inputs.assign(inputs.begin(), inputs.end());
+    SortByRank(global.inputs);
+    global.phases = std::move(phases);
+    return global;
+  }
+
   void RecordEdges(KernelSpec& spec) const {
+    if (spec.kind == KernelKind::kGlobalStitch) {
+      RecordGlobalEdges(spec);
+      return;
+    }
     if (spec.kind != KernelKind::kRowStitch) return;
     StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g_, spec);
     if (!layout.ok()) return;
@@ -392,6 +572,26 @@ class Planner {
     }
   }
 
+  // Values a phase writes and a later phase reads cross a grid barrier in global memory.
+  void RecordGlobalEdges(KernelSpec& spec) const {
+    std::set<int> written;
+    for (size_t p = 0; p < spec.phases.size(); ++p) {
+      KernelSpec& phase = spec.phases[p];
+      phase.name =
+          spec.name + "_p" + std::to_string(p) + "_" + std::string(KernelKindName(phase.kind));
+      RecordEdges(phase);
+      std::set<int> in_phase(phase.nodes.begin(), phase.nodes.end());
+      for (int id : phase.nodes) {
+        for (int o : g_.nodes[id].operands) {
+          if (written.count(o) && !in_phase.count(o)) {
+            spec.edges.push_back({o, id, StitchScheme::kGlobal});
+          }
+        }
+      }
+      written.insert(phase.outputs.begin(), phase.outputs.end());
+    }
+  }
+
   void SortByRank(std::vector<int>& v) const {
     std::sort(v.begin(), v.end(), [&](int x, int y) { return rank_[x] < rank_[y]; });
   }
@@ -402,6 +602,7 @@ class Planner {
   std::vector<int> rank_;
   std::set<int> graph_outputs_;
   std::map<std::pair<std::vector<int>, std::vector<int>>, std::optional<Kernel>> memo_;
+  std::chrono::steady_clock::time_point deadline_;
 };
 
 }  // namespace
@@ -452,7 +653,11 @@ StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
       if (beam.front().seconds < best.seconds) best = beam.front();
     }
   }
-  return planner.Finish(std::move(best));
+  // The global scheme gets what is left of the budget, and at least a share of its own.
+  const auto global_deadline =
+      std::max(deadline, std::chrono::steady_clock::now() +
+                             std::chrono::microseconds(static_cast<int64_t>(budget_ms * 250)));
+  return planner.Finish(std::move(best), global_deadline);
 }
 
 }  // namespace stitch

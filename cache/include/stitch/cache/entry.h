@@ -23,7 +23,8 @@
 namespace stitch::cache {
 
 // Bumped whenever a change to the bundle or its meaning makes older entries unusable.
-inline constexpr uint32_t kBundleFormatVersion = 1;
+// 2: Kernel.workspace_bytes (a kernel may take a trailing workspace argument).
+inline constexpr uint32_t kBundleFormatVersion = 2;
 
 // Sets `bundle`'s format_version and digest.
 void SealBundle(v1::KernelBundle& bundle);

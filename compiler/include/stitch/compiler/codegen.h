@@ -67,6 +67,14 @@ struct CompiledKernel {
   // The buffer behind each kernel parameter, by graph node index: the spec's inputs in
   // order, then its outputs in order.
   std::vector<int> param_nodes;
+  // Scratch global memory the kernel needs (grid-barrier words, partial results of split
+  // reductions); 0 for none. When nonzero the kernel takes one more `ptr` parameter after
+  // those of param_nodes: a buffer of this many bytes, 256-byte aligned, zero-filled by the
+  // host before the kernel's first launch. Later launches may reuse it as it is, one launch
+  // at a time. Such a kernel has grid barriers: its grid must be co-resident, so hosts
+  // launch it cooperatively (cuLaunchCooperativeKernel), which fails cleanly instead of
+  // hanging when the grid does not fit.
+  uint64_t workspace_bytes = 0;
   std::string portable_ir;  // LLVM bitcode of the portable module (see above)
   std::string ptx;          // filled by LowerToPtx
   std::string cubin;        // filled by AssembleCubin; empty in PTX-only mode

@@ -29,6 +29,9 @@ struct CompileOptions {
   GraphLimits limits;
   std::string salt;      // cache namespace salt (part of the key)
   bool emit_ptx = true;  // false stops after LLVM IR (used by tests of the IR alone)
+  // Caps the grid of global_stitch kernels (GpuDevice::max_persistent_grid_blocks); 0 keeps
+  // the target's co-residency bound.
+  int64_t max_persistent_grid_blocks = 0;
 };
 
 // Wall-clock milliseconds of each stage.

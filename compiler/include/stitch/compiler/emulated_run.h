@@ -21,7 +21,9 @@ struct EmulatedRun {
 
 // Launches `kernels` (from CompileGraph on `g`) on `emulator` with `params` ordered by
 // parameter number. Output and temporary buffers start filled with 0xff bytes (NaN for
-// floats), so an element a kernel forgets to write shows up as a mismatch.
+// floats), so an element a kernel forgets to write shows up as a mismatch. Every buffer is
+// 256-byte aligned, as the GPU's are. Each kernel with workspace_bytes > 0 gets a workspace
+// of its own, zero-filled, as its last argument (codegen.h).
 StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKernel>& kernels,
                                     const std::vector<Tensor>& params, Emulator& emulator);
 

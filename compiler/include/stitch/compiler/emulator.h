@@ -21,23 +21,37 @@
 
 namespace stitch {
 
+// The grid cap (CompileOptions::max_persistent_grid_blocks) for plans the emulator runs: it
+// runs every thread of a kernel with grid barriers at once, at most 65,536 of them, and
+// blocks have at most 1024 threads.
+inline constexpr int64_t kEmulatorMaxPersistentGridBlocks = 64;
+
 struct EmulatorOptions {
   // Run the threads of a block in a random order between synchronisation points (a new
   // permutation at every barrier), so a missing barrier shows up as a wrong answer. In a
   // kernel with a grid barrier the permutation is over the threads of the whole grid.
   bool random_order = false;
   uint64_t seed = 0;
-  // Also count the distinct 32-byte sectors each launch touches (DRAM's access unit): the
-  // traffic a GPU's caches cannot avoid. Every global access then calls into the emulator,
-  // which makes runs several times slower.
+  // Also count the distinct 32-byte sectors each launch touches through its pointer
+  // parameters (DRAM's access unit): the traffic a GPU's caches cannot avoid. Loads and
+  // stores are counted apart. In a kernel with grid barriers the distinct sets restart at
+  // every grid barrier: its footprint is the sum over the phases between grid barriers of
+  // each phase's distinct sectors, since at full shapes a value read again after a grid
+  // barrier comes from DRAM again. A kernel without grid barriers is one phase. The
+  // workspace (the last argument of a kernel with CompiledKernel::workspace_bytes > 0) is
+  // not counted. Every global access then calls into the emulator, which makes runs several
+  // times slower.
   bool count_footprint = false;
 };
 
 // What one launch did.
 struct LaunchStats {
-  uint64_t global_bytes_loaded = 0;  // loads through kernel pointer parameters
+  // Bytes the kernel's own loads and stores move through its pointer parameters, the
+  // workspace included (the grid barrier's protocol on it is not counted).
+  uint64_t global_bytes_loaded = 0;
   uint64_t global_bytes_stored = 0;
-  // With EmulatorOptions::count_footprint: distinct sectors loaded and stored, in bytes.
+  // With EmulatorOptions::count_footprint: distinct sectors loaded and stored, in bytes,
+  // summed over the phases between grid barriers, without the workspace (see above).
   uint64_t footprint_bytes_loaded = 0;
   uint64_t footprint_bytes_stored = 0;
   uint64_t barriers = 0;       // block-wide barriers completed, over all blocks
@@ -52,11 +66,14 @@ class Emulator {
   virtual ~Emulator() = default;
 
   // Runs `kernel` (its portable_ir) with `args[i]` as the address of the buffer behind
-  // parameter i (for a non-pointer parameter, the address of its value). Compiles the
-  // kernel on first use and caches it by name and IR. Returns INVALID_ARGUMENT when args do
-  // not match the kernel's parameters, the IR is not bitcode or the launch dimensions are
-  // empty or exceed 1024 threads per block; UNIMPLEMENTED when the kernel uses an NVVM
-  // intrinsic or libdevice function the emulator lacks (named in the message);
+  // parameter i (for a non-pointer parameter, the address of its value). A kernel with
+  // workspace_bytes > 0 takes its workspace as the last argument, after those of
+  // param_nodes (codegen.h): the caller allocates it 256-byte aligned and zero-fills it
+  // before the first launch. Compiles the kernel on first use and caches it by name and
+  // IR. Returns INVALID_ARGUMENT when args do not match the kernel's parameters, the
+  // workspace is missing or not 256-byte aligned, the IR is not bitcode or the launch
+  // dimensions are empty or exceed 1024 threads per block; UNIMPLEMENTED when the kernel
+  // uses an NVVM intrinsic or libdevice function the emulator lacks (named in the message);
   // RESOURCE_EXHAUSTED when its per-thread local memory exceeds the fiber stack, or when a
   // kernel with a grid barrier launches more than 65536 threads; INTERNAL when the kernel
   // deadlocks ("deadlock in block (x,y,z): ...": threads of a block wait at different

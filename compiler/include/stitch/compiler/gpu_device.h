@@ -49,6 +49,10 @@ struct GpuDevice {
   // bytes the driver reserves for every block (sm_80 and later).
   int shared_allocation_unit = 128;
   int64_t reserved_shared_bytes_per_block = 1024;
+  // A cap on the grid of kernels with grid barriers below the co-residency bound (0: none),
+  // for hosts that leave part of the GPU to other work, and for the emulator, which runs
+  // every thread of such a grid at once.
+  int64_t max_persistent_grid_blocks = 0;
 };
 
 // Returns the device table (A100, H100, H200).

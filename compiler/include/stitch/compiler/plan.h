@@ -37,6 +37,11 @@ enum class KernelKind {
   // row's threads through a warp shuffle or shared memory) and then every output element of
   // the row. Values read by several of the row's phases stay in registers.
   kRowStitch,
+  // A persistent grid that runs `phases` (kernels of the kinds above) one after another,
+  // with a grid-wide barrier between consecutive phases (AStitch's global scheme): values
+  // cross phases through global memory, and every block of the grid is co-resident. Its
+  // reduce phases may split their reduced elements over blocks (reduce_chunks).
+  kGlobalStitch,
 };
 
 std::string_view KernelKindName(KernelKind k);  // "loop", "row_reduce", ...
@@ -70,6 +75,10 @@ struct ThreadMapping {
   int rows_per_block = 1;
   // Column reductions: blockDim.y, the threads that split one column's reduced elements.
   int column_tile_y = 8;
+  // Reduce phases of a kGlobalStitch kernel: the reduced elements of every output are split
+  // into this many chunks, each reduced by one block (or block tile) into a partial result
+  // in the kernel's workspace; after a grid barrier, a warp per output combines them.
+  int reduce_chunks = 1;
   // Elements each thread loads per access (1 = scalar; 2, 4, 8 = 64- or 128-bit vectors).
   int vector_width = 1;
   // kRowStitch: elements of a row each thread keeps in registers between the row's phases
@@ -111,6 +120,12 @@ struct KernelSpec {
   // The edges whose values are reused rather than recomputed, and how.
   std::vector<StitchEdge> edges;
   ThreadMapping mapping;
+  // kGlobalStitch: the phases in execution order. Each is a kernel of another kind whose
+  // logical block (mapping.launch.block) has as many threads as this kernel's block and
+  // whose grid is this kernel's grid. The parent's `nodes` are the phases' nodes, its
+  // `inputs` the buffers no phase writes, and its `outputs` every phase's outputs (values
+  // passed between phases are temporaries in global memory).
+  std::vector<KernelSpec> phases;
 };
 
 struct FusionPlan {
