@@ -238,31 +238,28 @@ void SplitReducePhase(const Graph& g, KernelSpec& k, const GpuDevice& d, const C
   const int64_t min_chunk = column ? int64_t{m.column_tile_y} * 4 : int64_t{m.threads_per_row} * 4;
   const int64_t max_chunks = std::max<int64_t>(1, reduced / std::max<int64_t>(min_chunk, 1));
   const ThreadMapping unsplit = m;
-  double best = model.EstimateKernel(g, k).seconds;
-  int best_chunks = 1;
-  for (int64_t c = 2; c <= max_chunks && items * (c / 2) < blocks * 2; c *= 2) {
+  // The partials are written once and read back once, behind one more grid barrier.
+  auto split = [&](int64_t chunks) {
     m = unsplit;
-    m.reduce_chunks = static_cast<int>(c);
-    m.work_items = items * c;
+    if (chunks == 1) return;
+    m.reduce_chunks = static_cast<int>(chunks);
+    m.work_items = items * chunks;
     m.grid_barriers += 1;
-    const int64_t partials = PartialBytes(g, k) * kept * c;
-    m.bytes_stored += Sectors(partials);
-    m.bytes_loaded += Sectors(partials);
+    const int64_t partials = Sectors(PartialBytes(g, k) * kept * chunks);
+    m.bytes_stored += partials;
+    m.bytes_loaded += partials;
+  };
+  double best = model.EstimateKernel(g, k).seconds;
+  int64_t best_chunks = 1;
+  for (int64_t c = 2; c <= max_chunks && items * (c / 2) < blocks * 2; c *= 2) {
+    split(c);
     const double seconds = model.EstimateKernel(g, k).seconds;
     if (seconds < best) {
       best = seconds;
-      best_chunks = static_cast<int>(c);
+      best_chunks = c;
     }
   }
-  m = unsplit;
-  if (best_chunks > 1) {
-    m.reduce_chunks = best_chunks;
-    m.work_items = items * best_chunks;
-    m.grid_barriers += 1;
-    const int64_t partials = PartialBytes(g, k) * kept * best_chunks;
-    m.bytes_stored += Sectors(partials);
-    m.bytes_loaded += Sectors(partials);
-  }
+  split(best_chunks);
 }
 
 // Fills a global kernel's mapping for blocks of `threads` threads; returns false when no
