@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <memory>
 #include <set>
 
 #include "stitch/compiler/baseline_planner.h"
@@ -266,6 +268,63 @@ TEST(StitchPlanner, EveryOutputIsWrittenWhenReducesFeedEachOther) {
   std::set<int> written;
   for (const KernelSpec& k : plan.kernels) written.insert(k.outputs.begin(), k.outputs.end());
   for (int o : g.outputs) EXPECT_TRUE(written.count(o)) << o << "\n" << Describe(g, plan);
+}
+
+}  // namespace
+}  // namespace stitch
+
+namespace stitch {
+namespace {
+
+// Channels-last batch-norm statistics and normalisation: column reductions over N, H, W.
+Graph ChannelsLastNorm(int64_t rows, int64_t channels) {
+  Graph g;
+  g.name = "channels_last_norm";
+  int x = Param(g, {DType::kF32, {rows, channels}}, 0, "x");
+  int zero = ConstScalar(g, DType::kF32, 0);
+  int inv_n = Broadcast(g, ConstScalar(g, DType::kF32, 1.0 / rows), {channels}, {});
+  int mean = Binary(g, OpCode::kMul, Reduce(g, x, zero, {0}, ReduceKind::kSum), inv_n);
+  int centered = Binary(g, OpCode::kSub, x, Broadcast(g, mean, {rows, channels}, {1}));
+  int var = Binary(
+      g, OpCode::kMul,
+      Reduce(g, Binary(g, OpCode::kMul, centered, centered), zero, {0}, ReduceKind::kSum), inv_n);
+  int rstd = Unary(g, OpCode::kRsqrt, var);
+  g.outputs = {Binary(g, OpCode::kMul, centered, Broadcast(g, rstd, {rows, channels}, {1}))};
+  return g;
+}
+
+TEST(GlobalStitchPlan, APersistentKernelIsPricedAsItsPhasesPlusBarriers) {
+  Graph g = ChannelsLastNorm(1 << 20, 64);
+  ASSERT_TRUE(Verify(g).ok());
+  FusionPlan plan = Stitched(g);
+  ASSERT_EQ(plan.kernels.size(), 1u) << Describe(g, plan);
+  const KernelSpec& k = plan.kernels[0];
+  ASSERT_EQ(k.kind, KernelKind::kGlobalStitch) << Describe(g, plan);
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(H100());
+  const KernelCost whole = model->EstimateKernel(g, k);
+  // One launch, each phase's memory time with the kernel's resources, and a grid barrier
+  // between phases on top of the phases' own (split reductions).
+  double phases = 0;
+  int64_t bytes = 0;
+  for (const KernelSpec& p : k.phases) {
+    KernelSpec priced = p;
+    priced.mapping.shared_bytes = k.mapping.shared_bytes;
+    priced.mapping.registers_per_thread = k.mapping.registers_per_thread;
+    const KernelCost c = model->EstimateKernel(g, priced);
+    phases += c.memory_seconds + c.barrier_seconds;
+    bytes += c.global_bytes;
+  }
+  const double expected = H100().launch_seconds + phases +
+                          static_cast<double>(k.phases.size() - 1) * H100().grid_barrier_seconds;
+  EXPECT_NEAR(whole.seconds, expected, expected * 1e-9);
+  EXPECT_EQ(whole.global_bytes, bytes);
+  // The split reductions made the 64 columns use the whole co-resident grid: far cheaper
+  // than the baseline's two-block column reductions.
+  EXPECT_LT(whole.seconds * 10, Seconds(g, ScheduledBaseline(g)));
+  // A grid larger than can be co-resident would deadlock at the first barrier.
+  KernelSpec oversized = k;
+  oversized.mapping.launch.grid[0] = static_cast<uint32_t>(CoResidentBlocks(H100(), k.mapping) + 1);
+  EXPECT_TRUE(std::isinf(model->EstimateKernel(g, oversized).seconds));
 }
 
 }  // namespace
