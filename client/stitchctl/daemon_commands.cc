@@ -28,7 +28,8 @@ nlohmann::json BundleJson(const v1::KernelBundle& b) {
                        {"grid", {l.grid_x(), l.grid_y(), l.grid_z()}},
                        {"block", {l.block_x(), l.block_y(), l.block_z()}},
                        {"ptx_bytes", k.ptx().size()},
-                       {"cubin_bytes", k.cubin().size()}});
+                       {"cubin_bytes", k.cubin().size()},
+                       {"workspace_bytes", k.workspace_bytes()}});
   }
   return {{"key", b.key()},
           {"target", b.target()},
@@ -162,9 +163,14 @@ int RunCacheGet(const DaemonArgs& args) {
               entry->bundle().compile_seconds() * 1e3);
   for (const v1::Kernel& k : entry->bundle().kernels()) {
     const v1::LaunchDims& l = k.launch();
-    std::printf("  %-28s %-13s grid=(%u,%u,%u) block=(%u,%u,%u) ptx=%zuB cubin=%zuB\n",
+    std::printf("  %-28s %-13s grid=(%u,%u,%u) block=(%u,%u,%u) ptx=%zuB cubin=%zuB",
                 k.name().c_str(), k.kind().c_str(), l.grid_x(), l.grid_y(), l.grid_z(), l.block_x(),
                 l.block_y(), l.block_z(), k.ptx().size(), k.cubin().size());
+    // Kernels with grid barriers need a zeroed workspace from whoever launches them.
+    if (k.workspace_bytes() != 0) {
+      std::printf(" workspace=%lluB", static_cast<unsigned long long>(k.workspace_bytes()));
+    }
+    std::printf("\n");
   }
   return 0;
 }

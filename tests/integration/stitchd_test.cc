@@ -511,6 +511,10 @@ TEST_F(StitchdTest, StitchctlCompilesListsAndShowsEntriesThroughTheDaemon) {
   nlohmann::json bundle = nlohmann::json::parse(out);
   EXPECT_EQ(bundle["key"], key);
   EXPECT_GT(bundle["kernels"].size(), 0u);
+  // Exactly the kernels with grid barriers ask their launcher for a workspace.
+  for (const nlohmann::json& k : bundle["kernels"]) {
+    EXPECT_EQ(k["workspace_bytes"].get<uint64_t>() > 0, k["kind"] == "global_stitch") << k.dump();
+  }
 
   out = RunCommand(stitchctl + " cache get nothex --daemon " + socket + " 2>&1", &status);
   EXPECT_EQ(status, 1);
