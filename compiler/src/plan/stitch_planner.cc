@@ -401,6 +401,19 @@ class Planner {
     for (int o : side_outputs) {
       if (ReadsReduce(o, spec)) return false;
     }
+    // Outputs of the reduce's shape are computed per output element from the reduce results
+    // of that element; a reduce result reached through a reshape or broadcast would be read
+    // at another index, which the reduce emitters do not provide.
+    std::set<int> body(spec.nodes.begin(), spec.nodes.end());
+    for (int id : spec.nodes) {
+      const Node& n = g_.nodes[id];
+      if (n.op == OpCode::kReduce || n.shape.dims == hero.shape.dims) continue;
+      for (int o : n.operands) {
+        if (body.count(o) && (g_.nodes[o].op == OpCode::kReduce || ReadsReduce(o, spec))) {
+          return false;
+        }
+      }
+    }
     // Every reduce in the body is an output, and nothing feeding a reduce reads another
     // reduce (each element of every reduce's input is computed in the same pass).
     for (int id : spec.nodes) {
