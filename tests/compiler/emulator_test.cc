@@ -4,12 +4,6 @@
 #include "stitch/compiler/emulator.h"
 
 #include <gtest/gtest.h>
-#include <llvm/AsmParser/Parser.h>
-#include <llvm/Bitcode/BitcodeWriter.h>
-#include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/Module.h>
-#include <llvm/Support/SourceMgr.h>
-#include <llvm/Support/raw_ostream.h>
 
 #include <chrono>
 #include <cmath>
@@ -19,6 +13,8 @@
 #include <numeric>
 #include <string>
 #include <vector>
+
+#include "support/llvm_text.h"
 
 namespace stitch {
 namespace {
@@ -42,23 +38,7 @@ declare void @llvm.nvvm.barrier0()
 )";
 
 // Returns the bitcode of `ir` (kHeader prepended), or "" after reporting a parse error.
-std::string ToBitcode(const std::string& ir) {
-  llvm::LLVMContext ctx;
-  llvm::SMDiagnostic diag;
-  std::unique_ptr<llvm::Module> m = llvm::parseAssemblyString(kHeader + ir, diag, ctx);
-  if (m == nullptr) {
-    std::string msg;
-    llvm::raw_string_ostream os(msg);
-    diag.print("kernel", os);
-    ADD_FAILURE() << os.str();
-    return "";
-  }
-  std::string bitcode;
-  llvm::raw_string_ostream os(bitcode);
-  llvm::WriteBitcodeToFile(*m, os);
-  os.flush();
-  return bitcode;
-}
+std::string ToBitcode(const std::string& ir) { return testing::TextIrToBitcode(kHeader + ir); }
 
 CompiledKernel MakeKernel(const std::string& name, const std::string& ir,
                           std::array<uint32_t, 3> grid, std::array<uint32_t, 3> block) {

@@ -3,12 +3,6 @@
 // argument, the grid barrier runs on it, and the footprint (EmulatorOptions::count_footprint)
 // counts each phase between grid barriers on its own and leaves the workspace out.
 #include <gtest/gtest.h>
-#include <llvm/AsmParser/Parser.h>
-#include <llvm/Bitcode/BitcodeWriter.h>
-#include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/Module.h>
-#include <llvm/Support/SourceMgr.h>
-#include <llvm/Support/raw_ostream.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -23,6 +17,7 @@
 #include "stitch/compiler/emulator.h"
 #include "stitch/compiler/graph.h"
 #include "stitch/compiler/tensor.h"
+#include "support/llvm_text.h"
 
 namespace stitch {
 namespace {
@@ -54,23 +49,7 @@ const char* const kIndices = R"(
   %j64 = zext i32 %j to i64
 )";
 
-std::string ToBitcode(const std::string& ir) {
-  llvm::LLVMContext ctx;
-  llvm::SMDiagnostic diag;
-  std::unique_ptr<llvm::Module> m = llvm::parseAssemblyString(kHeader + ir, diag, ctx);
-  if (m == nullptr) {
-    std::string msg;
-    llvm::raw_string_ostream os(msg);
-    diag.print("kernel", os);
-    ADD_FAILURE() << os.str();
-    return "";
-  }
-  std::string bitcode;
-  llvm::raw_string_ostream os(bitcode);
-  llvm::WriteBitcodeToFile(*m, os);
-  os.flush();
-  return bitcode;
-}
+std::string ToBitcode(const std::string& ir) { return testing::TextIrToBitcode(kHeader + ir); }
 
 constexpr uint32_t kBlocks = 8;
 constexpr uint32_t kThreads = 64;
