@@ -49,18 +49,22 @@ void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements) {
   k.mapping.load_bytes_in_flight_per_thread = std::max(in_flight, 1);
 }
 
-void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+// In each Schedule* function a nonzero `block_threads` fixes the block size: the phases of
+// a global kernel share one.
+void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
   const int64_t n = g.nodes[k.outputs[0]].shape.elements();
   ThreadMapping& m = k.mapping;
   // Round tiny sizes up to whole warps; 256 threads keep 8 blocks resident per SM.
-  const int64_t block = std::min<int64_t>(256, std::max<int64_t>(32, (n + 31) / 32 * 32));
+  const int64_t block = block_threads > 0
+                            ? block_threads
+                            : std::min<int64_t>(256, std::max<int64_t>(32, (n + 31) / 32 * 32));
   m.launch.block = {static_cast<uint32_t>(block), 1, 1};
   m.launch.grid = {CeilDivCapped(n, block, int64_t{d.sms} * 8 * 4), 1, 1};
   m.work_items = n;
   SetTraffic(g, k, n);
 }
 
-void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
   const Node& h = g.nodes[k.hero];
   const int64_t rows = h.shape.elements();
   const int64_t row_len = rows > 0 ? g.nodes[h.operands[0]].shape.elements() / rows : 0;
@@ -69,12 +73,15 @@ void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   if (row_len <= 512) {
     // A warp (or part of one) per row: no shared memory and no barriers.
     m.threads_per_row = std::min(NextPow2(row_len), 32);
-    const int warps = 8;
+    const int warps = block_threads > 0 ? block_threads / 32 : 8;
     m.rows_per_block = warps * (32 / m.threads_per_row);
     m.launch.block = {32, static_cast<uint32_t>(warps), 1};
     m.launch.grid = {CeilDivCapped(rows, m.rows_per_block, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
   } else {
-    const int threads = row_len <= 4096 ? 256 : row_len <= 16384 ? 512 : 1024;
+    const int threads = block_threads > 0  ? block_threads
+                        : row_len <= 4096  ? 256
+                        : row_len <= 16384 ? 512
+                                           : 1024;
     m.threads_per_row = threads;
     m.rows_per_block = 1;
     m.launch.block = {static_cast<uint32_t>(threads), 1, 1};
@@ -85,7 +92,8 @@ void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   SetTraffic(g, k, rows * row_len);
 }
 
-void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d,
+                          int block_threads = 0) {
   const Node& h = g.nodes[k.hero];
   const int64_t kept = h.shape.elements();
   const int64_t reduced = kept > 0 ? g.nodes[h.operands[0]].shape.elements() / kept : 0;
@@ -93,6 +101,7 @@ void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   const int64_t tiles = (kept + 31) / 32;
   // Few tiles: taller blocks so each SM still gets enough threads to hide latency.
   m.column_tile_y = (tiles < int64_t{d.sms} * 4 && reduced >= 256) ? 32 : 8;
+  if (block_threads > 0) m.column_tile_y = block_threads / 32;
   m.launch.block = {32, static_cast<uint32_t>(m.column_tile_y), 1};
   m.launch.grid = {CeilDivCapped(tiles, 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
   m.shared_bytes = static_cast<uint32_t>(8 * 32 * m.column_tile_y * k.outputs.size());
@@ -102,7 +111,6 @@ void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d) {
 }
 
 // Fills a row-stitched mapping with `threads_per_row` threads per row.
-// A nonzero `block_threads` fixes the block size (phases of a global kernel share one).
 void FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
                    const GpuDevice& d, int block_threads, KernelSpec& k) {
   const RowGeometry& geo = layout.geometry;
@@ -189,30 +197,16 @@ int64_t PartialBytes(const Graph& g, const KernelSpec& k) {
 
 // Schedules a phase of a global kernel for blocks of `threads` threads.
 Status SchedulePhase(const Graph& g, KernelSpec& k, const GpuDevice& d, int threads) {
-  const uint32_t t = static_cast<uint32_t>(threads);
-  ThreadMapping& m = k.mapping;
-  m = ThreadMapping{};
+  k.mapping = ThreadMapping{};
   switch (k.kind) {
     case KernelKind::kLoop:
-      ScheduleLoop(g, k, d);
-      m.launch.block = {t, 1, 1};
+      ScheduleLoop(g, k, d, threads);
       return Status::Ok();
     case KernelKind::kRowReduce:
-      ScheduleRowReduce(g, k, d);
-      if (m.threads_per_row > 32) {
-        m.threads_per_row = threads;
-        m.launch.block = {t, 1, 1};
-        m.shared_bytes = static_cast<uint32_t>(8 * (threads / 32) * k.outputs.size());
-      } else {
-        m.rows_per_block = (threads / 32) * (32 / m.threads_per_row);
-        m.launch.block = {32, t / 32, 1};
-      }
+      ScheduleRowReduce(g, k, d, threads);
       return Status::Ok();
     case KernelKind::kColumnReduce:
-      ScheduleColumnReduce(g, k, d);
-      m.column_tile_y = threads / 32;
-      m.launch.block = {32, t / 32, 1};
-      m.shared_bytes = static_cast<uint32_t>(8 * 32 * m.column_tile_y * k.outputs.size());
+      ScheduleColumnReduce(g, k, d, threads);
       return Status::Ok();
     case KernelKind::kRowStitch:
       return ScheduleRowStitch(g, k, d, threads);

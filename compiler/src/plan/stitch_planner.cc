@@ -539,8 +539,7 @@ class Planner {
     global.kind = KernelKind::kGlobalStitch;
     std::set<int> written, nodes;
     std::set<int> inputs;
-    for (KernelSpec& p : phases) {
-      p.mapping = ThreadMapping{};
+    for (const KernelSpec& p : phases) {
       for (int i : p.inputs) {
         if (!written.count(i)) inputs.insert(i);
       }
@@ -588,6 +587,8 @@ class Planner {
   // Values a phase writes and a later phase reads cross a grid barrier in global memory.
   void RecordGlobalEdges(KernelSpec& spec) const {
     std::set<int> written;
+    // A value several phases recompute from the same producer is one edge.
+    std::set<std::pair<int, int>> recorded;
     for (size_t p = 0; p < spec.phases.size(); ++p) {
       KernelSpec& phase = spec.phases[p];
       phase.name =
@@ -596,7 +597,7 @@ class Planner {
       std::set<int> in_phase(phase.nodes.begin(), phase.nodes.end());
       for (int id : phase.nodes) {
         for (int o : g_.nodes[id].operands) {
-          if (written.count(o) && !in_phase.count(o)) {
+          if (written.count(o) && !in_phase.count(o) && recorded.insert({o, id}).second) {
             spec.edges.push_back({o, id, StitchScheme::kGlobal});
           }
         }
