@@ -50,9 +50,11 @@ INSTANTIATE_TEST_SUITE_P(Shards, RandomGraphs, ::testing::Range(0, kShards));
 
 // Seeds that once failed, kept as fixed cases: a phase of a global kernel recomputing a
 // value a later phase reads from another kernel's buffer; a multi-reduce kernel whose
-// output read a reduce result through a broadcast.
+// output read a reduce result through a broadcast; a row-stitched kernel whose column
+// output read a column reduce through a broadcast.
 TEST(RandomGraphRegressions, SeedsThatOnceFailedPass) {
-  for (uint64_t seed : {uint64_t{1795256793375198569u}, uint64_t{1795258097068949877u}}) {
+  for (uint64_t seed : {uint64_t{1795256793375198569u}, uint64_t{1795258097068949877u},
+                        uint64_t{1795259500677604896u}}) {
     Graph g = testing::RandomGraphBuilder(seed).Build();
     ASSERT_TRUE(Verify(g).ok()) << "seed " << seed;
     EXPECT_TRUE(testing::CheckOnEmulator(g, seed, /*random_order=*/true)) << "seed " << seed;

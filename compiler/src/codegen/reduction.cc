@@ -107,6 +107,7 @@ StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
     const int out = kc.spec.outputs[slot];
     if (out == hero) {
       plan.reduces[0].is_output = true;
+      plan.kept_outputs.push_back(slot);
       continue;
     }
     const Node& n = g.nodes[out];
@@ -125,6 +126,7 @@ StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
                              kc.spec.name + " but does not have the reduce's element count");
       }
       plan.epilogue.push_back(out);
+      plan.kept_outputs.push_back(slot);
       continue;
     }
     if (n.operands.empty() || n.operands[0] < 0 ||
@@ -133,6 +135,7 @@ StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
       return Unimplemented(DescribeNode(g, out) + " does not share the geometry of hero " +
                            DescribeNode(g, hero));
     }
+    plan.kept_outputs.push_back(slot);
     bool seen = false;
     for (auto& r : plan.reduces) {
       if (r.node == out) seen = r.is_output = true;
@@ -311,12 +314,8 @@ Status WriteReduceOutputs(KernelContext& kc, ElementalEmitter& em, const ReduceP
     llvm::Value* seed_index = g.nodes[r.node].shape.rank() == 0 ? kc.Index(0) : k;
     em.Seed(r.node, seed_index, result);
   }
-  for (size_t o = 0; o < kc.spec.outputs.size(); ++o) {
-    if (std::find(plan.side_outputs.begin(), plan.side_outputs.end(), o) !=
-        plan.side_outputs.end()) {
-      continue;
-    }
-    int out = kc.spec.outputs[o];
+  for (size_t o : plan.kept_outputs) {
+    const int out = kc.spec.outputs[o];
     IrIndex idx{{}, g.nodes[out].shape.rank() == 0 ? kc.Index(0) : k};
     STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, idx));
     StoreElement(kc.b, g.nodes[out].shape.dtype, v, kc.output_buffers[o], k);

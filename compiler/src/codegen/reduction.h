@@ -44,6 +44,9 @@ struct ReducePlan {
   // inputs they share with the reduces are read once. Only for reduced dimensions at either
   // end of the input (its elements are then visited by linear index).
   std::vector<size_t> side_outputs;
+  // Slots in spec.outputs written once per output element k from the reduce results: the
+  // reduces and the epilogue nodes.
+  std::vector<size_t> kept_outputs;
   ReduceGeometry geometry;
 };
 

@@ -5,6 +5,11 @@
 // shuffles (threads_per_row <= 32) or a shared-memory slot per warp (a block per row); row
 // values read by several passes stay in registers when each thread holds a fixed number
 // of a row's elements (mapping.values_per_thread > 0), and are read again otherwise.
+//
+// Column reduces (row_stitch.h) follow the global scheme: each thread accumulates its
+// columns over the rows it visits in registers, the row groups of a block combine theirs in
+// shared memory, each block stores one partial per column in the workspace, and after a
+// grid barrier a warp per column combines the blocks' partials (reduction.h).
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -39,6 +44,7 @@ class RowStitchEmitter {
     }
     EmittedNest nest;
     nest.launch = m_.launch;
+    STITCH_RETURN_IF_ERROR(InitColumnReduces());
     STITCH_RETURN_IF_ERROR(EmitIndependentOutputs());
     if (m_.threads_per_row <= 32) {
       STITCH_RETURN_IF_ERROR(EmitWarpRows());
@@ -46,6 +52,7 @@ class RowStitchEmitter {
       STITCH_RETURN_IF_ERROR(AllocateSlots(nest.shared_bytes));
       STITCH_RETURN_IF_ERROR(EmitBlockRows());
     }
+    STITCH_RETURN_IF_ERROR(EmitColumnReduces(nest));
     return nest;
   }
 
@@ -119,6 +126,141 @@ class RowStitchEmitter {
     return Status::Ok();
   }
 
+  // Checks the mapping a kernel with column reduces needs and sets every thread's
+  // accumulators to the identity before it visits its first row.
+  Status InitColumnReduces() {
+    if (layout_.column_reduces.empty()) return Status::Ok();
+    const std::string k = "kernel " + kc_.spec.name;
+    if (m_.values_per_thread <= 0) {
+      return InvalidArgument(k + ": column reduces need values_per_thread > 0");
+    }
+    if (kc_.workspace == nullptr) {
+      return InvalidArgument(k + ": column reduces need the workspace of a global_stitch kernel");
+    }
+    if (m_.reduce_chunks != static_cast<int>(m_.launch.grid[0])) {
+      return InvalidArgument(k + ": column reduces need reduce_chunks == the grid's " +
+                             std::to_string(m_.launch.grid[0]) + " blocks");
+    }
+    column_.geometry.kept = row_len();
+    column_.geometry.reduced = rows();
+    for (int id : layout_.column_reduces) {
+      STITCH_ASSIGN_OR_RETURN(ReduceInfo r, MakeReduceInfo(kc_, id));
+      column_.reduces.push_back(r);
+      std::vector<llvm::AllocaInst*>& accs = column_acc_[id];
+      for (int j = 0; j < m_.values_per_thread; ++j) {
+        accs.push_back(EntryAlloca(kc_, r.acc_ty, "column_acc"));
+        b_.CreateStore(Identity(b_, r), accs.back());
+      }
+    }
+    const auto& outs = kc_.spec.outputs;
+    for (int o : layout_.column_outputs) {
+      column_.kept_outputs.push_back(
+          static_cast<size_t>(std::find(outs.begin(), outs.end(), o) - outs.begin()));
+    }
+    return Status::Ok();
+  }
+
+  // Adds this thread's element at register position j to its column accumulators.
+  Status AccumulateColumns(llvm::Value* lin, size_t j) {
+    for (const ReduceInfo& r : column_.reduces) {
+      STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(r.input, IrIndex{{}, lin}));
+      llvm::AllocaInst* acc = column_acc_[r.node][j];
+      b_.CreateStore(Combine(b_, r, b_.CreateLoad(r.acc_ty, acc), v), acc);
+    }
+    return Status::Ok();
+  }
+
+  // After the last row: one partial per block and column into the workspace, then the
+  // grid-wide combine that writes the column outputs.
+  Status EmitColumnReduces(EmittedNest& nest) {
+    if (column_.reduces.empty()) return Status::Ok();
+    STITCH_ASSIGN_OR_RETURN(PartialArrays arrays,
+                            LayoutPartials(kc_, column_, m_.launch.grid[0]));
+    nest.workspace_end = arrays.end_offset;
+    const int tpr = m_.threads_per_row;
+    const uint64_t block = m_.launch.block_threads();
+    const int64_t groups = static_cast<int64_t>(block) / tpr;
+    llvm::Value* chunk = BlockIdx(kc_, Dim::kX);
+    if (groups == 1) {
+      for (int j = 0; j < m_.values_per_thread; ++j) {
+        llvm::Value* k = b_.CreateAdd(seg_, kc_.Index(int64_t{j} * tpr));
+        std::vector<llvm::Value*> partials;
+        for (const ReduceInfo& r : column_.reduces) {
+          partials.push_back(b_.CreateLoad(r.acc_ty, column_acc_[r.node][j]));
+        }
+        STITCH_RETURN_IF_ERROR(
+            EmitIf(kc_, "partial", b_.CreateICmpSLT(k, kc_.Index(row_len())), [&]() -> Status {
+              StorePartials(kc_, column_, arrays, partials, chunk, k);
+              return Status::Ok();
+            }));
+      }
+    } else {
+      STITCH_RETURN_IF_ERROR(CombineRowGroups(arrays, groups, chunk, nest.shared_bytes));
+    }
+    ElementalEmitter combine(kc_);
+    return EmitCombinePartials(kc_, combine, column_, arrays);
+  }
+
+  // Several row groups per block hold partials of the same columns: thread seg of group g
+  // publishes at slot g * tpr + seg (its linear thread index), and the first group's
+  // threads combine the groups column by column.
+  Status CombineRowGroups(const PartialArrays& arrays, int64_t groups, llvm::Value* chunk,
+                          uint32_t& shared_bytes) {
+    const int tpr = m_.threads_per_row;
+    const uint64_t block = m_.launch.block_threads();
+    std::vector<llvm::GlobalVariable*> slots;
+    for (const ReduceInfo& r : column_.reduces) {
+      llvm::Type* st = SharedType(r.acc_ty);
+      slots.push_back(SharedArray(kc_, st, block, "column_groups"));
+      shared_bytes +=
+          static_cast<uint32_t>(kc_.module.getDataLayout().getTypeAllocSize(st) * block);
+    }
+    llvm::Value* tid = LinearThreadIdx(kc_);
+    std::vector<llvm::AllocaInst*> totals;
+    for (const ReduceInfo& r : column_.reduces) {
+      totals.push_back(EntryAlloca(kc_, r.acc_ty, "column_total"));
+    }
+    for (int j = 0; j < m_.values_per_thread; ++j) {
+      for (size_t i = 0; i < column_.reduces.size(); ++i) {
+        const ReduceInfo& r = column_.reduces[i];
+        llvm::Type* st = SharedType(r.acc_ty);
+        llvm::Value* v = b_.CreateLoad(r.acc_ty, column_acc_[r.node][static_cast<size_t>(j)]);
+        b_.CreateStore(ToShared(b_, v), b_.CreateInBoundsGEP(st, slots[i], {tid}));
+      }
+      Barrier(kc_);
+      llvm::Value* k = b_.CreateAdd(tid, kc_.Index(int64_t{j} * tpr));
+      llvm::Value* writer = b_.CreateAnd(b_.CreateICmpSLT(tid, kc_.Index(tpr)),
+                                         b_.CreateICmpSLT(k, kc_.Index(row_len())));
+      STITCH_RETURN_IF_ERROR(EmitIf(kc_, "groups", writer, [&]() -> Status {
+        for (size_t i = 0; i < column_.reduces.size(); ++i) {
+          b_.CreateStore(Identity(b_, column_.reduces[i]), totals[i]);
+        }
+        STITCH_RETURN_IF_ERROR(EmitForLoop(
+            kc_, "group", kc_.Index(0), kc_.Index(groups), kc_.Index(1),
+            [&](llvm::Value* g) -> Status {
+              llvm::Value* slot = b_.CreateAdd(b_.CreateMul(g, kc_.Index(tpr)), tid);
+              for (size_t i = 0; i < column_.reduces.size(); ++i) {
+                const ReduceInfo& r = column_.reduces[i];
+                llvm::Type* st = SharedType(r.acc_ty);
+                llvm::Value* v = FromShared(
+                    b_, b_.CreateLoad(st, b_.CreateInBoundsGEP(st, slots[i], {slot})), r.acc_ty);
+                b_.CreateStore(Combine(b_, r, b_.CreateLoad(r.acc_ty, totals[i]), v), totals[i]);
+              }
+              return Status::Ok();
+            }));
+        std::vector<llvm::Value*> partials;
+        for (size_t i = 0; i < column_.reduces.size(); ++i) {
+          partials.push_back(b_.CreateLoad(column_.reduces[i].acc_ty, totals[i]));
+        }
+        StorePartials(kc_, column_, arrays, partials, chunk, k);
+        return Status::Ok();
+      }));
+      // The next position reuses the slots.
+      Barrier(kc_);
+    }
+    return Status::Ok();
+  }
+
   Status EmitRow(llvm::Value* row, llvm::Value* row_valid) {
     const int tpr = m_.threads_per_row;
     row_ = row;
@@ -135,9 +277,9 @@ class RowStitchEmitter {
     for (size_t p = 0; p < layout_.phases.size(); ++p) {
       STITCH_RETURN_IF_ERROR(EmitPhase(static_cast<int>(p)));
     }
-    STITCH_RETURN_IF_ERROR(ForEachElement([&](llvm::Value* lin) -> Status {
+    STITCH_RETURN_IF_ERROR(ForEachElement([&](llvm::Value* lin, size_t j) -> Status {
       for (int o : layout_.row_space_outputs) STITCH_RETURN_IF_ERROR(StoreOutput(o, lin));
-      return Status::Ok();
+      return AccumulateColumns(lin, j);
     }));
     if (layout_.row_outputs.empty()) return Status::Ok();
     llvm::Value* leader = b_.CreateAnd(row_valid, b_.CreateICmpEQ(seg_, kc_.Index(0)));
@@ -148,14 +290,15 @@ class RowStitchEmitter {
     });
   }
 
-  // Runs `body(linear index)` for each element of the row this thread owns: unrolled over
-  // the fixed positions when values stay in registers, a loop otherwise.
-  Status ForEachElement(const std::function<Status(llvm::Value*)>& body, int pass = -1) {
+  // Runs `body(linear index, register position)` for each element of the row this thread
+  // owns: unrolled over the fixed positions when values stay in registers, a loop (position
+  // 0) otherwise.
+  Status ForEachElement(const std::function<Status(llvm::Value*, size_t)>& body, int pass = -1) {
     if (m_.values_per_thread > 0) {
       for (size_t j = 0; j < lins_.size(); ++j) {
         STITCH_RETURN_IF_ERROR(EmitIf(kc_, "elem", valid_[j], [&]() -> Status {
           em_.ResetScope();
-          STITCH_RETURN_IF_ERROR(body(lins_[j]));
+          STITCH_RETURN_IF_ERROR(body(lins_[j], j));
           return StoreCached(pass, j);
         }));
       }
@@ -166,7 +309,7 @@ class RowStitchEmitter {
     return EmitForLoop(kc_, "col", seg_, end, kc_.Index(m_.threads_per_row),
                        [&](llvm::Value* col) -> Status {
                          em_.ResetScope();
-                         return body(b_.CreateAdd(base, col));
+                         return body(b_.CreateAdd(base, col), 0);
                        });
   }
 
@@ -185,7 +328,7 @@ class RowStitchEmitter {
     const std::vector<int>& phase = layout_.phases[static_cast<size_t>(p)];
     for (int id : phase) b_.CreateStore(Identity(b_, reduces_[id]), reduces_[id].acc);
     STITCH_RETURN_IF_ERROR(ForEachElement(
-        [&](llvm::Value* lin) -> Status {
+        [&](llvm::Value* lin, size_t) -> Status {
           for (int id : phase) {
             const ReduceInfo& r = reduces_[id];
             STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(r.input, IrIndex{{}, lin}));
@@ -267,6 +410,10 @@ class RowStitchEmitter {
   std::map<int, ReduceInfo> reduces_;
   std::map<int, llvm::AllocaInst*> results_;
   std::map<int, std::vector<llvm::AllocaInst*>> cache_;
+  // Column reduces as a split reduction over the grid's blocks, and each thread's
+  // accumulators per register position.
+  ReducePlan column_;
+  std::map<int, std::vector<llvm::AllocaInst*>> column_acc_;
   llvm::Value* seg_ = nullptr;   // this thread's first column in its row
   llvm::Value* lane_ = nullptr;  // block mode: lane within the warp
   llvm::Value* warp_ = nullptr;  // block mode: warp within the block

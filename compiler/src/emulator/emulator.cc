@@ -53,7 +53,7 @@ class EmulatorImpl final : public Emulator {
                              std::to_string(args.size()));
     }
     // The workspace is the trailing argument (codegen.h); the GPU hands out 256-byte-aligned
-    // allocations, and the footprint leaves the workspace out by its address range.
+    // allocations.
     const uint8_t* workspace = nullptr;
     if (kernel.workspace_bytes != 0) {
       if (args.empty()) {
@@ -84,8 +84,6 @@ class EmulatorImpl final : public Emulator {
     sectors_[0].clear();
     sectors_[1].clear();
     footprint_[0] = footprint_[1] = 0;
-    workspace_begin_ = reinterpret_cast<uintptr_t>(workspace);
-    workspace_end_ = workspace_begin_ + (workspace != nullptr ? kernel.workspace_bytes : 0);
     const uint64_t barriers_before = scheduler_.barriers();
     const uint64_t grid_barriers_before = scheduler_.grid_barriers();
     phase_grid_barriers_ = grid_barriers_before;
@@ -220,7 +218,6 @@ class EmulatorImpl final : public Emulator {
     // sees a new count is the first of the next phase.
     if (impl->scheduler_.grid_barriers() != impl->phase_grid_barriers_) impl->ClosePhase();
     const uintptr_t begin = reinterpret_cast<uintptr_t>(address);
-    if (begin < impl->workspace_end_ && begin + bytes > impl->workspace_begin_) return;
     const uint64_t first = begin / kSectorBytes;
     const uint64_t last = (begin + bytes - 1) / kSectorBytes;
     for (uint64_t s = first; s <= last; ++s) impl->sectors_[store ? 1 : 0].insert(s);
@@ -236,9 +233,6 @@ class EmulatorImpl final : public Emulator {
   std::unordered_set<uint64_t> sectors_[2];  // of the current phase: loaded, stored
   uint64_t footprint_[2] = {0, 0};           // bytes of the launch's closed phases
   uint64_t phase_grid_barriers_ = 0;         // scheduler_.grid_barriers() as the phase began
-  // The launch's workspace, [begin, end); empty when it has none.
-  uintptr_t workspace_begin_ = 0;
-  uintptr_t workspace_end_ = 0;
   std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> cache_;
 };
 

@@ -14,6 +14,7 @@ namespace {
 enum class Access {
   kRowSpace,  // at linear index row * row_len + col: one element of the current row
   kRow,       // at linear index row
+  kColumn,    // at linear index col: a column output's element
   kOther,     // anywhere: fine for values read from global memory, never for a reduce
 };
 
@@ -63,6 +64,7 @@ class Analyzer {
       : g_(g), layout_(layout) {
     in_kernel_.insert(spec.nodes.begin(), spec.nodes.end());
     inputs_.insert(spec.inputs.begin(), spec.inputs.end());
+    column_reduces_.insert(layout.column_reduces.begin(), layout.column_reduces.end());
   }
 
   // Walks everything pass `pass` evaluates from `root` at `access`, checking reduce uses
@@ -79,6 +81,14 @@ class Analyzer {
       if (!in_kernel_.count(id)) {
         if (n.op == OpCode::kConstant || n.op == OpCode::kIota) continue;
         return Unimplemented(Describe(g_, id) + " is neither computed nor read by the kernel");
+      }
+      if (column_reduces_.count(id)) {
+        // Its result exists only after the grid has combined every block's partials.
+        if (acc != Access::kColumn) {
+          return Unimplemented("column reduce " + Describe(g_, id) +
+                               " is read other than by a column output at its own column");
+        }
+        continue;
       }
       if (n.op == OpCode::kReduce) {
         if (acc != Access::kRow) {
@@ -97,6 +107,12 @@ class Analyzer {
 
   Access OperandAccess(const Node& n, size_t i, Access acc) const {
     const Shape& os = g_.nodes[n.operands[i]].shape;
+    // Column results are seeded at the output's own linear index, which only elementwise
+    // ops pass on unchanged.
+    if (acc == Access::kColumn) {
+      const bool same = ClassOf(n.op) == OpClass::kElementwise && os.dims == n.shape.dims;
+      return same ? Access::kColumn : Access::kOther;
+    }
     switch (ClassOf(n.op)) {
       case OpClass::kElementwise:
         return os.rank() == 0 && n.shape.rank() > 0 ? Access::kOther : acc;
@@ -116,7 +132,7 @@ class Analyzer {
  private:
   const Graph& g_;
   RowStitchLayout& layout_;
-  std::set<int> in_kernel_, inputs_;
+  std::set<int> in_kernel_, inputs_, column_reduces_;
   std::set<std::tuple<int, Access, int>> seen_;
   std::map<int, std::set<int>> passes_;  // row-space node -> passes that read it
 };
@@ -143,7 +159,73 @@ std::map<int, std::set<int>> ReduceDependences(const Graph& g, const KernelSpec&
   return deps;
 }
 
+// Whether computing `id` inside the kernel reads one of `targets` (through in-kernel nodes).
+bool Reaches(const Graph& g, const std::set<int>& in_kernel, int id, const std::set<int>& targets) {
+  std::vector<int> stack = {id};
+  std::set<int> seen;
+  while (!stack.empty()) {
+    const int n = stack.back();
+    stack.pop_back();
+    if (!in_kernel.count(n) || !seen.insert(n).second) continue;
+    if (targets.count(n)) return true;
+    for (int o : g.nodes[n].operands) stack.push_back(o);
+  }
+  return false;
+}
+
+// Splits the kernel's reduces into row reduces of one geometry (set in `layout`) and column
+// reduces of that geometry.
+Status ClassifyReduces(const Graph& g, const std::vector<int>& reduces, RowStitchLayout& layout,
+                       std::vector<int>& row_reduces) {
+  std::optional<RowGeometry> first;
+  for (int r : reduces) {
+    if ((first = RowGeometryOf(g, r))) break;
+  }
+  if (!first) {
+    return Unimplemented("reduce " + Describe(g, reduces.front()) + " is not a row reduction");
+  }
+  layout.geometry = *first;
+  for (int r : reduces) {
+    std::optional<RowGeometry> geo = RowGeometryOf(g, r);
+    if (geo && *geo == layout.geometry) {
+      row_reduces.push_back(r);
+    } else if (IsColumnReduceOf(g, r, layout.geometry)) {
+      layout.column_reduces.push_back(r);
+    } else if (geo) {
+      return Unimplemented("reduce " + Describe(g, r) + " has another row geometry");
+    } else {
+      return Unimplemented("reduce " + Describe(g, r) +
+                           " is neither a row reduction nor a column reduction of its rows");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+bool IsColumnReduceOf(const Graph& g, int id, const RowGeometry& geo) {
+  const Node& n = g.nodes[id];
+  if (n.op != OpCode::kReduce || n.operands.empty()) return false;
+  const Shape& in = g.nodes[n.operands[0]].shape;
+  if (in.elements() != geo.rows * geo.row_len || n.shape.elements() != geo.row_len) return false;
+  std::vector<bool> reduced(in.dims.size(), false);
+  for (int64_t d : n.dimensions) {
+    if (d < 0 || d >= static_cast<int64_t>(in.dims.size())) return false;
+    reduced[static_cast<size_t>(d)] = true;
+  }
+  // Reduced dimensions (size 1 aside) all come before kept ones: input element
+  // (row, col) is at linear index row * row_len + col, and col is the output index.
+  bool seen_kept = false;
+  for (size_t d = 0; d < in.dims.size(); ++d) {
+    if (in.dims[d] == 1) continue;
+    if (!reduced[d]) {
+      seen_kept = true;
+    } else if (seen_kept) {
+      return false;
+    }
+  }
+  return true;
+}
 
 std::optional<RowGeometry> RowGeometryOf(const Graph& g, int id) {
   const Node& n = g.nodes[id];
@@ -163,18 +245,21 @@ StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spe
     if (g.nodes[id].op == OpCode::kReduce) reduces.push_back(id);
   }
   if (reduces.empty()) return Unimplemented("a row-stitched kernel needs a reduce");
-  for (int r : reduces) {
-    std::optional<RowGeometry> geo = RowGeometryOf(g, r);
-    if (!geo) return Unimplemented("reduce " + Describe(g, r) + " is not a row reduction");
-    if (r == reduces.front()) layout.geometry = *geo;
-    if (!(*geo == layout.geometry)) {
-      return Unimplemented("reduce " + Describe(g, r) + " has another row geometry");
-    }
-  }
+  std::vector<int> row_reduces;
+  STITCH_RETURN_IF_ERROR(ClassifyReduces(g, reduces, layout, row_reduces));
   const RowGeometry& geo = layout.geometry;
+  const std::set<int> in_kernel(spec.nodes.begin(), spec.nodes.end());
+  const std::set<int> column_reduces(layout.column_reduces.begin(), layout.column_reduces.end());
   for (int o : spec.outputs) {
     const int64_t count = g.nodes[o].shape.elements();
-    if (count == geo.rows * geo.row_len) {
+    if (!column_reduces.empty() && Reaches(g, in_kernel, o, column_reduces)) {
+      if (count != geo.row_len) {
+        return Unimplemented("output " + Describe(g, o) + " reads a column reduce but has " +
+                             std::to_string(count) + " elements, not the row length " +
+                             std::to_string(geo.row_len));
+      }
+      layout.column_outputs.push_back(o);
+    } else if (count == geo.rows * geo.row_len) {
       layout.row_space_outputs.push_back(o);
     } else if (count == geo.rows) {
       layout.row_outputs.push_back(o);
@@ -184,9 +269,9 @@ StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spe
   }
 
   // Phases: a reduce runs one pass after the latest reduce it reads.
-  std::map<int, std::set<int>> deps = ReduceDependences(g, spec, reduces);
+  std::map<int, std::set<int>> deps = ReduceDependences(g, spec, row_reduces);
   std::map<int, int> phase;
-  for (int r : reduces) {  // spec.nodes is topological, so dependences come first
+  for (int r : row_reduces) {  // spec.nodes is topological, so dependences come first
     int p = 0;
     for (int d : deps[r]) p = std::max(p, phase[d] + 1);
     phase[r] = p;
@@ -209,6 +294,14 @@ StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spe
   }
   for (int o : layout.row_outputs) {
     STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kRow, final_pass));
+  }
+  // Column reduces accumulate in the output pass, where the row's reduce results are known.
+  for (int r : layout.column_reduces) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(g.nodes[r].operands[0], Access::kRowSpace, final_pass));
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(g.nodes[r].operands[1], Access::kOther, final_pass));
+  }
+  for (int o : layout.column_outputs) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kColumn, final_pass + 2));
   }
   // Independent outputs are indexed by their own position: a reduce reached from them
   // would be read at an arbitrary row, which the visit rejects.

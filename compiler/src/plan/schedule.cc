@@ -110,8 +110,17 @@ void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d,
   SetTraffic(g, k, kept * reduced);
 }
 
-// Fills a row-stitched mapping with `threads_per_row` threads per row.
-void FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
+// Bytes of one partial value of each of `reduces` (reduce.h's PartialArrays): its
+// accumulator type, at least 4 bytes (f16 and bf16 accumulate in f32).
+int64_t PartialBytes(const Graph& g, const std::vector<int>& reduces) {
+  int64_t bytes = 0;
+  for (int r : reduces) bytes += std::max<int64_t>(DTypeBytes(g.nodes[r].shape.dtype), 4);
+  return bytes;
+}
+
+// Fills a row-stitched mapping with `threads_per_row` threads per row. Returns false when
+// the kernel has column reduces and a thread cannot keep fixed columns in registers.
+bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
                    const GpuDevice& d, int block_threads, KernelSpec& k) {
   const RowGeometry& geo = layout.geometry;
   ThreadMapping& m = k.mapping;
@@ -142,17 +151,47 @@ void FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_pe
   const int64_t per_thread = (geo.row_len + threads_per_row - 1) / threads_per_row;
   const int cached = static_cast<int>(layout.cached.size());
   m.values_per_thread = per_thread <= kMaxValuesPerThread ? static_cast<int>(per_thread) : 0;
-  m.registers_per_thread = 32 + 2 * reduces + m.values_per_thread * std::max(cached, 1);
+  // Column reduces keep an accumulator per register position.
+  const int columns = static_cast<int>(layout.column_reduces.size());
+  m.registers_per_thread =
+      32 + 2 * reduces + m.values_per_thread * (std::max(cached, 1) + columns);
   if (m.registers_per_thread > 255) {
     m.values_per_thread = 0;
     m.registers_per_thread = 32 + 2 * reduces;
   }
   SetTraffic(g, k, geo.rows * geo.row_len);
   if (m.values_per_thread > 0) m.load_bytes_in_flight_per_thread *= m.values_per_thread;
+  if (columns == 0) return true;
+  // The row groups of a block combine their column partials through a slot per thread.
+  const int64_t groups = static_cast<int64_t>(m.launch.block_threads()) / threads_per_row;
+  if (groups > 1) {
+    m.shared_bytes += static_cast<uint32_t>(PartialBytes(g, layout.column_reduces) *
+                                            static_cast<int64_t>(m.launch.block_threads()));
+  }
+  return m.values_per_thread > 0;
+}
+
+// Prices the column reduces of a row-stitched phase on its final grid: each block writes one
+// partial per column, read back once by the combine behind one more grid barrier.
+void AddColumnPartials(const Graph& g, KernelSpec& k) {
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, k);
+  if (!layout.ok() || layout->column_reduces.empty()) return;
+  ThreadMapping& m = k.mapping;
+  m.reduce_chunks = static_cast<int>(m.launch.grid[0]);
+  m.grid_barriers += 1;
+  const int64_t partials = Sectors(PartialBytes(g, layout->column_reduces) *
+                                   layout->geometry.row_len * m.reduce_chunks);
+  m.bytes_stored += partials;
+  m.bytes_loaded += partials;
 }
 
 Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
   STITCH_ASSIGN_OR_RETURN(RowStitchLayout layout, AnalyzeRowStitch(g, k));
+  if (!layout.column_reduces.empty() && block_threads == 0) {
+    return InvalidArgument("kernel " + k.name +
+                           ": column reduces of rows run only as a phase of a global_stitch "
+                           "kernel");
+  }
   const int64_t row_len = layout.geometry.row_len;
   std::vector<int> candidates;
   for (int t = std::min(NextPow2(row_len), 32); t >= 1 && t * 4 >= std::min<int64_t>(row_len, 32);
@@ -169,7 +208,7 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
   double best = std::numeric_limits<double>::infinity();
   int best_threads = candidates.front();
   for (int t : candidates) {
-    FillRowStitch(g, layout, t, d, block_threads, k);
+    if (!FillRowStitch(g, layout, t, d, block_threads, k)) continue;
     if (ResidentBlocksPerSm(d, k.mapping) == 0) continue;
     double s = model->EstimateKernel(g, k).seconds;
     if (s < best) {
@@ -177,22 +216,20 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
       best_threads = t;
     }
   }
-  FillRowStitch(g, layout, best_threads, d, block_threads, k);
-  if (ResidentBlocksPerSm(d, k.mapping) == 0) {
+  if (!FillRowStitch(g, layout, best_threads, d, block_threads, k) ||
+      ResidentBlocksPerSm(d, k.mapping) == 0) {
     return ResourceExhausted("kernel " + k.name + ": no row mapping fits " + d.name);
   }
   return Status::Ok();
 }
 
-// Bytes of one partial value of each reduce a split phase computes (reduce.h's
-// PartialArrays): its accumulator type, at least 4 bytes (f16 and bf16 accumulate in f32).
-int64_t PartialBytes(const Graph& g, const KernelSpec& k) {
-  int64_t bytes = 0;
+// The reduces a split reduce phase computes: its reduce outputs.
+std::vector<int> ReduceOutputs(const Graph& g, const KernelSpec& k) {
+  std::vector<int> reduces;
   for (int o : k.outputs) {
-    const Node& n = g.nodes[o];
-    if (n.op == OpCode::kReduce) bytes += std::max<int64_t>(DTypeBytes(n.shape.dtype), 4);
+    if (g.nodes[o].op == OpCode::kReduce) reduces.push_back(o);
   }
-  return bytes;
+  return reduces;
 }
 
 // Schedules a phase of a global kernel for blocks of `threads` threads.
@@ -239,7 +276,7 @@ void SplitReducePhase(const Graph& g, KernelSpec& k, const GpuDevice& d, const C
     m.reduce_chunks = static_cast<int>(chunks);
     m.work_items = items * chunks;
     m.grid_barriers += 1;
-    const int64_t partials = Sectors(PartialBytes(g, k) * kept * chunks);
+    const int64_t partials = Sectors(PartialBytes(g, ReduceOutputs(g, k)) * kept * chunks);
     m.bytes_stored += partials;
     m.bytes_loaded += partials;
   };
@@ -292,6 +329,7 @@ bool FillGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int thr
     phase.mapping.shared_bytes = m.shared_bytes;
     phase.mapping.registers_per_thread = m.registers_per_thread;
     SplitReducePhase(g, phase, d, model);
+    if (phase.kind == KernelKind::kRowStitch) AddColumnPartials(g, phase);
     phase.mapping.shared_bytes = own_shared;
     phase.mapping.registers_per_thread = own_registers;
     m.grid_barriers += phase.mapping.grid_barriers;

@@ -365,7 +365,16 @@ class Planner {
     } else {
       spec.kind = KernelKind::kRowStitch;
       spec.hero = reduces.front();
-      if (!AnalyzeRowStitch(g_, spec).ok() && !MakeReduceKernel(spec)) return std::nullopt;
+      for (int r : reduces) {
+        if (RowGeometryOf(g_, r)) {
+          spec.hero = r;
+          break;
+        }
+      }
+      StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g_, spec);
+      if (!layout.ok() && !MakeReduceKernel(spec)) return std::nullopt;
+      // Column reduces of the rows combine their blocks' partials behind a grid barrier.
+      if (layout.ok() && !layout->column_reduces.empty()) spec = GlobalOf({std::move(spec)});
     }
     if (!ScheduleKernel(g_, spec, device_).ok()) return std::nullopt;
     Kernel k;
@@ -570,12 +579,16 @@ class Planner {
     if (!layout.ok()) return;
     std::set<int> in_kernel(spec.nodes.begin(), spec.nodes.end());
     std::set<int> cached(layout->cached.begin(), layout->cached.end());
+    std::set<int> columns(layout->column_reduces.begin(), layout->column_reduces.end());
     const StitchScheme shared =
         spec.mapping.threads_per_row > 32 ? StitchScheme::kRegional : StitchScheme::kLocal;
     for (int id : spec.nodes) {
       for (int o : g_.nodes[id].operands) {
         if (!in_kernel.count(o) && !cached.count(o)) continue;
-        if (g_.nodes[o].op == OpCode::kReduce) {
+        if (columns.count(o)) {
+          // Blocks' partials meet in the workspace behind a grid barrier.
+          spec.edges.push_back({o, id, StitchScheme::kGlobal});
+        } else if (g_.nodes[o].op == OpCode::kReduce) {
           spec.edges.push_back({o, id, shared});
         } else if (cached.count(o)) {
           spec.edges.push_back({o, id, StitchScheme::kLocal});

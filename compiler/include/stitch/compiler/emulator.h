@@ -38,9 +38,10 @@ struct EmulatorOptions {
   // every grid barrier: its footprint is the sum over the phases between grid barriers of
   // each phase's distinct sectors, since at full shapes a value read again after a grid
   // barrier comes from DRAM again. A kernel without grid barriers is one phase. The
-  // workspace (the last argument of a kernel with CompiledKernel::workspace_bytes > 0) is
-  // not counted. Every global access then calls into the emulator, which makes runs several
-  // times slower.
+  // workspace (the last argument of a kernel with CompiledKernel::workspace_bytes > 0)
+  // counts like any buffer: the partial results a split reduction stores there are
+  // traffic; the grid barrier's own protocol on it is not. Every global access then calls
+  // into the emulator, which makes runs several times slower.
   bool count_footprint = false;
 };
 
@@ -51,7 +52,7 @@ struct LaunchStats {
   uint64_t global_bytes_loaded = 0;
   uint64_t global_bytes_stored = 0;
   // With EmulatorOptions::count_footprint: distinct sectors loaded and stored, in bytes,
-  // summed over the phases between grid barriers, without the workspace (see above).
+  // summed over the phases between grid barriers (see above).
   uint64_t footprint_bytes_loaded = 0;
   uint64_t footprint_bytes_stored = 0;
   uint64_t barriers = 0;       // block-wide barriers completed, over all blocks
