@@ -174,8 +174,7 @@ class RowStitchEmitter {
   // grid-wide combine that writes the column outputs.
   Status EmitColumnReduces(EmittedNest& nest) {
     if (column_.reduces.empty()) return Status::Ok();
-    STITCH_ASSIGN_OR_RETURN(PartialArrays arrays,
-                            LayoutPartials(kc_, column_, m_.launch.grid[0]));
+    STITCH_ASSIGN_OR_RETURN(PartialArrays arrays, LayoutPartials(kc_, column_, m_.launch.grid[0]));
     nest.workspace_end = arrays.end_offset;
     const int tpr = m_.threads_per_row;
     const uint64_t block = m_.launch.block_threads();

@@ -153,8 +153,7 @@ bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_pe
   m.values_per_thread = per_thread <= kMaxValuesPerThread ? static_cast<int>(per_thread) : 0;
   // Column reduces keep an accumulator per register position.
   const int columns = static_cast<int>(layout.column_reduces.size());
-  m.registers_per_thread =
-      32 + 2 * reduces + m.values_per_thread * (std::max(cached, 1) + columns);
+  m.registers_per_thread = 32 + 2 * reduces + m.values_per_thread * (std::max(cached, 1) + columns);
   if (m.registers_per_thread > 255) {
     m.values_per_thread = 0;
     m.registers_per_thread = 32 + 2 * reduces;
@@ -179,8 +178,8 @@ void AddColumnPartials(const Graph& g, KernelSpec& k) {
   ThreadMapping& m = k.mapping;
   m.reduce_chunks = static_cast<int>(m.launch.grid[0]);
   m.grid_barriers += 1;
-  const int64_t partials = Sectors(PartialBytes(g, layout->column_reduces) *
-                                   layout->geometry.row_len * m.reduce_chunks);
+  const int64_t partials =
+      Sectors(PartialBytes(g, layout->column_reduces) * layout->geometry.row_len * m.reduce_chunks);
   m.bytes_stored += partials;
   m.bytes_loaded += partials;
 }
