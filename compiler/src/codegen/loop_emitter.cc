@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "dtype_lowering.h"
 #include "elemental_emitter.h"
 #include "emitters.h"
@@ -13,6 +15,15 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc) {
                              " has a different element count from the first output");
     }
   }
+  // A thread handles `width` consecutive elements per pass; their accesses to full-size
+  // buffers sit side by side at a multiple of the width from an aligned base, which lets the
+  // backend's load/store vectorizer turn them into vector accesses.
+  const int64_t width = std::max(kc.spec.mapping.vector_width, 1);
+  if (n % width != 0) {
+    return InvalidArgument("loop kernel " + kc.spec.name + ": vector width " +
+                           std::to_string(width) + " does not divide its " + std::to_string(n) +
+                           " elements");
+  }
   EmittedNest nest;
   nest.launch = kc.spec.mapping.launch;
   llvm::IRBuilder<>& b = kc.b;
@@ -21,12 +32,23 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc) {
                                    ThreadIdx(kc, Dim::kX));
   llvm::Value* step = b.CreateMul(GridDim(kc, Dim::kX), BlockDim(kc, Dim::kX));
   STITCH_RETURN_IF_ERROR(
-      EmitForLoop(kc, "elem", start, kc.Index(n), step, [&](llvm::Value* i) -> Status {
+      EmitForLoop(kc, "vec", start, kc.Index(n / width), step, [&](llvm::Value* q) -> Status {
         em.ResetScope();
+        llvm::Value* first = b.CreateMul(q, kc.Index(width), "", true, true);
         for (size_t o = 0; o < kc.spec.outputs.size(); ++o) {
-          int out = kc.spec.outputs[o];
-          STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, IrIndex{{}, i}));
-          StoreElement(b, g.nodes[out].shape.dtype, v, kc.output_buffers[o], i);
+          const int out = kc.spec.outputs[o];
+          std::vector<llvm::Value*> values;
+          for (int64_t e = 0; e < width; ++e) {
+            llvm::Value* i = e == 0 ? first : b.CreateAdd(first, kc.Index(e), "", true, true);
+            STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, IrIndex{{}, i}));
+            values.push_back(v);
+          }
+          // The stores follow all of the output's loads, so nothing separates adjacent ones.
+          for (int64_t e = 0; e < width; ++e) {
+            llvm::Value* i = e == 0 ? first : b.CreateAdd(first, kc.Index(e), "", true, true);
+            StoreElement(b, g.nodes[out].shape.dtype, values[static_cast<size_t>(e)],
+                         kc.output_buffers[o], i);
+          }
         }
         return Status::Ok();
       }));

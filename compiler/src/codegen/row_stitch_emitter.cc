@@ -182,7 +182,7 @@ class RowStitchEmitter {
     llvm::Value* chunk = BlockIdx(kc_, Dim::kX);
     if (groups == 1) {
       for (int j = 0; j < m_.values_per_thread; ++j) {
-        llvm::Value* k = b_.CreateAdd(seg_, kc_.Index(int64_t{j} * tpr));
+        llvm::Value* k = ColumnOf(seg_, j);
         std::vector<llvm::Value*> partials;
         for (const ReduceInfo& r : column_.reduces) {
           partials.push_back(b_.CreateLoad(r.acc_ty, column_acc_[r.node][j]));
@@ -227,7 +227,7 @@ class RowStitchEmitter {
         b_.CreateStore(ToShared(b_, v), b_.CreateInBoundsGEP(st, slots[i], {tid}));
       }
       Barrier(kc_);
-      llvm::Value* k = b_.CreateAdd(tid, kc_.Index(int64_t{j} * tpr));
+      llvm::Value* k = ColumnOf(tid, j);
       llvm::Value* writer = b_.CreateAnd(b_.CreateICmpSLT(tid, kc_.Index(tpr)),
                                          b_.CreateICmpSLT(k, kc_.Index(row_len())));
       STITCH_RETURN_IF_ERROR(EmitIf(kc_, "groups", writer, [&]() -> Status {
@@ -261,7 +261,6 @@ class RowStitchEmitter {
   }
 
   Status EmitRow(llvm::Value* row, llvm::Value* row_valid) {
-    const int tpr = m_.threads_per_row;
     row_ = row;
     row_valid_ = row_valid;
     lins_.clear();
@@ -269,8 +268,8 @@ class RowStitchEmitter {
     em_.ClearPins();
     llvm::Value* base = b_.CreateMul(row, kc_.Index(row_len()));
     for (int j = 0; j < m_.values_per_thread; ++j) {
-      llvm::Value* col = b_.CreateAdd(seg_, kc_.Index(int64_t{j} * tpr));
-      lins_.push_back(b_.CreateAdd(base, col));
+      llvm::Value* col = ColumnOf(seg_, j);
+      lins_.push_back(b_.CreateAdd(base, col, "", true, true));
       valid_.push_back(b_.CreateAnd(row_valid, b_.CreateICmpSLT(col, kc_.Index(row_len()))));
     }
     for (size_t p = 0; p < layout_.phases.size(); ++p) {
@@ -289,26 +288,50 @@ class RowStitchEmitter {
     });
   }
 
+  // The column of a row that register position j of the thread at `seg` holds: threads
+  // take vectors of `width` consecutive elements in turn, so position j is element j % width
+  // of the thread's (j / width)-th vector.
+  llvm::Value* ColumnOf(llvm::Value* seg, int64_t j) {
+    const int64_t w = width();
+    llvm::Value* vec = b_.CreateAdd(seg, kc_.Index((j / w) * m_.threads_per_row), "", true, true);
+    return b_.CreateAdd(b_.CreateMul(vec, kc_.Index(w), "", true, true), kc_.Index(j % w), "", true,
+                        true);
+  }
+
+  int64_t width() const { return std::max(m_.vector_width, 1); }
+
   // Runs `body(linear index, register position)` for each element of the row this thread
   // owns: unrolled over the fixed positions when values stay in registers, a loop (position
-  // 0) otherwise.
+  // 0) otherwise. A vector's elements share one block, where the backend can merge their
+  // adjacent accesses.
   Status ForEachElement(const std::function<Status(llvm::Value*, size_t)>& body, int pass = -1) {
+    const size_t w = static_cast<size_t>(width());
     if (m_.values_per_thread > 0) {
-      for (size_t j = 0; j < lins_.size(); ++j) {
-        STITCH_RETURN_IF_ERROR(EmitIf(kc_, "elem", valid_[j], [&]() -> Status {
-          em_.ResetScope();
-          STITCH_RETURN_IF_ERROR(body(lins_[j], j));
-          return StoreCached(pass, j);
+      for (size_t v = 0; v < lins_.size(); v += w) {
+        // Widths divide the row, so a vector is in range when its first element is.
+        STITCH_RETURN_IF_ERROR(EmitIf(kc_, "elem", valid_[v], [&]() -> Status {
+          for (size_t j = v; j < v + w; ++j) {
+            em_.ResetScope();
+            STITCH_RETURN_IF_ERROR(body(lins_[j], j));
+            STITCH_RETURN_IF_ERROR(StoreCached(pass, j));
+          }
+          return Status::Ok();
         }));
       }
       return Status::Ok();
     }
     llvm::Value* end = b_.CreateSelect(row_valid_, kc_.Index(row_len()), kc_.Index(0));
     llvm::Value* base = b_.CreateMul(row_, kc_.Index(row_len()));
-    return EmitForLoop(kc_, "col", seg_, end, kc_.Index(m_.threads_per_row),
+    llvm::Value* first = b_.CreateMul(seg_, kc_.Index(width()), "", true, true);
+    return EmitForLoop(kc_, "col", first, end, kc_.Index(m_.threads_per_row * width()),
                        [&](llvm::Value* col) -> Status {
-                         em_.ResetScope();
-                         return body(b_.CreateAdd(base, col), 0);
+                         llvm::Value* lin = b_.CreateAdd(base, col, "", true, true);
+                         for (int64_t e = 0; e < width(); ++e) {
+                           em_.ResetScope();
+                           STITCH_RETURN_IF_ERROR(body(
+                               e == 0 ? lin : b_.CreateAdd(lin, kc_.Index(e), "", true, true), 0));
+                         }
+                         return Status::Ok();
                        });
   }
 
@@ -430,6 +453,11 @@ StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
       (m.threads_per_row <= 32 && 32 % m.threads_per_row != 0)) {
     return InvalidArgument("kernel " + kc.spec.name + ": threads_per_row " +
                            std::to_string(m.threads_per_row) + " is not a power of two");
+  }
+  const int width = std::max(m.vector_width, 1);
+  if (layout.geometry.row_len % width != 0 || m.values_per_thread % width != 0) {
+    return InvalidArgument("kernel " + kc.spec.name + ": vector width " + std::to_string(width) +
+                           " does not divide the row length and the values per thread");
   }
   if (m.threads_per_row > 32 && m.launch.block[0] != static_cast<uint32_t>(m.threads_per_row)) {
     return InvalidArgument("kernel " + kc.spec.name +

@@ -49,6 +49,24 @@ void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements) {
   k.mapping.load_bytes_in_flight_per_thread = std::max(in_flight, 1);
 }
 
+// The most consecutive elements (8, 4, 2 or 1) a loop kernel's thread can handle per pass:
+// the count divides the kernel's `n` elements, that many elements of every full-size buffer
+// fit one kMaxVectorBytes access, and every thread of a block still gets a vector.
+int LoopVectorWidth(const Graph& g, const KernelSpec& k, int64_t n, int64_t block) {
+  int64_t widest = 1;
+  for (int o : k.outputs) {
+    widest = std::max<int64_t>(widest, DTypeBytes(g.nodes[o].shape.dtype));
+  }
+  for (int i : k.inputs) {
+    const Shape& s = g.nodes[i].shape;
+    if (s.elements() == n) widest = std::max<int64_t>(widest, DTypeBytes(s.dtype));
+  }
+  for (int v = 8; v > 1; v /= 2) {
+    if (n % v == 0 && v * widest <= kMaxVectorBytes && n / v >= block) return v;
+  }
+  return 1;
+}
+
 // In each Schedule* function a nonzero `block_threads` fixes the block size: the phases of
 // a global kernel share one.
 void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
@@ -58,10 +76,13 @@ void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_t
   const int64_t block = block_threads > 0
                             ? block_threads
                             : std::min<int64_t>(256, std::max<int64_t>(32, (n + 31) / 32 * 32));
+  m.vector_width = LoopVectorWidth(g, k, n, block);
   m.launch.block = {static_cast<uint32_t>(block), 1, 1};
-  m.launch.grid = {CeilDivCapped(n, block, int64_t{d.sms} * 8 * 4), 1, 1};
+  m.launch.grid = {CeilDivCapped(n / m.vector_width, block, int64_t{d.sms} * 8 * 4), 1, 1};
   m.work_items = n;
   SetTraffic(g, k, n);
+  // Each of a thread's elements is an independent load in flight.
+  m.load_bytes_in_flight_per_thread *= m.vector_width;
 }
 
 void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
@@ -118,6 +139,29 @@ int64_t PartialBytes(const Graph& g, const std::vector<int>& reduces) {
   return bytes;
 }
 
+// The most consecutive elements of a row (8, 4, 2 or 1) a row-stitched thread takes at once:
+// the count divides the row, that many elements of every row-space buffer fit one
+// kMaxVectorBytes access, every thread of the row gets a vector, and, when the row stays in
+// registers, the vectors need no more positions per thread than single elements would.
+int RowVectorWidth(const Graph& g, const KernelSpec& k, const RowGeometry& geo, int threads_per_row,
+                   bool registers) {
+  const int64_t row_space = geo.rows * geo.row_len;
+  int64_t widest = 1;
+  for (const std::vector<int>* buffers : {&k.inputs, &k.outputs}) {
+    for (int id : *buffers) {
+      const Shape& s = g.nodes[id].shape;
+      if (s.elements() == row_space) widest = std::max<int64_t>(widest, DTypeBytes(s.dtype));
+    }
+  }
+  const int64_t tpr = threads_per_row;
+  for (int64_t v = 8; v > 1; v /= 2) {
+    if (geo.row_len % v != 0 || v * widest > kMaxVectorBytes || geo.row_len < tpr * v) continue;
+    const int64_t positions = (geo.row_len + tpr * v - 1) / (tpr * v) * v;
+    if (!registers || positions == (geo.row_len + tpr - 1) / tpr) return static_cast<int>(v);
+  }
+  return 1;
+}
+
 // Fills a row-stitched mapping with `threads_per_row` threads per row. Returns false when
 // the kernel has column reduces and a thread cannot keep fixed columns in registers.
 bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
@@ -151,6 +195,7 @@ bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_pe
   const int64_t per_thread = (geo.row_len + threads_per_row - 1) / threads_per_row;
   const int cached = static_cast<int>(layout.cached.size());
   m.values_per_thread = per_thread <= kMaxValuesPerThread ? static_cast<int>(per_thread) : 0;
+  m.vector_width = RowVectorWidth(g, k, geo, threads_per_row, m.values_per_thread > 0);
   // Column reduces keep an accumulator per register position.
   const int columns = static_cast<int>(layout.column_reduces.size());
   m.registers_per_thread = 32 + 2 * reduces + m.values_per_thread * (std::max(cached, 1) + columns);
@@ -159,7 +204,9 @@ bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_pe
     m.registers_per_thread = 32 + 2 * reduces;
   }
   SetTraffic(g, k, geo.rows * geo.row_len);
-  if (m.values_per_thread > 0) m.load_bytes_in_flight_per_thread *= m.values_per_thread;
+  // A thread's register positions are independent loads, as are a vector's elements.
+  m.load_bytes_in_flight_per_thread *=
+      m.values_per_thread > 0 ? m.values_per_thread : m.vector_width;
   if (columns == 0) return true;
   // The row groups of a block combine their column partials through a slot per thread.
   const int64_t groups = static_cast<int64_t>(m.launch.block_threads()) / threads_per_row;

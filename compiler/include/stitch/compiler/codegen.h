@@ -65,7 +65,8 @@ struct CompiledKernel {
   LaunchDims launch;
   uint32_t shared_bytes = 0;  // static shared memory per block
   // The buffer behind each kernel parameter, by graph node index: the spec's inputs in
-  // order, then its outputs in order.
+  // order, then its outputs in order. Each buffer must be 16-byte aligned (cudaMalloc's
+  // are 256-byte aligned): kernels load and store up to 16 bytes at once.
   std::vector<int> param_nodes;
   // Scratch global memory the kernel needs (grid-barrier words, partial results of split
   // reductions); 0 for none. When nonzero the kernel takes one more `ptr` parameter after

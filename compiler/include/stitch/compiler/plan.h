@@ -19,6 +19,10 @@
 
 namespace stitch {
 
+// The widest access a kernel makes to a buffer, in bytes: kernel buffers are aligned to it
+// (codegen.h), so a thread's adjacent elements may load and store as one 128-bit vector.
+inline constexpr int kMaxVectorBytes = 16;
+
 struct LaunchDims {
   std::array<uint32_t, 3> grid = {1, 1, 1};
   std::array<uint32_t, 3> block = {1, 1, 1};
@@ -79,7 +83,8 @@ struct ThreadMapping {
   // into this many chunks, each reduced by one block (or block tile) into a partial result
   // in the kernel's workspace; after a grid barrier, a warp per output combines them.
   int reduce_chunks = 1;
-  // Elements each thread loads per access (1 = scalar; 2, 4, 8 = 64- or 128-bit vectors).
+  // kLoop: consecutive elements each thread handles per pass (1, 2, 4 or 8), so that its
+  // accesses to full-size buffers become vectors of up to kMaxVectorBytes.
   int vector_width = 1;
   // kRowStitch: elements of a row each thread keeps in registers between the row's phases
   // (0 when rows are too long, and later phases read global memory again).
