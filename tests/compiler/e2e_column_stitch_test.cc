@@ -9,17 +9,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "stitch/compiler/baseline_planner.h"
 #include "stitch/compiler/compile.h"
-#include "stitch/compiler/emulated_run.h"
 #include "stitch/compiler/gpu_device.h"
-#include "stitch/compiler/interpreter.h"
 #include "stitch/compiler/row_stitch.h"
 #include "stitch/compiler/schedule.h"
 #include "stitch/compiler/stitch_planner.h"
-#include "stitch/compiler/tensor_compare.h"
 #include "stitch/compiler/verifier.h"
+#include "support/emulator_check.h"
 #include "support/graph_builder.h"
 
 namespace stitch {
@@ -78,44 +77,17 @@ LayerNormBackward MakeLayerNormBackward(const std::vector<int64_t>& dims, DType 
 
 const GpuDevice& H100() { return *FindDevice("H100"); }
 
-CompileOptions EmulatedCompileOptions() {
-  CompileOptions o;
-  o.emit_ptx = false;
-  o.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
-  return o;
-}
-
-// Compiles `g` for the emulator, runs it in random order from `seed` and compares every
-// output with the interpreter. Returns the compiled plan.
+// Compiles `g` for the emulator, runs it in random order from `seed`, compares every
+// output with the interpreter and returns the compiled plan. Column sums add the blocks'
+// partials in another order than the interpreter: a looser bound.
 FusionPlan CompileAndCheck(const Graph& g, uint64_t seed) {
   std::printf("graph %s %s, seed %llu\n", g.name.c_str(), g.nodes[0].shape.ToString().c_str(),
               static_cast<unsigned long long>(seed));
   EXPECT_TRUE(Verify(g).ok());
-  StatusOr<CompileResult> compiled = CompileGraph(g, EmulatedCompileOptions());
-  EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
-  if (!compiled.ok()) return {};
-  std::mt19937_64 rng(seed);
-  std::vector<Tensor> inputs;
-  for (int p : g.Parameters()) inputs.push_back(RandomTensor(g.nodes[p].shape, rng));
-  StatusOr<std::vector<Tensor>> expected = Evaluate(g, inputs);
-  EXPECT_TRUE(expected.ok()) << expected.status().ToString();
-  EmulatorOptions eo;
-  eo.random_order = true;
-  eo.seed = seed;
-  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(eo);
-  EXPECT_TRUE(emulator.ok());
-  if (!expected.ok() || !emulator.ok()) return compiled->plan;
-  StatusOr<EmulatedRun> run = RunOnEmulator(g, compiled->kernels, inputs, **emulator);
-  EXPECT_TRUE(run.ok()) << run.status().ToString() << "\n" << Describe(g, compiled->plan);
-  if (!run.ok()) return compiled->plan;
-  for (size_t k = 0; k < expected->size(); ++k) {
-    // Column sums add the blocks' partials in another order than the interpreter.
-    const double tol = DefaultTolerance((*expected)[k].shape.dtype) * 4;
-    Comparison c = Compare((*expected)[k], run->outputs[k], tol);
-    EXPECT_TRUE(c.pass) << "output " << k << ": " << c.message << "\n"
-                        << Describe(g, compiled->plan);
-  }
-  return compiled->plan;
+  testing::EmulatorCheck check;
+  EXPECT_TRUE(testing::CheckOnEmulator(g, seed, /*random_order=*/true, &check,
+                                       /*tolerance_scale=*/4));
+  return check.compiled.plan;
 }
 
 // The row-stitched phase with column reduces of a one-kernel plan, or null.
@@ -219,31 +191,52 @@ TEST(ColumnStitch, RandomShapesMatchTheInterpreter) {
   std::printf("%d of 6 became one kernel with column reduces\n", stitched);
 }
 
+// x[64, 32] with its sum over each row and over each column.
+struct RowAndColumnSums {
+  static constexpr int64_t kRows = 64, kCols = 32;
+  Graph g;
+  int x = -1, zero = -1, row_sum = -1, col_sum = -1;
+};
+
+RowAndColumnSums MakeSums(std::string name) {
+  RowAndColumnSums s;
+  s.g.name = std::move(name);
+  s.x = Param(s.g, {DType::kF32, {s.kRows, s.kCols}}, 0, "x");
+  s.zero = ConstScalar(s.g, DType::kF32, 0);
+  s.row_sum = Reduce(s.g, s.x, s.zero, {1}, ReduceKind::kSum);
+  s.col_sum = Reduce(s.g, s.x, s.zero, {0}, ReduceKind::kSum);
+  return s;
+}
+
+// A row-stitched spec around the row sum that evaluates `nodes`, reads x and writes
+// `outputs`.
+KernelSpec RowStitchOf(const RowAndColumnSums& s, std::vector<int> nodes,
+                       std::vector<int> outputs) {
+  KernelSpec k;
+  k.kind = KernelKind::kRowStitch;
+  k.hero = s.row_sum;
+  k.nodes = std::move(nodes);
+  k.inputs = {s.x};
+  k.outputs = std::move(outputs);
+  return k;
+}
+
 // What the analysis refuses: a column reduce's result is known only after the grid
 // combines the blocks' partials, so nothing in the row passes may read it, and column
 // outputs read it at their own column only.
 TEST(ColumnStitch, AnalysisRefusesColumnResultsReadInsideTheRows) {
-  Graph g;
-  g.name = "column_then_rows";
-  const int64_t rows = 64, cols = 32;
-  int x = Param(g, {DType::kF32, {rows, cols}}, 0, "x");
-  int zero = ConstScalar(g, DType::kF32, 0);
-  int row_sum = Reduce(g, x, zero, {1}, ReduceKind::kSum);
-  int col_sum = Reduce(g, x, zero, {0}, ReduceKind::kSum);
-  int y =
-      Binary(g, OpCode::kSub, Binary(g, OpCode::kSub, x, Broadcast(g, row_sum, {rows, cols}, {0})),
-             Broadcast(g, col_sum, {rows, cols}, {1}));
+  RowAndColumnSums s = MakeSums("column_then_rows");
+  Graph& g = s.g;
+  const std::vector<int64_t> dims = {s.kRows, s.kCols};
+  int y = Binary(g, OpCode::kSub, Binary(g, OpCode::kSub, s.x, Broadcast(g, s.row_sum, dims, {0})),
+                 Broadcast(g, s.col_sum, dims, {1}));
   g.outputs = {y};
   ASSERT_TRUE(Verify(g).ok());
-  KernelSpec all;
-  all.kind = KernelKind::kRowStitch;
-  all.hero = row_sum;
-  all.outputs = {y};
+  std::vector<int> body;
   for (int id = 0; id < static_cast<int>(g.nodes.size()); ++id) {
-    if (id != x) all.nodes.push_back(id);
+    if (id != s.x) body.push_back(id);
   }
-  all.inputs = {x};
-  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, all);
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, RowStitchOf(s, body, {y}));
   ASSERT_FALSE(layout.ok());
   EXPECT_EQ(layout.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(layout.status().message().find("column reduce"), std::string::npos)
@@ -253,37 +246,26 @@ TEST(ColumnStitch, AnalysisRefusesColumnResultsReadInsideTheRows) {
 }
 
 TEST(ColumnStitch, AnalysisRefusesAColumnResultReadThroughAReshape) {
-  Graph g;
-  g.name = "column_reshaped";
-  const int64_t rows = 64, cols = 32;
-  int x = Param(g, {DType::kF32, {rows, cols}}, 0, "x");
-  int zero = ConstScalar(g, DType::kF32, 0);
-  int row_sum = Reduce(g, x, zero, {1}, ReduceKind::kSum);
-  int col_sum = Reduce(g, x, zero, {0}, ReduceKind::kSum);
-  int reshaped = testing::Reshape(g, col_sum, {1, cols});
-  g.outputs = {row_sum, reshaped};
+  RowAndColumnSums s = MakeSums("column_reshaped");
+  Graph& g = s.g;
+  int reshaped = testing::Reshape(g, s.col_sum, {1, s.kCols});
+  g.outputs = {s.row_sum, reshaped};
   ASSERT_TRUE(Verify(g).ok());
-  KernelSpec all;
-  all.kind = KernelKind::kRowStitch;
-  all.hero = row_sum;
-  all.outputs = {row_sum, reshaped};
-  all.nodes = {zero, row_sum, col_sum, reshaped};
-  all.inputs = {x};
-  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, all);
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(
+      g, RowStitchOf(s, {s.zero, s.row_sum, s.col_sum, reshaped}, {s.row_sum, reshaped}));
   ASSERT_FALSE(layout.ok());
   EXPECT_NE(layout.status().message().find("column reduce"), std::string::npos)
       << layout.status().ToString();
   // Without the reshape the same kernel is legal, with one column output.
-  all.outputs = {row_sum, col_sum};
-  all.nodes = {zero, row_sum, col_sum};
-  layout = AnalyzeRowStitch(g, all);
+  KernelSpec legal = RowStitchOf(s, {s.zero, s.row_sum, s.col_sum}, {s.row_sum, s.col_sum});
+  layout = AnalyzeRowStitch(g, legal);
   ASSERT_TRUE(layout.ok()) << layout.status().ToString();
-  EXPECT_EQ(layout->column_outputs, std::vector<int>{col_sum});
+  EXPECT_EQ(layout->column_outputs, std::vector<int>{s.col_sum});
   // Alone it cannot be scheduled: the partials need a global_stitch kernel's workspace and
   // grid barrier.
-  Status s = ScheduleKernel(g, all, H100());
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("global_stitch"), std::string::npos) << s.ToString();
+  Status status = ScheduleKernel(g, legal, H100());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("global_stitch"), std::string::npos) << status.ToString();
 }
 
 }  // namespace

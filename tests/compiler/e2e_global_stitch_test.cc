@@ -8,10 +8,8 @@
 #include <random>
 
 #include "stitch/compiler/compile.h"
-#include "stitch/compiler/emulated_run.h"
 #include "stitch/compiler/gpu_device.h"
-#include "stitch/compiler/interpreter.h"
-#include "stitch/compiler/tensor_compare.h"
+#include "support/emulator_check.h"
 #include "support/graph_builder.h"
 
 namespace stitch {
@@ -73,50 +71,15 @@ Graph BiasGrad(int64_t rows, int64_t cols, DType t) {
   return g;
 }
 
-CompileOptions EmulatedCompileOptions() {
-  CompileOptions o;
-  o.emit_ptx = false;
-  o.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
-  return o;
-}
-
-struct Checked {
-  CompileResult compiled;
-  double max_rel_error = 0;
-};
-
 // Compiles `g`, runs it on the emulator in random order from `seed` and compares each
-// output with the interpreter.
-Checked CompileAndCheck(const Graph& g, uint64_t seed) {
+// output with the interpreter. Split reductions add in another order than the interpreter:
+// a looser bound for f32.
+testing::EmulatorCheck CompileAndCheck(const Graph& g, uint64_t seed) {
   std::printf("graph %s, seed %llu\n", g.name.c_str(), static_cast<unsigned long long>(seed));
-  Checked out;
-  StatusOr<CompileResult> compiled = CompileGraph(g, EmulatedCompileOptions());
-  EXPECT_TRUE(compiled.ok()) << compiled.status().ToString();
-  if (!compiled.ok()) return out;
-  out.compiled = *compiled;
-  std::mt19937_64 rng(seed);
-  std::vector<Tensor> inputs;
-  for (int p : g.Parameters()) inputs.push_back(RandomTensor(g.nodes[p].shape, rng));
-  StatusOr<std::vector<Tensor>> expected = Evaluate(g, inputs);
-  EXPECT_TRUE(expected.ok()) << expected.status().ToString();
-  EmulatorOptions eo;
-  eo.random_order = true;
-  eo.seed = seed;
-  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(eo);
-  EXPECT_TRUE(emulator.ok());
-  if (!expected.ok() || !emulator.ok()) return out;
-  StatusOr<EmulatedRun> run = RunOnEmulator(g, compiled->kernels, inputs, **emulator);
-  EXPECT_TRUE(run.ok()) << run.status().ToString() << "\n" << Describe(g, compiled->plan);
-  if (!run.ok()) return out;
-  for (size_t k = 0; k < expected->size(); ++k) {
-    // Split reductions add in another order than the interpreter: a looser bound for f32.
-    const double tol = DefaultTolerance((*expected)[k].shape.dtype) * 4;
-    Comparison c = Compare((*expected)[k], run->outputs[k], tol);
-    EXPECT_TRUE(c.pass) << "output " << k << ": " << c.message << "\n"
-                        << Describe(g, compiled->plan);
-    out.max_rel_error = std::max(out.max_rel_error, c.max_rel_error);
-  }
-  return out;
+  testing::EmulatorCheck check;
+  EXPECT_TRUE(testing::CheckOnEmulator(g, seed, /*random_order=*/true, &check,
+                                       /*tolerance_scale=*/4));
+  return check;
 }
 
 int SplitPhases(const KernelSpec& k) {
@@ -127,7 +90,7 @@ int SplitPhases(const KernelSpec& k) {
 
 TEST(GlobalStitch, ChannelsLastBatchNormIsOnePersistentKernelWithSplitColumnReductions) {
   Graph g = BatchNorm({8, 32, 32, 64}, {0, 1, 2}, 3, DType::kF16);
-  Checked c = CompileAndCheck(g, 11);
+  testing::EmulatorCheck c = CompileAndCheck(g, 11);
   ASSERT_EQ(c.compiled.plan.kernels.size(), 1u) << Describe(g, c.compiled.plan);
   const KernelSpec& k = c.compiled.plan.kernels[0];
   EXPECT_EQ(k.kind, KernelKind::kGlobalStitch);
@@ -144,7 +107,7 @@ TEST(GlobalStitch, ChannelsLastBatchNormIsOnePersistentKernelWithSplitColumnRedu
 
 TEST(GlobalStitch, ChannelsFirstBatchNormSplitsItsMixedReductionsOverBlocks) {
   Graph g = BatchNorm({8, 32, 56, 56}, {0, 2, 3}, 1, DType::kF32);
-  Checked c = CompileAndCheck(g, 12);
+  testing::EmulatorCheck c = CompileAndCheck(g, 12);
   ASSERT_EQ(c.compiled.plan.kernels.size(), 1u) << Describe(g, c.compiled.plan);
   const KernelSpec& k = c.compiled.plan.kernels[0];
   EXPECT_EQ(k.kind, KernelKind::kGlobalStitch);
@@ -153,7 +116,7 @@ TEST(GlobalStitch, ChannelsFirstBatchNormSplitsItsMixedReductionsOverBlocks) {
 
 TEST(GlobalStitch, BiasGradientWritesTheElementwiseGradientWhereItIsSummed) {
   Graph g = BiasGrad(3000, 96, DType::kF16);
-  Checked c = CompileAndCheck(g, 13);
+  testing::EmulatorCheck c = CompileAndCheck(g, 13);
   ASSERT_EQ(c.compiled.plan.kernels.size(), 1u) << Describe(g, c.compiled.plan);
   // The inputs are read once: dx is a side output of the column reduction.
   const KernelSpec& k = c.compiled.plan.kernels[0];

@@ -15,6 +15,7 @@
 namespace stitch::testing {
 
 struct EmulatorCheck {
+  CompileResult compiled;  // the plan and kernels that ran
   int kernels = 0;
   uint64_t emulated_bytes = 0;
   double max_rel_error = 0;
@@ -42,8 +43,12 @@ inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed,
   StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(eo);
   if (!emulator.ok()) return ::testing::AssertionFailure() << emulator.status().ToString();
   StatusOr<EmulatedRun> run = RunOnEmulator(g, compiled->kernels, inputs, **emulator);
-  if (!run.ok()) return ::testing::AssertionFailure() << run.status().ToString();
+  if (!run.ok()) {
+    return ::testing::AssertionFailure() << run.status().ToString() << "\nplan:\n"
+                                         << Describe(g, compiled->plan);
+  }
   EmulatorCheck check;
+  check.compiled = *compiled;
   check.kernels = static_cast<int>(compiled->kernels.size());
   check.emulated_bytes = run->global_bytes();
   for (size_t k = 0; k < expected->size(); ++k) {

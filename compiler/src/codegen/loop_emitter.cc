@@ -35,19 +35,20 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc) {
       EmitForLoop(kc, "vec", start, kc.Index(n / width), step, [&](llvm::Value* q) -> Status {
         em.ResetScope();
         llvm::Value* first = b.CreateMul(q, kc.Index(width), "", true, true);
+        std::vector<llvm::Value*> indices = {first};
+        for (int64_t e = 1; e < width; ++e) {
+          indices.push_back(b.CreateAdd(first, kc.Index(e), "", true, true));
+        }
         for (size_t o = 0; o < kc.spec.outputs.size(); ++o) {
           const int out = kc.spec.outputs[o];
           std::vector<llvm::Value*> values;
-          for (int64_t e = 0; e < width; ++e) {
-            llvm::Value* i = e == 0 ? first : b.CreateAdd(first, kc.Index(e), "", true, true);
+          for (llvm::Value* i : indices) {
             STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, IrIndex{{}, i}));
             values.push_back(v);
           }
           // The stores follow all of the output's loads, so nothing separates adjacent ones.
-          for (int64_t e = 0; e < width; ++e) {
-            llvm::Value* i = e == 0 ? first : b.CreateAdd(first, kc.Index(e), "", true, true);
-            StoreElement(b, g.nodes[out].shape.dtype, values[static_cast<size_t>(e)],
-                         kc.output_buffers[o], i);
+          for (size_t e = 0; e < indices.size(); ++e) {
+            StoreElement(b, g.nodes[out].shape.dtype, values[e], kc.output_buffers[o], indices[e]);
           }
         }
         return Status::Ok();

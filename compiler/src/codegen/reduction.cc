@@ -7,6 +7,7 @@
 
 #include "dtype_lowering.h"
 #include "grid_barrier.h"
+#include "stitch/compiler/op_classes.h"
 
 namespace stitch::codegen {
 
@@ -84,24 +85,9 @@ StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
     return InvalidArgument(DescribeNode(g, hero) + ": result shape " + h.shape.ToString() +
                            " is not the input's kept dimensions");
   }
-  // Dimensions of size 1 do not affect linear offsets, so ignore them when deciding
-  // whether the reduced dimensions form a contiguous block at either end.
-  auto contiguous = [&](bool suffix) {
-    // suffix: no kept dimension after a reduced one; prefix: no reduced after a kept one.
-    bool seen = false;
-    for (int d = 0; d < rank; ++d) {
-      if (geo.input_dims[d] == 1) continue;
-      const bool leading = suffix ? reduced[d] : !reduced[d];
-      if (leading) {
-        seen = true;
-      } else if (seen) {
-        return false;
-      }
-    }
-    return true;
-  };
-  geo.reduced_is_suffix = contiguous(/*suffix=*/true);
-  geo.reduced_is_prefix = !geo.reduced_is_suffix && contiguous(/*suffix=*/false);
+  // The dimensions were checked above; those of size 1 do not affect linear offsets.
+  geo.reduced_is_suffix = ReducesTrailingDims(g, hero);
+  geo.reduced_is_prefix = !geo.reduced_is_suffix && ReducesLeadingDims(g, hero);
 
   for (size_t slot = 0; slot < kc.spec.outputs.size(); ++slot) {
     const int out = kc.spec.outputs[slot];

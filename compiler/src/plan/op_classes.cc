@@ -93,7 +93,31 @@ OpKind ReduceKindOf(const Graph& g, const Node& n) {
   return OpKind::kRowReduce;
 }
 
+// Whether no non-trivial dimension of one side (reduced when `reduced_first`, else kept)
+// follows a non-trivial dimension of the other.
+bool ReducedAtOneEnd(const Graph& g, int id, bool reduced_first) {
+  const Node& n = g.nodes[id];
+  const std::vector<int64_t>& in = g.nodes[n.operands[0]].shape.dims;
+  std::vector<bool> reduced(in.size(), false);
+  for (int64_t d : n.dimensions) reduced[static_cast<size_t>(d)] = true;
+  bool second_seen = false;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (in[d] == 1) continue;
+    const bool first_side = reduced[d] == reduced_first;
+    if (!first_side) {
+      second_seen = true;
+    } else if (second_seen) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
+
+bool ReducesLeadingDims(const Graph& g, int id) { return ReducedAtOneEnd(g, id, true); }
+
+bool ReducesTrailingDims(const Graph& g, int id) { return ReducedAtOneEnd(g, id, false); }
 
 OpKind ClassifyNode(const Graph& g, int id) {
   const Node& n = g.nodes[id];

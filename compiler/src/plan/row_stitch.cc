@@ -208,23 +208,9 @@ bool IsColumnReduceOf(const Graph& g, int id, const RowGeometry& geo) {
   if (n.op != OpCode::kReduce || n.operands.empty()) return false;
   const Shape& in = g.nodes[n.operands[0]].shape;
   if (in.elements() != geo.rows * geo.row_len || n.shape.elements() != geo.row_len) return false;
-  std::vector<bool> reduced(in.dims.size(), false);
-  for (int64_t d : n.dimensions) {
-    if (d < 0 || d >= static_cast<int64_t>(in.dims.size())) return false;
-    reduced[static_cast<size_t>(d)] = true;
-  }
-  // Reduced dimensions (size 1 aside) all come before kept ones: input element
-  // (row, col) is at linear index row * row_len + col, and col is the output index.
-  bool seen_kept = false;
-  for (size_t d = 0; d < in.dims.size(); ++d) {
-    if (in.dims[d] == 1) continue;
-    if (!reduced[d]) {
-      seen_kept = true;
-    } else if (seen_kept) {
-      return false;
-    }
-  }
-  return true;
+  // Input element (row, col) is then at linear index row * row_len + col, and col is the
+  // output index.
+  return ReducesLeadingDims(g, id);
 }
 
 std::optional<RowGeometry> RowGeometryOf(const Graph& g, int id) {

@@ -9,6 +9,7 @@
 
 #include "stitch/compiler/baseline_planner.h"
 #include "stitch/compiler/cost_model.h"
+#include "stitch/compiler/op_classes.h"
 #include "stitch/compiler/row_stitch.h"
 #include "stitch/compiler/schedule.h"
 
@@ -406,7 +407,11 @@ class Planner {
         return false;
       }
     }
-    if (!side_outputs.empty() && !ReducedAtEitherEnd(hero)) return false;
+    // Side outputs are stored where the reduction visits their elements by linear index.
+    if (!side_outputs.empty() && !ReducesLeadingDims(g_, spec.hero) &&
+        !ReducesTrailingDims(g_, spec.hero)) {
+      return false;
+    }
     for (int o : side_outputs) {
       if (ReadsReduce(o, spec)) return false;
     }
@@ -436,27 +441,6 @@ class Planner {
     SortByRankFirst(spec);
     spec.kind = IsRowReduction(g_, spec.hero) ? KernelKind::kRowReduce : KernelKind::kColumnReduce;
     return true;
-  }
-
-  // Whether the reduced dimensions of `reduce` (ignoring those of size 1) are a prefix or a
-  // suffix of its input's: its input is then walked by linear index (reduction.h).
-  bool ReducedAtEitherEnd(const Node& reduce) const {
-    const std::vector<int64_t>& dims = g_.nodes[reduce.operands[0]].shape.dims;
-    std::vector<bool> reduced(dims.size(), false);
-    for (int64_t d : reduce.dimensions) reduced[static_cast<size_t>(d)] = true;
-    std::vector<bool> pattern;
-    for (size_t d = 0; d < dims.size(); ++d) {
-      if (dims[d] != 1) pattern.push_back(reduced[d]);
-    }
-    auto ordered = [&](bool leading) {
-      bool seen_other = false;
-      for (bool r : pattern) {
-        if (r != leading) seen_other = true;
-        if (r == leading && seen_other) return false;
-      }
-      return true;
-    };
-    return ordered(true) || ordered(false);
   }
 
   // Whether computing `id` inside `spec` needs the value of a reduce of the kernel.

@@ -44,4 +44,11 @@ EdgeKind ClassifyEdge(const Graph& g, int consumer, int operand);
 // Returns true for ops whose recomputation in several consumers costs real time.
 bool IsHeavy(OpCode op);
 
+// For reduce node `id` of a verified graph, ignoring input dimensions of size 1: whether
+// every reduced dimension comes before every kept one (the input's linear index is then
+// reduced * kept + k), and whether every reduced dimension comes after every kept one
+// (kept * reduced + r).
+bool ReducesLeadingDims(const Graph& g, int id);
+bool ReducesTrailingDims(const Graph& g, int id);
+
 }  // namespace stitch

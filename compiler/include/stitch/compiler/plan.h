@@ -83,8 +83,9 @@ struct ThreadMapping {
   // into this many chunks, each reduced by one block (or block tile) into a partial result
   // in the kernel's workspace; after a grid barrier, a warp per output combines them.
   int reduce_chunks = 1;
-  // kLoop: consecutive elements each thread handles per pass (1, 2, 4 or 8), so that its
-  // accesses to full-size buffers become vectors of up to kMaxVectorBytes.
+  // kLoop and kRowStitch: consecutive elements each thread handles at once (1, 2, 4 or 8),
+  // so that its accesses to full-size (row-space) buffers become vectors of up to
+  // kMaxVectorBytes.
   int vector_width = 1;
   // kRowStitch: elements of a row each thread keeps in registers between the row's phases
   // (0 when rows are too long, and later phases read global memory again).
