@@ -58,8 +58,8 @@
 namespace stitch::suite {
 namespace {
 
-// The compile target of every figure but the pricing.
-constexpr const char* kTarget = "sm_90";
+// The compile target of every figure but the pricing: the default, sm_90.
+const Target kTarget;
 
 // The suite's goals.
 constexpr double kOneKernelShare = 0.9;  // 27 of 30 subgraphs in one kernel
@@ -336,7 +336,7 @@ StatusOr<FusionPlan> PlanFor(const Graph& g, PlannerKind planner, const GpuDevic
 void CompileAndPrice(const Graph& g, const GpuDevice& device, bool describe, int runs, Result& r) {
   CompileOptions options;
   options.codegen.target = kTarget;
-  const bool compiled_for_device = DeviceForTarget(kTarget).name == device.name;
+  const bool compiled_for_device = kTarget.device().name == device.name;
   std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device);
   std::vector<double> ptx, total;
   FusionPlan stitched;
@@ -405,8 +405,7 @@ void Emulate(const Graph& full, int seed, Result& r) {
     if (r.error.empty()) r.error = "compile (scaled): " + compiled.status().ToString();
     return;
   }
-  const PlanCost cost =
-      NewAnalyticalCostModel(DeviceForTarget(kTarget))->Estimate(g, compiled->plan);
+  const PlanCost& cost = compiled->cost;
   r.model_bytes = cost.global_bytes;
   std::mt19937_64 rng(seed);
   std::vector<Tensor> inputs;
@@ -504,9 +503,9 @@ void PrintPlans(const std::vector<Result>& results) {
 
 void PrintTable(const std::vector<Result>& results, const GpuDevice& device) {
   std::cout
-      << "Stitched vs baseline plans, compiled for " << kTarget << ", priced on " << device.name
-      << " (" << device.sms << " SMs, " << Fixed(device.hbm_bytes_per_second / 1e12, 2)
-      << " TB/s).\n\n"
+      << "Stitched vs baseline plans, compiled for " << kTarget.name() << ", priced on "
+      << device.name << " (" << device.sms << " SMs, "
+      << Fixed(device.hbm_bytes_per_second / 1e12, 2) << " TB/s).\n\n"
       << "| id | subgraph | kernels stitched | kernels baseline | MB stitched | MB baseline | "
          "MB lower bound | stitched / LB | modeled µs stitched | modeled µs baseline | "
          "modeled speedup | to PTX ms | to cubin ms | emu scale | emu footprint bytes | model "
@@ -598,7 +597,7 @@ void PrintSummary(const std::vector<Result>& results, double wall_s) {
   const double bytes_geomean = Geomean(ratios);
   const double speedup_geomean = Geomean(speedups);
   const double cubin_median = Median(cubin);
-  std::cout << "\nCompiled " << compiled << "/" << total << " subgraphs for " << kTarget
+  std::cout << "\nCompiled " << compiled << "/" << total << " subgraphs for " << kTarget.name()
             << "; median compile time " << Fixed(Median(ptx), 1) << " ms to PTX.\n"
             << "Subgraphs in one kernel (stitched): " << one_kernel << "/" << total
             << " (goal >= " << one_kernel_goal

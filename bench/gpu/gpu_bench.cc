@@ -70,7 +70,7 @@ struct Flags {
   TimingOptions timing;
   bool verify = true;
   std::vector<int> only;
-  std::string target;  // empty: the device's architecture (sm_90 for --list)
+  std::optional<Target> target;  // none: the device's architecture (Target() for --list)
   int device = 0;
   std::string driver = "libcuda.so.1";
   std::string csv_path;
@@ -136,7 +136,7 @@ double Tolerance(const Graph& g, DType t) {
   return DefaultTolerance(t) * (long_f32_sum ? 4 : 1);
 }
 
-CompileOptions OptionsFor(PlannerKind planner, const std::string& target) {
+CompileOptions OptionsFor(PlannerKind planner, const Target& target) {
   CompileOptions options;
   options.planner = planner;
   options.codegen.target = target;
@@ -145,7 +145,7 @@ CompileOptions OptionsFor(PlannerKind planner, const std::string& target) {
 
 // Runs `planner`'s plan of the scaled graph `g` on the GPU (with cubin, or PTX only where the
 // full-shape compile had to do without) and compares it with the interpreter.
-void VerifyOnGpu(Gpu& gpu, const Graph& g, int seed, PlannerKind planner, const std::string& target,
+void VerifyOnGpu(Gpu& gpu, const Graph& g, int seed, PlannerKind planner, const Target& target,
                  bool cubin, PlanFigures& p, std::string& error) {
   CompileOptions options = OptionsFor(planner, target);
   options.codegen.emit_cubin = cubin;
@@ -183,8 +183,8 @@ void VerifyOnGpu(Gpu& gpu, const Graph& g, int seed, PlannerKind planner, const 
 }
 
 // Compiles (and, given a GPU, times and verifies) one plan of one entry.
-void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const std::string& target,
-                 Gpu* gpu, const Flags& flags, PlanFigures& p, std::string& error) {
+void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const Target& target, Gpu* gpu,
+                 const Flags& flags, PlanFigures& p, std::string& error) {
   const char* which = planner == PlannerKind::kStitch ? "stitch" : "baseline";
   StatusOr<CompileResult> compiled = CompileGraph(e.graph, OptionsFor(planner, target));
   if (!compiled.ok() && gpu != nullptr) {
@@ -225,7 +225,7 @@ void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const std::str
   if (!verify_error.empty() && error.empty()) error = std::string(which) + " " + verify_error;
 }
 
-Row Measure(const suite::SuiteEntry& e, const std::string& target, Gpu* gpu, const Flags& flags) {
+Row Measure(const suite::SuiteEntry& e, const Target& target, Gpu* gpu, const Flags& flags) {
   Row r;
   r.id = e.id;
   r.subgraph = e.model + " / " + e.pattern + ", " + e.shape_text;
@@ -308,13 +308,13 @@ Status WriteCsv(const std::string& path, const std::vector<Row>& rows, double pe
   return Status::Ok();
 }
 
-Status WriteDeviceJson(const std::string& path, const DeviceInfo& d, const std::string& target,
+Status WriteDeviceJson(const std::string& path, const DeviceInfo& d, const Target& target,
                        const Flags& flags, const std::vector<Row>& rows) {
   nlohmann::json j;
   j["name"] = d.name;
   j["slug"] = DeviceSlug(d.name);
   j["arch"] = d.arch();
-  j["target"] = target;
+  j["target"] = target.name();
   j["sms"] = d.sms;
   j["l2_bytes"] = d.l2_bytes;
   j["memory_bytes"] = d.memory_bytes;
@@ -346,7 +346,7 @@ double GeometricMean(const std::vector<double>& v) {
   return std::exp(log_sum / v.size());
 }
 
-void PrintSummary(const std::vector<Row>& rows, const std::string& target, const Gpu* gpu) {
+void PrintSummary(const std::vector<Row>& rows, const Target& target, const Gpu* gpu) {
   int compiled = 0, timed = 0, matched = 0, verified = 0;
   int64_t stitch_kernels = 0, baseline_kernels = 0;
   std::vector<double> speedups;
@@ -367,7 +367,7 @@ void PrintSummary(const std::vector<Row>& rows, const std::string& target, const
       if (p->matches == "yes") ++matched;
     }
   }
-  std::cout << "\nCompiled " << compiled << "/" << rows.size() << " subgraphs for " << target
+  std::cout << "\nCompiled " << compiled << "/" << rows.size() << " subgraphs for " << target.name()
             << " with both planners: " << stitch_kernels << " stitched kernels, "
             << baseline_kernels << " baseline kernels; cubin "
             << (all_cubin && compiled > 0 ? "for every kernel" : "missing (PTX only)") << ".\n";
@@ -392,11 +392,11 @@ void PrintSummary(const std::vector<Row>& rows, const std::string& target, const
   }
 }
 
-// The architecture to compile for on a device: its own where LLVM 16's NVPTX backend knows
-// it, else sm_90, whose PTX the driver JIT-compiles for newer GPUs.
-std::string TargetForDevice(const DeviceInfo& d) {
-  const int cc = d.cc_major * 10 + d.cc_minor;
-  return cc > 90 ? "sm_90" : d.arch();
+// The architecture to compile for on a device: its own where stitch supports it, else the
+// default target, whose PTX the driver JIT-compiles for newer GPUs.
+Target TargetForDevice(const DeviceInfo& d) {
+  StatusOr<Target> own = Target::Parse(d.arch());
+  return own.ok() ? *own : Target();
 }
 
 StatusOr<std::vector<int>> ParseIds(const std::string& text) {
@@ -456,8 +456,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       } else if (arg == "--only") {
         STITCH_ASSIGN_OR_RETURN(f.only, ParseIds(v));
       } else if (arg == "--target") {
-        if (v.rfind("sm_", 0) != 0) return InvalidArgument("--target takes sm_XX, got '" + v + "'");
-        f.target = v;
+        STITCH_ASSIGN_OR_RETURN(f.target, Target::Parse(v));
       } else if (arg == "--device") {
         STITCH_ASSIGN_OR_RETURN(f.device, ParseCount(arg, v, 0));
       } else if (arg == "--driver") {
@@ -511,7 +510,7 @@ int Main(int argc, char** argv) {
   }
 
   std::unique_ptr<Gpu> gpu;
-  std::string target = flags.target.empty() ? "sm_90" : flags.target;
+  Target target = flags.target.value_or(Target());
   if (flags.mode == Mode::kRun) {
     StatusOr<std::unique_ptr<Gpu>> opened = OpenGpu(flags.driver, flags.device);
     if (!opened.ok()) {
@@ -520,9 +519,9 @@ int Main(int argc, char** argv) {
       return kExitNoGpu;
     }
     gpu = std::move(*opened);
-    if (flags.target.empty()) target = TargetForDevice(gpu->info());
+    if (!flags.target) target = TargetForDevice(gpu->info());
     std::cerr << "gpu_bench: " << gpu->info().name << " (" << gpu->info().arch()
-              << "), compiling for " << target << "\n";
+              << "), compiling for " << target.name() << "\n";
   }
 
   const std::vector<suite::SuiteEntry> entries = SelectedEntries(flags);

@@ -1,6 +1,6 @@
 // The benchmark suite: the 30 memory-intensive subgraphs of
-// corpus/benchmarks/proposed_suite_30.csv, built with stitch's IR at the shapes the CSV lists
-// (where it lists a range, one representative point, named in shape_text).
+// testdata/corpus/benchmarks/proposed_suite_30.csv, built with stitch's IR at the shapes the CSV
+// lists (where it lists a range, one representative point, named in shape_text).
 //
 // Conventions, as XLA lowers these models: f16/bf16 subgraphs take f16/bf16 parameters,
 // convert to f32 for compute and convert back for their outputs; saved statistics (mean,

@@ -3,14 +3,19 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "stitch/compiler/target.h"
 
 namespace stitch::ctl {
 
 struct CompileArgs {
   std::string file;
-  std::string target = "sm_90";
+  // In-process compiles default to Target(); a daemon compiles for its own target unless
+  // one is named.
+  std::optional<Target> target;
   bool json = false;
   bool print_ptx = false;
   bool cubin = true;
@@ -42,7 +47,7 @@ struct RunArgs {
   uint64_t seed = 1;
   bool random_order = false;
   bool json = false;
-  std::string target = "sm_90";
+  Target target;
 };
 int RunRun(const RunArgs& args);
 
@@ -56,7 +61,7 @@ struct KeyArgs {
   std::string file;
   std::string against;  // second file to explain the difference with
   bool explain = false;
-  std::string target = "sm_90";
+  Target target;
   std::string salt;
 };
 int RunKey(const KeyArgs& args);

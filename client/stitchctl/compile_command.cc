@@ -59,7 +59,7 @@ int RunCompile(const CompileArgs& args) {
   StatusOr<std::vector<Graph>> graphs = LoadGraphs(args.file);
   if (!graphs.ok()) return Fail(graphs.status().ToString());
   CompileOptions options;
-  options.codegen.target = args.target;
+  options.codegen.target = args.target.value_or(Target());
   options.codegen.emit_cubin = args.cubin;
   nlohmann::json all = nlohmann::json::array();
   for (const Graph& g : *graphs) {

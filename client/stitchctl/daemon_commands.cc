@@ -61,7 +61,7 @@ int RunCompileOnDaemon(const CompileArgs& args) {
   for (const Graph& g : *graphs) {
     v1::CompileRequest request;
     *request.mutable_graph() = ToProto(g);
-    request.set_target(args.target);
+    if (args.target) request.set_target(args.target->name());
     request.set_ptx_only(!args.cubin);
     auto start = std::chrono::steady_clock::now();
     client::Result r = c.Compile(request);

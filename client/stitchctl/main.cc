@@ -3,6 +3,25 @@
 
 #include "commands.h"
 
+namespace {
+
+// Adds a --target option that parses its value with Target::Parse, so a bad spelling is a
+// usage error naming the supported targets.
+template <typename TargetField>
+void AddTargetOption(CLI::App* command, TargetField& field) {
+  command->add_option_function<std::string>(
+      "--target",
+      [&field](const std::string& spelling) {
+        stitch::StatusOr<stitch::Target> target = stitch::Target::Parse(spelling);
+        if (!target.ok()) throw CLI::ValidationError("--target", target.status().message());
+        field = *target;
+      },
+      "GPU target: " + stitch::Target::SupportedList() + " (default " + stitch::Target().name() +
+          ")");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace stitch::ctl;
   CLI::App app{"stitchctl: the stitchd command-line tool"};
@@ -11,7 +30,7 @@ int main(int argc, char** argv) {
   CompileArgs compile;
   auto* c = app.add_subcommand("compile", "Compile HLO text or a stitch.v1.Graph to kernels");
   c->add_option("file", compile.file, "HLO text, binary stitch.v1.Graph or its JSON")->required();
-  c->add_option("--target", compile.target, "GPU target (sm_80, sm_90)");
+  AddTargetOption(c, compile.target);
   c->add_flag("--json", compile.json, "Print JSON");
   c->add_flag("--ptx", compile.print_ptx, "Print each kernel's PTX");
   c->add_flag("!--no-cubin", compile.cubin, "Stop at PTX");
@@ -44,7 +63,7 @@ int main(int argc, char** argv) {
   r->add_option("--outputs", run.outputs_dir, "Directory to write outputs as .npy");
   r->add_option("--seed", run.seed, "Seed for random inputs");
   r->add_flag("--random-order", run.random_order, "Run threads in random order between barriers");
-  r->add_option("--target", run.target, "GPU target");
+  AddTargetOption(r, run.target);
   r->add_flag("--json", run.json, "Print JSON");
 
   ExtractArgs extract;
@@ -57,7 +76,7 @@ int main(int argc, char** argv) {
   k->add_option("file", key.file, "Graph file")->required();
   k->add_flag("--explain", key.explain, "Print every component of the key");
   k->add_option("--against", key.against, "Explain how the key differs from this graph's");
-  k->add_option("--target", key.target, "GPU target");
+  AddTargetOption(k, key.target);
   k->add_option("--salt", key.salt, "Namespace salt");
 
   try {

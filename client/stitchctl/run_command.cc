@@ -48,6 +48,9 @@ StatusOr<GraphOutcome> RunOne(const Graph& g, size_t index, const RunArgs& args,
   CompileOptions options;
   options.codegen.target = args.target;
   options.codegen.emit_cubin = false;  // the emulator runs the portable IR
+  // The plan stays the target's; only a persistent grid larger than the emulator runs at
+  // once is rescheduled onto fewer blocks, so every graph the compiler accepts can run here.
+  options.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
   STITCH_ASSIGN_OR_RETURN(CompileResult compiled, CompileGraph(g, options));
   STITCH_ASSIGN_OR_RETURN(std::vector<Tensor> inputs, MakeInputs(g, args));
   STITCH_ASSIGN_OR_RETURN(EmulatedRun run, RunOnEmulator(g, compiled.kernels, inputs, emulator));

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "gpu_detect.h"
+#include "stitch/compiler/target.h"
 
 #ifndef STITCH_VERSION
 #define STITCH_VERSION "unknown"
@@ -38,7 +39,6 @@ constexpr size_t kMaxSocketPathBytes = 107;
 constexpr uint32_t kMaxWorkers = 1024;
 constexpr uint32_t kMaxQueue = 1u << 20;
 constexpr double kMaxDrainSeconds = 3600;
-constexpr const char* kFallbackTarget = "sm_90";
 
 // ---- value parsing: each returns an error message without location, or nullopt ----------
 
@@ -182,16 +182,6 @@ Error ValidateListen(std::string_view s) {
   return std::nullopt;
 }
 
-bool IsSupportedTarget(std::string_view t) {
-  if (t.size() < 5 || t.size() > 6 || t.substr(0, 3) != "sm_") return false;
-  const std::string_view d = t.substr(3);
-  if (!std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return false;
-  }
-  if (d.size() == 2) return d[0] >= '5';
-  return d[0] == '1' && d[1] <= '2';
-}
-
 Error ValidateSocketPath(std::string_view path) {
   if (path.size() > kMaxSocketPathBytes) {
     return "socket path " + Quoted(path) + " is " + std::to_string(path.size()) +
@@ -322,11 +312,13 @@ const std::vector<OptionSpec>& Options() {
          return std::nullopt;
        },
        [](const DaemonConfig& c) { return std::to_string(c.max_queue); }},
-      {"target", "GPU architecture such as sm_80 or sm_90, or auto (device 0, else sm_90)", false,
-       false,
+      {"target", "GPU architecture such as sm_80, sm_90 or sm_90a, or auto (device 0, else sm_90)",
+       false, false,
        [](std::string_view t, DaemonConfig& c) -> Error {
-         if (t != "auto" && !IsSupportedTarget(t)) {
-           return "expected auto or sm_XY such as sm_80 or sm_90 (sm_50..sm_129), got " + Quoted(t);
+         if (t != "auto") {
+           if (StatusOr<Target> parsed = Target::Parse(t); !parsed.ok()) {
+             return parsed.status().message() + " (or auto)";
+           }
          }
          c.target = t;
          return std::nullopt;
@@ -684,13 +676,19 @@ StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const E
   if (config.target == "auto") {
     std::string why_not;
     std::optional<std::string> detected = DetectGpuTarget(&why_not);
-    if (detected && IsSupportedTarget(*detected)) {
+    if (detected) {
+      // A GPU stitchd cannot plan for is an error, not a guess: kernels built for another
+      // architecture would not load on it.
+      if (StatusOr<Target> t = Target::Parse(*detected); !t.ok()) {
+        return InvalidArgument("--target auto: CUDA device 0 is " + *detected +
+                               ", which stitchd does not compile for; it compiles for " +
+                               Target::SupportedList());
+      }
       config.target = *detected;
       parsed.target_note = "target auto: CUDA device 0 is " + *detected;
     } else {
-      if (detected) why_not = "CUDA device 0 is " + *detected + ", which stitchd does not support";
-      config.target = kFallbackTarget;
-      parsed.target_note = "target auto: " + why_not + "; using " + kFallbackTarget;
+      config.target = Target().name();
+      parsed.target_note = "target auto: " + why_not + "; using " + config.target;
     }
   }
 

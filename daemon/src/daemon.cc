@@ -89,6 +89,9 @@ class DaemonImpl : public Daemon {
 };
 
 Status DaemonImpl::Init() {
+  // The config's target is checked where it is parsed; a config built in code is checked here.
+  StatusOr<Target> target = Target::Parse(config_.target);
+  if (!target.ok()) return target.status().WithContext("config target");
   std::error_code ec;
   std::filesystem::create_directories(config_.data_dir, ec);
   if (ec) return Unavailable("cannot create data dir " + config_.data_dir + ": " + ec.message());
@@ -117,7 +120,7 @@ Status DaemonImpl::Init() {
 
   pool_ = std::make_unique<CompilePool>(config_.workers, config_.max_queue);
   ResolverOptions ro;
-  ro.default_target = config_.target;
+  ro.default_target = *target;
   ro.salt = config_.salt;
   ro.ptx_only = config_.ptx_only;
   resolver_ = std::make_unique<KernelResolver>(ro, *store_, *pool_, *metrics_);

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <regex>
 
 #include "stitch/cache/entry.h"
 #include "stitch/compiler/bundle.h"
@@ -15,9 +14,9 @@
 namespace stitch::daemon {
 
 struct KernelResolver::Prepared {
-  Graph graph;
-  CompileOptions options;
-  std::string key;
+  Graph graph;  // verified
+  const Profile* profile = nullptr;
+  CacheKey key;
 };
 
 namespace {
@@ -63,41 +62,35 @@ v1::CompileResponse::Source SourceOf(cache::Tier tier) {
 
 }  // namespace
 
-Status ValidateTarget(const std::string& target) {
-  static const std::regex kTarget("sm_[0-9]{2,3}[a-z]?");
-  if (std::regex_match(target, kTarget)) return Status::Ok();
-  return InvalidArgument("target '" + target + "' is not a GPU target like sm_80 or sm_90");
-}
-
 KernelResolver::KernelResolver(ResolverOptions options, cache::KernelStore& store,
                                CompilePool& pool, DaemonMetrics& metrics)
     : options_(std::move(options)), store_(store), pool_(pool), metrics_(metrics) {}
 
-const KeyContext& KernelResolver::KeyContextFor(const std::string& target, bool ptx_only) {
-  std::lock_guard lock(key_contexts_mu_);
-  auto [it, inserted] = key_contexts_.try_emplace({target, ptx_only});
+const KernelResolver::Profile& KernelResolver::ProfileFor(const Target& target, bool ptx_only) {
+  std::lock_guard lock(profiles_mu_);
+  auto [it, inserted] = profiles_.try_emplace({target.name(), ptx_only});
   if (inserted) {
-    CompileOptions o;
+    CompileOptions& o = it->second.options;
     o.codegen.target = target;
     o.codegen.emit_cubin = !ptx_only;
     o.salt = options_.salt;
+    o.limits = options_.limits;
     // Building the context probes the toolkit; do it once per target, not per request.
-    it->second = stitch::KeyContextFor(o);
+    it->second.key_context = KeyContextFor(o);
   }
+  // std::map never moves its elements, so the reference outlives the lock.
   return it->second;
 }
 
 StatusOr<KernelResolver::Prepared> KernelResolver::Prepare(const v1::CompileRequest& request) {
+  Target target = options_.default_target;
+  if (!request.target().empty()) {
+    STITCH_ASSIGN_OR_RETURN(target, Target::Parse(request.target()));
+  }
   Prepared p;
-  std::string target = request.target().empty() ? options_.default_target : request.target();
-  STITCH_RETURN_IF_ERROR(ValidateTarget(target));
   STITCH_ASSIGN_OR_RETURN(p.graph, GraphOf(request, options_.limits));
-  bool ptx_only = options_.ptx_only || request.ptx_only();
-  p.options.codegen.target = target;
-  p.options.codegen.emit_cubin = !ptx_only;
-  p.options.salt = options_.salt;
-  p.options.limits = options_.limits;
-  p.key = ComputeKey(p.graph, KeyContextFor(target, ptx_only)).hex;
+  p.profile = &ProfileFor(target, options_.ptx_only || request.ptx_only());
+  p.key = ComputeKey(p.graph, p.profile->key_context);
   return p;
 }
 
@@ -134,27 +127,28 @@ void KernelResolver::Resolve(std::string_view request_bytes, bool compile_on_mis
     done(Resolution{prepared.status(), {}, {}, {}});
     return;
   }
-  memo_.Remember(digest, prepared->key);
-  if (AnswerFromCache(prepared->key, start, done)) return;
+  memo_.Remember(digest, prepared->key.hex);
+  if (AnswerFromCache(prepared->key.hex, start, done)) return;
   if (!compile_on_miss) {
     metrics_.ObserveLookupSeconds(SecondsSince(start));
-    done(Resolution{NotFound("no cached kernels for key " + prepared->key), {}, prepared->key, {}});
+    done(Resolution{
+        NotFound("no cached kernels for key " + prepared->key.hex), {}, prepared->key.hex, {}});
     return;
   }
   auto shared = std::make_shared<Prepared>(std::move(*prepared));
-  if (flights_.Join(shared->key, std::move(done))) StartCompile(std::move(shared));
+  if (flights_.Join(shared->key.hex, std::move(done))) StartCompile(std::move(shared));
 }
 
 void KernelResolver::StartCompile(std::shared_ptr<Prepared> prepared) {
   // The queue-depth and in-flight gauges are read from the pool at scrape time.
-  bool queued =
-      pool_.TrySubmit([this, prepared] { flights_.Finish(prepared->key, CompileNow(*prepared)); });
+  bool queued = pool_.TrySubmit(
+      [this, prepared] { flights_.Finish(prepared->key.hex, CompileNow(*prepared)); });
   if (!queued) {
-    flights_.Finish(prepared->key,
+    flights_.Finish(prepared->key.hex,
                     Resolution{ResourceExhausted("the compile queue is full; retry later or "
                                                  "fall back"),
                                {},
-                               prepared->key,
+                               prepared->key.hex,
                                {}});
   }
 }
@@ -162,26 +156,28 @@ void KernelResolver::StartCompile(std::shared_ptr<Prepared> prepared) {
 Resolution KernelResolver::CompileNow(const Prepared& p) {
   // A request that missed just before the previous flight for this key stored its bundle
   // leads a new flight; finding the bundle here keeps it at one compile per key.
-  StatusOr<std::optional<cache::Hit>> hit = store_.Get(p.key);
+  const std::string& key = p.key.hex;
+  StatusOr<std::optional<cache::Hit>> hit = store_.Get(key);
   if (hit.ok() && hit->has_value()) {
-    return Resolution{Status::Ok(), SourceOf((*hit)->tier), p.key, (*hit)->bundle};
+    return Resolution{Status::Ok(), SourceOf((*hit)->tier), key, (*hit)->bundle};
   }
   auto start = std::chrono::steady_clock::now();
-  StatusOr<CompileResult> result = CompileGraph(p.graph, p.options);
+  const CompileOptions& options = p.profile->options;
+  StatusOr<CompileResult> result = CompileVerifiedGraph(p.graph, p.key, options);
   double seconds = SecondsSince(start);
   metrics_.ObserveCompile(seconds, result.ok());
   if (!result.ok()) {
-    spdlog::warn("compile failed key={} graph={}: {}", p.key, p.graph.name,
+    spdlog::warn("compile failed key={} graph={}: {}", key, p.graph.name,
                  result.status().ToString());
-    return Resolution{result.status(), {}, p.key, {}};
+    return Resolution{result.status(), {}, key, {}};
   }
-  auto bundle = std::make_shared<v1::KernelBundle>(ToBundle(p.graph, *result, p.options));
+  auto bundle = std::make_shared<v1::KernelBundle>(ToBundle(p.graph, *result, options));
   cache::SealBundle(*bundle);
-  Status stored = store_.Put(p.key, bundle);
-  if (!stored.ok()) spdlog::error("cache write failed for {}: {}", p.key, stored.ToString());
-  spdlog::info("compiled key={} graph={} kernels={} ms={:.1f}", p.key, p.graph.name,
+  Status stored = store_.Put(key, bundle);
+  if (!stored.ok()) spdlog::error("cache write failed for {}: {}", key, stored.ToString());
+  spdlog::info("compiled key={} graph={} kernels={} ms={:.1f}", key, p.graph.name,
                bundle->kernels_size(), seconds * 1e3);
-  return Resolution{Status::Ok(), v1::CompileResponse::COMPILED, p.key, std::move(bundle)};
+  return Resolution{Status::Ok(), v1::CompileResponse::COMPILED, key, std::move(bundle)};
 }
 
 }  // namespace stitch::daemon

@@ -18,15 +18,17 @@
 #include "key_memo.h"
 #include "single_flight.h"
 #include "stitch/cache/tiered_store.h"
+#include "stitch/compiler/compile.h"
 #include "stitch/compiler/graph.h"
 #include "stitch/compiler/key.h"
 #include "stitch/compiler/status.h"
+#include "stitch/compiler/target.h"
 #include "stitch/v1/kernel_service.pb.h"
 
 namespace stitch::daemon {
 
 struct ResolverOptions {
-  std::string default_target = "sm_90";
+  Target default_target;
   std::string salt;
   bool ptx_only = false;
   GraphLimits limits;
@@ -61,7 +63,13 @@ class KernelResolver {
   // Answers from the cache when it holds `key`; returns false on a miss.
   bool AnswerFromCache(const std::string& key, std::chrono::steady_clock::time_point start,
                        const std::function<void(Resolution)>& done);
-  const KeyContext& KeyContextFor(const std::string& target, bool ptx_only);
+  // The compile options of requests for `target`, and the key context built from them, made
+  // once per target and cubin choice: every request's key and compile use these.
+  struct Profile {
+    CompileOptions options;
+    KeyContext key_context;
+  };
+  const Profile& ProfileFor(const Target& target, bool ptx_only);
   void StartCompile(std::shared_ptr<Prepared> prepared);
   Resolution CompileNow(const Prepared& prepared);
 
@@ -71,11 +79,8 @@ class KernelResolver {
   DaemonMetrics& metrics_;
   SingleFlight<Resolution> flights_;
   KeyMemo memo_{1 << 16};
-  std::mutex key_contexts_mu_;
-  std::map<std::pair<std::string, bool>, KeyContext> key_contexts_;
+  std::mutex profiles_mu_;
+  std::map<std::pair<std::string, bool>, Profile> profiles_;
 };
-
-// Returns OK for a target the compiler accepts ("sm_" and two or three digits).
-Status ValidateTarget(const std::string& target);
 
 }  // namespace stitch::daemon

@@ -64,7 +64,7 @@ TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
 
   // Full shape to PTX; cubin assembly is the bench's business and would double the time.
   CompileOptions ptx_options;
-  ptx_options.codegen.target = "sm_90";
+  ptx_options.codegen.target = *Target::Parse("sm_90");
   ptx_options.codegen.emit_cubin = false;
   StatusOr<CompileResult> compiled = CompileGraph(full, ptx_options);
   ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();

@@ -6,27 +6,14 @@
 #include <filesystem>
 #include <string>
 
+#include "support/command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-Outcome RunStitchctl(const std::string& args) {
-  std::string cmd = std::string(STITCH_BINARY_DIR) + "/client/stitchctl " + args + " 2>&1";
-  Outcome o;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return o;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) o.out.append(buf.data(), n);
-  int status = pclose(pipe);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
-}
+using stitch::testing::Outcome;
+using stitch::testing::RunStitchctl;
 
 std::string Corpus(const std::string& rel) { return std::string(STITCH_CORPUS_DIR) + "/" + rel; }
 

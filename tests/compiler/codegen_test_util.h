@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "stitch/compiler/codegen.h"
+#include "stitch/compiler/schedule.h"
 
 namespace stitch::testing {
 
@@ -103,6 +104,9 @@ inline KernelSpec MakeSpec(const Graph& g, const std::string& name, KernelKind k
       s.nodes.push_back(i);
     }
   }
+  // Codegen takes scheduled specs. One the scheduler refuses stays unscheduled, for the
+  // tests of EmitKernel's own validation.
+  if (!ScheduleKernel(g, s, Target().device()).ok()) s.mapping = ThreadMapping{};
   return s;
 }
 
@@ -122,7 +126,7 @@ inline std::string CompileEverywhere(const Graph& g, const KernelSpec& spec,
   std::string ptx90;
   for (const char* target : {"sm_90", "sm_80"}) {
     CodegenOptions o = options;
-    o.target = target;
+    o.target = *Target::Parse(target);
     CompiledKernel ck = *k;
     Status s = LowerToPtx(ck, o);
     EXPECT_TRUE(s.ok()) << target << ": " << s.ToString();

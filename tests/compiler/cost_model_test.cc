@@ -60,38 +60,27 @@ double Seconds(const GpuDevice& d, const KernelSpec& k) {
 
 // --- The device table -----------------------------------------------------------------
 
-TEST(GpuDevice, FindsByNameAndTarget) {
+TEST(GpuDevice, FindsByName) {
   ASSERT_NE(FindDevice("H100"), nullptr);
-  EXPECT_EQ(FindDevice("H100")->target, "sm_90");
   EXPECT_EQ(FindDevice("H100")->sms, 132);
   EXPECT_DOUBLE_EQ(FindDevice("H100")->hbm_bytes_per_second, 3.35e12);
   ASSERT_NE(FindDevice("H200"), nullptr);
-  EXPECT_EQ(FindDevice("H200")->target, "sm_90");
   EXPECT_DOUBLE_EQ(FindDevice("H200")->hbm_bytes_per_second, 4.8e12);
   ASSERT_NE(FindDevice("A100"), nullptr);
-  EXPECT_EQ(FindDevice("A100")->target, "sm_80");
   EXPECT_EQ(FindDevice("A100")->sms, 108);
   EXPECT_DOUBLE_EQ(FindDevice("A100")->hbm_bytes_per_second, 2.0e12);
-  // A target shared by several devices names the first listed.
-  ASSERT_NE(FindDevice("sm_90"), nullptr);
-  EXPECT_EQ(FindDevice("sm_90")->name, "H100");
-  ASSERT_NE(FindDevice("sm_80"), nullptr);
-  EXPECT_EQ(FindDevice("sm_80")->name, "A100");
-  EXPECT_EQ(KnownDevices().size(), 3u);
+  ASSERT_NE(FindDevice("T4"), nullptr);
+  EXPECT_EQ(FindDevice("T4")->max_threads_per_sm, 1024);
+  ASSERT_NE(FindDevice("L4"), nullptr);
+  EXPECT_EQ(FindDevice("L4")->max_threads_per_sm, 1536);
+  EXPECT_EQ(KnownDevices().size(), 6u);
 }
 
 TEST(GpuDevice, UnknownIsNull) {
   EXPECT_EQ(FindDevice("V100"), nullptr);
-  EXPECT_EQ(FindDevice("sm_70"), nullptr);
+  EXPECT_EQ(FindDevice("sm_90"), nullptr);  // targets are Target's (target_test.cc)
   EXPECT_EQ(FindDevice("h100"), nullptr);
   EXPECT_EQ(FindDevice(""), nullptr);
-}
-
-TEST(GpuDevice, DeviceForTargetFallsBackToFirst) {
-  EXPECT_EQ(DeviceForTarget("sm_80").name, "A100");
-  EXPECT_EQ(DeviceForTarget("sm_90").name, "H100");
-  EXPECT_EQ(DeviceForTarget("sm_75").name, KnownDevices().front().name);
-  EXPECT_EQ(DeviceForTarget("").name, KnownDevices().front().name);
 }
 
 // --- Occupancy ------------------------------------------------------------------------

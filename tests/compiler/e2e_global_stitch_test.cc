@@ -143,12 +143,12 @@ TEST(GlobalStitch, RandomShapesMatchTheInterpreter) {
 TEST(GlobalStitch, PersistentGridsStayWithinTheCoResidencyBound) {
   for (const char* target : {"sm_80", "sm_90"}) {
     CompileOptions o;
-    o.codegen.target = target;
+    o.codegen.target = *Target::Parse(target);
     o.codegen.emit_cubin = false;
     Graph g = BatchNorm({32, 56, 56, 64}, {0, 1, 2}, 3, DType::kF16);
     StatusOr<CompileResult> r = CompileGraph(g, o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    const GpuDevice& device = DeviceForTarget(target);
+    const GpuDevice& device = o.codegen.target.device();
     for (size_t i = 0; i < r->plan.kernels.size(); ++i) {
       const KernelSpec& k = r->plan.kernels[i];
       if (k.kind != KernelKind::kGlobalStitch) continue;

@@ -31,7 +31,7 @@ Graph Elementwise(std::vector<int64_t> dims, DType in_type, DType out_type) {
 
 CompileResult CompileToPtx(const Graph& g) {
   CompileOptions o;
-  o.codegen.target = "sm_90";
+  o.codegen.target = *Target::Parse("sm_90");
   o.codegen.emit_cubin = false;
   StatusOr<CompileResult> r = CompileGraph(g, o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();

@@ -563,7 +563,7 @@ TEST(EmulatorGridBarrier, PtxHasTheBarrierInlinedAndAssembles) {
     SCOPED_TRACE(target);
     CompiledKernel k = HalvingSum({132, 1, 1}, {256, 1, 1});
     CodegenOptions options;
-    options.target = target;
+    options.target = *Target::Parse(target);
     Status s = LowerToPtx(k, options);
     ASSERT_TRUE(s.ok()) << s.ToString();
     const std::string& ptx = k.ptx;

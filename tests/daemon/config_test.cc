@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "stitch/compiler/target.h"
+
 namespace stitch::daemon {
 namespace {
 
@@ -332,9 +334,7 @@ TEST(ConfigTest, Targets) {
   StatusOr<ParsedArgs> autodetected = Parse({});
   ASSERT_TRUE(autodetected.ok()) << autodetected.status().ToString();
   const std::string& target = autodetected->config.target;
-  EXPECT_TRUE(target.size() > 3 && target.starts_with("sm_") &&
-              target.find_first_not_of("0123456789", 3) == std::string::npos)
-      << autodetected->config.target;
+  EXPECT_TRUE(Target::Parse(target).ok()) << target;
   EXPECT_FALSE(autodetected->target_note.empty());
   EXPECT_TRUE(Contains(autodetected->target_note, autodetected->config.target));
 
@@ -343,11 +343,22 @@ TEST(ConfigTest, Targets) {
   EXPECT_EQ(given->config.target, "sm_89");
   EXPECT_EQ(given->target_note, "");
 
-  for (const char* good : {"sm_50", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"}) {
-    EXPECT_EQ(ParseOk({"--target", good}).target, good);
+  // The config accepts exactly the targets the compiler plans for (Target::Parse).
+  for (const Target& good : Target::Supported()) {
+    EXPECT_EQ(ParseOk({"--target", good.name()}).target, good.name());
   }
-  for (const char* bad : {"sm_7", "sm_40", "compute_90", "sm_130", "sm_90a", "SM_90", "90"}) {
-    EXPECT_TRUE(Contains(ParseError({"--target", bad}), "--target")) << bad;
+  EXPECT_EQ(ParseOk({"--target", "sm_90a"}).target, "sm_90a");
+  for (const char* bad : {"sm_7", "sm_9000", "compute_90", "sm_90b", "SM_90", "90"}) {
+    const std::string error = ParseError({"--target", bad});
+    EXPECT_TRUE(Contains(error, "--target")) << bad;
+    EXPECT_TRUE(Contains(error, "not a GPU architecture like sm_80")) << error;
+  }
+  // Well formed, but a GPU the compiler has no device figures for: the error lists the
+  // supported targets.
+  for (const char* unknown : {"sm_40", "sm_50", "sm_70", "sm_100", "sm_120", "sm_130"}) {
+    const std::string error = ParseError({"--target", unknown});
+    EXPECT_TRUE(Contains(error, "is not supported")) << error;
+    EXPECT_TRUE(Contains(error, Target::SupportedList())) << error;
   }
 }
 

@@ -13,6 +13,7 @@
 #include "stitch/client/client.h"
 #include "stitch/compiler/graph_proto.h"
 #include "stitch/compiler/hlo_import.h"
+#include "stitch/compiler/target.h"
 #include "support/stitchd_process.h"
 
 namespace stitch::testing {
@@ -526,6 +527,59 @@ TEST_F(StitchdTest, StitchctlCompilesListsAndShowsEntriesThroughTheDaemon) {
   out = RunCommand(stitchctl + " stats --daemon " + dir_.path() + "/nobody.sock 2>&1", &status);
   EXPECT_EQ(status, 1);
   EXPECT_EQ(out.rfind("stitchctl: ", 0), 0u) << out;
+}
+
+// Batch-norm statistics over the rows: a global_stitch kernel, whose grid barrier depends on
+// the co-residency annotation.
+constexpr const char* kBatchNormStatisticsHlo = R"(HloModule bn_statistics
+add_f {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[4096,64] parameter(0)
+  z = f32[] constant(0)
+  s = f32[64] reduce(x, z), dimensions={0}, to_apply=add_f
+  n = f32[] constant(0.000244140625)
+  nb = f32[64] broadcast(n), dimensions={}
+  mean = f32[64] multiply(s, nb)
+  mb = f32[4096,64] broadcast(mean), dimensions={1}
+  c = f32[4096,64] subtract(x, mb)
+  sq = f32[4096,64] multiply(c, c)
+  v = f32[64] reduce(sq, z), dimensions={0}, to_apply=add_f
+  var = f32[64] multiply(v, nb)
+  ROOT t = (f32[4096,64], f32[64]) tuple(c, var)
+}
+)";
+
+TEST_F(StitchdTest, EveryAcceptedTargetGetsAnnotatedKernelsAndCosts) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(Options(d));
+  for (const Target& target : Target::Supported()) {
+    SCOPED_TRACE(target.name());
+    v1::CompileRequest request = HloRequest(kBatchNormStatisticsHlo);
+    request.set_target(target.name());
+    client::Result r = c.Compile(request);
+    ASSERT_TRUE(r.ok()) << r.reason;
+    EXPECT_EQ(r.bundle->target(), target.name());
+    EXPECT_GT(r.bundle->cost().stitched_seconds(), 0.0);
+    EXPECT_GT(r.bundle->cost().baseline_seconds(), 0.0);
+    bool annotated = false;
+    for (const v1::Kernel& k : r.bundle->kernels()) {
+      if (k.kind() != "global_stitch") continue;
+      annotated = k.ptx().find(".minnctapersm") != std::string::npos;
+    }
+    EXPECT_TRUE(annotated) << r.bundle->plan();
+  }
+  // A target the compiler has no device for is the caller's error, naming what is supported.
+  v1::CompileRequest unknown = HloRequest(kBatchNormStatisticsHlo);
+  unknown.set_target("sm_70");
+  client::Result r = c.Compile(unknown);
+  EXPECT_EQ(r.outcome, Outcome::kFallback);
+  EXPECT_EQ(r.reason.rfind("INVALID_ARGUMENT", 0), 0u) << r.reason;
+  EXPECT_NE(r.reason.find(Target::SupportedList()), std::string::npos) << r.reason;
 }
 
 }  // namespace

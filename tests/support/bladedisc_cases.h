@@ -1,8 +1,8 @@
 // BladeDISC's stitch-fusion regression cases, rewritten as stitch graphs the way our importers
 // spell them, at the concrete input shapes the regression tests run with, each with the kernel
-// count BladeDISC expects (corpus/bladedisc/regression_tests_oracle.csv, column
+// count BladeDISC expects (testdata/corpus/bladedisc/regression_tests_oracle.csv, column
 // expected_kernels). The source programs are TensorFlow-dialect MLIR with dynamic shapes
-// (corpus/bladedisc/regression_data/); the translation follows what the TF-to-HLO lowering
+// (testdata/corpus/bladedisc/regression_data/); the translation follows what the TF-to-HLO lowering
 // produces:
 //   - tf.Sum / tf.Max over a dimension list -> reduce (init 0 / -inf);
 //   - tf.Mean -> reduce sum, then divide by the broadcast element count;

@@ -33,7 +33,9 @@ class RandomGraphBuilder {
  public:
   static constexpr int64_t kMaxElements = int64_t{1} << 17;
 
-  explicit RandomGraphBuilder(uint64_t seed) : rng_(seed) {}
+  // Graphs from `seed` whose tensors hold at most `max_elements` elements.
+  explicit RandomGraphBuilder(uint64_t seed, int64_t max_elements = kMaxElements)
+      : rng_(seed), max_elements_(max_elements) {}
 
   Graph Build() {
     g_ = Graph{};
@@ -83,7 +85,7 @@ class RandomGraphBuilder {
     auto elements = [this] {
       return std::accumulate(dims_.begin(), dims_.end(), int64_t{1}, std::multiplies<>());
     };
-    while (elements() > kMaxElements) {
+    while (elements() > max_elements_) {
       auto largest = std::max_element(dims_.begin(), dims_.end());
       const int64_t from = *largest;
       // Halve every copy of the largest size so repeated sizes stay equal.
@@ -340,6 +342,7 @@ class RandomGraphBuilder {
   }
 
   std::mt19937_64 rng_;
+  int64_t max_elements_;
   Graph g_;
   std::vector<int64_t> dims_;
   DType storage_ = DType::kF32;

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/command.h"
+
 namespace stitch::testing {
 
 inline std::string StitchdBinary() { return std::string(STITCH_BINARY_DIR) + "/daemon/stitchd"; }
@@ -159,21 +161,5 @@ class StitchdProcess {
   int grpc_port_ = 0;
   int metrics_port_ = 0;
 };
-
-// Runs a shell command and returns its stdout; `status` receives the exit status.
-inline std::string RunCommand(const std::string& command, int* status) {
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    *status = -1;
-    return out;
-  }
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
-  int rc = ::pclose(pipe);
-  *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  return out;
-}
 
 }  // namespace stitch::testing

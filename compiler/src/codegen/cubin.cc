@@ -28,14 +28,6 @@ std::string CodegenOptions::DefaultPtxasPath() { return STITCH_DEFAULT_PTXAS; }
 
 namespace {
 
-bool ValidTarget(const std::string& t) {
-  if (t.size() < 4 || t.compare(0, 3, "sm_") != 0) return false;
-  for (size_t i = 3; i < t.size(); ++i) {
-    if (!std::isalnum(static_cast<unsigned char>(t[i]))) return false;
-  }
-  return true;
-}
-
 #ifdef STITCH_HAVE_NVJITLINK
 std::string JitLinkLog(nvJitLinkHandle h) {
   size_t size = 0;
@@ -164,16 +156,13 @@ bool CubinAvailable(const CodegenOptions& options) {
 }
 
 Status AssembleCubin(CompiledKernel& kernel, const CodegenOptions& options) {
-  if (!ValidTarget(options.target)) {
-    return InvalidArgument("'" + options.target + "' is not a GPU target like sm_90");
-  }
   if (kernel.ptx.empty()) {
     return InvalidArgument("kernel " + kernel.name + " has no PTX; call LowerToPtx first");
   }
   if (!options.emit_cubin) return Unavailable("cubin emission is disabled");
 #ifdef STITCH_HAVE_NVJITLINK
   if (!options.prefer_ptxas || !IsExecutable(options.ptxas_path)) {
-    Status s = AssembleWithJitLink(kernel, options.target);
+    Status s = AssembleWithJitLink(kernel, options.target.name());
     if (s.code() != StatusCode::kUnavailable || !IsExecutable(options.ptxas_path)) return s;
   }
 #endif
@@ -181,7 +170,7 @@ Status AssembleCubin(CompiledKernel& kernel, const CodegenOptions& options) {
     return Unavailable("neither nvJitLink nor ptxas (at '" + options.ptxas_path +
                        "') is available; PTX-only mode");
   }
-  return AssembleWithPtxas(kernel, options.ptxas_path, options.target);
+  return AssembleWithPtxas(kernel, options.ptxas_path, options.target.name());
 }
 
 }  // namespace stitch

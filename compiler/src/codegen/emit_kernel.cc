@@ -12,8 +12,6 @@
 
 #include "emitters.h"
 #include "stitch/compiler/codegen.h"
-#include "stitch/compiler/gpu_device.h"
-#include "stitch/compiler/schedule.h"
 
 namespace stitch {
 namespace {
@@ -158,13 +156,12 @@ StatusOr<EmittedNest> EmitNest(KernelContext& kc) {
 
 }  // namespace codegen
 
-StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& unscheduled,
+StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
                                     const CodegenOptions& options) {
-  STITCH_RETURN_IF_ERROR(ValidateSpec(g, unscheduled));
-  KernelSpec spec = unscheduled;
-  // A spec built by hand (tests, tools) may come without a mapping: schedule it here.
+  STITCH_RETURN_IF_ERROR(ValidateSpec(g, spec));
   if (spec.mapping.work_items == 0) {
-    STITCH_RETURN_IF_ERROR(ScheduleKernel(g, spec, DeviceForTarget(options.target)));
+    return InvalidArgument("kernel '" + spec.name +
+                           "' has no thread mapping: schedule it (schedule.h) before codegen");
   }
   llvm::LLVMContext ctx;
   auto module = std::make_unique<llvm::Module>("stitch." + spec.name, ctx);
@@ -225,10 +222,9 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& unschedule
     kernel.workspace_bytes = (std::max<uint64_t>(nest->workspace_end, 8) + 255) / 256 * 256;
     // The grid was sized for this many co-resident blocks per SM; ptxas must keep the
     // registers low enough for them (.minnctapersm), or the grid barrier would deadlock.
-    if (const GpuDevice* device = FindDevice(options.target)) {
-      const uint64_t per_sm = (kernel.launch.blocks() + device->sms - 1) / device->sms;
-      AddAnnotation(*module, fn, "minctasm", static_cast<int>(std::max<uint64_t>(per_sm, 1)));
-    }
+    const int sms = options.target.device().sms;
+    const uint64_t per_sm = (kernel.launch.blocks() + sms - 1) / sms;
+    AddAnnotation(*module, fn, "minctasm", static_cast<int>(std::max<uint64_t>(per_sm, 1)));
   }
   AddAnnotation(*module, fn, "kernel", 1);
   AddAnnotation(*module, fn, "maxntidx", static_cast<int>(kernel.launch.block[0]));

@@ -11,7 +11,6 @@
 #include <llvm/IR/PassManager.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Linker/Linker.h>
-#include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -102,13 +101,6 @@ Status LinkLibdevice(llvm::Module& m, const std::string& path) {
   return Status::Ok();
 }
 
-std::string PtxFeatures(const std::string& target) {
-  // sm_89/sm_90 need PTX 7.8, the newest LLVM 16 emits; older targets stay on 7.0 so older
-  // drivers can still load the PTX.
-  if (target >= "sm_89") return "+ptx78";
-  return "+ptx70";
-}
-
 }  // namespace
 
 Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options) {
@@ -140,18 +132,12 @@ Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options) {
   std::string error;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTriple, error);
   if (!target) return Internal("NVPTX target unavailable: " + error);
-  {
-    std::unique_ptr<llvm::MCSubtargetInfo> sti(
-        target->createMCSubtargetInfo(kTriple, options.target, ""));
-    if (!sti || !sti->isCPUStringValid(options.target)) {
-      return InvalidArgument("'" + options.target + "' is not a GPU target LLVM's NVPTX knows");
-    }
-  }
+  const Target& gpu = options.target;
   llvm::TargetOptions topts;
   std::unique_ptr<llvm::TargetMachine> tm(
-      target->createTargetMachine(kTriple, options.target, PtxFeatures(options.target), topts,
+      target->createTargetMachine(kTriple, gpu.llvm_cpu(), gpu.ptx_features(), topts,
                                   llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOpt::Aggressive));
-  if (!tm) return Internal("cannot create an NVPTX target machine for " + options.target);
+  if (!tm) return Internal("cannot create an NVPTX target machine for " + gpu.name());
   m->setDataLayout(tm->createDataLayout());
 
   {
@@ -196,7 +182,7 @@ Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options) {
     llvm::raw_svector_ostream os(ptx);
     llvm::legacy::PassManager pm;
     if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_AssemblyFile)) {
-      return Internal("the NVPTX backend cannot emit assembly for " + options.target);
+      return Internal("the NVPTX backend cannot emit assembly for " + gpu.name());
     }
     pm.run(*m);
   }

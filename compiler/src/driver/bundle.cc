@@ -2,10 +2,7 @@
 
 #include <algorithm>
 
-#include "stitch/compiler/baseline_planner.h"
-#include "stitch/compiler/cost_model.h"
 #include "stitch/compiler/key.h"
-#include "stitch/compiler/schedule.h"
 
 namespace stitch {
 namespace {
@@ -52,23 +49,13 @@ void FillKernel(const Graph& g, const CompileResult& result, const CompiledKerne
   for (int node : k.param_nodes) *out.add_params() = ParamFor(g, result, node);
 }
 
-void FillCost(const Graph& g, const CompileResult& result, const std::string& target,
-              v1::CostEstimate& out) {
-  const GpuDevice* device = FindDevice(target);
-  if (device == nullptr) return;
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(*device);
-  PlanCost stitched = model->Estimate(g, result.plan);
-  StatusOr<FusionPlan> baseline_plan = PlanBaseline(g);
-  if (baseline_plan.ok() && !SchedulePlan(g, *baseline_plan, *device).ok()) {
-    baseline_plan = Internal("the baseline plan cannot be scheduled");
-  }
-  PlanCost baseline = baseline_plan.ok() ? model->Estimate(g, *baseline_plan) : stitched;
-  out.set_stitched_seconds(stitched.seconds);
-  out.set_baseline_seconds(baseline.seconds);
-  out.set_stitched_global_bytes(static_cast<uint64_t>(stitched.global_bytes));
-  out.set_baseline_global_bytes(static_cast<uint64_t>(baseline.global_bytes));
-  out.set_stitched_kernels(static_cast<uint32_t>(stitched.kernels));
-  out.set_baseline_kernels(static_cast<uint32_t>(baseline.kernels));
+void FillCost(const CompileResult& result, v1::CostEstimate& out) {
+  out.set_stitched_seconds(result.cost.seconds);
+  out.set_baseline_seconds(result.baseline_cost.seconds);
+  out.set_stitched_global_bytes(static_cast<uint64_t>(result.cost.global_bytes));
+  out.set_baseline_global_bytes(static_cast<uint64_t>(result.baseline_cost.global_bytes));
+  out.set_stitched_kernels(static_cast<uint32_t>(result.cost.kernels));
+  out.set_baseline_kernels(static_cast<uint32_t>(result.baseline_cost.kernels));
 }
 
 }  // namespace
@@ -77,7 +64,7 @@ v1::KernelBundle ToBundle(const Graph& g, const CompileResult& result,
                           const CompileOptions& options) {
   v1::KernelBundle b;
   b.set_key(result.key.hex);
-  b.set_target(options.codegen.target);
+  b.set_target(options.codegen.target.name());
   for (const CompiledKernel& k : result.kernels) FillKernel(g, result, k, *b.add_kernels());
   for (int node : result.temporaries) {
     v1::TempBuffer& t = *b.add_temporaries();
@@ -85,7 +72,7 @@ v1::KernelBundle ToBundle(const Graph& g, const CompileResult& result,
     t.set_alignment(kTemporaryAlignment);
   }
   b.set_plan(Describe(g, result.plan));
-  FillCost(g, result, options.codegen.target, *b.mutable_cost());
+  FillCost(result, *b.mutable_cost());
   b.set_compile_seconds(result.timings.total_ms() / 1000.0);
   b.set_compiler_version(CompilerVersion());
   return b;

@@ -1,9 +1,10 @@
 #include "stitch/compiler/compile.h"
 
 #include <chrono>
+#include <memory>
 
 #include "stitch/compiler/baseline_planner.h"
-#include "stitch/compiler/gpu_device.h"
+#include "stitch/compiler/cost_model.h"
 #include "stitch/compiler/schedule.h"
 #include "stitch/compiler/stitch_planner.h"
 #include "stitch/compiler/verifier.h"
@@ -36,40 +37,70 @@ std::string OptionsText(const CompileOptions& o) {
   return text;
 }
 
-}  // namespace
-
-KeyContext KeyContextFor(const CompileOptions& options) {
-  KeyContext k;
-  k.target = options.codegen.target;
-  k.options = OptionsText(options);
-  k.salt = options.salt;
-  return k;
-}
-
-StatusOr<CompileResult> CompileGraph(const Graph& g, const CompileOptions& options) {
-  CompileResult result;
-  Stopwatch clock;
-  STITCH_RETURN_IF_ERROR(Verify(g, options.limits));
-  result.key = ComputeKey(g, KeyContextFor(options));
-  result.timings.verify_ms = clock.LapMs();
-
-  const GpuDevice& device = DeviceForTarget(options.codegen.target);
+// Plans `g` for `device` with the planner `options` name; every kernel comes scheduled.
+StatusOr<FusionPlan> Plan(const Graph& g, const CompileOptions& options, const GpuDevice& device) {
+  FusionPlan plan;
   if (options.planner == PlannerKind::kBaseline) {
-    STITCH_ASSIGN_OR_RETURN(result.plan, PlanBaseline(g));
-    STITCH_RETURN_IF_ERROR(SchedulePlan(g, result.plan, device));
+    STITCH_ASSIGN_OR_RETURN(plan, PlanBaseline(g));
+    STITCH_RETURN_IF_ERROR(SchedulePlan(g, plan, device));
   } else {
-    STITCH_ASSIGN_OR_RETURN(result.plan, PlanStitched(g, device));
+    STITCH_ASSIGN_OR_RETURN(plan, PlanStitched(g, device));
   }
   if (options.max_persistent_grid_blocks > 0) {
     // The plan is the target's; only the persistent grids shrink (and their reductions
     // are split again for the smaller grid).
     GpuDevice capped = device;
     capped.max_persistent_grid_blocks = options.max_persistent_grid_blocks;
-    for (KernelSpec& k : result.plan.kernels) {
+    for (KernelSpec& k : plan.kernels) {
       if (k.kind == KernelKind::kGlobalStitch) STITCH_RETURN_IF_ERROR(ScheduleKernel(g, k, capped));
     }
   }
+  return plan;
+}
+
+// Prices `result.plan` and the baseline on `device`. A graph the baseline planner cannot
+// plan is priced as the plan itself, so no saving is claimed for it.
+void Price(const Graph& g, const CompileOptions& options, const GpuDevice& device,
+           CompileResult& result) {
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device);
+  result.cost = model->Estimate(g, result.plan);
+  result.baseline_cost = result.cost;
+  if (options.planner == PlannerKind::kBaseline) return;
+  StatusOr<FusionPlan> baseline = PlanBaseline(g);
+  if (baseline.ok() && SchedulePlan(g, *baseline, device).ok()) {
+    result.baseline_cost = model->Estimate(g, *baseline);
+  }
+}
+
+}  // namespace
+
+KeyContext KeyContextFor(const CompileOptions& options) {
+  KeyContext k;
+  k.target = options.codegen.target.name();
+  k.options = OptionsText(options);
+  k.salt = options.salt;
+  return k;
+}
+
+StatusOr<CompileResult> CompileGraph(const Graph& g, const CompileOptions& options) {
+  STITCH_RETURN_IF_ERROR(Verify(g, options.limits));
+  Stopwatch clock;
+  CacheKey key = ComputeKey(g, KeyContextFor(options));
+  const double key_ms = clock.LapMs();
+  STITCH_ASSIGN_OR_RETURN(CompileResult result, CompileVerifiedGraph(g, std::move(key), options));
+  result.timings.verify_ms += key_ms;
+  return result;
+}
+
+StatusOr<CompileResult> CompileVerifiedGraph(const Graph& g, CacheKey key,
+                                             const CompileOptions& options) {
+  CompileResult result;
+  result.key = std::move(key);
+  Stopwatch clock;
+  const GpuDevice& device = options.codegen.target.device();
+  STITCH_ASSIGN_OR_RETURN(result.plan, Plan(g, options, device));
   result.temporaries = TemporaryNodes(g, result.plan);
+  Price(g, options, device, result);
   result.timings.plan_ms = clock.LapMs();
 
   for (const KernelSpec& spec : result.plan.kernels) {

@@ -5,14 +5,13 @@
 namespace stitch {
 
 const std::vector<GpuDevice>& KnownDevices() {
-  // Public datasheet figures (SXM parts): SM counts and HBM bandwidth from NVIDIA's product
-  // pages, shared memory per SM and L2 size from the CUDA programming guide's table of
-  // compute capabilities and the architecture whitepapers; launch overhead as measured
-  // back-to-back on a stream.
+  // Public datasheet figures: SM counts and memory bandwidth from NVIDIA's product pages (SXM
+  // parts for A100, H100 and H200), threads, blocks and shared memory per SM and L2 size from
+  // the CUDA programming guide's table of compute capabilities and the architecture
+  // whitepapers; launch overhead as measured back-to-back on a stream.
   static const std::vector<GpuDevice> devices = [] {
     GpuDevice h100;
     h100.name = "H100";
-    h100.target = "sm_90";
     h100.sms = 132;
     h100.hbm_bytes_per_second = 3.35e12;
     h100.launch_seconds = 2.5e-6;
@@ -23,27 +22,47 @@ const std::vector<GpuDevice>& KnownDevices() {
     h200.hbm_bytes_per_second = 4.8e12;
     GpuDevice a100;
     a100.name = "A100";
-    a100.target = "sm_80";
     a100.sms = 108;
     a100.hbm_bytes_per_second = 2.0e12;
     a100.launch_seconds = 2.5e-6;
     a100.shared_bytes_per_sm = 164 * 1024;
     a100.l2_bytes = 40LL << 20;
-    return std::vector<GpuDevice>{h100, h200, a100};
+    // sm_86 and sm_89 keep 1536 threads per SM; GDDR6 parts.
+    GpuDevice a10 = a100;
+    a10.name = "A10";
+    a10.sms = 72;
+    a10.hbm_bytes_per_second = 600e9;
+    a10.max_threads_per_sm = 1536;
+    a10.max_blocks_per_sm = 16;
+    a10.shared_bytes_per_sm = 100 * 1024;
+    a10.l2_bytes = 6LL << 20;
+    GpuDevice l4 = a10;
+    l4.name = "L4";
+    l4.sms = 58;
+    l4.hbm_bytes_per_second = 300e9;
+    l4.max_blocks_per_sm = 24;
+    l4.l2_bytes = 48LL << 20;
+    // sm_75: 1024 threads and 16 blocks per SM, 64 KiB of shared memory, and no shared
+    // memory reserved per block (that came with sm_80).
+    GpuDevice t4 = a100;
+    t4.name = "T4";
+    t4.sms = 40;
+    t4.hbm_bytes_per_second = 320e9;
+    t4.max_threads_per_sm = 1024;
+    t4.max_blocks_per_sm = 16;
+    t4.shared_bytes_per_sm = 64 * 1024;
+    t4.reserved_shared_bytes_per_block = 0;
+    t4.l2_bytes = 4LL << 20;
+    return std::vector<GpuDevice>{h100, h200, a100, a10, l4, t4};
   }();
   return devices;
 }
 
-const GpuDevice* FindDevice(std::string_view name_or_target) {
+const GpuDevice* FindDevice(std::string_view name) {
   for (const GpuDevice& d : KnownDevices()) {
-    if (d.name == name_or_target || d.target == name_or_target) return &d;
+    if (d.name == name) return &d;
   }
   return nullptr;
-}
-
-const GpuDevice& DeviceForTarget(std::string_view target) {
-  const GpuDevice* d = FindDevice(target);
-  return d ? *d : KnownDevices().front();
 }
 
 namespace {

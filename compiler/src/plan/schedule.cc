@@ -299,21 +299,38 @@ Status SchedulePhase(const Graph& g, KernelSpec& k, const GpuDevice& d, int thre
   return InvalidArgument("kernel " + k.name + ": a phase cannot be a global_stitch kernel");
 }
 
-// Splits the reduced elements of a reduce phase into chunks when its rows or tiles alone
-// would leave blocks of the grid idle; the cost model picks the chunk count.
-void SplitReducePhase(const Graph& g, KernelSpec& k, const GpuDevice& d, const CostModel& model) {
-  ThreadMapping& m = k.mapping;
-  const bool column = k.kind == KernelKind::kColumnReduce;
-  const bool block_rows = k.kind == KernelKind::kRowReduce && m.threads_per_row > 32;
-  if (!column && !block_rows) return;
+// Returns whether a reduce phase can split its reduced elements over several blocks: column
+// reduces, and row reduces that give a row a whole block.
+bool SplittableReduce(const KernelSpec& k) {
+  return k.kind == KernelKind::kColumnReduce ||
+         (k.kind == KernelKind::kRowReduce && k.mapping.threads_per_row > 32);
+}
+
+// Returns the most chunks the reduced elements of a splittable reduce phase can be split
+// into while each chunk still gives every thread of the block a few elements; 1 for any
+// other phase.
+int64_t MaxReduceChunks(const Graph& g, const KernelSpec& k) {
+  if (!SplittableReduce(k)) return 1;
+  const ThreadMapping& m = k.mapping;
   const Node& h = g.nodes[k.hero];
   const int64_t kept = h.shape.elements();
   const int64_t reduced = kept > 0 ? g.nodes[h.operands[0]].shape.elements() / kept : 0;
+  const bool column = k.kind == KernelKind::kColumnReduce;
+  const int64_t min_chunk = column ? int64_t{m.column_tile_y} * 4 : int64_t{m.threads_per_row} * 4;
+  return std::max<int64_t>(1, reduced / std::max<int64_t>(min_chunk, 1));
+}
+
+// Splits the reduced elements of a reduce phase into chunks when its rows or tiles alone
+// would leave blocks of the grid idle; the cost model picks the chunk count.
+void SplitReducePhase(const Graph& g, KernelSpec& k, const CostModel& model) {
+  if (!SplittableReduce(k)) return;
+  ThreadMapping& m = k.mapping;
+  const bool column = k.kind == KernelKind::kColumnReduce;
+  const Node& h = g.nodes[k.hero];
+  const int64_t kept = h.shape.elements();
   const int64_t items = column ? (kept + 31) / 32 : kept;
   const int64_t blocks = static_cast<int64_t>(m.launch.blocks());
-  // A chunk keeps at least a few elements per thread of the block.
-  const int64_t min_chunk = column ? int64_t{m.column_tile_y} * 4 : int64_t{m.threads_per_row} * 4;
-  const int64_t max_chunks = std::max<int64_t>(1, reduced / std::max<int64_t>(min_chunk, 1));
+  const int64_t max_chunks = MaxReduceChunks(g, k);
   const ThreadMapping unsplit = m;
   // The partials are written once and read back once, behind one more grid barrier.
   auto split = [&](int64_t chunks) {
@@ -340,7 +357,10 @@ void SplitReducePhase(const Graph& g, KernelSpec& k, const GpuDevice& d, const C
 }
 
 // Fills a global kernel's mapping for blocks of `threads` threads; returns false when no
-// grid of that block size can be co-resident.
+// grid of that block size can be co-resident. The grid is the smallest that gives every
+// phase all the blocks it can use (a splittable reduce: its rows or tiles times its most
+// chunks), capped by co-residency, so a small graph gets a handful of blocks, not the
+// whole GPU; the cost model then prices the kernel on that grid.
 bool FillGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int threads,
                       const CostModel& model) {
   ThreadMapping& m = k.mapping;
@@ -351,12 +371,12 @@ bool FillGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int thr
     if (!SchedulePhase(g, phase, d, threads).ok()) return false;
     m.shared_bytes += phase.mapping.shared_bytes;
     m.registers_per_thread = std::max(m.registers_per_thread, phase.mapping.registers_per_thread);
-    wanted = std::max<int64_t>(wanted, static_cast<int64_t>(phase.mapping.launch.blocks()));
-    // A reduce phase can split its rows or tiles over any number of blocks.
-    const bool splittable =
-        phase.kind == KernelKind::kColumnReduce ||
-        (phase.kind == KernelKind::kRowReduce && phase.mapping.threads_per_row > 32);
-    if (splittable) wanted = std::numeric_limits<int64_t>::max();
+    const int64_t blocks = static_cast<int64_t>(phase.mapping.launch.blocks());
+    const int64_t chunks = MaxReduceChunks(g, phase);
+    const int64_t usable = blocks > std::numeric_limits<int64_t>::max() / chunks
+                               ? std::numeric_limits<int64_t>::max()
+                               : blocks * chunks;
+    wanted = std::max(wanted, usable);
   }
   const int resident = ResidentBlocksPerSm(d, m);
   if (resident == 0) return false;
@@ -374,7 +394,7 @@ bool FillGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int thr
     const int own_registers = phase.mapping.registers_per_thread;
     phase.mapping.shared_bytes = m.shared_bytes;
     phase.mapping.registers_per_thread = m.registers_per_thread;
-    SplitReducePhase(g, phase, d, model);
+    SplitReducePhase(g, phase, model);
     if (phase.kind == KernelKind::kRowStitch) AddColumnPartials(g, phase);
     phase.mapping.shared_bytes = own_shared;
     phase.mapping.registers_per_thread = own_registers;
@@ -413,6 +433,14 @@ Status ScheduleGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
 Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
   if (kernel.outputs.empty()) return InvalidArgument("kernel " + kernel.name + " has no outputs");
   const int n = static_cast<int>(g.nodes.size());
+  for (const std::vector<int>* ids : {&kernel.inputs, &kernel.outputs, &kernel.nodes}) {
+    for (int id : *ids) {
+      if (id < 0 || id >= n) {
+        return InvalidArgument("kernel " + kernel.name + ": " + std::to_string(id) +
+                               " is not a node of graph '" + g.name + "'");
+      }
+    }
+  }
   if (kernel.kind != KernelKind::kLoop && kernel.kind != KernelKind::kGlobalStitch &&
       (kernel.hero < 0 || kernel.hero >= n || g.nodes[kernel.hero].op != OpCode::kReduce)) {
     return InvalidArgument("kernel " + kernel.name + ": the hero is not a reduce node");

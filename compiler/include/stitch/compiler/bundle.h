@@ -11,9 +11,9 @@ namespace stitch {
 
 // Returns the bundle for `result`, compiled from the verified graph `g` with `options`:
 // kernels with their parameter ABI, temporaries, the plan in words, the cost model's
-// estimate for the plan and for the XLA-style baseline on the target's device (H100 for
-// sm_90, A100 for sm_80; no estimate for other targets), the compile time and the compiler
-// version. format_version and digest are left for the cache to seal.
+// estimates for the plan and for the XLA-style baseline on the target's device (those of
+// `result`), the compile time and the compiler version. format_version and digest are left for the
+// cache to seal.
 v1::KernelBundle ToBundle(const Graph& g, const CompileResult& result,
                           const CompileOptions& options);
 

@@ -40,11 +40,12 @@
 #include "stitch/compiler/graph.h"
 #include "stitch/compiler/plan.h"
 #include "stitch/compiler/status.h"
+#include "stitch/compiler/target.h"
 
 namespace stitch {
 
 struct CodegenOptions {
-  std::string target = "sm_90";  // sm_80 or sm_90 (anything LLVM 16 NVPTX accepts)
+  Target target;  // also the cache key's target (compile.h)
   // libdevice bitcode; empty means "use stitch's own math definitions" (PTX-only mode).
   std::string libdevice_path = DefaultLibdevicePath();
   // ptxas binary used when nvJitLink is not linked in; empty disables cubin.
@@ -81,8 +82,10 @@ struct CompiledKernel {
   std::string cubin;        // filled by AssembleCubin; empty in PTX-only mode
 };
 
-// Emits the portable LLVM module for `spec` and picks its launch dimensions. Returns
-// UNIMPLEMENTED for an op the emitters do not handle, naming the node.
+// Emits the portable LLVM module for `spec`, a kernel scheduled for options.target's device
+// (schedule.h): its launch dimensions are the mapping's. Returns INVALID_ARGUMENT for a
+// malformed or unscheduled spec, UNIMPLEMENTED for an op the emitters do not handle, naming
+// the node.
 StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
                                     const CodegenOptions& options);
 

@@ -14,8 +14,7 @@
 namespace stitch {
 
 struct GpuDevice {
-  std::string name;    // "H100"
-  std::string target;  // "sm_90"
+  std::string name;  // "H100"
   int sms = 0;
   double hbm_bytes_per_second = 0;
   double launch_seconds = 0;  // per kernel, launch plus the tail of the previous one
@@ -55,16 +54,12 @@ struct GpuDevice {
   int64_t max_persistent_grid_blocks = 0;
 };
 
-// Returns the device table (A100, H100, H200).
+// Returns the device table (T4, A100, A10, L4, H100, H200). Which device a compile target
+// plans for is Target's business (target.h).
 const std::vector<GpuDevice>& KnownDevices();
 
-// Returns the device named `name_or_target` ("H100", "sm_90"; for a target shared by
-// several devices, the first listed), or nullptr when unknown.
-const GpuDevice* FindDevice(std::string_view name_or_target);
-
-// Returns the device to plan for when compiling for `target`: FindDevice(target), or the
-// first device of the table for a target it does not list.
-const GpuDevice& DeviceForTarget(std::string_view target);
+// Returns the device named `name` ("H100"), or nullptr when the table has none.
+const GpuDevice* FindDevice(std::string_view name);
 
 // Returns how many blocks of `mapping`'s launch can be resident on one SM at once, limited
 // by threads, block slots, registers and shared memory; 0 when one block does not fit.

@@ -1,0 +1,96 @@
+// Every supported target compiles end to end: the global_stitch kernel carries the
+// co-residency annotation its grid barrier depends on, the bundle carries the cost model's
+// estimates for the plan and the baseline, and the PTX (and cubin, where the toolkit exists)
+// is for that target.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "stitch/compiler/bundle.h"
+#include "stitch/compiler/compile.h"
+#include "stitch/compiler/target.h"
+#include "support/graph_builder.h"
+
+namespace stitch {
+namespace {
+
+using testing::Binary;
+using testing::Broadcast;
+using testing::ConstScalar;
+using testing::Param;
+using testing::Reduce;
+
+// Batch-norm statistics over the rows of x: a global_stitch kernel on every target.
+Graph BatchNormStatistics() {
+  Graph g;
+  g.name = "bn_statistics";
+  const int64_t rows = 4096, cols = 64;
+  int x = Param(g, {DType::kF32, {rows, cols}}, 0, "x");
+  int zero = ConstScalar(g, DType::kF32, 0);
+  int inv_rows = Broadcast(g, ConstScalar(g, DType::kF32, 1.0 / rows), {cols}, {});
+  int mean = Binary(g, OpCode::kMul, Reduce(g, x, zero, {0}, ReduceKind::kSum), inv_rows);
+  int centred = Binary(g, OpCode::kSub, x, Broadcast(g, mean, {rows, cols}, {1}));
+  int var = Binary(
+      g, OpCode::kMul,
+      Reduce(g, Binary(g, OpCode::kMul, centred, centred), zero, {0}, ReduceKind::kSum), inv_rows);
+  g.outputs = {centred, var};
+  return g;
+}
+
+TEST(Targets, EverySupportedTargetGetsAnnotationsAndCosts) {
+  const Graph g = BatchNormStatistics();
+  for (const Target& target : Target::Supported()) {
+    SCOPED_TRACE(target.name());
+    CompileOptions options;
+    options.codegen.target = target;
+    StatusOr<CompileResult> r = CompileGraph(g, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    bool global = false;
+    for (const CompiledKernel& k : r->kernels) {
+      EXPECT_NE(k.ptx.find(".target " + target.llvm_cpu()), std::string::npos) << k.name;
+      if (k.kind != KernelKind::kGlobalStitch) continue;
+      global = true;
+      // ptxas must keep registers low enough for the planned blocks per SM.
+      EXPECT_NE(k.ptx.find(".minnctapersm"), std::string::npos) << k.name;
+      if (CubinAvailable(options.codegen)) {
+        EXPECT_FALSE(k.cubin.empty()) << k.name;
+      }
+    }
+    EXPECT_TRUE(global) << Describe(g, r->plan);
+
+    const v1::KernelBundle bundle = ToBundle(g, *r, options);
+    EXPECT_EQ(bundle.target(), target.name());
+    EXPECT_GT(bundle.cost().stitched_seconds(), 0.0);
+    EXPECT_GT(bundle.cost().baseline_seconds(), 0.0);
+    EXPECT_GE(bundle.cost().baseline_global_bytes(), bundle.cost().stitched_global_bytes());
+    EXPECT_GT(bundle.cost().baseline_kernels(), 0u);
+    EXPECT_EQ(bundle.cost().stitched_kernels(), r->kernels.size());
+  }
+}
+
+TEST(Targets, TargetIsPartOfTheKey) {
+  const Graph g = BatchNormStatistics();
+  std::set<std::string> keys;
+  for (const Target& target : Target::Supported()) {
+    CompileOptions options;
+    options.codegen.target = target;
+    options.emit_ptx = false;
+    StatusOr<CompileResult> r = CompileGraph(g, options);
+    ASSERT_TRUE(r.ok()) << target.name() << ": " << r.status().ToString();
+    EXPECT_TRUE(keys.insert(r->key.hex).second) << target.name() << " shares a key";
+  }
+}
+
+TEST(Targets, BaselinePlannerPricesItsOwnPlanOnce) {
+  const Graph g = BatchNormStatistics();
+  CompileOptions options;
+  options.planner = PlannerKind::kBaseline;
+  options.emit_ptx = false;
+  StatusOr<CompileResult> r = CompileGraph(g, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->cost.seconds, r->baseline_cost.seconds);
+  EXPECT_EQ(r->cost.kernels, static_cast<int>(r->plan.kernels.size()));
+}
+
+}  // namespace
+}  // namespace stitch
