@@ -104,8 +104,13 @@ inline KernelSpec MakeSpec(const Graph& g, const std::string& name, KernelKind k
       s.nodes.push_back(i);
     }
   }
-  // Codegen takes scheduled specs. One the scheduler refuses stays unscheduled, for the
-  // tests of EmitKernel's own validation.
+  // Codegen takes scheduled specs. One with ids outside the graph, or one the scheduler
+  // refuses, stays unscheduled, for the tests of EmitKernel's own validation (the scheduler
+  // takes the planner's specs and does not check ids).
+  const int n = static_cast<int>(g.nodes.size());
+  for (int id : s.outputs) {
+    if (id < 0 || id >= n) return s;
+  }
   if (!ScheduleKernel(g, s, Target().device()).ok()) s.mapping = ThreadMapping{};
   return s;
 }

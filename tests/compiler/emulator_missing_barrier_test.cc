@@ -17,6 +17,7 @@
 #include "stitch/compiler/codegen.h"
 #include "stitch/compiler/emulated_run.h"
 #include "stitch/compiler/interpreter.h"
+#include "stitch/compiler/schedule.h"
 #include "stitch/compiler/tensor_compare.h"
 #include "support/graph_builder.h"
 
@@ -75,7 +76,9 @@ TEST(EmulatorMissingBarrier, RandomOrderCatchesARemovedBarrier) {
   StatusOr<FusionPlan> plan = PlanBaseline(g);
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->kernels.size(), 1u);
-  StatusOr<CompiledKernel> kernel = EmitKernel(g, plan->kernels[0], CodegenOptions{});
+  const CodegenOptions options;
+  ASSERT_TRUE(SchedulePlan(g, *plan, options.target.device()).ok());
+  StatusOr<CompiledKernel> kernel = EmitKernel(g, plan->kernels[0], options);
   ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
   ASSERT_GT(kernel->shared_bytes, 0u) << "expected a block-per-row reduction";
 

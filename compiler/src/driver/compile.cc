@@ -52,7 +52,9 @@ StatusOr<FusionPlan> Plan(const Graph& g, const CompileOptions& options, const G
     GpuDevice capped = device;
     capped.max_persistent_grid_blocks = options.max_persistent_grid_blocks;
     for (KernelSpec& k : plan.kernels) {
-      if (k.kind == KernelKind::kGlobalStitch) STITCH_RETURN_IF_ERROR(ScheduleKernel(g, k, capped));
+      if (k.kind != KernelKind::kGlobalStitch) continue;
+      STITCH_RETURN_IF_ERROR(ScheduleKernel(g, k, capped));
+      SizeGridToWork(g, k, capped);
     }
   }
   return plan;

@@ -356,13 +356,15 @@ void SplitReducePhase(const Graph& g, KernelSpec& k, const CostModel& model) {
   split(best_chunks);
 }
 
-// Fills a global kernel's mapping for blocks of `threads` threads; returns false when no
-// grid of that block size can be co-resident. The grid is the smallest that gives every
-// phase all the blocks it can use (a splittable reduce: its rows or tiles times its most
-// chunks), capped by co-residency, so a small graph gets a handful of blocks, not the
-// whole GPU; the cost model then prices the kernel on that grid.
+// How a global kernel's grid is sized: to its work (the smallest grid that gives every
+// phase all the blocks it can use: a splittable reduce, its rows or tiles times its most
+// chunks), or to the co-residency bound. Both are capped by co-residency.
+enum class GridSizing { kWork, kCoResident };
+
+// Fills a global kernel's mapping for blocks of `threads` threads and a grid sized by
+// `sizing`; returns false when no grid of that block size can be co-resident.
 bool FillGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int threads,
-                      const CostModel& model) {
+                      GridSizing sizing, const CostModel& model) {
   ThreadMapping& m = k.mapping;
   m = ThreadMapping{};
   m.launch.block = {static_cast<uint32_t>(threads), 1, 1};
@@ -382,6 +384,7 @@ bool FillGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int thr
   if (resident == 0) return false;
   // The co-residency bound: every block of the grid is resident at once, so the barriers
   // cannot wait on a block that has not started.
+  if (sizing == GridSizing::kCoResident) wanted = std::numeric_limits<int64_t>::max();
   int64_t grid = std::min<int64_t>(CoResidentBlocks(d, m), std::max<int64_t>(wanted, 1));
   if (d.max_persistent_grid_blocks > 0) grid = std::min(grid, d.max_persistent_grid_blocks);
   m.launch.grid = {static_cast<uint32_t>(grid), 1, 1};
@@ -415,14 +418,15 @@ Status ScheduleGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   int best_threads = 0;
   for (int threads : {256, 512, 1024}) {
     KernelSpec trial = k;
-    if (!FillGlobalStitch(g, trial, d, threads, *model)) continue;
+    if (!FillGlobalStitch(g, trial, d, threads, GridSizing::kCoResident, *model)) continue;
     const double s = model->EstimateKernel(g, trial).seconds;
     if (s < best) {
       best = s;
       best_threads = threads;
     }
   }
-  if (best_threads == 0 || !FillGlobalStitch(g, k, d, best_threads, *model)) {
+  if (best_threads == 0 ||
+      !FillGlobalStitch(g, k, d, best_threads, GridSizing::kCoResident, *model)) {
     return ResourceExhausted("kernel " + k.name + ": no co-resident grid fits " + d.name);
   }
   return Status::Ok();
@@ -433,14 +437,6 @@ Status ScheduleGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
 Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
   if (kernel.outputs.empty()) return InvalidArgument("kernel " + kernel.name + " has no outputs");
   const int n = static_cast<int>(g.nodes.size());
-  for (const std::vector<int>* ids : {&kernel.inputs, &kernel.outputs, &kernel.nodes}) {
-    for (int id : *ids) {
-      if (id < 0 || id >= n) {
-        return InvalidArgument("kernel " + kernel.name + ": " + std::to_string(id) +
-                               " is not a node of graph '" + g.name + "'");
-      }
-    }
-  }
   if (kernel.kind != KernelKind::kLoop && kernel.kind != KernelKind::kGlobalStitch &&
       (kernel.hero < 0 || kernel.hero >= n || g.nodes[kernel.hero].op != OpCode::kReduce)) {
     return InvalidArgument("kernel " + kernel.name + ": the hero is not a reduce node");
@@ -461,6 +457,20 @@ Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& devic
       return ScheduleGlobalStitch(g, kernel, device);
   }
   return InvalidArgument("kernel " + kernel.name + " has an unknown kind");
+}
+
+void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  if (kernel.kind != KernelKind::kGlobalStitch) return;
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device);
+  KernelSpec trial = kernel;
+  const int threads = static_cast<int>(kernel.mapping.launch.block_threads());
+  if (!FillGlobalStitch(g, trial, device, threads, GridSizing::kWork, *model)) return;
+  // Equal up to rounding: the phase terms are summed over different grids.
+  constexpr double kRelativeTie = 1e-4;
+  if (model->EstimateKernel(g, trial).seconds <=
+      model->EstimateKernel(g, kernel).seconds * (1 + kRelativeTie)) {
+    kernel = std::move(trial);
+  }
 }
 
 Status SchedulePlan(const Graph& g, FusionPlan& plan, const GpuDevice& device) {

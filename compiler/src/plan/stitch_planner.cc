@@ -668,7 +668,11 @@ StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
   const auto global_deadline =
       std::max(deadline, std::chrono::steady_clock::now() +
                              std::chrono::microseconds(static_cast<int64_t>(budget_ms * 250)));
-  return planner.Finish(std::move(best), global_deadline);
+  STITCH_ASSIGN_OR_RETURN(FusionPlan plan, planner.Finish(std::move(best), global_deadline));
+  // The search priced persistent kernels on co-resident grids; the plan it chose keeps the
+  // smallest grid that costs no more.
+  for (KernelSpec& k : plan.kernels) SizeGridToWork(g, k, device);
+  return plan;
 }
 
 }  // namespace stitch

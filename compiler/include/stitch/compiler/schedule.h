@@ -21,6 +21,13 @@ namespace stitch {
 // when no mapping fits the device's limits.
 Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
 
+// Shrinks the grid of a scheduled global_stitch kernel to the smallest one that gives every
+// phase all the blocks it can use (a splittable reduce: its rows or tiles times its most
+// chunks), when the cost model prices that grid no higher than the co-resident one the
+// kernel was planned with, so a small graph takes a handful of blocks, not the whole GPU.
+// Leaves other kernels, and a kernel whose smaller grid would cost more, as they are.
+void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
+
 // Schedules every kernel of `plan`.
 Status SchedulePlan(const Graph& g, FusionPlan& plan, const GpuDevice& device);
 
