@@ -5,8 +5,6 @@
 // and STITCH_RANDOM_GRAPH_SEED replays a run.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -29,16 +27,6 @@ constexpr int kShards = 4;
 // threads per element.
 constexpr int64_t kMaxElements = 4096;
 
-uint64_t BaseSeed() {
-  static const uint64_t seed = [] {
-    if (const char* fixed = std::getenv("STITCH_RANDOM_GRAPH_SEED")) {
-      return static_cast<uint64_t>(std::stoull(fixed));
-    }
-    return static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-  }();
-  return seed;
-}
-
 fs::path ShardDir(int shard) {
   fs::path p = fs::temp_directory_path() /
                ("stitchctl_random_" + std::to_string(::getpid()) + "_" + std::to_string(shard));
@@ -49,7 +37,7 @@ fs::path ShardDir(int shard) {
 class StitchctlRandomGraphs : public ::testing::TestWithParam<int> {};
 
 TEST_P(StitchctlRandomGraphs, RunEmulateMatchesInterpreter) {
-  const uint64_t base = BaseSeed();
+  const uint64_t base = testing::RandomGraphBaseSeed();
   std::printf("stitchctl random graphs: base seed %llu, shard %d\n",
               static_cast<unsigned long long>(base), GetParam());
   const fs::path dir = ShardDir(GetParam());

@@ -5,8 +5,6 @@
 // graph's own seed runs first in shard 0.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cstdlib>
 #include <string>
 
 #include "stitch/compiler/verifier.h"
@@ -19,21 +17,10 @@ namespace {
 constexpr int kGraphs = 300;
 constexpr int kShards = 8;
 
-uint64_t BaseSeed() {
-  // A new base seed every run unless one is given, logged so a failure can be replayed.
-  static const uint64_t seed = [] {
-    if (const char* fixed = std::getenv("STITCH_RANDOM_GRAPH_SEED")) {
-      return static_cast<uint64_t>(std::stoull(fixed));
-    }
-    return static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-  }();
-  return seed;
-}
-
 class RandomGraphs : public ::testing::TestWithParam<int> {};
 
 TEST_P(RandomGraphs, EmulatorAgreesWithInterpreter) {
-  const uint64_t base = BaseSeed();
+  const uint64_t base = testing::RandomGraphBaseSeed();
   std::printf("random graphs: base seed %llu, shard %d\n", static_cast<unsigned long long>(base),
               GetParam());
   for (int i = GetParam(); i < kGraphs; i += kShards) {

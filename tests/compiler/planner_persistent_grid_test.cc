@@ -15,28 +15,7 @@
 namespace stitch {
 namespace {
 
-using testing::Binary;
-using testing::Broadcast;
-using testing::ConstScalar;
-using testing::Param;
-using testing::Reduce;
-
-// The batch-norm statistics of x[rows, cols] over its rows: the column mean, then the column
-// variance of x - mean, and the centred values. The variance reads the mean of every row, so
-// the plan needs a grid barrier between the two column reductions.
-Graph ColumnStatistics(int64_t rows, int64_t cols) {
-  Graph g;
-  g.name = "column_statistics";
-  int x = Param(g, {DType::kF32, {rows, cols}}, 0, "x");
-  int zero = ConstScalar(g, DType::kF32, 0);
-  int inv_rows = Broadcast(g, ConstScalar(g, DType::kF32, 1.0 / rows), {cols}, {});
-  int mean = Binary(g, OpCode::kMul, Reduce(g, x, zero, {0}, ReduceKind::kSum), inv_rows);
-  int centred = Binary(g, OpCode::kSub, x, Broadcast(g, mean, {rows, cols}, {1}));
-  int square = Binary(g, OpCode::kMul, centred, centred);
-  int var = Binary(g, OpCode::kMul, Reduce(g, square, zero, {0}, ReduceKind::kSum), inv_rows);
-  g.outputs = {centred, var};
-  return g;
-}
+using testing::BatchNormStatistics;
 
 const KernelSpec* GlobalKernel(const FusionPlan& plan) {
   for (const KernelSpec& k : plan.kernels) {
@@ -46,7 +25,7 @@ const KernelSpec* GlobalKernel(const FusionPlan& plan) {
 }
 
 TEST(PersistentGrid, SmallGraphGetsAHandfulOfBlocks) {
-  Graph g = ColumnStatistics(16, 7);
+  Graph g = BatchNormStatistics(16, 7);
   ASSERT_TRUE(Verify(g).ok());
   for (const Target& target : Target::Supported()) {
     SCOPED_TRACE(target.name());
@@ -66,7 +45,7 @@ TEST(PersistentGrid, SmallGraphGetsAHandfulOfBlocks) {
 }
 
 TEST(PersistentGrid, LargeGraphIsCappedByCoResidency) {
-  Graph g = ColumnStatistics(1 << 16, 64);
+  Graph g = BatchNormStatistics(1 << 16, 64);
   ASSERT_TRUE(Verify(g).ok());
   const GpuDevice& h100 = Target().device();
   StatusOr<FusionPlan> plan = PlanStitched(g, h100);
@@ -80,7 +59,7 @@ TEST(PersistentGrid, GridGrowsWithTheWorkUpToTheBound) {
   const GpuDevice& h100 = Target().device();
   uint64_t previous = 0;
   for (int64_t rows : {16, 256, 4096, 65536}) {
-    Graph g = ColumnStatistics(rows, 256);
+    Graph g = BatchNormStatistics(rows, 256);
     StatusOr<FusionPlan> plan = PlanStitched(g, h100);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     const KernelSpec* k = GlobalKernel(*plan);

@@ -250,4 +250,21 @@ inline Graph Softmax(int64_t rows, int64_t cols, DType t = DType::kF32) {
   return g;
 }
 
+// The batch-norm statistics of x[rows, cols] over its rows: the centred values x - mean and
+// the column variance. The variance reads the mean of every row, so the plan needs a grid
+// barrier between the two column reductions: a global_stitch kernel.
+inline Graph BatchNormStatistics(int64_t rows, int64_t cols) {
+  Graph g;
+  g.name = "bn_statistics";
+  int x = Param(g, {DType::kF32, {rows, cols}}, 0, "x");
+  int zero = ConstScalar(g, DType::kF32, 0);
+  int inv_rows = Broadcast(g, ConstScalar(g, DType::kF32, 1.0 / rows), {cols}, {});
+  int mean = Binary(g, OpCode::kMul, Reduce(g, x, zero, {0}, ReduceKind::kSum), inv_rows);
+  int centred = Binary(g, OpCode::kSub, x, Broadcast(g, mean, {rows, cols}, {1}));
+  int square = Binary(g, OpCode::kMul, centred, centred);
+  int var = Binary(g, OpCode::kMul, Reduce(g, square, zero, {0}, ReduceKind::kSum), inv_rows);
+  g.outputs = {centred, var};
+  return g;
+}
+
 }  // namespace stitch::testing

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -28,6 +30,18 @@
 #include "support/graph_builder.h"
 
 namespace stitch::testing {
+
+// The base seed of a property test run: STITCH_RANDOM_GRAPH_SEED when set (to replay a run),
+// else new each run from the clock. The same for every call in a process; tests log it.
+inline uint64_t RandomGraphBaseSeed() {
+  static const uint64_t seed = [] {
+    if (const char* fixed = std::getenv("STITCH_RANDOM_GRAPH_SEED")) {
+      return static_cast<uint64_t>(std::stoull(fixed));
+    }
+    return static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  }();
+  return seed;
+}
 
 class RandomGraphBuilder {
  public:
