@@ -12,65 +12,33 @@ struct OpInfo {
   std::string_view name;
   OpClass cls;
   int arity;
+  OperandDTypes operands;
+  ResultDType result;
 };
 
-constexpr std::array kOps = {
-    OpInfo{OpCode::kParameter, "parameter", OpClass::kLeaf, 0},
-    OpInfo{OpCode::kConstant, "constant", OpClass::kLeaf, 0},
-    OpInfo{OpCode::kIota, "iota", OpClass::kLeaf, 0},
-    OpInfo{OpCode::kNeg, "negate", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kAbs, "abs", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kExp, "exponential", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kLog, "log", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kLog1p, "log-plus-one", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kExpm1, "exponential-minus-one", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kTanh, "tanh", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kLogistic, "logistic", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kSqrt, "sqrt", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kRsqrt, "rsqrt", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kErf, "erf", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kSin, "sine", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kCos, "cosine", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kFloor, "floor", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kCeil, "ceil", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kRound, "round-nearest-afz", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kRoundNearestEven, "round-nearest-even", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kSign, "sign", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kNot, "not", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kConvert, "convert", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kBitcastConvert, "bitcast-convert", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kCbrt, "cbrt", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kTan, "tan", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kIsFinite, "is-finite", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kPopcnt, "popcnt", OpClass::kElementwise, 1},
-    OpInfo{OpCode::kAdd, "add", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kSub, "subtract", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kMul, "multiply", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kDiv, "divide", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kPow, "power", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kMax, "maximum", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kMin, "minimum", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kRem, "remainder", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kAnd, "and", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kOr, "or", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kXor, "xor", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kShiftLeft, "shift-left", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kShiftRightLogical, "shift-right-logical", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kShiftRightArithmetic, "shift-right-arithmetic", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kCompare, "compare", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kAtan2, "atan2", OpClass::kElementwise, 2},
-    OpInfo{OpCode::kSelect, "select", OpClass::kElementwise, 3},
-    OpInfo{OpCode::kClamp, "clamp", OpClass::kElementwise, 3},
-    OpInfo{OpCode::kBroadcast, "broadcast", OpClass::kDataMovement, 1},
-    OpInfo{OpCode::kReshape, "reshape", OpClass::kDataMovement, 1},
-    OpInfo{OpCode::kTranspose, "transpose", OpClass::kDataMovement, 1},
-    OpInfo{OpCode::kSlice, "slice", OpClass::kDataMovement, 1},
-    OpInfo{OpCode::kConcatenate, "concatenate", OpClass::kDataMovement, -1},
-    OpInfo{OpCode::kPad, "pad", OpClass::kDataMovement, 2},
-    OpInfo{OpCode::kReverse, "reverse", OpClass::kDataMovement, 1},
-    OpInfo{OpCode::kReduce, "reduce", OpClass::kReduce, 2},
-    OpInfo{OpCode::kRngUniform, "rng-uniform", OpClass::kRng, 1},
+// Returns the table entry of one op.
+constexpr OpInfo MakeOpInfo(OpCode op, std::string_view name, OpClass cls, int arity,
+                            OperandDTypes operands, ResultDType result) {
+  return {op, name, cls, arity, operands, result};
+}
+
+// One entry per op of the op list.
+#define STITCH_OP(Enum, wire, Proto, name, hlo, Class, arity, Operands, Result)           \
+  MakeOpInfo(OpCode::k##Enum, name, OpClass::k##Class, arity, OperandDTypes::k##Operands, \
+             ResultDType::k##Result),
+constexpr OpInfo kOps[] = {
+#include "stitch/compiler/op_list.h"
 };
+
+// Returns true when the ops are listed in strictly increasing wire order, which also makes
+// every wire value unique.
+constexpr bool InWireOrder() {
+  for (size_t k = 1; k < std::size(kOps); ++k) {
+    if (kOps[k - 1].op >= kOps[k].op) return false;
+  }
+  return true;
+}
+static_assert(InWireOrder(), "op_list.h must list the ops in increasing wire-value order");
 
 const OpInfo* FindOp(OpCode op) {
   for (const auto& info : kOps) {
@@ -89,13 +57,6 @@ std::string_view OpCodeName(OpCode op) {
   return info ? info->name : "invalid-op";
 }
 
-std::optional<OpCode> ParseOpCode(std::string_view name) {
-  for (const auto& info : kOps) {
-    if (info.name == name) return info.op;
-  }
-  return std::nullopt;
-}
-
 OpClass ClassOf(OpCode op) {
   const OpInfo* info = FindOp(op);
   return info ? info->cls : OpClass::kLeaf;
@@ -107,6 +68,16 @@ int Arity(OpCode op) {
 }
 
 bool IsKnownOpCode(OpCode op) { return FindOp(op) != nullptr; }
+
+OperandDTypes OperandDTypesOf(OpCode op) {
+  const OpInfo* info = FindOp(op);
+  return info ? info->operands : OperandDTypes::kAny;
+}
+
+ResultDType ResultDTypeOf(OpCode op) {
+  const OpInfo* info = FindOp(op);
+  return info ? info->result : ResultDType::kDeclared;
+}
 
 std::string_view CompareDirectionName(CompareDirection d) {
   auto i = static_cast<size_t>(d) - 1;

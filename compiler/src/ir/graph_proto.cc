@@ -5,6 +5,13 @@
 namespace stitch {
 namespace {
 
+// ToProto and FromProto cast op codes between the IR and the wire: every op of the op list
+// must carry the number of its stitch.v1.OpCode value.
+#define STITCH_OP(Enum, wire, Proto, ...)                               \
+  static_assert(static_cast<int>(OpCode::k##Enum) == v1::OpCode::Proto, \
+                "OpCode::k" #Enum " differs from stitch.v1." #Proto);
+#include "stitch/compiler/op_list.h"
+
 template <typename Dst, typename Src>
 void CopyInts(const Src& src, Dst* dst) {
   dst->Reserve(static_cast<int>(src.size()));

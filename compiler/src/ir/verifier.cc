@@ -67,50 +67,6 @@ bool IsPermutation(const std::vector<int64_t>& p, int rank) {
   return true;
 }
 
-bool FloatOnly(OpCode op) {
-  switch (op) {
-    case OpCode::kExp:
-    case OpCode::kLog:
-    case OpCode::kLog1p:
-    case OpCode::kExpm1:
-    case OpCode::kTanh:
-    case OpCode::kLogistic:
-    case OpCode::kSqrt:
-    case OpCode::kRsqrt:
-    case OpCode::kErf:
-    case OpCode::kSin:
-    case OpCode::kCos:
-    case OpCode::kTan:
-    case OpCode::kCbrt:
-    case OpCode::kFloor:
-    case OpCode::kCeil:
-    case OpCode::kRound:
-    case OpCode::kRoundNearestEven:
-    case OpCode::kIsFinite:
-    case OpCode::kPow:
-    case OpCode::kAtan2:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool IntOnly(OpCode op) {
-  switch (op) {
-    case OpCode::kNot:
-    case OpCode::kPopcnt:
-    case OpCode::kAnd:
-    case OpCode::kOr:
-    case OpCode::kXor:
-    case OpCode::kShiftLeft:
-    case OpCode::kShiftRightLogical:
-    case OpCode::kShiftRightArithmetic:
-      return true;
-    default:
-      return false;
-  }
-}
-
 StatusOr<Shape> InferElementwise(const Graph& g, int i) {
   const Node& n = g.nodes[i];
   const Shape& a = g.nodes[n.operands[0]].shape;
@@ -137,27 +93,27 @@ StatusOr<Shape> InferElementwise(const Graph& g, int i) {
                       std::string(DTypeName(g.nodes[n.operands[k]].shape.dtype)));
     }
   }
-  if (FloatOnly(n.op) && !IsFloat(a.dtype)) {
+  const OperandDTypes accepted = OperandDTypesOf(n.op);
+  if (accepted == OperandDTypes::kFloat && !IsFloat(a.dtype)) {
     return Rule(g, i, "needs a floating-point operand, got " + std::string(DTypeName(a.dtype)));
   }
-  if (IntOnly(n.op) && IsFloat(a.dtype)) {
+  if (accepted == OperandDTypes::kInteger && IsFloat(a.dtype)) {
     return Rule(g, i, "needs an integer or pred operand, got " + std::string(DTypeName(a.dtype)));
   }
-  switch (n.op) {
-    case OpCode::kCompare:
-    case OpCode::kIsFinite:
-      return Shape{DType::kPred, a.dims};
-    case OpCode::kConvert:
-      return Shape{n.shape.dtype, a.dims};
-    case OpCode::kBitcastConvert:
-      if (DTypeBytes(n.shape.dtype) != DTypeBytes(a.dtype) || n.shape.dtype == DType::kPred ||
-          a.dtype == DType::kPred) {
-        return Rule(g, i, "bitcast-convert between dtypes of different widths");
-      }
-      return Shape{n.shape.dtype, a.dims};
-    default:
-      return a;
+  if (n.op == OpCode::kBitcastConvert &&
+      (DTypeBytes(n.shape.dtype) != DTypeBytes(a.dtype) || n.shape.dtype == DType::kPred ||
+       a.dtype == DType::kPred)) {
+    return Rule(g, i, "bitcast-convert between dtypes of different widths");
   }
+  switch (ResultDTypeOf(n.op)) {
+    case ResultDType::kPred:
+      return Shape{DType::kPred, a.dims};
+    case ResultDType::kDeclared:
+      return Shape{n.shape.dtype, a.dims};
+    case ResultDType::kOperand:
+      break;
+  }
+  return a;
 }
 
 StatusOr<Shape> InferBroadcast(const Graph& g, int i) {

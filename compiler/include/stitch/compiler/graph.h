@@ -18,89 +18,49 @@
 
 namespace stitch {
 
-// Op codes. The numeric values are part of the canonical key and of the wire format
+// Op codes, expanded from the op list (op_list.h), which gives each op's name, family and
+// operands. The numeric values are part of the canonical key and of the wire format
 // (stitch.v1.OpCode): never renumber, only append.
 enum class OpCode : uint16_t {
-  // Leaves.
-  kParameter = 1,
-  kConstant = 2,
-  kIota = 3,
-  // Elementwise unary.
-  kNeg = 10,
-  kAbs = 11,
-  kExp = 12,
-  kLog = 13,
-  kLog1p = 14,
-  kExpm1 = 15,
-  kTanh = 16,
-  kLogistic = 17,
-  kSqrt = 18,
-  kRsqrt = 19,
-  kErf = 20,
-  kSin = 21,
-  kCos = 22,
-  kFloor = 23,
-  kCeil = 24,
-  kRound = 25,  // half away from zero (HLO round-nearest-afz)
-  kRoundNearestEven = 26,
-  kSign = 27,
-  kNot = 28,
-  kConvert = 29,
-  kBitcastConvert = 30,  // reinterpret bits; same element width
-  kCbrt = 31,
-  kTan = 32,
-  kIsFinite = 33,
-  kPopcnt = 34,
-  // Elementwise binary.
-  kAdd = 40,
-  kSub = 41,
-  kMul = 42,
-  kDiv = 43,
-  kPow = 44,
-  kMax = 45,
-  kMin = 46,
-  kRem = 47,
-  kAnd = 48,
-  kOr = 49,
-  kXor = 50,
-  kShiftLeft = 51,
-  kShiftRightLogical = 52,
-  kShiftRightArithmetic = 53,
-  kCompare = 54,
-  kAtan2 = 55,
-  // Elementwise ternary.
-  kSelect = 60,
-  kClamp = 61,  // clamp(min, x, max), as in HLO
-  // Data movement.
-  kBroadcast = 70,
-  kReshape = 71,  // also HLO bitcast when the layouts are the default
-  kTranspose = 72,
-  kSlice = 73,
-  kConcatenate = 74,
-  kPad = 75,
-  kReverse = 76,
-  // Reductions.
-  kReduce = 80,
-  // Random numbers.
-  kRngUniform = 90,  // counter-based (Philox 4x32-10) uniform in [0,1); see rng attributes
+#define STITCH_OP(Enum, wire, ...) k##Enum = wire,
+#include "stitch/compiler/op_list.h"
 };
 
-// Returns the op's spelling in stitch's own dumps (HLO names where HLO has one).
+// Returns the op's spelling in stitch's own dumps (HLO names where HLO has one), or
+// "invalid-op" for a value that is no op.
 std::string_view OpCodeName(OpCode op);
 
-// Parses what OpCodeName returns.
-std::optional<OpCode> ParseOpCode(std::string_view name);
-
 enum class OpClass { kLeaf, kElementwise, kDataMovement, kReduce, kRng };
+
+// The operand element types an elementwise op accepts.
+enum class OperandDTypes {
+  kAny,
+  kFloat,    // floating point only
+  kInteger,  // integers and pred only
+};
+
+// Where the element type of an op's result comes from.
+enum class ResultDType {
+  kOperand,   // the dtype of its value operands (the branches of a select)
+  kPred,      // always pred (compare, is-finite)
+  kDeclared,  // the node's declared shape (convert, leaves, rng)
+};
 
 // Returns true when `op` is one of the values above (wire input may hold anything).
 bool IsKnownOpCode(OpCode op);
 
-// Returns which family `op` belongs to.
+// Returns which family `op` belongs to; kLeaf for an unknown value.
 OpClass ClassOf(OpCode op);
 
-// Number of operands the op takes, or -1 when it is variadic (concatenate).
+// Returns the number of operands the op takes, -1 when it is variadic (concatenate), or 0
+// for an unknown value.
 int Arity(OpCode op);
+
+// Returns the operand element types `op` accepts; kAny for an unknown value.
+OperandDTypes OperandDTypesOf(OpCode op);
+
+// Returns where the result element type of `op` comes from; kDeclared for an unknown value.
+ResultDType ResultDTypeOf(OpCode op);
 
 enum class CompareDirection : uint8_t { kEq = 1, kNe, kLt, kLe, kGt, kGe };
 std::string_view CompareDirectionName(CompareDirection d);  // "EQ", "NE", ...
