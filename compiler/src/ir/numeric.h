@@ -1,4 +1,4 @@
-// Bit-exact scalar conversions shared by tensor.cc and interpreter.cc: rounding doubles to
+// Bit-exact scalar conversions shared by tensor.cc and the interpreter: rounding doubles to
 // the narrow float formats, their storage bits, and integer wrapping.
 //
 // Thread-safety: pure functions.
