@@ -558,6 +558,24 @@ TEST(HloErrors, MalformedTextsGiveLineAndExpectation) {
   }
 }
 
+// Parameters and reduces take their shapes from the text alone.
+TEST(HloErrors, ParametersAndReducesNeedAWrittenShape) {
+  const char* texts[] = {
+      "ENTRY e {\n  ROOT r = parameter(0)\n}\n",
+      "add {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+      "ENTRY e {\n  a = f32[4] parameter(0)\n  z = f32[] constant(0)\n"
+      "  ROOT r = reduce(a, z), dimensions={0}, to_apply=add\n}\n",
+  };
+  for (const char* text : texts) {
+    auto r = ImportHloModule(text, Opts());
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("expected an array shape, none is written"),
+              std::string::npos)
+        << r.status().ToString();
+  }
+}
+
 TEST(HloErrors, DeepNestingAndSelfCallsDoNotCrash) {
   std::string deep = "ENTRY e {\n  ROOT c = f32[] constant(" + std::string(100000, '{') + ")\n}\n";
   EXPECT_FALSE(ImportHloModule(deep, Opts()).ok());

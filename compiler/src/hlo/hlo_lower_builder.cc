@@ -174,6 +174,7 @@ int Lowerer::ScalarConst(DType t, double v, const std::string& suffix) {
 
 StatusOr<Shape> Lowerer::ArrayShape(const HloShape& s, const std::string& where) const {
   if (s.is_tuple) return InvalidArgument(where + ": expected an array shape, got a tuple");
+  if (s.omitted) return InvalidArgument(where + ": expected an array shape, none is written");
   STITCH_RETURN_IF_ERROR(CheckShapeSupported(s, where));
   Shape r;
   r.dtype = *ParseDType(s.dtype);

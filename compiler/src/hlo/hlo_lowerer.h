@@ -113,8 +113,8 @@ class Lowerer {
                 const std::string& suffix);
   int ScalarConst(DType t, double v, const std::string& suffix);
 
-  // Returns the IR shape of array shape `s`, or an error when `s` is a tuple, unsupported or
-  // over the options' limits.
+  // Returns the IR shape of array shape `s`, or an error when `s` is a tuple, not written,
+  // unsupported or over the options' limits.
   StatusOr<Shape> ArrayShape(const HloShape& s, const std::string& where) const;
 
  private:
