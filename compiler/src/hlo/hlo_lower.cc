@@ -188,6 +188,63 @@ StatusOr<Value> LowerFusion(Lowerer& l, const Instr& in) {
   return r;
 }
 
+// Returns, for each instruction of `c`, the indices of its operands in `c`.
+StatusOr<std::vector<std::vector<int>>> OperandIndices(const HloComputation& c,
+                                                       const std::string& source) {
+  const auto& ins = c.instructions;
+  std::unordered_map<std::string, int> index;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    if (!index.emplace(ins[k].name, static_cast<int>(k)).second) {
+      return InvalidArgument(Where(source, ins[k].line) + ": instruction name '" + ins[k].name +
+                             "' is defined twice in '" + c.name + "'");
+    }
+  }
+  std::vector<std::vector<int>> operands(ins.size());
+  for (size_t k = 0; k < ins.size(); ++k) {
+    for (const auto& o : ins[k].operands) {
+      auto it = index.find(o.name);
+      if (it == index.end()) {
+        // parameter(0), iota() etc. carry no operand names; others must resolve.
+        if (ins[k].opcode == "parameter") break;
+        return InvalidArgument(Where(source, ins[k].line) + ": operand '" + o.name + "' of '" +
+                               ins[k].name + "' is not defined in '" + c.name + "'");
+      }
+      operands[k].push_back(it->second);
+    }
+  }
+  return operands;
+}
+
+// Returns the instructions the root of `c` depends on, operands first. An explicit stack
+// keeps long instruction chains off the call stack.
+StatusOr<std::vector<int>> PostOrderFromRoot(const HloComputation& c,
+                                             const std::vector<std::vector<int>>& operands,
+                                             const std::string& source) {
+  std::vector<int> order;
+  std::vector<uint8_t> state(c.instructions.size(), 0);  // 0 new, 1 on stack, 2 done
+  std::vector<std::pair<int, size_t>> stack = {{c.root, 0}};
+  state[c.root] = 1;
+  while (!stack.empty()) {
+    auto& [n, next] = stack.back();
+    if (next < operands[n].size()) {
+      int o = operands[n][next++];
+      if (state[o] == 1) {
+        return InvalidArgument(Where(source, c.instructions[o].line) + ": instruction '" +
+                               c.instructions[o].name + "' depends on itself");
+      }
+      if (state[o] == 0) {
+        state[o] = 1;
+        stack.push_back({o, 0});
+      }
+    } else {
+      state[n] = 2;
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
 Status CheckInScopeImpl(const HloModule& m, const HloInstruction& ins, const std::string& source,
                         int depth, std::set<const HloComputation*>* active) {
   const std::string where = Where(source, ins.line);
@@ -336,88 +393,54 @@ StatusOr<Value> Lowerer::LowerComp(const HloComputation& c, const std::vector<Va
 
 StatusOr<Value> Lowerer::LowerCompBody(const HloComputation& c, const std::vector<Value>* args) {
   const auto& ins = c.instructions;
-  std::unordered_map<std::string, int> index;
-  for (size_t k = 0; k < ins.size(); ++k) {
-    if (!index.emplace(ins[k].name, static_cast<int>(k)).second) {
-      return InvalidArgument(Where(opt_.source_name, ins[k].line) + ": instruction name '" +
-                             ins[k].name + "' is defined twice in '" + c.name + "'");
-    }
-  }
-  // Operand indices, then a post-order from the root with an explicit stack (no recursion
-  // on the instruction chain, whatever its length).
-  std::vector<std::vector<int>> opnds(ins.size());
-  for (size_t k = 0; k < ins.size(); ++k) {
-    for (const auto& o : ins[k].operands) {
-      auto it = index.find(o.name);
-      if (it == index.end()) {
-        // parameter(0), iota() etc. carry no operand names; others must resolve.
-        if (ins[k].opcode == "parameter") break;
-        return InvalidArgument(Where(opt_.source_name, ins[k].line) + ": operand '" + o.name +
-                               "' of '" + ins[k].name + "' is not defined in '" + c.name + "'");
-      }
-      opnds[k].push_back(it->second);
-    }
-  }
-  std::vector<int> order;
-  std::vector<uint8_t> state(ins.size(), 0);  // 0 new, 1 on stack, 2 done
-  std::vector<std::pair<int, size_t>> stack = {{c.root, 0}};
-  state[c.root] = 1;
-  while (!stack.empty()) {
-    auto& [n, next] = stack.back();
-    if (next < opnds[n].size()) {
-      int o = opnds[n][next++];
-      if (state[o] == 1) {
-        return InvalidArgument(Where(opt_.source_name, ins[o].line) + ": instruction '" +
-                               ins[o].name + "' depends on itself");
-      }
-      if (state[o] == 0) {
-        state[o] = 1;
-        stack.push_back({o, 0});
-      }
-    } else {
-      state[n] = 2;
-      order.push_back(n);
-      stack.pop_back();
-    }
-  }
+  STITCH_ASSIGN_OR_RETURN(auto operands, OperandIndices(c, opt_.source_name));
+  STITCH_ASSIGN_OR_RETURN(std::vector<int> order, PostOrderFromRoot(c, operands, opt_.source_name));
   std::vector<Value> vals(ins.size());
-  if (!args) {
-    // Top level: every parameter is part of the signature, live or not.
-    std::vector<std::pair<int64_t, int>> params;
-    for (size_t k = 0; k < ins.size(); ++k) {
-      if (ins[k].opcode != "parameter") continue;
-      auto no = ParseInt(ins[k].args_text);
-      if (!no || *no < 0) {
-        return InvalidArgument(Where(opt_.source_name, ins[k].line) +
-                               ": expected a parameter number in '" + ins[k].name + "'");
-      }
-      params.push_back({*no, static_cast<int>(k)});
-    }
-    std::sort(params.begin(), params.end());
-    for (size_t p = 0; p < params.size(); ++p) {
-      if (params[p].first != static_cast<int64_t>(p)) {
-        return InvalidArgument(Where(opt_.source_name, ins[params[p].second].line) +
-                               ": parameter numbers of '" + c.name +
-                               "' are not 0..n-1 (missing or repeated " + std::to_string(p) + ")");
-      }
-      const HloInstruction& pi = ins[params[p].second];
-      SetCursor(pi);
-      std::string where = Where(opt_.source_name, pi.line);
-      STITCH_ASSIGN_OR_RETURN(vals[params[p].second], MakeParameter(pi.shape, where, 0));
-      state[params[p].second] = 3;
-    }
-  }
+  std::vector<bool> made(ins.size(), false);
+  if (!args) STITCH_RETURN_IF_ERROR(MakeTopLevelParameters(c, &vals, &made));
   for (int k : order) {
-    if (state[k] == 3) continue;  // top-level parameter, already made
+    if (made[k]) continue;
     STITCH_RETURN_IF_ERROR(CheckBudget());
     std::vector<const Value*> ov;
-    for (int o : opnds[k]) ov.push_back(&vals[o]);
     std::vector<const HloInstruction*> oi;
-    for (int o : opnds[k]) oi.push_back(&ins[o]);
+    for (int o : operands[k]) {
+      ov.push_back(&vals[o]);
+      oi.push_back(&ins[o]);
+    }
     SetCursor(ins[k]);
     STITCH_ASSIGN_OR_RETURN(vals[k], LowerInstr(ins[k], std::move(ov), std::move(oi), args));
   }
   return vals[c.root];
+}
+
+// At the top level every parameter is part of the signature, live or not, so all are made
+// first, in parameter-number order.
+Status Lowerer::MakeTopLevelParameters(const HloComputation& c, std::vector<Value>* vals,
+                                       std::vector<bool>* made) {
+  const auto& ins = c.instructions;
+  std::vector<std::pair<int64_t, int>> params;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    if (ins[k].opcode != "parameter") continue;
+    auto no = ParseInt(ins[k].args_text);
+    if (!no || *no < 0) {
+      return InvalidArgument(Where(opt_.source_name, ins[k].line) +
+                             ": expected a parameter number in '" + ins[k].name + "'");
+    }
+    params.push_back({*no, static_cast<int>(k)});
+  }
+  std::sort(params.begin(), params.end());
+  for (size_t p = 0; p < params.size(); ++p) {
+    const HloInstruction& pi = ins[params[p].second];
+    const std::string where = Where(opt_.source_name, pi.line);
+    if (params[p].first != static_cast<int64_t>(p)) {
+      return InvalidArgument(where + ": parameter numbers of '" + c.name +
+                             "' are not 0..n-1 (missing or repeated " + std::to_string(p) + ")");
+    }
+    SetCursor(pi);
+    STITCH_ASSIGN_OR_RETURN((*vals)[params[p].second], MakeParameter(pi.shape, where, 0));
+    (*made)[params[p].second] = true;
+  }
+  return Status::Ok();
 }
 
 StatusOr<Value> Lowerer::MakeParameter(const HloShape& s, const std::string& where, int depth) {

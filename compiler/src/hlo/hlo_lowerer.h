@@ -118,14 +118,27 @@ class Lowerer {
   StatusOr<Shape> ArrayShape(const HloShape& s, const std::string& where) const;
 
  private:
+  // Returns RESOURCE_EXHAUSTED once inlined fusions have grown the graph far past the limit.
   Status CheckBudget() const;
+  // Makes `ins` the instruction whose name and source new nodes take.
   void SetCursor(const HloInstruction& ins);
+  // Appends the arrays of root value `v` to the graph's outputs, in its declared layouts.
   Status AddOutputs(const Value& v, const HloShape* declared, const std::string& where,
                     const HloInstruction& root, int depth);
+  // Returns the graph without the nodes no output needs (parameters stay).
   Graph Prune();
+  // Returns the value of computation `c`'s root; `args` are the caller's operands, null at
+  // the top level. INVALID_ARGUMENT for calls nested too deep or recursive.
   StatusOr<Value> LowerComp(const HloComputation& c, const std::vector<Value>* args);
   StatusOr<Value> LowerCompBody(const HloComputation& c, const std::vector<Value>* args);
+  // Makes the top-level parameters of `c` into `vals`, marking them in `made`.
+  Status MakeTopLevelParameters(const HloComputation& c, std::vector<Value>* vals,
+                                std::vector<bool>* made);
+  // Returns a graph parameter of shape `s` (tuples flattened into several), read in its
+  // written layout and transposed into the logical order.
   StatusOr<Value> MakeParameter(const HloShape& s, const std::string& where, int depth);
+  // Returns the value of instruction `ins` from its handler, or UNIMPLEMENTED when stitch
+  // does not support its opcode.
   StatusOr<Value> LowerInstr(const HloInstruction& ins, std::vector<const Value*> operands,
                              std::vector<const HloInstruction*> operand_ins,
                              const std::vector<Value>* args);
