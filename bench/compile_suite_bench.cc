@@ -38,21 +38,21 @@
 #include <thread>
 #include <vector>
 
-#include "stitch/compiler/baseline_planner.h"
-#include "stitch/compiler/compile.h"
-#include "stitch/compiler/cost_model.h"
-#include "stitch/compiler/emulated_run.h"
-#include "stitch/compiler/emulator.h"
-#include "stitch/compiler/gpu_device.h"
-#include "stitch/compiler/interpreter.h"
-#include "stitch/compiler/op_classes.h"
-#include "stitch/compiler/row_stitch.h"
-#include "stitch/compiler/schedule.h"
-#include "stitch/compiler/shape_scaling.h"
-#include "stitch/compiler/stitch_planner.h"
-#include "stitch/compiler/tensor.h"
-#include "stitch/compiler/tensor_compare.h"
-#include "stitch/compiler/verifier.h"
+#include "stitch/driver/compile.h"
+#include "stitch/emulator/emulated_run.h"
+#include "stitch/emulator/emulator.h"
+#include "stitch/ir/verifier.h"
+#include "stitch/plan/baseline_planner.h"
+#include "stitch/plan/cost_model.h"
+#include "stitch/plan/gpu_device.h"
+#include "stitch/plan/op_classes.h"
+#include "stitch/plan/row_stitch.h"
+#include "stitch/plan/schedule.h"
+#include "stitch/plan/stitch_planner.h"
+#include "stitch/reference/interpreter.h"
+#include "stitch/reference/shape_scaling.h"
+#include "stitch/reference/tensor.h"
+#include "stitch/reference/tensor_compare.h"
 #include "suite/suite.h"
 
 namespace stitch::suite {
@@ -444,7 +444,7 @@ void Emulate(const Graph& full, int seed, Result& r) {
   r.match = "yes";
   for (size_t k = 0; k < expected->size(); ++k) {
     const Tensor& want = (*expected)[k];
-    Comparison c = Compare(want, run->outputs[k], DefaultTolerance(want.shape.dtype));
+    Comparison c = Compare(want, run->outputs[k], OutputTolerance(g, want.shape.dtype));
     r.max_rel_error = std::max(r.max_rel_error, c.max_rel_error);
     if (!c.pass) {
       r.match = "NO";

@@ -39,13 +39,13 @@
 
 #include "gpu/gpu_runner.h"
 #include "gpu/suite_export.h"
-#include "stitch/compiler/baseline_planner.h"
-#include "stitch/compiler/compile.h"
-#include "stitch/compiler/interpreter.h"
-#include "stitch/compiler/shape_scaling.h"
-#include "stitch/compiler/tensor.h"
-#include "stitch/compiler/tensor_compare.h"
-#include "stitch/compiler/verifier.h"
+#include "stitch/driver/compile.h"
+#include "stitch/ir/verifier.h"
+#include "stitch/plan/baseline_planner.h"
+#include "stitch/reference/interpreter.h"
+#include "stitch/reference/shape_scaling.h"
+#include "stitch/reference/tensor.h"
+#include "stitch/reference/tensor_compare.h"
 #include "suite/suite.h"
 
 namespace stitch::gpu {
@@ -117,25 +117,6 @@ double Speedup(const Row& r) {
   return r.stitch.us > 0 && r.baseline.us > 0 ? r.baseline.us / r.stitch.us : -1;
 }
 
-// The most input elements any reduce of `g` folds into one output element.
-int64_t LongestReduction(const Graph& g) {
-  int64_t longest = 0;
-  for (const Node& n : g.nodes) {
-    if (n.op != OpCode::kReduce) continue;
-    const int64_t out = std::max<int64_t>(n.shape.elements(), 1);
-    longest = std::max(longest, g.nodes[n.operands[0]].shape.elements() / out);
-  }
-  return longest;
-}
-
-// DefaultTolerance, with 4x for f32 outputs of graphs that sum over more than 1024 terms:
-// the interpreter sums in double, a kernel in f32 in its own order (as the suite's tests
-// hold the emulator).
-double Tolerance(const Graph& g, DType t) {
-  const bool long_f32_sum = t == DType::kF32 && LongestReduction(g) > 1024;
-  return DefaultTolerance(t) * (long_f32_sum ? 4 : 1);
-}
-
 CompileOptions OptionsFor(PlannerKind planner, const Target& target) {
   CompileOptions options;
   options.planner = planner;
@@ -171,7 +152,7 @@ void VerifyOnGpu(Gpu& gpu, const Graph& g, int seed, PlannerKind planner, const 
   p.max_rel_error = 0;
   for (size_t k = 0; k < want->size(); ++k) {
     const Tensor& expected = (*want)[k];
-    Comparison c = Compare(expected, (*got)[k], Tolerance(g, expected.shape.dtype));
+    Comparison c = Compare(expected, (*got)[k], OutputTolerance(g, expected.shape.dtype));
     p.max_rel_error = std::max(p.max_rel_error, c.max_rel_error);
     if (!c.pass) {
       p.matches = "NO";
@@ -331,12 +312,7 @@ Status WriteDeviceJson(const std::string& path, const DeviceInfo& d, const Targe
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   j["date"] = date;
-  std::ofstream out(path);
-  if (!out) return InvalidArgument("cannot write " + path);
-  out << j.dump(1) << "\n";
-  out.close();
-  if (!out) return Internal("error writing " + path);
-  return Status::Ok();
+  return WriteJsonFile(path, j);
 }
 
 double GeometricMean(const std::vector<double>& v) {

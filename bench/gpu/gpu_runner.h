@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "stitch/compiler/compile.h"
-#include "stitch/compiler/graph.h"
-#include "stitch/compiler/status.h"
-#include "stitch/compiler/tensor.h"
+#include "stitch/base/status.h"
+#include "stitch/driver/compile.h"
+#include "stitch/ir/graph.h"
+#include "stitch/reference/tensor.h"
 
 namespace stitch::gpu {
 

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "gpu/gpu_runner.h"
-#include "stitch/compiler/gpu_device.h"
+#include "stitch/plan/gpu_device.h"
 
 namespace stitch::gpu {
 namespace {

@@ -21,7 +21,7 @@ def default_tolerance(dtype):
 
 
 def compare(expected, actual, dtype, tolerance):
-    """compiler/src/ir/tensor_compare.cc's rule: |a - e| / max(|e|, rms(e), 1) <= tolerance;
+    """compiler/reference/src/tensor_compare.cc's rule: |a - e| / max(|e|, rms(e), 1) <= tolerance;
     NaN matches NaN, infinities must match; integers exactly. Returns (pass, max_rel, text)."""
     import numpy as np
     if expected.shape != actual.shape:

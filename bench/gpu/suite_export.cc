@@ -5,12 +5,12 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "stitch/compiler/baseline_planner.h"
-#include "stitch/compiler/graph_proto.h"
-#include "stitch/compiler/interpreter.h"
-#include "stitch/compiler/shape_scaling.h"
-#include "stitch/compiler/tensor.h"
-#include "stitch/compiler/verifier.h"
+#include "stitch/ir/graph_proto.h"
+#include "stitch/ir/verifier.h"
+#include "stitch/plan/baseline_planner.h"
+#include "stitch/reference/interpreter.h"
+#include "stitch/reference/shape_scaling.h"
+#include "stitch/reference/tensor.h"
 
 namespace stitch::gpu {
 namespace {
@@ -26,7 +26,9 @@ nlohmann::json EntryJson(const suite::SuiteEntry& e, const Graph& g) {
   return j;
 }
 
-Status WriteJson(const std::string& path, const nlohmann::json& j) {
+}  // namespace
+
+Status WriteJsonFile(const std::string& path, const nlohmann::json& j) {
   std::ofstream out(path);
   if (!out) return InvalidArgument("cannot write " + path);
   out << j.dump(1) << "\n";
@@ -35,12 +37,10 @@ Status WriteJson(const std::string& path, const nlohmann::json& j) {
   return Status::Ok();
 }
 
-}  // namespace
-
 Status WriteGraphsJson(const std::string& path, const std::vector<suite::SuiteEntry>& entries) {
   nlohmann::json graphs = nlohmann::json::array();
   for (const suite::SuiteEntry& e : entries) graphs.push_back(EntryJson(e, e.graph));
-  return WriteJson(path, {{"graphs", graphs}});
+  return WriteJsonFile(path, {{"graphs", graphs}});
 }
 
 Status WriteReference(const std::string& dir, const std::vector<suite::SuiteEntry>& entries) {
@@ -80,7 +80,7 @@ Status WriteReference(const std::string& dir, const std::vector<suite::SuiteEntr
     }
     graphs.push_back(std::move(j));
   }
-  STITCH_RETURN_IF_ERROR(WriteJson(dir + "/graphs.json", {{"graphs", graphs}}));
+  STITCH_RETURN_IF_ERROR(WriteJsonFile(dir + "/graphs.json", {{"graphs", graphs}}));
   if (!skipped.empty()) return NotFound("no emulation shape for suite entries " + skipped);
   return Status::Ok();
 }

@@ -11,13 +11,18 @@
 // Thread-safety: functions touch only the paths they are given.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "stitch/compiler/status.h"
+#include "stitch/base/status.h"
 #include "suite/suite.h"
 
 namespace stitch::gpu {
+
+// Writes `j` to `path`, indented, with a final newline. Returns InvalidArgument when the file
+// cannot be opened and Internal when writing fails.
+Status WriteJsonFile(const std::string& path, const nlohmann::json& j);
 
 // Writes graphs.json for `entries` at their listed (full) shapes.
 Status WriteGraphsJson(const std::string& path, const std::vector<suite::SuiteEntry>& entries);

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "stitch/compiler/graph.h"
+#include "stitch/ir/graph.h"
 
 namespace stitch::suite {
 

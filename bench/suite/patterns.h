@@ -2,7 +2,7 @@
 // the graph of one CSV row at the shape suite.cc's table names.
 #pragma once
 
-#include "stitch/compiler/graph.h"
+#include "stitch/ir/graph.h"
 
 namespace stitch::suite {
 

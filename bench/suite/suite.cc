@@ -4,7 +4,7 @@
 #include <array>
 #include <utility>
 
-#include "stitch/compiler/verifier.h"
+#include "stitch/ir/verifier.h"
 #include "suite/patterns.h"
 
 namespace stitch::suite {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "stitch/compiler/graph.h"
-#include "stitch/compiler/status.h"
+#include "stitch/base/status.h"
+#include "stitch/ir/graph.h"
 
 namespace stitch::suite {
 

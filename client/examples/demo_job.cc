@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "stitch/client/client.h"
-#include "stitch/compiler/graph_proto.h"
-#include "stitch/compiler/hlo_import.h"
+#include "stitch/hlo/hlo_import.h"
+#include "stitch/ir/graph_proto.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Ask stitchd for the stitched kernels of a model's subgraphs"};

@@ -16,6 +16,7 @@
 
 #include "bundle_cache.h"
 #include "client_internal.h"
+#include "stitch/rpc/grpc_status.h"
 #include "stitch/v1/kernel_service.grpc.pb.h"
 
 namespace stitch::client {
@@ -43,84 +44,11 @@ std::string NormalizeAddress(const std::string& address) {
   return address;
 }
 
-const char* GrpcCodeName(int code) {
-  switch (static_cast<grpc::StatusCode>(code)) {
-    case grpc::StatusCode::OK:
-      return "OK";
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN:
-      return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS:
-      return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED:
-      return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL:
-      return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS:
-      return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return "UNAUTHENTICATED";
-    default:
-      return "UNKNOWN";
-  }
-}
-
-StatusCode ToStatusCode(int code) {
-  switch (static_cast<grpc::StatusCode>(code)) {
-    case grpc::StatusCode::OK:
-      return StatusCode::kOk;
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return StatusCode::kInvalidArgument;
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return StatusCode::kUnimplemented;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return StatusCode::kResourceExhausted;
-    case grpc::StatusCode::NOT_FOUND:
-      return StatusCode::kNotFound;
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return StatusCode::kFailedPrecondition;
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return StatusCode::kDeadlineExceeded;
-    case grpc::StatusCode::DATA_LOSS:
-      return StatusCode::kDataLoss;
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::CANCELLED:
-    case grpc::StatusCode::ABORTED:
-    case grpc::StatusCode::PERMISSION_DENIED:
-    case grpc::StatusCode::UNAUTHENTICATED:
-      // The daemon could not be used right now; a caller may retry later.
-      return StatusCode::kUnavailable;
-    default:
-      return StatusCode::kInternal;
-  }
-}
-
 }  // namespace internal
 
 namespace {
 
 using internal::BundleCache;
-using internal::GrpcCodeName;
 using Stub = v1::KernelService::Stub;
 using TimePoint = std::chrono::system_clock::time_point;
 
@@ -136,7 +64,7 @@ const char kForkedMessage[] =
     "from the in-process cache) or in processes that have not inherited gRPC state";
 
 std::string FallbackReason(const grpc::Status& status) {
-  return std::string(GrpcCodeName(status.error_code())) + ": " + status.error_message();
+  return std::string(rpc::GrpcCodeName(status.error_code())) + ": " + status.error_message();
 }
 
 Result Fallback(std::string reason) {
@@ -184,10 +112,10 @@ Result Finish(const grpc::Status& status, v1::CompileResponse& response, BundleC
 }
 
 Status ToStatus(const grpc::Status& status, const char* method, const std::string& address) {
-  StatusCode code = internal::ToStatusCode(status.error_code());
+  StatusCode code = rpc::FromGrpcCode(status.error_code());
   std::string message = std::string(method) + " at " + address + ": " + status.error_message();
   // Keep the gRPC code visible where the mapping loses it.
-  const char* grpc_name = GrpcCodeName(status.error_code());
+  const char* grpc_name = rpc::GrpcCodeName(status.error_code());
   if (std::string(grpc_name) != StatusCodeName(code)) {
     message += std::string(" (gRPC ") + grpc_name + ")";
   }

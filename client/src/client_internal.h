@@ -3,20 +3,13 @@
 
 #include <string>
 
-#include "stitch/compiler/status.h"
+#include "stitch/base/status.h"
 
 namespace stitch::client::internal {
 
 // Returns the gRPC target for a stitchd address: a path starting with '/' names a unix
 // socket; anything else ("unix:///path", "host:port") is passed through.
 std::string NormalizeAddress(const std::string& address);
-
-// Returns the canonical upper-case name of a grpc::StatusCode value, e.g. "UNAVAILABLE".
-const char* GrpcCodeName(int code);
-
-// Returns the stitch code for a grpc::StatusCode value: the same name where one exists,
-// kUnavailable for codes that mean "not usable right now", kInternal otherwise.
-StatusCode ToStatusCode(int code);
 
 // An object whose locks must be held across fork() (see client.cc).
 class ForkLockable {

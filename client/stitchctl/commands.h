@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "stitch/compiler/target.h"
+#include "stitch/plan/target.h"
 
 namespace stitch::ctl {
 

@@ -4,7 +4,7 @@
 
 #include "commands.h"
 #include "graph_input.h"
-#include "stitch/compiler/compile.h"
+#include "stitch/driver/compile.h"
 
 namespace stitch::ctl {
 

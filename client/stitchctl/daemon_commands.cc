@@ -7,7 +7,7 @@
 #include "commands.h"
 #include "graph_input.h"
 #include "stitch/client/client.h"
-#include "stitch/compiler/graph_proto.h"
+#include "stitch/ir/graph_proto.h"
 
 namespace stitch::ctl {
 namespace {

@@ -4,8 +4,8 @@
 
 #include "commands.h"
 #include "graph_input.h"
-#include "stitch/compiler/graph_proto.h"
-#include "stitch/compiler/hlo_import.h"
+#include "stitch/hlo/hlo_import.h"
+#include "stitch/ir/graph_proto.h"
 
 namespace stitch::ctl {
 

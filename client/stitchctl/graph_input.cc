@@ -3,9 +3,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "stitch/compiler/graph_proto.h"
-#include "stitch/compiler/hlo_import.h"
-#include "stitch/compiler/verifier.h"
+#include "stitch/hlo/hlo_import.h"
+#include "stitch/ir/graph_proto.h"
+#include "stitch/ir/verifier.h"
 
 namespace stitch::ctl {
 namespace {

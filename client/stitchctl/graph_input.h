@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "stitch/compiler/graph.h"
-#include "stitch/compiler/status.h"
+#include "stitch/base/status.h"
+#include "stitch/ir/graph.h"
 
 namespace stitch::ctl {
 

@@ -2,8 +2,8 @@
 
 #include "commands.h"
 #include "graph_input.h"
-#include "stitch/compiler/compile.h"
-#include "stitch/compiler/key.h"
+#include "stitch/driver/compile.h"
+#include "stitch/ir/key.h"
 
 namespace stitch::ctl {
 namespace {

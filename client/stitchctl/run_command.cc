@@ -6,10 +6,10 @@
 
 #include "commands.h"
 #include "graph_input.h"
-#include "stitch/compiler/compile.h"
-#include "stitch/compiler/emulated_run.h"
-#include "stitch/compiler/interpreter.h"
-#include "stitch/compiler/tensor_compare.h"
+#include "stitch/driver/compile.h"
+#include "stitch/emulator/emulated_run.h"
+#include "stitch/reference/interpreter.h"
+#include "stitch/reference/tensor_compare.h"
 
 namespace stitch::ctl {
 namespace {

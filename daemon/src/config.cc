@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "gpu_detect.h"
-#include "stitch/compiler/target.h"
+#include "stitch/plan/target.h"
 
 #ifndef STITCH_VERSION
 #define STITCH_VERSION "unknown"

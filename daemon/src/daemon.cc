@@ -21,7 +21,7 @@
 #include "stitch/cache/memory_store.h"
 #include "stitch/cache/rocksdb_store.h"
 #include "stitch/cache/tiered_store.h"
-#include "stitch/compiler/key.h"
+#include "stitch/ir/key.h"
 #include "stitch/metrics/http_server.h"
 #include "stitch/metrics/process_metrics.h"
 

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "stitch/compiler/status.h"
+#include "stitch/base/status.h"
 #include "stitch/daemon/config.h"
 
 namespace stitch::daemon {

@@ -5,11 +5,11 @@
 #include <chrono>
 
 #include "stitch/cache/entry.h"
-#include "stitch/compiler/bundle.h"
-#include "stitch/compiler/compile.h"
-#include "stitch/compiler/graph_proto.h"
-#include "stitch/compiler/hlo_import.h"
-#include "stitch/compiler/verifier.h"
+#include "stitch/driver/bundle.h"
+#include "stitch/driver/compile.h"
+#include "stitch/hlo/hlo_import.h"
+#include "stitch/ir/graph_proto.h"
+#include "stitch/ir/verifier.h"
 
 namespace stitch::daemon {
 

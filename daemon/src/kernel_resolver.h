@@ -17,12 +17,12 @@
 #include "daemon_metrics.h"
 #include "key_memo.h"
 #include "single_flight.h"
+#include "stitch/base/status.h"
 #include "stitch/cache/tiered_store.h"
-#include "stitch/compiler/compile.h"
-#include "stitch/compiler/graph.h"
-#include "stitch/compiler/key.h"
-#include "stitch/compiler/status.h"
-#include "stitch/compiler/target.h"
+#include "stitch/driver/compile.h"
+#include "stitch/ir/graph.h"
+#include "stitch/ir/key.h"
+#include "stitch/plan/target.h"
 #include "stitch/v1/kernel_service.pb.h"
 
 namespace stitch::daemon {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "stitch/rpc/grpc_status.h"
+
 namespace stitch::daemon {
 namespace {
 
@@ -13,32 +15,6 @@ constexpr int kMaxUsageRecords = 100000;
 constexpr uint64_t kMaxInvocationsPerRecord = uint64_t{1} << 40;
 constexpr uint32_t kDefaultListLimit = 100;
 constexpr uint32_t kMaxListLimit = 100000;
-
-grpc::StatusCode GrpcCode(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return grpc::StatusCode::OK;
-    case StatusCode::kInvalidArgument:
-      return grpc::StatusCode::INVALID_ARGUMENT;
-    case StatusCode::kUnimplemented:
-      return grpc::StatusCode::UNIMPLEMENTED;
-    case StatusCode::kResourceExhausted:
-      return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case StatusCode::kNotFound:
-      return grpc::StatusCode::NOT_FOUND;
-    case StatusCode::kInternal:
-      return grpc::StatusCode::INTERNAL;
-    case StatusCode::kUnavailable:
-      return grpc::StatusCode::UNAVAILABLE;
-    case StatusCode::kFailedPrecondition:
-      return grpc::StatusCode::FAILED_PRECONDITION;
-    case StatusCode::kDeadlineExceeded:
-      return grpc::StatusCode::DEADLINE_EXCEEDED;
-    case StatusCode::kDataLoss:
-      return grpc::StatusCode::DATA_LOSS;
-  }
-  return grpc::StatusCode::UNKNOWN;
-}
 
 bool IsHexKey(const std::string& key) {
   return key.size() == 64 && std::all_of(key.begin(), key.end(), [](char c) {
@@ -78,11 +54,6 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
-grpc::Status ToGrpcStatus(const Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(GrpcCode(status.code()), status.message());
-}
-
 KernelServiceImpl::KernelServiceImpl(KernelResolver& resolver, cache::TieredStore& store,
                                      CompilePool& pool, DaemonMetrics& metrics, ServiceInfo info)
     : resolver_(resolver), store_(store), pool_(pool), metrics_(metrics), info_(std::move(info)) {}
@@ -119,7 +90,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Resolve(const char* method,
                       }
                       // After the caller's deadline gRPC has already answered DEADLINE_EXCEEDED and
                       // drops this; the compiled bundle is in the cache either way.
-                      reactor->Finish(ToGrpcStatus(r.status));
+                      reactor->Finish(rpc::ToGrpcStatus(r.status));
                       pending_.fetch_sub(1);
                     });
   return reactor;
@@ -228,7 +199,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::GetEntry(grpc::CallbackServerContex
                                            "a key is 64 lowercase hex digits"));
   }
   StatusOr<std::optional<cache::Hit>> hit = store_.Get(request->key());
-  if (!hit.ok()) return FinishNow(context, ToGrpcStatus(hit.status()));
+  if (!hit.ok()) return FinishNow(context, rpc::ToGrpcStatus(hit.status()));
   if (!hit->has_value()) {
     metrics_.CountRequest("GetEntry", RequestResult::kFallback);
     return FinishNow(

@@ -72,7 +72,4 @@ class KernelServiceImpl final : public KernelServiceBase {
   ResponseBytes responses_{64u << 20};
 };
 
-// Returns the gRPC status for a stitch Status (same code, same message).
-grpc::Status ToGrpcStatus(const Status& status);
-
 }  // namespace stitch::daemon

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "stitch/compiler/status.h"
+#include "stitch/base/status.h"
 
 namespace stitch::daemon {
 

@@ -17,7 +17,7 @@
 
 #include "bench/gpu_command.h"
 #include "gpu/suite_export.h"
-#include "stitch/compiler/verifier.h"
+#include "stitch/ir/verifier.h"
 #include "suite/suite.h"
 #include "support/graph_builder.h"
 

@@ -11,12 +11,12 @@
 #include <random>
 #include <string>
 
-#include "stitch/compiler/compile.h"
-#include "stitch/compiler/emulated_run.h"
-#include "stitch/compiler/interpreter.h"
-#include "stitch/compiler/shape_scaling.h"
-#include "stitch/compiler/tensor_compare.h"
-#include "stitch/compiler/verifier.h"
+#include "stitch/driver/compile.h"
+#include "stitch/emulator/emulated_run.h"
+#include "stitch/ir/verifier.h"
+#include "stitch/reference/interpreter.h"
+#include "stitch/reference/shape_scaling.h"
+#include "stitch/reference/tensor_compare.h"
 
 namespace stitch::suite {
 namespace {
@@ -32,26 +32,6 @@ TEST(SuiteTest, HasThirtyEntriesInIdOrder) {
   }
   EXPECT_FALSE(BuildSuiteEntry(0).ok());
   EXPECT_FALSE(BuildSuiteEntry(kSuiteSize + 1).ok());
-}
-
-// The most input elements any reduce of `g` combines into one output element.
-int64_t LongestReduction(const Graph& g) {
-  int64_t longest = 0;
-  for (const Node& n : g.nodes) {
-    if (n.op != OpCode::kReduce) continue;
-    const int64_t out = std::max<int64_t>(n.shape.elements(), 1);
-    longest = std::max(longest, g.nodes[n.operands[0]].shape.elements() / out);
-  }
-  return longest;
-}
-
-// The interpreter sums in double; a kernel sums f32 in its own order, and over thousands of
-// terms that alone moves an f32 result past DefaultTolerance's 1e-5 (the 2048-row column
-// sums of the GPT-2 layer-norm backward reach 2.3e-5). Such f32 outputs get 4x; every other
-// output is held to DefaultTolerance, as the bench reports it.
-double Tolerance(const Graph& g, DType t) {
-  const bool long_f32_sum = t == DType::kF32 && LongestReduction(g) > 1024;
-  return DefaultTolerance(t) * (long_f32_sum ? 4 : 1);
 }
 
 class SuiteEntryTest : public ::testing::TestWithParam<int> {};
@@ -109,7 +89,7 @@ TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
   ASSERT_EQ(run->outputs.size(), expected->size());
   for (size_t k = 0; k < expected->size(); ++k) {
     const Tensor& want = (*expected)[k];
-    Comparison c = Compare(want, run->outputs[k], Tolerance(g, want.shape.dtype));
+    Comparison c = Compare(want, run->outputs[k], OutputTolerance(g, want.shape.dtype));
     EXPECT_TRUE(c.pass) << "output " << k << " " << want.shape.ToString() << ": " << c.message
                         << "\nplan:\n"
                         << Describe(g, portable->plan);

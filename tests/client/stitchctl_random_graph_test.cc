@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "stitch/compiler/graph_proto.h"
-#include "stitch/compiler/verifier.h"
+#include "stitch/ir/graph_proto.h"
+#include "stitch/ir/verifier.h"
 #include "support/command.h"
 #include "support/random_graph.h"
 

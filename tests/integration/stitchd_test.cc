@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "stitch/client/client.h"
-#include "stitch/compiler/graph_proto.h"
-#include "stitch/compiler/hlo_import.h"
-#include "stitch/compiler/target.h"
+#include "stitch/hlo/hlo_import.h"
+#include "stitch/ir/graph_proto.h"
+#include "stitch/plan/target.h"
 #include "support/stitchd_process.h"
 
 namespace stitch::testing {

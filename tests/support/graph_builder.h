@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "stitch/compiler/graph.h"
+#include "stitch/ir/graph.h"
 
 namespace stitch::testing {
 

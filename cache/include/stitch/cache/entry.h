@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "stitch/compiler/status.h"
+#include "stitch/base/status.h"
 #include "stitch/v1/kernel_bundle.pb.h"
 
 namespace stitch::cache {

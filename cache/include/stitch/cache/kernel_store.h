@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "stitch/compiler/status.h"
+#include "stitch/base/status.h"
 #include "stitch/v1/kernel_bundle.pb.h"
 
 namespace stitch::cache {

@@ -15,7 +15,7 @@
 // before the first use is unaffected.
 //
 // Thread-safety: a Client may be used from many threads at once.
-// Link line: stitch_service_proto (protobuf, gRPC) and stitch_status; no LLVM, no RocksDB.
+// Link line: stitch_rpc (protobuf, gRPC) and stitch_base; no LLVM, no RocksDB.
 #pragma once
 
 #include <chrono>
@@ -25,7 +25,7 @@
 #include <memory>
 #include <string>
 
-#include "stitch/compiler/status.h"
+#include "stitch/base/status.h"
 #include "stitch/v1/kernel_service.pb.h"
 
 namespace stitch::client {

@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <string>
 
-#include "stitch/compiler/status.h"
+#include "stitch/base/status.h"
 
 namespace stitch::daemon {
 

@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "stitch/compiler/status.h"
+#include "stitch/base/status.h"
 #include "stitch/metrics/registry.h"
 
 namespace stitch::metrics {

@@ -1,0 +1,102 @@
+// LLVM codegen: one kernel of a fusion plan to an LLVM module for nvptx64-nvidia-cuda,
+// then to PTX (in-process, LLVM's NVPTX backend) and to cubin (nvJitLink or ptxas, where
+// the CUDA toolkit exists).
+//
+// The module a kernel is emitted as ("portable IR") is the contract with the host
+// emulator, which rewrites the same module for the host:
+//   * one kernel function per module, named CompiledKernel::name, marked as a kernel
+//     (nvvm.annotations), returning void; every parameter is an opaque `ptr` in
+//     address space 0 to one buffer (CompiledKernel::param_nodes);
+//   * thread geometry comes only from llvm.nvvm.read.ptx.sreg.{tid,ntid,ctaid,nctaid}.*;
+//   * block barriers are llvm.nvvm.barrier0; warp exchanges are llvm.nvvm.shfl.sync.*
+//     with a full mask;
+//   * shared memory is module globals in addrspace(3) of static size;
+//   * math functions are calls to libdevice names (__nv_expf, ...) left as declarations;
+//     LowerToPtx links libdevice or, without the toolkit, stitch's own definitions;
+//   * f16 values use LLVM `half` (fpext/fptrunc); bf16 is handled as i16 bits.
+//   * a grid-wide barrier (AStitch's "global" scheme) is a call to
+//     `declare void @stitch.grid.sync(ptr %workspace)`, marked convergent. %workspace
+//     points to 8 bytes of global memory, 4-byte aligned: a u32 arrival counter, then a
+//     u32 generation. The host zero-fills it once before the first launch (the generation
+//     may hold anything; the counter must be 0); every barrier leaves the counter at 0 and
+//     advances the generation, so later barriers of the launch and later launches reuse it
+//     as it is (after an aborted launch, zero it again). Launches that may run at the same
+//     time need separate workspaces. Every thread of every block calls it the same number
+//     of times, and the grid must be no larger than what can be co-resident on the GPU (a
+//     persistent grid), or it hangs. Global memory written by any thread before the call
+//     is visible to every thread after it. LowerToPtx gives it its device body and drops
+//     `noalias` from the writable parameters of a kernel that calls it; the emulator runs
+//     such a kernel's blocks at once.
+//
+// Thread-safety: every function here may be called concurrently; each call builds its
+// own LLVMContext.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stitch/base/status.h"
+#include "stitch/ir/graph.h"
+#include "stitch/plan/plan.h"
+#include "stitch/plan/target.h"
+
+namespace stitch {
+
+struct CodegenOptions {
+  Target target;  // also the cache key's target (compile.h)
+  // libdevice bitcode; empty means "use stitch's own math definitions" (PTX-only mode).
+  std::string libdevice_path = DefaultLibdevicePath();
+  // ptxas binary used when nvJitLink is not linked in; empty disables cubin.
+  std::string ptxas_path = DefaultPtxasPath();
+  bool emit_cubin = true;
+  // Assemble with ptxas even when nvJitLink is linked in (both must give the same cubin;
+  // tests use this to cover the ptxas path).
+  bool prefer_ptxas = false;
+
+  // Returns the paths found when stitchd was built (empty when the toolkit was absent).
+  static std::string DefaultLibdevicePath();
+  static std::string DefaultPtxasPath();
+};
+
+struct CompiledKernel {
+  std::string name;
+  KernelKind kind = KernelKind::kLoop;
+  LaunchDims launch;
+  uint32_t shared_bytes = 0;  // static shared memory per block
+  // The buffer behind each kernel parameter, by graph node index: the spec's inputs in
+  // order, then its outputs in order. Each buffer must be 16-byte aligned (cudaMalloc's
+  // are 256-byte aligned): kernels load and store up to 16 bytes at once.
+  std::vector<int> param_nodes;
+  // Scratch global memory the kernel needs (grid-barrier words, partial results of split
+  // reductions); 0 for none. When nonzero the kernel takes one more `ptr` parameter after
+  // those of param_nodes: a buffer of this many bytes, 256-byte aligned, zero-filled by the
+  // host before the kernel's first launch. Later launches may reuse it as it is, one launch
+  // at a time. Such a kernel has grid barriers: its grid must be co-resident, so hosts
+  // launch it cooperatively (cuLaunchCooperativeKernel), which fails cleanly instead of
+  // hanging when the grid does not fit.
+  uint64_t workspace_bytes = 0;
+  std::string portable_ir;  // LLVM bitcode of the portable module (see above)
+  std::string ptx;          // filled by LowerToPtx
+  std::string cubin;        // filled by AssembleCubin; empty in PTX-only mode
+};
+
+// Emits the portable LLVM module for `spec`, a kernel scheduled for options.target's device
+// (schedule.h): its launch dimensions are the mapping's. Returns INVALID_ARGUMENT for a
+// malformed or unscheduled spec, UNIMPLEMENTED for an op the emitters do not handle, naming
+// the node.
+StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
+                                    const CodegenOptions& options);
+
+// Optimises the portable module, links the math library and produces PTX in `kernel.ptx`.
+Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options);
+
+// Assembles kernel.ptx into kernel.cubin for options.target with nvJitLink, or ptxas when
+// nvJitLink is absent. Returns UNAVAILABLE when neither exists (PTX-only mode).
+Status AssembleCubin(CompiledKernel& kernel, const CodegenOptions& options);
+
+// Returns true when AssembleCubin can work in this build and on this machine.
+bool CubinAvailable(const CodegenOptions& options);
+
+}  // namespace stitch

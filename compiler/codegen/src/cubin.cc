@@ -1,0 +1,176 @@
+// AssembleCubin / CubinAvailable: PTX -> cubin with nvJitLink when it is linked in, else
+// with the ptxas binary.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "stitch/codegen/codegen.h"
+
+#ifdef STITCH_HAVE_NVJITLINK
+#include <nvJitLink.h>
+#endif
+
+extern char** environ;
+
+namespace stitch {
+
+std::string CodegenOptions::DefaultPtxasPath() { return STITCH_DEFAULT_PTXAS; }
+
+namespace {
+
+#ifdef STITCH_HAVE_NVJITLINK
+std::string JitLinkLog(nvJitLinkHandle h) {
+  size_t size = 0;
+  if (nvJitLinkGetErrorLogSize(h, &size) != NVJITLINK_SUCCESS || size == 0) return "";
+  std::string log(size, '\0');
+  if (nvJitLinkGetErrorLog(h, log.data()) != NVJITLINK_SUCCESS) return "";
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+  return log;
+}
+
+Status AssembleWithJitLink(CompiledKernel& kernel, const std::string& target) {
+  std::string arch = "-arch=" + target;
+  const char* opts[] = {arch.c_str()};
+  nvJitLinkHandle h = nullptr;
+  nvJitLinkResult r = nvJitLinkCreate(&h, 1, opts);
+  if (r != NVJITLINK_SUCCESS) {
+    // Unavailable lets the caller fall back to ptxas (e.g. an arch this nvJitLink lacks).
+    return Unavailable("nvJitLinkCreate(" + arch + ") failed with code " + std::to_string(r));
+  }
+  struct Destroy {
+    nvJitLinkHandle* h;
+    ~Destroy() { nvJitLinkDestroy(h); }
+  } destroy{&h};
+  r = nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, kernel.ptx.data(), kernel.ptx.size(),
+                       kernel.name.c_str());
+  if (r == NVJITLINK_SUCCESS) r = nvJitLinkComplete(h);
+  if (r != NVJITLINK_SUCCESS) {
+    return Internal("nvJitLink could not assemble kernel " + kernel.name + " for " + target +
+                    " (code " + std::to_string(r) + "): " + JitLinkLog(h));
+  }
+  size_t size = 0;
+  if (nvJitLinkGetLinkedCubinSize(h, &size) != NVJITLINK_SUCCESS) {
+    return Internal("nvJitLinkGetLinkedCubinSize failed: " + JitLinkLog(h));
+  }
+  std::string cubin(size, '\0');
+  if (nvJitLinkGetLinkedCubin(h, cubin.data()) != NVJITLINK_SUCCESS) {
+    return Internal("nvJitLinkGetLinkedCubin failed: " + JitLinkLog(h));
+  }
+  kernel.cubin = std::move(cubin);
+  return Status::Ok();
+}
+#endif
+
+bool IsExecutable(const std::string& path) {
+  return !path.empty() && access(path.c_str(), X_OK) == 0;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A private temporary directory, removed with its files on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = P_tmpdir;
+    std::string templ = std::string(base) + "/stitch-ptxas-XXXXXX";
+    std::vector<char> buf(templ.begin(), templ.end());
+    buf.push_back('\0');
+    if (mkdtemp(buf.data())) path_ = buf.data();
+  }
+  ~TempDir() {
+    if (path_.empty()) return;
+    for (const char* f : {"/in.ptx", "/out.cubin", "/stderr.txt"}) unlink((path_ + f).c_str());
+    rmdir(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+Status AssembleWithPtxas(CompiledKernel& kernel, const std::string& ptxas,
+                         const std::string& target) {
+  TempDir dir;
+  if (dir.path().empty()) return Internal(std::string("mkdtemp failed: ") + std::strerror(errno));
+  const std::string in = dir.path() + "/in.ptx";
+  const std::string out = dir.path() + "/out.cubin";
+  const std::string err = dir.path() + "/stderr.txt";
+  {
+    std::ofstream f(in, std::ios::binary);
+    f.write(kernel.ptx.data(), static_cast<std::streamsize>(kernel.ptx.size()));
+    if (!f) return Internal("cannot write " + in);
+  }
+  std::string arch = "-arch=" + target;
+  std::vector<std::string> args = {ptxas, arch, "-o", out, in};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, ptxas.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    return Unavailable("cannot run ptxas '" + ptxas + "': " + std::strerror(rc));
+  }
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0) {
+    if (errno != EINTR) return Internal(std::string("waitpid failed: ") + std::strerror(errno));
+  }
+  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+    return Internal("ptxas failed on kernel " + kernel.name + " for " + target + ": " +
+                    ReadAll(err));
+  }
+  kernel.cubin = ReadAll(out);
+  if (kernel.cubin.empty()) return Internal("ptxas produced no cubin for kernel " + kernel.name);
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool CubinAvailable(const CodegenOptions& options) {
+  if (!options.emit_cubin) return false;
+#ifdef STITCH_HAVE_NVJITLINK
+  unsigned major = 0, minor = 0;
+  if (nvJitLinkVersion(&major, &minor) == NVJITLINK_SUCCESS) return true;
+#endif
+  return IsExecutable(options.ptxas_path);
+}
+
+Status AssembleCubin(CompiledKernel& kernel, const CodegenOptions& options) {
+  if (kernel.ptx.empty()) {
+    return InvalidArgument("kernel " + kernel.name + " has no PTX; call LowerToPtx first");
+  }
+  if (!options.emit_cubin) return Unavailable("cubin emission is disabled");
+#ifdef STITCH_HAVE_NVJITLINK
+  if (!options.prefer_ptxas || !IsExecutable(options.ptxas_path)) {
+    Status s = AssembleWithJitLink(kernel, options.target.name());
+    if (s.code() != StatusCode::kUnavailable || !IsExecutable(options.ptxas_path)) return s;
+  }
+#endif
+  if (!IsExecutable(options.ptxas_path)) {
+    return Unavailable("neither nvJitLink nor ptxas (at '" + options.ptxas_path +
+                       "') is available; PTX-only mode");
+  }
+  return AssembleWithPtxas(kernel, options.ptxas_path, options.target.name());
+}
+
+}  // namespace stitch

@@ -1,0 +1,45 @@
+// The grid-wide barrier of the portable-IR contract (codegen.h), for AStitch's "global"
+// stitching scheme: stages of one kernel exchange values through global memory behind a
+// barrier over every thread of a persistent grid.
+//
+// Portable IR only calls `void @stitch.grid.sync(ptr %workspace)`; LowerToPtx gives it its
+// device body (DefineGridBarrier) and the emulator maps it to its scheduler.
+//
+// Thread-safety: the functions act on the module or builder they are given only.
+#pragma once
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
+
+#include "stitch/base/status.h"
+
+namespace stitch::codegen {
+
+struct KernelContext;
+
+// The barrier's function name and its workspace: two u32 (arrival counter, generation),
+// 4-byte aligned, zero-filled by the host once before the first launch.
+inline constexpr char kGridBarrierFunction[] = "stitch.grid.sync";
+inline constexpr uint64_t kGridBarrierWorkspaceBytes = 8;
+
+// Returns the module's declaration of the barrier, adding it when missing.
+llvm::Function* DeclareGridBarrier(llvm::Module& module);
+
+// Emits a call to the barrier at the builder's insertion point. `workspace` is a pointer in
+// any address space (cast to a generic pointer here).
+llvm::CallInst* EmitGridBarrier(llvm::IRBuilder<>& b, llvm::Value* workspace);
+
+// The same, for an emitter: every thread of every block of the kernel must reach the call
+// the same number of times.
+void GridBarrier(KernelContext& kc, llvm::Value* workspace);
+
+// Gives a declared grid barrier its NVPTX body (bar.sync; thread (0,0,0) of each block
+// arrives on the workspace's counter, the last block to arrive resets it and advances the
+// generation, the others spin on the generation; bar.sync), internal and always inlined,
+// and drops `noalias` from the writable parameters of the functions that call it (values
+// pass between threads through them across the call). A module without the barrier is left
+// alone. Returns INVALID_ARGUMENT when the module defines the barrier itself or declares
+// it with another type than `void (ptr)`.
+Status DefineGridBarrier(llvm::Module& module);
+
+}  // namespace stitch::codegen

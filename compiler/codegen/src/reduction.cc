@@ -1,0 +1,427 @@
+#include "reduction.h"
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include <algorithm>
+
+#include "dtype_lowering.h"
+#include "grid_barrier.h"
+#include "stitch/plan/op_classes.h"
+
+namespace stitch::codegen {
+
+StatusOr<ReduceInfo> MakeReduceInfo(KernelContext& kc, int id) {
+  const Graph& g = kc.graph;
+  const Node& n = g.nodes[id];
+  if (n.op != OpCode::kReduce || n.operands.size() != 2) {
+    return InvalidArgument(DescribeNode(g, id) + " needs operands {input, init}");
+  }
+  for (int o : n.operands) {
+    if (o < 0 || o >= static_cast<int>(g.nodes.size())) {
+      return InvalidArgument(DescribeNode(g, id) + " has an out-of-range operand");
+    }
+  }
+  ReduceInfo r;
+  r.node = id;
+  r.input = n.operands[0];
+  r.init = n.operands[1];
+  r.kind = n.reduce_kind;
+  r.dtype = n.shape.dtype;
+  r.acc_ty = ComputeType(kc.ctx, r.dtype);
+  if (g.nodes[r.input].shape.dtype != r.dtype || g.nodes[r.init].shape.dtype != r.dtype ||
+      g.nodes[r.init].shape.rank() != 0) {
+    return InvalidArgument(DescribeNode(g, id) +
+                           ": input and init must have the result dtype; init is a scalar");
+  }
+  if (IsFloat(r.dtype) && (r.kind == ReduceKind::kAnd || r.kind == ReduceKind::kOr)) {
+    return InvalidArgument(DescribeNode(g, id) + ": and/or reduce of a float");
+  }
+  if (r.kind < ReduceKind::kSum || r.kind > ReduceKind::kOr) {
+    return InvalidArgument(DescribeNode(g, id) + ": unknown combiner");
+  }
+  return r;
+}
+
+StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
+  const Graph& g = kc.graph;
+  const int hero = kc.spec.hero;
+  if (hero < 0 || hero >= static_cast<int>(g.nodes.size()) || g.nodes[hero].op != OpCode::kReduce) {
+    return InvalidArgument("kernel " + kc.spec.name + ": hero " + std::to_string(hero) +
+                           " is not a reduce node");
+  }
+  ReducePlan plan;
+  auto add_reduce = [&](int id) -> Status {
+    STITCH_ASSIGN_OR_RETURN(ReduceInfo r, MakeReduceInfo(kc, id));
+    plan.reduces.push_back(r);
+    return Status::Ok();
+  };
+  STITCH_RETURN_IF_ERROR(add_reduce(hero));
+
+  const Node& h = g.nodes[hero];
+  ReduceGeometry& geo = plan.geometry;
+  geo.input_dims = g.nodes[h.operands[0]].shape.dims;
+  const int rank = static_cast<int>(geo.input_dims.size());
+  std::vector<bool> reduced(rank, false);
+  for (int64_t d : h.dimensions) {
+    if (d < 0 || d >= rank || reduced[d]) {
+      return InvalidArgument(DescribeNode(g, hero) + ": bad reduced dimension " +
+                             std::to_string(d));
+    }
+    reduced[d] = true;
+  }
+  for (int d = 0; d < rank; ++d) {
+    if (reduced[d]) {
+      geo.reduced_pos.push_back(d);
+      geo.reduced_sizes.push_back(geo.input_dims[d]);
+      geo.reduced *= geo.input_dims[d];
+    } else {
+      geo.kept_pos.push_back(d);
+      geo.kept_sizes.push_back(geo.input_dims[d]);
+      geo.kept *= geo.input_dims[d];
+    }
+  }
+  if (h.shape.dims != geo.kept_sizes) {
+    return InvalidArgument(DescribeNode(g, hero) + ": result shape " + h.shape.ToString() +
+                           " is not the input's kept dimensions");
+  }
+  // The dimensions were checked above; those of size 1 do not affect linear offsets.
+  geo.reduced_is_suffix = ReducesTrailingDims(g, hero);
+  geo.reduced_is_prefix = !geo.reduced_is_suffix && ReducesLeadingDims(g, hero);
+
+  for (size_t slot = 0; slot < kc.spec.outputs.size(); ++slot) {
+    const int out = kc.spec.outputs[slot];
+    if (out == hero) {
+      plan.reduces[0].is_output = true;
+      plan.kept_outputs.push_back(slot);
+      continue;
+    }
+    const Node& n = g.nodes[out];
+    if (n.op != OpCode::kReduce && n.shape.elements() != geo.kept &&
+        n.shape.elements() == geo.kept * geo.reduced) {
+      if (!geo.reduced_is_suffix && !geo.reduced_is_prefix) {
+        return Unimplemented(DescribeNode(g, out) + " is a full-size output of reduce kernel " +
+                             kc.spec.name + ", whose reduced dimensions are not at either end");
+      }
+      plan.side_outputs.push_back(slot);
+      continue;
+    }
+    if (n.op != OpCode::kReduce) {
+      if (n.shape.elements() != geo.kept) {
+        return Unimplemented(DescribeNode(g, out) + " is an output of reduce kernel " +
+                             kc.spec.name + " but does not have the reduce's element count");
+      }
+      plan.epilogue.push_back(out);
+      plan.kept_outputs.push_back(slot);
+      continue;
+    }
+    if (n.operands.empty() || n.operands[0] < 0 ||
+        n.operands[0] >= static_cast<int>(g.nodes.size()) ||
+        g.nodes[n.operands[0]].shape.dims != geo.input_dims || n.dimensions != h.dimensions) {
+      return Unimplemented(DescribeNode(g, out) + " does not share the geometry of hero " +
+                           DescribeNode(g, hero));
+    }
+    plan.kept_outputs.push_back(slot);
+    bool seen = false;
+    for (auto& r : plan.reduces) {
+      if (r.node == out) seen = r.is_output = true;
+    }
+    if (!seen) {
+      STITCH_RETURN_IF_ERROR(add_reduce(out));
+      plan.reduces.back().is_output = true;
+    }
+  }
+  return plan;
+}
+
+IrIndex InputIndex(KernelContext& kc, ElementalEmitter& em, const ReduceGeometry& geo,
+                   llvm::Value* k, llvm::Value* r) {
+  llvm::IRBuilder<>& b = kc.b;
+  IrIndex idx;
+  if (geo.reduced_is_suffix) {
+    idx.linear =
+        b.CreateAdd(b.CreateMul(k, kc.Index(geo.reduced), "", true, true), r, "", true, true);
+    return idx;
+  }
+  if (geo.reduced_is_prefix) {
+    idx.linear = b.CreateAdd(b.CreateMul(r, kc.Index(geo.kept), "", true, true), k, "", true, true);
+    return idx;
+  }
+  std::vector<llvm::Value*> kd = em.Delinearize(k, geo.kept_sizes);
+  std::vector<llvm::Value*> rd = em.Delinearize(r, geo.reduced_sizes);
+  idx.dims.assign(geo.input_dims.size(), nullptr);
+  for (size_t i = 0; i < geo.kept_pos.size(); ++i) idx.dims[geo.kept_pos[i]] = kd[i];
+  for (size_t i = 0; i < geo.reduced_pos.size(); ++i) idx.dims[geo.reduced_pos[i]] = rd[i];
+  return idx;
+}
+
+llvm::Value* Identity(llvm::IRBuilder<>& b, const ReduceInfo& r) {
+  llvm::Type* ty = r.acc_ty;
+  const bool fp = ty->isFloatingPointTy();
+  const bool is_signed = IsSignedInt(r.dtype);
+  const unsigned bits = fp ? 0 : ty->getIntegerBitWidth();
+  switch (r.kind) {
+    case ReduceKind::kSum:
+    case ReduceKind::kOr:
+      return llvm::Constant::getNullValue(ty);
+    case ReduceKind::kProd:
+      return fp ? llvm::ConstantFP::get(ty, 1.0) : llvm::ConstantInt::get(ty, 1);
+    case ReduceKind::kAnd:
+      return llvm::Constant::getAllOnesValue(ty);
+    case ReduceKind::kMax:
+      if (fp) return llvm::ConstantFP::getInfinity(ty, /*Negative=*/true);
+      return llvm::ConstantInt::get(
+          ty, is_signed ? llvm::APInt::getSignedMinValue(bits) : llvm::APInt::getMinValue(bits));
+    case ReduceKind::kMin:
+      if (fp) return llvm::ConstantFP::getInfinity(ty, /*Negative=*/false);
+      return llvm::ConstantInt::get(
+          ty, is_signed ? llvm::APInt::getSignedMaxValue(bits) : llvm::APInt::getMaxValue(bits));
+  }
+  return llvm::Constant::getNullValue(ty);
+}
+
+llvm::Value* Combine(llvm::IRBuilder<>& b, const ReduceInfo& r, llvm::Value* a, llvm::Value* c) {
+  const bool fp = r.acc_ty->isFloatingPointTy();
+  const bool is_signed = IsSignedInt(r.dtype);
+  switch (r.kind) {
+    case ReduceKind::kSum:
+      return fp ? b.CreateFAdd(a, c) : b.CreateAdd(a, c);
+    case ReduceKind::kProd:
+      return fp ? b.CreateFMul(a, c) : b.CreateMul(a, c);
+    case ReduceKind::kMax:
+      if (fp) return FloatMax(b, a, c);
+      return b.CreateSelect(is_signed ? b.CreateICmpSGT(a, c) : b.CreateICmpUGT(a, c), a, c);
+    case ReduceKind::kMin:
+      if (fp) return FloatMin(b, a, c);
+      return b.CreateSelect(is_signed ? b.CreateICmpSLT(a, c) : b.CreateICmpULT(a, c), a, c);
+    case ReduceKind::kAnd:
+      return b.CreateAnd(a, c);
+    case ReduceKind::kOr:
+      return b.CreateOr(a, c);
+  }
+  return a;
+}
+
+void InitAccumulators(KernelContext& kc, std::vector<ReduceInfo>& reduces) {
+  for (auto& r : reduces) {
+    if (!r.acc) r.acc = EntryAlloca(kc, r.acc_ty, "acc");
+    kc.b.CreateStore(Identity(kc.b, r), r.acc);
+  }
+}
+
+Status AccumulateElement(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                         llvm::Value* k, llvm::Value* r) {
+  em.ResetScope();
+  IrIndex idx = InputIndex(kc, em, plan.geometry, k, r);
+  for (const auto& red : plan.reduces) {
+    STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(red.input, idx));
+    llvm::Value* acc = kc.b.CreateLoad(red.acc_ty, red.acc);
+    kc.b.CreateStore(Combine(kc.b, red, acc, v), red.acc);
+  }
+  for (size_t slot : plan.side_outputs) {
+    const int out = kc.spec.outputs[slot];
+    IrIndex linear{{}, idx.linear};
+    STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, linear));
+    StoreElement(kc.b, kc.graph.nodes[out].shape.dtype, v, kc.output_buffers[slot], idx.linear);
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+llvm::Value* Shuffle32(llvm::IRBuilder<>& b, llvm::Value* v, int offset, bool butterfly) {
+  const bool is_float = v->getType()->isFloatTy();
+  auto id = butterfly ? (is_float ? llvm::Intrinsic::nvvm_shfl_sync_bfly_f32
+                                  : llvm::Intrinsic::nvvm_shfl_sync_bfly_i32)
+                      : (is_float ? llvm::Intrinsic::nvvm_shfl_sync_down_f32
+                                  : llvm::Intrinsic::nvvm_shfl_sync_down_i32);
+  // Clamp 0x1f: lanes past the end of the warp read their own value.
+  return b.CreateIntrinsic(id, {}, {b.getInt32(-1), v, b.getInt32(offset), b.getInt32(0x1f)});
+}
+
+llvm::Value* Shuffle(llvm::IRBuilder<>& b, llvm::Value* v, int offset, bool butterfly) {
+  llvm::Type* ty = v->getType();
+  if (ty->isFloatTy() || ty->isIntegerTy(32)) return Shuffle32(b, v, offset, butterfly);
+  if (ty->isIntegerTy() && ty->getIntegerBitWidth() < 32) {
+    llvm::Value* w = Shuffle32(b, b.CreateZExt(v, b.getInt32Ty()), offset, butterfly);
+    return b.CreateTrunc(w, ty);
+  }
+  // 64-bit values travel as two 32-bit halves.
+  llvm::Value* bits = ty->isDoubleTy() ? b.CreateBitCast(v, b.getInt64Ty()) : v;
+  llvm::Value* lo = Shuffle32(b, b.CreateTrunc(bits, b.getInt32Ty()), offset, butterfly);
+  llvm::Value* hi =
+      Shuffle32(b, b.CreateTrunc(b.CreateLShr(bits, 32), b.getInt32Ty()), offset, butterfly);
+  llvm::Value* joined = b.CreateOr(b.CreateZExt(lo, b.getInt64Ty()),
+                                   b.CreateShl(b.CreateZExt(hi, b.getInt64Ty()), 32));
+  return ty->isDoubleTy() ? b.CreateBitCast(joined, ty) : joined;
+}
+
+}  // namespace
+
+llvm::Value* WarpReduce(KernelContext& kc, const ReduceInfo& r, llvm::Value* v, int width) {
+  // Lane 0 of a group only ever reads lanes inside its group, so groups narrower than a
+  // warp need no segment mask.
+  for (int offset = width / 2; offset > 0; offset /= 2) {
+    v = Combine(kc.b, r, v, Shuffle(kc.b, v, offset, /*butterfly=*/false));
+  }
+  return v;
+}
+
+llvm::Value* WarpAllReduce(KernelContext& kc, const ReduceInfo& r, llvm::Value* v, int width) {
+  // XOR partners stay inside aligned groups of `width` lanes, and every lane ends with the
+  // group's result.
+  for (int offset = width / 2; offset > 0; offset /= 2) {
+    v = Combine(kc.b, r, v, Shuffle(kc.b, v, offset, /*butterfly=*/true));
+  }
+  return v;
+}
+
+llvm::Type* SharedType(llvm::Type* acc_ty) {
+  return acc_ty->isIntegerTy(1) ? llvm::Type::getInt8Ty(acc_ty->getContext()) : acc_ty;
+}
+
+llvm::Value* ToShared(llvm::IRBuilder<>& b, llvm::Value* v) {
+  return v->getType()->isIntegerTy(1) ? b.CreateZExt(v, b.getInt8Ty()) : v;
+}
+
+llvm::Value* FromShared(llvm::IRBuilder<>& b, llvm::Value* v, llvm::Type* acc_ty) {
+  return acc_ty->isIntegerTy(1) ? b.CreateTrunc(v, acc_ty) : v;
+}
+
+Status WriteReduceOutputs(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                          const std::vector<llvm::Value*>& partials, llvm::Value* k) {
+  em.ResetScope();
+  const Graph& g = kc.graph;
+  for (size_t i = 0; i < plan.reduces.size(); ++i) {
+    const ReduceInfo& r = plan.reduces[i];
+    STITCH_ASSIGN_OR_RETURN(llvm::Value * init, em.Emit(r.init, IrIndex{{}, kc.Index(0)}));
+    // The init value enters exactly once per output, after all partials are combined.
+    llvm::Value* result = Combine(kc.b, r, init, partials[i]);
+    llvm::Value* seed_index = g.nodes[r.node].shape.rank() == 0 ? kc.Index(0) : k;
+    em.Seed(r.node, seed_index, result);
+  }
+  for (size_t o : plan.kept_outputs) {
+    const int out = kc.spec.outputs[o];
+    IrIndex idx{{}, g.nodes[out].shape.rank() == 0 ? kc.Index(0) : k};
+    STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, idx));
+    StoreElement(kc.b, g.nodes[out].shape.dtype, v, kc.output_buffers[o], k);
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+constexpr uint64_t kPartialAlignment = 256;
+
+llvm::Value* PartialAddress(KernelContext& kc, const ReduceInfo& r, llvm::Value* base,
+                            llvm::Value* chunk, llvm::Value* k, int64_t kept) {
+  llvm::IRBuilder<>& b = kc.b;
+  llvm::Value* slot =
+      b.CreateAdd(b.CreateMul(chunk, kc.Index(kept), "", true, true), k, "", true, true);
+  return b.CreateInBoundsGEP(SharedType(r.acc_ty), base, {slot});
+}
+
+}  // namespace
+
+StatusOr<PartialArrays> LayoutPartials(KernelContext& kc, const ReducePlan& plan, int64_t chunks) {
+  if (kc.workspace == nullptr) {
+    return Internal("kernel " + kc.spec.name +
+                    ": a split reduction needs the workspace of a global_stitch kernel");
+  }
+  PartialArrays arrays;
+  arrays.chunks = chunks;
+  uint64_t offset =
+      (kc.workspace_offset + kPartialAlignment - 1) / kPartialAlignment * kPartialAlignment;
+  const llvm::DataLayout& dl = kc.module.getDataLayout();
+  for (const ReduceInfo& r : plan.reduces) {
+    arrays.base.push_back(kc.b.CreateConstInBoundsGEP1_64(kc.b.getInt8Ty(), kc.workspace, offset));
+    const uint64_t bytes = dl.getTypeAllocSize(SharedType(r.acc_ty)) *
+                           static_cast<uint64_t>(chunks) *
+                           static_cast<uint64_t>(plan.geometry.kept);
+    offset += (bytes + kPartialAlignment - 1) / kPartialAlignment * kPartialAlignment;
+  }
+  arrays.end_offset = offset;
+  return arrays;
+}
+
+void StorePartials(KernelContext& kc, const ReducePlan& plan, const PartialArrays& arrays,
+                   const std::vector<llvm::Value*>& partials, llvm::Value* chunk, llvm::Value* k) {
+  for (size_t i = 0; i < plan.reduces.size(); ++i) {
+    const ReduceInfo& r = plan.reduces[i];
+    kc.b.CreateStore(ToShared(kc.b, partials[i]),
+                     PartialAddress(kc, r, arrays.base[i], chunk, k, plan.geometry.kept));
+  }
+}
+
+Status EmitCombinePartials(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                           const PartialArrays& arrays) {
+  llvm::IRBuilder<>& b = kc.b;
+  GridBarrier(kc, kc.workspace);
+  // Warps are numbered across the grid; a warp's lanes split the output's chunks. The loop
+  // over outputs is uniform across a warp, so every lane reaches the shuffles.
+  llvm::Value* threads = b.CreateMul(BlockDim(kc, Dim::kX), BlockDim(kc, Dim::kY));
+  llvm::Value* tid = LinearThreadIdx(kc);
+  llvm::Value* lane = b.CreateURem(tid, kc.Index(32));
+  llvm::Value* warp =
+      b.CreateUDiv(b.CreateAdd(b.CreateMul(BlockIdx(kc, Dim::kX), threads), tid), kc.Index(32));
+  llvm::Value* warps = b.CreateUDiv(b.CreateMul(GridDim(kc, Dim::kX), threads), kc.Index(32));
+  std::vector<ReduceInfo> reduces = plan.reduces;
+  for (ReduceInfo& r : reduces) r.acc = nullptr;
+  return EmitForLoop(
+      kc, "combine", warp, kc.Index(plan.geometry.kept), warps, [&](llvm::Value* k) -> Status {
+        InitAccumulators(kc, reduces);
+        STITCH_RETURN_IF_ERROR(
+            EmitForLoop(kc, "chunk", lane, kc.Index(arrays.chunks), kc.Index(32),
+                        [&](llvm::Value* c) -> Status {
+                          for (size_t i = 0; i < reduces.size(); ++i) {
+                            const ReduceInfo& r = reduces[i];
+                            llvm::Type* st = SharedType(r.acc_ty);
+                            llvm::Value* p =
+                                FromShared(b,
+                                           b.CreateLoad(st, PartialAddress(kc, r, arrays.base[i], c,
+                                                                           k, plan.geometry.kept)),
+                                           r.acc_ty);
+                            b.CreateStore(Combine(b, r, b.CreateLoad(r.acc_ty, r.acc), p), r.acc);
+                          }
+                          return Status::Ok();
+                        }));
+        std::vector<llvm::Value*> totals;
+        for (const ReduceInfo& r : reduces) {
+          totals.push_back(WarpReduce(kc, r, b.CreateLoad(r.acc_ty, r.acc), 32));
+        }
+        return EmitIf(kc, "write", b.CreateICmpEQ(lane, kc.Index(0)),
+                      [&] { return WriteReduceOutputs(kc, em, plan, totals, k); });
+      });
+}
+
+std::pair<llvm::Value*, llvm::Value*> ChunkRange(KernelContext& kc, int64_t reduced, int64_t chunks,
+                                                 llvm::Value* chunk) {
+  llvm::IRBuilder<>& b = kc.b;
+  const int64_t size = (reduced + chunks - 1) / chunks;
+  llvm::Value* lo = b.CreateMul(chunk, kc.Index(size), "", true, true);
+  llvm::Value* lo_clamped =
+      b.CreateSelect(b.CreateICmpSLT(lo, kc.Index(reduced)), lo, kc.Index(reduced));
+  llvm::Value* hi = b.CreateAdd(lo_clamped, kc.Index(size), "", true, true);
+  hi = b.CreateSelect(b.CreateICmpSLT(hi, kc.Index(reduced)), hi, kc.Index(reduced));
+  return {lo_clamped, hi};
+}
+
+Status EmitWarpRowLoop(KernelContext& kc, int64_t rows, int lanes, int64_t warps_per_block,
+                       const WarpRowBody& body) {
+  llvm::IRBuilder<>& b = kc.b;
+  const int64_t rows_per_warp = 32 / lanes;
+  const int64_t groups = (rows + rows_per_warp - 1) / rows_per_warp;
+  llvm::Value* lane = ThreadIdx(kc, Dim::kX);
+  llvm::Value* sub = b.CreateUDiv(lane, kc.Index(lanes));
+  llvm::Value* seg = b.CreateURem(lane, kc.Index(lanes));
+  llvm::Value* warps = kc.Index(warps_per_block);
+  llvm::Value* first =
+      b.CreateAdd(b.CreateMul(BlockIdx(kc, Dim::kX), warps), ThreadIdx(kc, Dim::kY));
+  llvm::Value* stride = b.CreateMul(GridDim(kc, Dim::kX), warps);
+  return EmitForLoop(kc, "rowgroup", first, kc.Index(groups), stride, [&](llvm::Value* grp) {
+    llvm::Value* row = b.CreateAdd(b.CreateMul(grp, kc.Index(rows_per_warp)), sub);
+    return body(row, b.CreateICmpSLT(row, kc.Index(rows)), seg);
+  });
+}
+
+}  // namespace stitch::codegen

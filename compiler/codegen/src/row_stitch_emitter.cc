@@ -1,0 +1,461 @@
+// Row-stitched kernels: a group of threads owns whole rows and, for each row, runs one pass
+// per phase of reduces, then one pass that writes the row's outputs.
+//
+// Reuse follows AStitch's schemes: a reduce result reaches the row's threads through warp
+// shuffles (threads_per_row <= 32) or a shared-memory slot per warp (a block per row); row
+// values read by several passes stay in registers when each thread holds a fixed number
+// of a row's elements (mapping.values_per_thread > 0), and are read again otherwise.
+//
+// Column reduces (row_stitch.h) follow the global scheme: each thread accumulates its
+// columns over the rows it visits in registers, the row groups of a block combine theirs in
+// shared memory, each block stores one partial per column in the workspace, and after a
+// grid barrier a warp per column combines the blocks' partials (reduction.h).
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "dtype_lowering.h"
+#include "emitters.h"
+#include "reduction.h"
+#include "stitch/plan/row_stitch.h"
+
+namespace stitch::codegen {
+namespace {
+
+class RowStitchEmitter {
+ public:
+  RowStitchEmitter(KernelContext& kc, const RowStitchLayout& layout)
+      : kc_(kc), b_(kc.b), m_(kc.spec.mapping), layout_(layout), em_(kc) {}
+
+  StatusOr<EmittedNest> Emit() {
+    for (const auto& phase : layout_.phases) {
+      for (int id : phase) {
+        STITCH_ASSIGN_OR_RETURN(ReduceInfo r, MakeReduceInfo(kc_, id));
+        r.acc = EntryAlloca(kc_, r.acc_ty, "acc");
+        reduces_[id] = r;
+        results_[id] = EntryAlloca(kc_, r.acc_ty, "row_result");
+      }
+    }
+    for (int c : layout_.cached) {
+      llvm::Type* ty = ComputeType(kc_.ctx, kc_.graph.nodes[c].shape.dtype);
+      for (int j = 0; j < m_.values_per_thread; ++j) {
+        cache_[c].push_back(EntryAlloca(kc_, ty, "row_cache"));
+      }
+    }
+    EmittedNest nest;
+    nest.launch = m_.launch;
+    STITCH_RETURN_IF_ERROR(InitColumnReduces());
+    STITCH_RETURN_IF_ERROR(EmitIndependentOutputs());
+    if (m_.threads_per_row <= 32) {
+      STITCH_RETURN_IF_ERROR(EmitWarpRows());
+    } else {
+      STITCH_RETURN_IF_ERROR(AllocateSlots(nest.shared_bytes));
+      STITCH_RETURN_IF_ERROR(EmitBlockRows());
+    }
+    STITCH_RETURN_IF_ERROR(EmitColumnReduces(nest));
+    return nest;
+  }
+
+ private:
+  int64_t rows() const { return layout_.geometry.rows; }
+  int64_t row_len() const { return layout_.geometry.row_len; }
+
+  // Several rows per warp (or a warp per row): lanes [sub * tpr, (sub + 1) * tpr) own row
+  // `group * rows_per_warp + sub`. Every lane runs the same iterations, so full-mask
+  // shuffles are executed by the whole warp.
+  Status EmitWarpRows() {
+    return EmitWarpRowLoop(kc_, rows(), m_.threads_per_row, m_.launch.block[1],
+                           [&](llvm::Value* row, llvm::Value* valid, llvm::Value* seg) {
+                             seg_ = seg;
+                             return EmitRow(row, valid);
+                           });
+  }
+
+  // Outputs unrelated to the rows: a grid-stride loop over each one's elements, using
+  // every thread of the launch.
+  Status EmitIndependentOutputs() {
+    if (layout_.independent_outputs.empty()) return Status::Ok();
+    const int64_t block = int64_t{m_.launch.block[0]} * m_.launch.block[1];
+    llvm::Value* tid =
+        b_.CreateAdd(b_.CreateMul(ThreadIdx(kc_, Dim::kY), kc_.Index(m_.launch.block[0])),
+                     ThreadIdx(kc_, Dim::kX));
+    llvm::Value* first = b_.CreateAdd(b_.CreateMul(BlockIdx(kc_, Dim::kX), kc_.Index(block)), tid);
+    llvm::Value* stride = b_.CreateMul(GridDim(kc_, Dim::kX), kc_.Index(block));
+    for (int o : layout_.independent_outputs) {
+      const int64_t n = kc_.graph.nodes[o].shape.elements();
+      STITCH_RETURN_IF_ERROR(
+          EmitForLoop(kc_, "independent", first, kc_.Index(n), stride, [&](llvm::Value* i) {
+            em_.ResetScope();
+            return StoreOutput(o, i);
+          }));
+    }
+    return Status::Ok();
+  }
+
+  // A block per row: partial results of each warp meet in shared memory.
+  Status EmitBlockRows() {
+    seg_ = ThreadIdx(kc_, Dim::kX);
+    lane_ = b_.CreateURem(seg_, kc_.Index(32));
+    warp_ = b_.CreateUDiv(seg_, kc_.Index(32));
+    return EmitForLoop(kc_, "row", BlockIdx(kc_, Dim::kX), kc_.Index(rows()), GridDim(kc_, Dim::kX),
+                       [&](llvm::Value* row) -> Status {
+                         STITCH_RETURN_IF_ERROR(EmitRow(row, b_.getTrue()));
+                         // The next row reuses the warp slots.
+                         Barrier(kc_);
+                         return Status::Ok();
+                       });
+  }
+
+  Status AllocateSlots(uint32_t& shared_bytes) {
+    const uint64_t warps = m_.threads_per_row / 32;
+    for (auto& [id, r] : reduces_) {
+      llvm::Type* st = SharedType(r.acc_ty);
+      r.smem = SharedArray(kc_, st, warps, "row_partials");
+      shared_bytes +=
+          static_cast<uint32_t>(kc_.module.getDataLayout().getTypeAllocSize(st) * warps);
+    }
+    return Status::Ok();
+  }
+
+  // Checks the mapping a kernel with column reduces needs and sets every thread's
+  // accumulators to the identity before it visits its first row.
+  Status InitColumnReduces() {
+    if (layout_.column_reduces.empty()) return Status::Ok();
+    const std::string k = "kernel " + kc_.spec.name;
+    if (m_.values_per_thread <= 0) {
+      return InvalidArgument(k + ": column reduces need values_per_thread > 0");
+    }
+    if (kc_.workspace == nullptr) {
+      return InvalidArgument(k + ": column reduces need the workspace of a global_stitch kernel");
+    }
+    if (m_.reduce_chunks != static_cast<int>(m_.launch.grid[0])) {
+      return InvalidArgument(k + ": column reduces need reduce_chunks == the grid's " +
+                             std::to_string(m_.launch.grid[0]) + " blocks");
+    }
+    column_.geometry.kept = row_len();
+    column_.geometry.reduced = rows();
+    for (int id : layout_.column_reduces) {
+      STITCH_ASSIGN_OR_RETURN(ReduceInfo r, MakeReduceInfo(kc_, id));
+      column_.reduces.push_back(r);
+      std::vector<llvm::AllocaInst*>& accs = column_acc_[id];
+      for (int j = 0; j < m_.values_per_thread; ++j) {
+        accs.push_back(EntryAlloca(kc_, r.acc_ty, "column_acc"));
+        b_.CreateStore(Identity(b_, r), accs.back());
+      }
+    }
+    const auto& outs = kc_.spec.outputs;
+    for (int o : layout_.column_outputs) {
+      column_.kept_outputs.push_back(
+          static_cast<size_t>(std::find(outs.begin(), outs.end(), o) - outs.begin()));
+    }
+    return Status::Ok();
+  }
+
+  // Adds this thread's element at register position j to its column accumulators.
+  Status AccumulateColumns(llvm::Value* lin, size_t j) {
+    for (const ReduceInfo& r : column_.reduces) {
+      STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(r.input, IrIndex{{}, lin}));
+      llvm::AllocaInst* acc = column_acc_[r.node][j];
+      b_.CreateStore(Combine(b_, r, b_.CreateLoad(r.acc_ty, acc), v), acc);
+    }
+    return Status::Ok();
+  }
+
+  // After the last row: one partial per block and column into the workspace, then the
+  // grid-wide combine that writes the column outputs.
+  Status EmitColumnReduces(EmittedNest& nest) {
+    if (column_.reduces.empty()) return Status::Ok();
+    STITCH_ASSIGN_OR_RETURN(PartialArrays arrays, LayoutPartials(kc_, column_, m_.launch.grid[0]));
+    nest.workspace_end = arrays.end_offset;
+    const int tpr = m_.threads_per_row;
+    const uint64_t block = m_.launch.block_threads();
+    const int64_t groups = static_cast<int64_t>(block) / tpr;
+    llvm::Value* chunk = BlockIdx(kc_, Dim::kX);
+    if (groups == 1) {
+      for (int j = 0; j < m_.values_per_thread; ++j) {
+        llvm::Value* k = ColumnOf(seg_, j);
+        std::vector<llvm::Value*> partials;
+        for (const ReduceInfo& r : column_.reduces) {
+          partials.push_back(b_.CreateLoad(r.acc_ty, column_acc_[r.node][j]));
+        }
+        STITCH_RETURN_IF_ERROR(
+            EmitIf(kc_, "partial", b_.CreateICmpSLT(k, kc_.Index(row_len())), [&]() -> Status {
+              StorePartials(kc_, column_, arrays, partials, chunk, k);
+              return Status::Ok();
+            }));
+      }
+    } else {
+      STITCH_RETURN_IF_ERROR(CombineRowGroups(arrays, groups, chunk, nest.shared_bytes));
+    }
+    ElementalEmitter combine(kc_);
+    return EmitCombinePartials(kc_, combine, column_, arrays);
+  }
+
+  // Several row groups per block hold partials of the same columns: thread seg of group g
+  // publishes at slot g * tpr + seg (its linear thread index), and the first group's
+  // threads combine the groups column by column.
+  Status CombineRowGroups(const PartialArrays& arrays, int64_t groups, llvm::Value* chunk,
+                          uint32_t& shared_bytes) {
+    const int tpr = m_.threads_per_row;
+    const uint64_t block = m_.launch.block_threads();
+    std::vector<llvm::GlobalVariable*> slots;
+    for (const ReduceInfo& r : column_.reduces) {
+      llvm::Type* st = SharedType(r.acc_ty);
+      slots.push_back(SharedArray(kc_, st, block, "column_groups"));
+      shared_bytes +=
+          static_cast<uint32_t>(kc_.module.getDataLayout().getTypeAllocSize(st) * block);
+    }
+    llvm::Value* tid = LinearThreadIdx(kc_);
+    std::vector<llvm::AllocaInst*> totals;
+    for (const ReduceInfo& r : column_.reduces) {
+      totals.push_back(EntryAlloca(kc_, r.acc_ty, "column_total"));
+    }
+    for (int j = 0; j < m_.values_per_thread; ++j) {
+      for (size_t i = 0; i < column_.reduces.size(); ++i) {
+        const ReduceInfo& r = column_.reduces[i];
+        llvm::Type* st = SharedType(r.acc_ty);
+        llvm::Value* v = b_.CreateLoad(r.acc_ty, column_acc_[r.node][static_cast<size_t>(j)]);
+        b_.CreateStore(ToShared(b_, v), b_.CreateInBoundsGEP(st, slots[i], {tid}));
+      }
+      Barrier(kc_);
+      llvm::Value* k = ColumnOf(tid, j);
+      llvm::Value* writer = b_.CreateAnd(b_.CreateICmpSLT(tid, kc_.Index(tpr)),
+                                         b_.CreateICmpSLT(k, kc_.Index(row_len())));
+      STITCH_RETURN_IF_ERROR(EmitIf(kc_, "groups", writer, [&]() -> Status {
+        for (size_t i = 0; i < column_.reduces.size(); ++i) {
+          b_.CreateStore(Identity(b_, column_.reduces[i]), totals[i]);
+        }
+        STITCH_RETURN_IF_ERROR(EmitForLoop(
+            kc_, "group", kc_.Index(0), kc_.Index(groups), kc_.Index(1),
+            [&](llvm::Value* g) -> Status {
+              llvm::Value* slot = b_.CreateAdd(b_.CreateMul(g, kc_.Index(tpr)), tid);
+              for (size_t i = 0; i < column_.reduces.size(); ++i) {
+                const ReduceInfo& r = column_.reduces[i];
+                llvm::Type* st = SharedType(r.acc_ty);
+                llvm::Value* v = FromShared(
+                    b_, b_.CreateLoad(st, b_.CreateInBoundsGEP(st, slots[i], {slot})), r.acc_ty);
+                b_.CreateStore(Combine(b_, r, b_.CreateLoad(r.acc_ty, totals[i]), v), totals[i]);
+              }
+              return Status::Ok();
+            }));
+        std::vector<llvm::Value*> partials;
+        for (size_t i = 0; i < column_.reduces.size(); ++i) {
+          partials.push_back(b_.CreateLoad(column_.reduces[i].acc_ty, totals[i]));
+        }
+        StorePartials(kc_, column_, arrays, partials, chunk, k);
+        return Status::Ok();
+      }));
+      // The next position reuses the slots.
+      Barrier(kc_);
+    }
+    return Status::Ok();
+  }
+
+  Status EmitRow(llvm::Value* row, llvm::Value* row_valid) {
+    row_ = row;
+    row_valid_ = row_valid;
+    lins_.clear();
+    valid_.clear();
+    em_.ClearPins();
+    llvm::Value* base = b_.CreateMul(row, kc_.Index(row_len()));
+    for (int j = 0; j < m_.values_per_thread; ++j) {
+      llvm::Value* col = ColumnOf(seg_, j);
+      lins_.push_back(b_.CreateAdd(base, col, "", true, true));
+      valid_.push_back(b_.CreateAnd(row_valid, b_.CreateICmpSLT(col, kc_.Index(row_len()))));
+    }
+    for (size_t p = 0; p < layout_.phases.size(); ++p) {
+      STITCH_RETURN_IF_ERROR(EmitPhase(static_cast<int>(p)));
+    }
+    STITCH_RETURN_IF_ERROR(ForEachElement([&](llvm::Value* lin, size_t j) -> Status {
+      for (int o : layout_.row_space_outputs) STITCH_RETURN_IF_ERROR(StoreOutput(o, lin));
+      return AccumulateColumns(lin, j);
+    }));
+    if (layout_.row_outputs.empty()) return Status::Ok();
+    llvm::Value* leader = b_.CreateAnd(row_valid, b_.CreateICmpEQ(seg_, kc_.Index(0)));
+    return EmitIf(kc_, "row_out", leader, [&]() -> Status {
+      em_.ResetScope();
+      for (int o : layout_.row_outputs) STITCH_RETURN_IF_ERROR(StoreOutput(o, row));
+      return Status::Ok();
+    });
+  }
+
+  // The column of a row that register position j of the thread at `seg` holds: threads
+  // take vectors of `width` consecutive elements in turn, so position j is element j % width
+  // of the thread's (j / width)-th vector.
+  llvm::Value* ColumnOf(llvm::Value* seg, int64_t j) {
+    const int64_t w = width();
+    llvm::Value* vec = b_.CreateAdd(seg, kc_.Index((j / w) * m_.threads_per_row), "", true, true);
+    return b_.CreateAdd(b_.CreateMul(vec, kc_.Index(w), "", true, true), kc_.Index(j % w), "", true,
+                        true);
+  }
+
+  int64_t width() const { return std::max(m_.vector_width, 1); }
+
+  // Runs `body(linear index, register position)` for each element of the row this thread
+  // owns: unrolled over the fixed positions when values stay in registers, a loop (position
+  // 0) otherwise. A vector's elements share one block, where the backend can merge their
+  // adjacent accesses.
+  Status ForEachElement(const std::function<Status(llvm::Value*, size_t)>& body, int pass = -1) {
+    const size_t w = static_cast<size_t>(width());
+    if (m_.values_per_thread > 0) {
+      for (size_t v = 0; v < lins_.size(); v += w) {
+        // Widths divide the row, so a vector is in range when its first element is.
+        STITCH_RETURN_IF_ERROR(EmitIf(kc_, "elem", valid_[v], [&]() -> Status {
+          for (size_t j = v; j < v + w; ++j) {
+            em_.ResetScope();
+            STITCH_RETURN_IF_ERROR(body(lins_[j], j));
+            STITCH_RETURN_IF_ERROR(StoreCached(pass, j));
+          }
+          return Status::Ok();
+        }));
+      }
+      return Status::Ok();
+    }
+    llvm::Value* end = b_.CreateSelect(row_valid_, kc_.Index(row_len()), kc_.Index(0));
+    llvm::Value* base = b_.CreateMul(row_, kc_.Index(row_len()));
+    llvm::Value* first = b_.CreateMul(seg_, kc_.Index(width()), "", true, true);
+    return EmitForLoop(kc_, "col", first, end, kc_.Index(m_.threads_per_row * width()),
+                       [&](llvm::Value* col) -> Status {
+                         llvm::Value* lin = b_.CreateAdd(base, col, "", true, true);
+                         for (int64_t e = 0; e < width(); ++e) {
+                           em_.ResetScope();
+                           STITCH_RETURN_IF_ERROR(body(
+                               e == 0 ? lin : b_.CreateAdd(lin, kc_.Index(e), "", true, true), 0));
+                         }
+                         return Status::Ok();
+                       });
+  }
+
+  // Keeps the values of cached nodes first computed in `pass` at position j.
+  Status StoreCached(int pass, size_t j) {
+    for (size_t c = 0; c < layout_.cached.size(); ++c) {
+      if (layout_.cached_first_pass[c] != pass) continue;
+      const int node = layout_.cached[c];
+      STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(node, IrIndex{{}, lins_[j]}));
+      b_.CreateStore(v, cache_[node][j]);
+    }
+    return Status::Ok();
+  }
+
+  Status EmitPhase(int p) {
+    const std::vector<int>& phase = layout_.phases[static_cast<size_t>(p)];
+    for (int id : phase) b_.CreateStore(Identity(b_, reduces_[id]), reduces_[id].acc);
+    STITCH_RETURN_IF_ERROR(ForEachElement(
+        [&](llvm::Value* lin, size_t) -> Status {
+          for (int id : phase) {
+            const ReduceInfo& r = reduces_[id];
+            STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(r.input, IrIndex{{}, lin}));
+            llvm::Value* acc = b_.CreateLoad(r.acc_ty, r.acc);
+            b_.CreateStore(Combine(b_, r, acc, v), r.acc);
+          }
+          return Status::Ok();
+        },
+        p));
+    // From here on, later passes read the cached values instead of recomputing them.
+    for (size_t c = 0; c < layout_.cached.size(); ++c) {
+      if (layout_.cached_first_pass[c] != p) continue;
+      const int node = layout_.cached[c];
+      for (size_t j = 0; j < lins_.size(); ++j) em_.Pin(node, lins_[j], cache_[node][j]);
+    }
+    std::vector<llvm::Value*> totals;
+    for (int id : phase) {
+      const ReduceInfo& r = reduces_[id];
+      llvm::Value* partial = b_.CreateLoad(r.acc_ty, r.acc);
+      if (m_.threads_per_row <= 32) {
+        totals.push_back(WarpAllReduce(kc_, r, partial, m_.threads_per_row));
+      } else {
+        totals.push_back(WarpAllReduce(kc_, r, partial, 32));
+      }
+    }
+    if (m_.threads_per_row > 32) STITCH_RETURN_IF_ERROR(CombineWarps(phase, totals));
+    em_.ResetScope();
+    for (size_t i = 0; i < phase.size(); ++i) {
+      const ReduceInfo& r = reduces_[phase[i]];
+      STITCH_ASSIGN_OR_RETURN(llvm::Value * init, em_.Emit(r.init, IrIndex{{}, kc_.Index(0)}));
+      b_.CreateStore(Combine(b_, r, init, totals[i]), results_[r.node]);
+      em_.PinAnyIndex(r.node, results_[r.node]);
+    }
+    return Status::Ok();
+  }
+
+  // Lane 0 of each warp publishes its warp's result; after one barrier every thread
+  // combines all of them, so the whole block holds the row's result.
+  Status CombineWarps(const std::vector<int>& phase, std::vector<llvm::Value*>& totals) {
+    const int warps = m_.threads_per_row / 32;
+    STITCH_RETURN_IF_ERROR(
+        EmitIf(kc_, "publish", b_.CreateICmpEQ(lane_, kc_.Index(0)), [&]() -> Status {
+          for (size_t i = 0; i < phase.size(); ++i) {
+            const ReduceInfo& r = reduces_[phase[i]];
+            llvm::Type* st = SharedType(r.acc_ty);
+            b_.CreateStore(ToShared(b_, totals[i]), b_.CreateInBoundsGEP(st, r.smem, {warp_}));
+          }
+          return Status::Ok();
+        }));
+    Barrier(kc_);
+    for (size_t i = 0; i < phase.size(); ++i) {
+      const ReduceInfo& r = reduces_[phase[i]];
+      llvm::Type* st = SharedType(r.acc_ty);
+      llvm::Value* acc = nullptr;
+      for (int w = 0; w < warps; ++w) {
+        llvm::Value* slot = b_.CreateInBoundsGEP(st, r.smem, {kc_.Index(w)});
+        llvm::Value* v = FromShared(b_, b_.CreateLoad(st, slot), r.acc_ty);
+        acc = acc ? Combine(b_, r, acc, v) : v;
+      }
+      totals[i] = acc;
+    }
+    return Status::Ok();
+  }
+
+  Status StoreOutput(int node, llvm::Value* lin) {
+    const auto& outs = kc_.spec.outputs;
+    const size_t slot =
+        static_cast<size_t>(std::find(outs.begin(), outs.end(), node) - outs.begin());
+    STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(node, IrIndex{{}, lin}));
+    StoreElement(b_, kc_.graph.nodes[node].shape.dtype, v, kc_.output_buffers[slot], lin);
+    return Status::Ok();
+  }
+
+  KernelContext& kc_;
+  llvm::IRBuilder<>& b_;
+  const ThreadMapping& m_;
+  const RowStitchLayout& layout_;
+  ElementalEmitter em_;
+  std::map<int, ReduceInfo> reduces_;
+  std::map<int, llvm::AllocaInst*> results_;
+  std::map<int, std::vector<llvm::AllocaInst*>> cache_;
+  // Column reduces as a split reduction over the grid's blocks, and each thread's
+  // accumulators per register position.
+  ReducePlan column_;
+  std::map<int, std::vector<llvm::AllocaInst*>> column_acc_;
+  llvm::Value* seg_ = nullptr;   // this thread's first column in its row
+  llvm::Value* lane_ = nullptr;  // block mode: lane within the warp
+  llvm::Value* warp_ = nullptr;  // block mode: warp within the block
+  llvm::Value* row_ = nullptr;
+  llvm::Value* row_valid_ = nullptr;
+  std::vector<llvm::Value*> lins_, valid_;  // per register position: index, in range
+};
+
+}  // namespace
+
+StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
+  STITCH_ASSIGN_OR_RETURN(RowStitchLayout layout, AnalyzeRowStitch(kc.graph, kc.spec));
+  const ThreadMapping& m = kc.spec.mapping;
+  if (m.threads_per_row < 1 || (m.threads_per_row > 32 && m.threads_per_row % 32 != 0) ||
+      (m.threads_per_row <= 32 && 32 % m.threads_per_row != 0)) {
+    return InvalidArgument("kernel " + kc.spec.name + ": threads_per_row " +
+                           std::to_string(m.threads_per_row) + " is not a power of two");
+  }
+  const int width = std::max(m.vector_width, 1);
+  if (layout.geometry.row_len % width != 0 || m.values_per_thread % width != 0) {
+    return InvalidArgument("kernel " + kc.spec.name + ": vector width " + std::to_string(width) +
+                           " does not divide the row length and the values per thread");
+  }
+  if (m.threads_per_row > 32 && m.launch.block[0] != static_cast<uint32_t>(m.threads_per_row)) {
+    return InvalidArgument("kernel " + kc.spec.name +
+                           ": a block per row needs blockDim.x == " + "threads_per_row");
+  }
+  RowStitchEmitter emitter(kc, layout);
+  return emitter.Emit();
+}
+
+}  // namespace stitch::codegen

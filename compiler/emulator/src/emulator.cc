@@ -1,0 +1,246 @@
+#include "stitch/emulator/emulator.h"
+
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "block_scheduler.h"
+#include "jit.h"
+#include "retarget.h"
+#include "runtime.h"
+
+namespace stitch {
+namespace {
+
+// Each fiber's stack. JIT-compiled kernel frames are small; the check on static allocas
+// below keeps a kernel with large local arrays from overflowing into the guard page.
+constexpr size_t kStackBytes = 64 * 1024;
+constexpr uint64_t kMaxFrameBytes = 32 * 1024;
+constexpr uint64_t kMaxBlockThreads = 1024;
+// A kernel with a grid barrier keeps every thread of its grid alive at once, each with its
+// own fiber stack (a few KiB of it resident; see BlockScheduler::RunGrid), and every block
+// with its own shared memory.
+constexpr uint64_t kMaxGridBarrierThreads = 64 * 1024;
+constexpr uint64_t kMaxGridSharedBytes = uint64_t{256} << 20;
+
+struct LoadedKernel {
+  emu::EntryFn entry = nullptr;
+  uint32_t num_params = 0;
+  uint8_t* shared = nullptr;
+  uint64_t shared_bytes = 0;
+  uint64_t shared_align = 16;
+  bool grid_barrier = false;
+};
+
+class EmulatorImpl final : public Emulator {
+ public:
+  EmulatorImpl(const EmulatorOptions& options, std::unique_ptr<emu::Jit> jit)
+      : options_(options),
+        jit_(std::move(jit)),
+        scheduler_(kStackBytes, options.random_order, options.seed) {}
+
+  StatusOr<LaunchStats> Launch(const CompiledKernel& kernel,
+                               const std::vector<void*>& args) override {
+    STITCH_ASSIGN_OR_RETURN(const LoadedKernel* loaded, GetOrCompile(kernel));
+    if (args.size() != loaded->num_params) {
+      return InvalidArgument("kernel " + kernel.name + " takes " +
+                             std::to_string(loaded->num_params) + " argument(s), got " +
+                             std::to_string(args.size()));
+    }
+    // The workspace is the trailing argument (codegen.h); the GPU hands out 256-byte-aligned
+    // allocations.
+    const uint8_t* workspace = nullptr;
+    if (kernel.workspace_bytes != 0) {
+      if (args.empty()) {
+        return InvalidArgument("kernel " + kernel.name + " has a " +
+                               std::to_string(kernel.workspace_bytes) +
+                               "-byte workspace but takes no arguments");
+      }
+      workspace = static_cast<const uint8_t*>(args.back());
+      if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0) {
+        return InvalidArgument("kernel " + kernel.name + ": its workspace (the last argument) " +
+                               "is not " + std::to_string(kWorkspaceAlignment) + "-byte aligned");
+      }
+    }
+    const LaunchDims& dims = kernel.launch;
+    for (int i = 0; i < 3; ++i) {
+      if (dims.grid[i] == 0 || dims.block[i] == 0) {
+        return InvalidArgument("kernel " + kernel.name + " has an empty launch dimension");
+      }
+    }
+    const uint64_t block_threads = uint64_t{dims.block[0]} * dims.block[1] * dims.block[2];
+    if (block_threads > kMaxBlockThreads) {
+      return InvalidArgument("kernel " + kernel.name + " launches " +
+                             std::to_string(block_threads) + " threads per block (at most " +
+                             std::to_string(kMaxBlockThreads) + ")");
+    }
+
+    counters_[0] = counters_[1] = 0;
+    sectors_[0].clear();
+    sectors_[1].clear();
+    footprint_[0] = footprint_[1] = 0;
+    const uint64_t barriers_before = scheduler_.barriers();
+    const uint64_t grid_barriers_before = scheduler_.grid_barriers();
+    phase_grid_barriers_ = grid_barriers_before;
+    std::vector<void*> arg_copy = args;
+    emu::BlockGeometry geometry;
+    geometry.ntid = dims.block;
+    geometry.nctaid = dims.grid;
+    if (loaded->grid_barrier) {
+      STITCH_RETURN_IF_ERROR(LaunchGrid(kernel, *loaded, geometry, arg_copy.data()));
+    } else {
+      STITCH_RETURN_IF_ERROR(LaunchBlocks(*loaded, geometry, arg_copy.data()));
+    }
+    LaunchStats stats;
+    stats.global_bytes_loaded = counters_[0];
+    stats.global_bytes_stored = counters_[1];
+    ClosePhase();
+    stats.footprint_bytes_loaded = footprint_[0];
+    stats.footprint_bytes_stored = footprint_[1];
+    stats.barriers = scheduler_.barriers() - barriers_before;
+    stats.grid_barriers = scheduler_.grid_barriers() - grid_barriers_before;
+    stats.threads = dims.threads();
+    return stats;
+  }
+
+ private:
+  // Runs the blocks one after another, sharing the module's shared-memory global.
+  Status LaunchBlocks(const LoadedKernel& loaded, emu::BlockGeometry geometry, void** args) {
+    const std::array<uint32_t, 3> grid = geometry.nctaid;
+    for (uint32_t z = 0; z < grid[2]; ++z) {
+      for (uint32_t y = 0; y < grid[1]; ++y) {
+        for (uint32_t x = 0; x < grid[0]; ++x) {
+          geometry.ctaid = {x, y, z};
+          if (loaded.shared != nullptr) {
+            // Shared memory starts undefined on the GPU: zero it, or in random-order mode
+            // fill it with NaN/-1 bytes so reads before writes show up.
+            std::memset(loaded.shared, SharedFill(), loaded.shared_bytes);
+          }
+          STITCH_RETURN_IF_ERROR(scheduler_.RunBlock(loaded.entry, args, geometry));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Runs every block at once (the kernel synchronises its grid), each with its own shared
+  // memory.
+  Status LaunchGrid(const CompiledKernel& kernel, const LoadedKernel& loaded,
+                    const emu::BlockGeometry& geometry, void** args) {
+    const uint64_t blocks = uint64_t{geometry.nctaid[0]} * geometry.nctaid[1] * geometry.nctaid[2];
+    const uint64_t threads = blocks * geometry.ntid[0] * geometry.ntid[1] * geometry.ntid[2];
+    if (threads > kMaxGridBarrierThreads) {
+      return ResourceExhausted("kernel " + kernel.name + " uses a grid barrier and launches " +
+                               std::to_string(threads) + " threads; the emulator runs at most " +
+                               std::to_string(kMaxGridBarrierThreads) + " of them at once");
+    }
+    std::unique_ptr<uint8_t[]> storage;
+    uint8_t* shared = nullptr;
+    uint64_t stride = 0;
+    if (loaded.shared_bytes != 0) {
+      const uint64_t align = std::max<uint64_t>(loaded.shared_align, 16);
+      stride = (loaded.shared_bytes + align - 1) / align * align;
+      if (stride * blocks > kMaxGridSharedBytes) {
+        return ResourceExhausted("kernel " + kernel.name + " uses a grid barrier and needs " +
+                                 std::to_string(stride * blocks) +
+                                 " bytes of shared memory over its blocks; the emulator allows " +
+                                 std::to_string(kMaxGridSharedBytes));
+      }
+      const size_t bytes = static_cast<size_t>(stride * blocks + align);
+      storage.reset(new (std::nothrow) uint8_t[bytes]);
+      if (storage == nullptr) {
+        return ResourceExhausted("cannot allocate shared memory for kernel " + kernel.name);
+      }
+      const uintptr_t raw = reinterpret_cast<uintptr_t>(storage.get());
+      shared = storage.get() + ((align - raw % align) % align);
+      std::memset(shared, SharedFill(), static_cast<size_t>(stride * blocks));
+    }
+    return scheduler_.RunGrid(loaded.entry, args, geometry, shared, stride);
+  }
+
+  int SharedFill() const { return options_.random_order ? 0xff : 0; }
+
+  StatusOr<const LoadedKernel*> GetOrCompile(const CompiledKernel& kernel) {
+    std::string key = kernel.name;
+    key.push_back('\0');
+    key += kernel.portable_ir;
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second.get();
+
+    auto context = std::make_unique<llvm::LLVMContext>();
+    STITCH_ASSIGN_OR_RETURN(emu::RetargetedModule rm,
+                            emu::Retarget(*context, kernel.portable_ir, kernel.name, jit_->triple(),
+                                          jit_->data_layout()));
+    if (rm.frame_bytes > kMaxFrameBytes) {
+      return ResourceExhausted("kernel " + kernel.name + " needs " +
+                               std::to_string(rm.frame_bytes) +
+                               " bytes of local memory per thread; the emulator allows " +
+                               std::to_string(kMaxFrameBytes));
+    }
+    jit_->Optimize(*rm.module);
+    STITCH_RETURN_IF_ERROR(emu::InstrumentGlobalTraffic(
+        *rm.module, rm.kernel_name, counters_,
+        options_.count_footprint ? &EmulatorImpl::Touch : nullptr, this));
+    uint64_t shared_addr = 0;
+    // A grid-barrier kernel has no shared-memory global: its blocks own their buffers.
+    const bool shared_global = rm.shared_bytes != 0 && !rm.grid_barrier;
+    STITCH_ASSIGN_OR_RETURN(uint64_t entry,
+                            jit_->Load(std::move(rm.module), std::move(context), emu::kEntryName,
+                                       shared_global ? emu::kSharedName : "", &shared_addr));
+    auto loaded = std::make_unique<LoadedKernel>();
+    loaded->entry = reinterpret_cast<emu::EntryFn>(static_cast<uintptr_t>(entry));
+    loaded->num_params = rm.num_params;
+    loaded->shared = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(shared_addr));
+    loaded->shared_bytes = rm.shared_bytes;
+    loaded->shared_align = rm.shared_align;
+    loaded->grid_barrier = rm.grid_barrier;
+    const LoadedKernel* out = loaded.get();
+    cache_.emplace(std::move(key), std::move(loaded));
+    return out;
+  }
+
+  EmulatorOptions options_;
+  std::unique_ptr<emu::Jit> jit_;
+  emu::BlockScheduler scheduler_;
+  uint64_t counters_[2] = {0, 0};  // global bytes loaded, stored; updated by kernel code
+
+  // DRAM moves 32-byte sectors: the footprint is the set of sectors touched, per phase
+  // between grid barriers (emulator.h).
+  static constexpr uint64_t kSectorBytes = 32;
+  static constexpr uint64_t kWorkspaceAlignment = 256;
+  static void Touch(void* self, const void* address, uint64_t bytes, uint32_t store) {
+    auto* impl = static_cast<EmulatorImpl*>(self);
+    // Every thread reaches a grid barrier before it is released, so the first access that
+    // sees a new count is the first of the next phase.
+    if (impl->scheduler_.grid_barriers() != impl->phase_grid_barriers_) impl->ClosePhase();
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(address);
+    const uint64_t first = begin / kSectorBytes;
+    const uint64_t last = (begin + bytes - 1) / kSectorBytes;
+    for (uint64_t s = first; s <= last; ++s) impl->sectors_[store ? 1 : 0].insert(s);
+  }
+  // Adds the current phase's sectors to the launch's footprint and starts the next phase.
+  void ClosePhase() {
+    for (int k = 0; k < 2; ++k) {
+      footprint_[k] += sectors_[k].size() * kSectorBytes;
+      sectors_[k].clear();
+    }
+    phase_grid_barriers_ = scheduler_.grid_barriers();
+  }
+  std::unordered_set<uint64_t> sectors_[2];  // of the current phase: loaded, stored
+  uint64_t footprint_[2] = {0, 0};           // bytes of the launch's closed phases
+  uint64_t phase_grid_barriers_ = 0;         // scheduler_.grid_barriers() as the phase began
+  std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> cache_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Emulator>> Emulator::Create(const EmulatorOptions& options) {
+  STITCH_ASSIGN_OR_RETURN(std::unique_ptr<emu::Jit> jit, emu::Jit::Create());
+  return std::unique_ptr<Emulator>(new EmulatorImpl(options, std::move(jit)));
+}
+
+}  // namespace stitch

@@ -1,0 +1,58 @@
+// Rewrites a kernel's portable (NVPTX) module so it runs on the host under the emulator
+// runtime, and instruments its global-memory traffic.
+//
+// Thread-safety: the functions are reentrant; each works on the module it is given, which
+// must not be used concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "stitch/base/status.h"
+
+namespace llvm {
+class DataLayout;
+class LLVMContext;
+class Module;
+}  // namespace llvm
+
+namespace stitch::emu {
+
+struct RetargetedModule {
+  std::unique_ptr<llvm::Module> module;
+  std::string kernel_name;
+  uint32_t num_params = 0;
+  uint64_t shared_bytes = 0;  // size of the packed shared-memory global (0: none)
+  uint64_t shared_align = 16;
+  uint64_t frame_bytes = 0;  // static allocas, a lower bound of the kernel's stack use
+  // The kernel calls the grid-wide barrier: its blocks must run at once, and its shared
+  // memory is per block (no shared-memory global; see kSharedBaseName).
+  bool grid_barrier = false;
+};
+
+// Parses `bitcode` into `ctx` and rewrites it for `triple`/`layout`: NVVM intrinsics and
+// the grid barrier become runtime calls, addrspace(3) globals are packed into one host
+// global (or, with a grid barrier, into offsets of a per-block buffer), an entry thunk
+// `__stitch_emu_entry(void** args)` is added. `name` picks the kernel (falls back to the
+// module's only kernel when empty). Returns INVALID_ARGUMENT for bitcode that does not
+// parse or has no such kernel, or that defines the grid barrier or gives it another type
+// than codegen.h's contract, UNIMPLEMENTED for intrinsics or libdevice functions the
+// emulator lacks, INTERNAL when the rewritten module does not verify.
+StatusOr<RetargetedModule> Retarget(llvm::LLVMContext& ctx, const std::string& bitcode,
+                                    const std::string& name, const std::string& triple,
+                                    const llvm::DataLayout& layout);
+
+// Adds the size of every load (store) whose address derives from a parameter of
+// `kernel_name` to counters[0] (counters[1]). `counters` must outlive the compiled code.
+// Returns INTERNAL when the kernel is missing.
+// Receives every global access when footprints are counted: `recorder` is the value given
+// to InstrumentGlobalTraffic, `store` is 0 for a load and 1 for a store.
+using FootprintFn = void (*)(void* recorder, const void* address, uint64_t bytes, uint32_t store);
+
+// `footprint` and `recorder` are null unless each access is to be reported to `footprint`.
+Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_name,
+                               uint64_t* counters, FootprintFn footprint = nullptr,
+                               void* recorder = nullptr);
+
+}  // namespace stitch::emu

@@ -1,0 +1,51 @@
+// Imports HLO text, as XLA dumps and tests write it, into stitch graphs.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stitch/base/status.h"
+#include "stitch/ir/graph.h"
+
+namespace stitch {
+
+struct HloImportOptions {
+  GraphLimits limits;
+  std::string source_name = "<hlo>";  // used in messages: "<source_name>:<line>"
+};
+
+// Imports every module in `text` (modules are separated by lines "// -----"); each
+// module's entry computation (the one marked ENTRY, else the last) becomes one graph, named
+// after the module: fusions inlined, tuples flattened into several outputs, layouts
+// normalised into transposes, batch-norm ops expanded, nodes that reach no output dropped.
+// Node::name is the HLO instruction name (expansion nodes add a suffix) and Node::source is
+// "<source_name>:<line>". Every entry parameter stays a parameter, numbered as in HLO (tuple
+// parameters are flattened, their elements numbered in order).
+// Returns UNIMPLEMENTED naming the first out-of-scope op and its line
+// ("unsupported op 'dot' (instruction 'dot.3') at foo.hlo:12"), or for element types, dynamic
+// shapes and reducers stitch lacks; INVALID_ARGUMENT with "<source_name>:<line>" for text that
+// is not valid HLO; RESOURCE_EXHAUSTED past `options.limits` or for texts over 256 MiB.
+// Every graph returned passes Verify.
+StatusOr<std::vector<Graph>> ImportHloModules(std::string_view text,
+                                              const HloImportOptions& options = {});
+
+// Imports a text that must hold exactly one module.
+StatusOr<Graph> ImportHloModule(std::string_view text, const HloImportOptions& options = {});
+
+// Partitions the entry computation of each module in `text` into maximal connected
+// memory-intensive subgraphs: ops outside stitch's scope (dot, convolution, custom-call,
+// collectives, while, ...) become boundaries whose results are parameters of the
+// subgraphs that use them. Subgraphs with no compute (only parameters, constants and
+// pure data movement of one value) are dropped. Tuples and get-tuple-elements are resolved
+// (elements of tuple parameters and of out-of-scope ops' tuple results become parameters of
+// their own); constants are copied into each subgraph that uses them. Graphs are named
+// "<module>.sg<k>" in the order of their first instruction in the text, parameters numbered
+// in order of first use. Returns INVALID_ARGUMENT for malformed text, RESOURCE_EXHAUSTED when
+// a subgraph exceeds `options.limits`. Each returned graph passes Verify.
+StatusOr<std::vector<Graph>> ExtractMemoryIntensiveSubgraphs(std::string_view text,
+                                                             const HloImportOptions& options = {});
+
+}  // namespace stitch

@@ -1,0 +1,45 @@
+// The baseline planner: groups a graph into kernels the way XLA does by default, so the
+// stitching compiler has something honest to be measured against.
+//   * Elementwise and data-movement producer->consumer chains fuse into one loop kernel.
+//   * A reduction takes its elementwise producers (input fusion); producers shared by
+//     several kernels are recomputed in each, as XLA duplicates cheap producers.
+//   * A reduction's result is materialised: its consumers start a new kernel. A softmax
+//     therefore takes three kernels.
+//   * Outputs that are not reductions share one loop kernel per element count
+//     (multi-output loop fusion). Outputs that are parameters alias their input buffer.
+//
+// Thread-safety: pure function.
+#pragma once
+
+#include "stitch/base/status.h"
+#include "stitch/ir/graph.h"
+#include "stitch/plan/plan.h"
+
+namespace stitch {
+
+// Returns the baseline plan of a verified graph. Kernels are ordered so every kernel runs
+// after the kernels whose outputs it reads.
+StatusOr<FusionPlan> PlanBaseline(const Graph& g);
+
+// Returns whether the hero reduce `node` is a row reduction (its minor-most input dimension
+// is reduced, or it reduces nothing) rather than a column reduction.
+bool IsRowReduction(const Graph& g, int node);
+
+// Returns, for a plan, the nodes held in global memory that are neither parameters nor
+// graph outputs (the bundle's temporary buffers), in first-written order.
+std::vector<int> TemporaryNodes(const Graph& g, const FusionPlan& plan);
+
+// Global-memory traffic a plan implies at full shapes, assuming each kernel reads each of
+// its input buffers once and writes each output once.
+struct TrafficEstimate {
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  int64_t total() const { return bytes_read + bytes_written; }
+};
+TrafficEstimate EstimateTraffic(const Graph& g, const FusionPlan& plan);
+
+// The lower bound on traffic for any plan: every used parameter read once and every
+// distinct output written once.
+TrafficEstimate TrafficLowerBound(const Graph& g);
+
+}  // namespace stitch

@@ -1,0 +1,146 @@
+// Fusion plans: which nodes of a graph run in which kernel, how the values inside a kernel
+// are passed between its parts (the stitch scheme), and how its threads cover the work
+// (the thread mapping).
+//
+// A plan is produced by a planner (baseline_planner.h, stitch_planner.h), given thread
+// mappings by the scheduler (schedule.h), priced by a cost model (cost_model.h) and
+// consumed by codegen. Buffers: every graph parameter is an input buffer; every node in
+// some kernel's `outputs` is materialised in global memory (a graph output or a temporary).
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stitch/ir/graph.h"
+
+namespace stitch {
+
+// The widest access a kernel makes to a buffer, in bytes: kernel buffers are aligned to it
+// (codegen.h), so a thread's adjacent elements may load and store as one 128-bit vector.
+inline constexpr int kMaxVectorBytes = 16;
+
+struct LaunchDims {
+  std::array<uint32_t, 3> grid = {1, 1, 1};
+  std::array<uint32_t, 3> block = {1, 1, 1};
+  uint64_t blocks() const { return uint64_t{grid[0]} * grid[1] * grid[2]; }
+  uint64_t block_threads() const { return uint64_t{block[0]} * block[1] * block[2]; }
+  uint64_t threads() const { return blocks() * block_threads(); }
+};
+
+// The shape of the loop nest a kernel runs; codegen has one emitter per kind.
+enum class KernelKind {
+  kLoop,          // one thread per output element, grid-stride; all outputs share a shape
+  kRowReduce,     // the hero reduce's minor-most input dimension is reduced
+  kColumnReduce,  // the hero reduce keeps the minor-most input dimension
+  // Row reductions stitched with their producers and consumers: a group of threads owns
+  // whole rows, computes the reduces of a row one after another (each result reaches the
+  // row's threads through a warp shuffle or shared memory) and then every output element of
+  // the row. Values read by several of the row's phases stay in registers.
+  kRowStitch,
+  // A persistent grid that runs `phases` (kernels of the kinds above) one after another,
+  // with a grid-wide barrier between consecutive phases (AStitch's global scheme): values
+  // cross phases through global memory, and every block of the grid is co-resident. Its
+  // reduce phases may split their reduced elements over blocks (reduce_chunks).
+  kGlobalStitch,
+};
+
+std::string_view KernelKindName(KernelKind k);  // "loop", "row_reduce", ...
+
+// How a value crosses an edge between two parts of a stitched kernel (AStitch's schemes).
+enum class StitchScheme {
+  kIndependent,  // no reuse: unrelated parts share a launch (horizontal fusion)
+  kLocal,        // registers: the thread that produces the value consumes it
+  kRegional,     // shared memory (or a warp shuffle) inside a block, behind a block barrier
+  kGlobal,       // global memory behind a grid-wide barrier
+};
+
+std::string_view StitchSchemeName(StitchScheme s);  // "independent", "local", ...
+
+// A producer -> consumer edge inside a kernel whose value is passed by `scheme` rather than
+// recomputed where it is used.
+struct StitchEdge {
+  int producer = -1;
+  int consumer = -1;
+  StitchScheme scheme = StitchScheme::kLocal;
+};
+
+// How a kernel's threads cover its work. The scheduler fills it from the kernel's shapes and
+// the target GPU; codegen follows it; the cost model prices it.
+struct ThreadMapping {
+  LaunchDims launch;
+  // Row kernels (kRowReduce, kRowStitch): threads that share one row. Below 32, a warp
+  // holds 32 / threads_per_row rows; 32 or more (a multiple of 32) is a block of warps per
+  // row.
+  int threads_per_row = 32;
+  int rows_per_block = 1;
+  // Column reductions: blockDim.y, the threads that split one column's reduced elements.
+  int column_tile_y = 8;
+  // Reduce phases of a kGlobalStitch kernel: the reduced elements of every output are split
+  // into this many chunks, each reduced by one block (or block tile) into a partial result
+  // in the kernel's workspace; after a grid barrier, a warp per output combines them.
+  int reduce_chunks = 1;
+  // kLoop and kRowStitch: consecutive elements each thread handles at once (1, 2, 4 or 8),
+  // so that its accesses to full-size (row-space) buffers become vectors of up to
+  // kMaxVectorBytes.
+  int vector_width = 1;
+  // kRowStitch: elements of a row each thread keeps in registers between the row's phases
+  // (0 when rows are too long, and later phases read global memory again).
+  int values_per_thread = 0;
+  uint32_t shared_bytes = 0;  // static shared memory per block
+  // Block-wide barriers each block passes per row or tile it processes.
+  int block_barriers_per_item = 0;
+  int grid_barriers = 0;  // grid-wide barriers per launch
+  // Estimated registers per thread, for the occupancy bound.
+  int registers_per_thread = 32;
+  // Units of work the grid strides over: rows (row kernels), 32-column tiles (column
+  // reductions) or elements (loop kernels).
+  int64_t work_items = 0;
+  // Bytes of global loads one thread has in flight at once (independent loads of one
+  // iteration times their width): with resident threads it bounds achieved bandwidth.
+  int load_bytes_in_flight_per_thread = 4;
+  // Global-memory traffic of one launch at full shapes, counting every re-read.
+  int64_t bytes_loaded = 0;
+  int64_t bytes_stored = 0;
+};
+
+struct KernelSpec {
+  std::string name;  // a valid PTX identifier, unique within the plan
+  KernelKind kind = KernelKind::kLoop;
+  // For reduce kernels: the reduce node the loop nest is built around. For kRowStitch: the
+  // first of the kernel's reduces; every reduce of the kernel shares its row geometry.
+  int hero = -1;
+  // Nodes evaluated inside this kernel, in topological order. Values flow between them in
+  // registers; nodes read from global memory are in `inputs` instead.
+  std::vector<int> nodes;
+  // Materialised nodes this kernel reads: graph parameters, or outputs of earlier kernels.
+  std::vector<int> inputs;
+  // Nodes this kernel writes to global memory. For kLoop they all have the same number of
+  // elements; for reduce kernels they are the hero (and possibly other reduces of the same
+  // shape over the same dimensions) and nodes with the reduce's element count; kRowStitch
+  // outputs have either a row's or the whole input's element count.
+  std::vector<int> outputs;
+  // The edges whose values are reused rather than recomputed, and how.
+  std::vector<StitchEdge> edges;
+  ThreadMapping mapping;
+  // kGlobalStitch: the phases in execution order. Each is a kernel of another kind whose
+  // logical block (mapping.launch.block) has as many threads as this kernel's block and
+  // whose grid is this kernel's grid. The parent's `nodes` are the phases' nodes, its
+  // `inputs` the buffers no phase writes, and its `outputs` every phase's outputs (values
+  // passed between phases are temporaries in global memory).
+  std::vector<KernelSpec> phases;
+};
+
+struct FusionPlan {
+  std::string planner;              // "baseline" or "stitch"
+  std::vector<KernelSpec> kernels;  // in an order that respects data dependences
+};
+
+// Returns a multi-line description: one line per kernel with its kind, hero, nodes,
+// mapping and stitched edges.
+std::string Describe(const Graph& g, const FusionPlan& plan);
+
+}  // namespace stitch

@@ -1,0 +1,76 @@
+// The analysis behind row-stitched kernels (KernelKind::kRowStitch), shared by the planner,
+// the scheduler and codegen so that all three agree on what such a kernel computes.
+//
+// A row-stitched kernel owns whole rows: every reduce in it reduces the minor-most
+// `row_len` elements of an input with `rows * row_len` elements. Its outputs either have
+// `rows * row_len` elements (one per row element, "row space") or `rows` (one per row);
+// outputs of other sizes that do not depend on the kernel's reduces ride along in the same
+// launch.
+// It may also reduce over the rows: a column reduce sums a row-space value over every row,
+// keeping the `row_len` columns (layernorm backward's dgamma and dbeta beside its row
+// reductions for dx). A thread keeps its columns' partial results in registers across the
+// rows it visits; such a kernel runs as a phase of a global_stitch kernel, which combines
+// the blocks' partials after a grid barrier (AStitch's global scheme).
+// Reduce results never leave the row they were computed for: the analysis proves that
+// every use of a reduce inside the kernel reads the current row's value, following index
+// arithmetic through elementwise ops, reshapes and broadcasts.
+//
+// Thread-safety: pure functions over a verified graph.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "stitch/base/status.h"
+#include "stitch/ir/graph.h"
+#include "stitch/plan/plan.h"
+
+namespace stitch {
+
+struct RowGeometry {
+  int64_t rows = 0;
+  int64_t row_len = 0;
+  bool operator==(const RowGeometry& o) const { return rows == o.rows && row_len == o.row_len; }
+};
+
+// Returns the row geometry of reduce node `id` when its reduced dimensions are the
+// minor-most non-trivial dimensions of its input (and it reduces at least two elements);
+// nullopt otherwise.
+std::optional<RowGeometry> RowGeometryOf(const Graph& g, int id);
+
+struct RowStitchLayout {
+  RowGeometry geometry;
+  // Reduces grouped into phases: the reduces of phase p read only reduces of earlier
+  // phases, so each phase is one pass over the row.
+  std::vector<std::vector<int>> phases;
+  // Outputs with one element per row element, and with one element per row.
+  std::vector<int> row_space_outputs;
+  std::vector<int> row_outputs;
+  // Outputs of any other size, which must not read the kernel's reduces: they are computed
+  // by a grid-stride loop of their own in the same launch (the independent scheme).
+  std::vector<int> independent_outputs;
+  // Reduces over the rows, keeping the row_len columns; they read row-space values in the
+  // output pass. Outputs with row_len elements computed from their results at their own
+  // column (the reduces themselves, conversions, scalings).
+  std::vector<int> column_reduces;
+  std::vector<int> column_outputs;
+  // Row-space values read in more than one pass (loaded inputs and heavy ops): a thread
+  // keeps its elements of them in registers after the first pass.
+  std::vector<int> cached;
+  // For each cached node, the first pass that computes it (a phase index, or
+  // phases.size() for the final output pass).
+  std::vector<int> cached_first_pass;
+};
+
+// Returns whether reduce node `id` reduces a value of `geo.rows * geo.row_len` elements over
+// its leading dimensions, keeping the trailing `row_len` elements: a column reduce of `geo`.
+bool IsColumnReduceOf(const Graph& g, int id, const RowGeometry& geo);
+
+// Analyses a kernel spec as a row-stitched kernel. Returns UNIMPLEMENTED, naming the node,
+// when the spec is not one: a reduce with another geometry, an output of another size that
+// reads a reduce, a use of a row reduce's result at another row, or of a column reduce's
+// result anywhere but in a column output at its own column.
+StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spec);
+
+}  // namespace stitch

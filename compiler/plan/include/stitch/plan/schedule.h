@@ -1,0 +1,34 @@
+// The scheduler: gives each kernel of a fusion plan its thread mapping (plan.h) for a GPU.
+//
+// Row reductions get several rows per warp for short rows, a warp per row, or a block per
+// row, with block sizes picked so the grid fills the SMs; column reductions get tiles of
+// 32 columns; every kernel gets the widest vector access its shapes allow. The mapping also
+// records the kernel's modelled global traffic, so the cost model and the emulator can be
+// compared kernel by kernel.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include "stitch/base/status.h"
+#include "stitch/ir/graph.h"
+#include "stitch/plan/gpu_device.h"
+#include "stitch/plan/plan.h"
+
+namespace stitch {
+
+// Fills `kernel.mapping` for `device`. Returns INVALID_ARGUMENT when the kernel's shape does
+// not suit its kind (a reduce kernel whose hero is not a reduce, say) and RESOURCE_EXHAUSTED
+// when no mapping fits the device's limits.
+Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
+
+// Shrinks the grid of a scheduled global_stitch kernel to the smallest one that gives every
+// phase all the blocks it can use (a splittable reduce: its rows or tiles times its most
+// chunks), when the cost model prices that grid no higher than the co-resident one the
+// kernel was planned with, so a small graph takes a handful of blocks, not the whole GPU.
+// Leaves other kernels, and a kernel whose smaller grid would cost more, as they are.
+void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
+
+// Schedules every kernel of `plan`.
+Status SchedulePlan(const Graph& g, FusionPlan& plan, const GpuDevice& device);
+
+}  // namespace stitch

@@ -1,0 +1,40 @@
+// The stitching planner: starts from the XLA-style plan and merges kernels while the cost
+// model says the merged plan is cheaper.
+//
+// A merge joins two kernels that are connected by data (one reads the other's output) or
+// that read the same buffer. The merged kernel is a loop kernel when it has no reduce, and
+// a row-stitched kernel (row_stitch.h) when all its reduces share one row geometry; the
+// reduces' results then stay on chip (registers or shared memory) instead of making a round
+// trip through global memory, and the kernel's inputs are read once. A merge that would
+// create a cycle between kernels, or whose kernel cannot be scheduled on the device, is
+// never taken.
+//
+// The search is a beam search over merge steps: each step expands every plan in the beam
+// by every legal merge, and keeps the `beam_width` cheapest. Merge costs are memoised by
+// the merged kernels' outputs, so plans that share kernels share work; the search stops
+// when no plan improves or the compile-time budget is spent, and returns the cheapest plan
+// seen.
+//
+// Thread-safety: pure function.
+#pragma once
+
+#include "stitch/base/status.h"
+#include "stitch/ir/graph.h"
+#include "stitch/plan/gpu_device.h"
+#include "stitch/plan/plan.h"
+
+namespace stitch {
+
+struct StitchPlannerOptions {
+  int beam_width = 3;
+  // Wall-clock budget of the search, a base plus a share per node; the best plan so far is
+  // returned when it runs out.
+  double budget_ms = 40;
+  double budget_ms_per_node = 0.05;
+};
+
+// Returns the stitched, scheduled plan of a verified graph for `device`.
+StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
+                                  const StitchPlannerOptions& options = {});
+
+}  // namespace stitch

@@ -1,0 +1,130 @@
+#include "stitch/plan/baseline_planner.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace stitch {
+namespace {
+
+// A node is materialised (lives in global memory between kernels) when it is a parameter
+// or a reduce; everything else is recomputed where it is needed.
+bool IsMaterialised(const Node& n) { return n.op == OpCode::kParameter || n.op == OpCode::kReduce; }
+
+// Collects, for the given roots, the nodes a kernel must evaluate and the materialised
+// nodes it must read. The roots themselves are evaluated even when materialised.
+void CollectKernelBody(const Graph& g, const std::vector<int>& roots, const std::vector<int>& rank,
+                       KernelSpec& spec) {
+  std::set<int> body, inputs;
+  std::vector<int> stack;
+  for (int r : roots) {
+    body.insert(r);
+    for (int o : g.nodes[r].operands) stack.push_back(o);
+  }
+  while (!stack.empty()) {
+    int i = stack.back();
+    stack.pop_back();
+    if (IsMaterialised(g.nodes[i])) {
+      inputs.insert(i);
+      continue;
+    }
+    if (!body.insert(i).second) continue;
+    for (int o : g.nodes[i].operands) stack.push_back(o);
+  }
+  spec.nodes.assign(body.begin(), body.end());
+  std::sort(spec.nodes.begin(), spec.nodes.end(), [&](int a, int b) { return rank[a] < rank[b]; });
+  spec.inputs.assign(inputs.begin(), inputs.end());
+  std::sort(spec.inputs.begin(), spec.inputs.end(),
+            [&](int a, int b) { return rank[a] < rank[b]; });
+}
+
+}  // namespace
+
+bool IsRowReduction(const Graph& g, int node) {
+  const Node& n = g.nodes[node];
+  const Shape& in = g.nodes[n.operands[0]].shape;
+  if (n.dimensions.empty() || in.rank() == 0) return true;
+  return n.dimensions.back() == in.rank() - 1;
+}
+
+StatusOr<FusionPlan> PlanBaseline(const Graph& g) {
+  FusionPlan plan;
+  plan.planner = "baseline";
+  std::vector<int> topo = TopologicalOrder(g);
+  std::vector<int> rank(g.nodes.size());
+  for (size_t k = 0; k < topo.size(); ++k) rank[topo[k]] = static_cast<int>(k);
+  std::vector<bool> live = LiveNodes(g);
+
+  // Reduce kernels, in topological order so each runs after the reduces it reads.
+  for (int i : topo) {
+    if (!live[i] || g.nodes[i].op != OpCode::kReduce) continue;
+    KernelSpec spec;
+    spec.kind = IsRowReduction(g, i) ? KernelKind::kRowReduce : KernelKind::kColumnReduce;
+    spec.hero = i;
+    spec.outputs = {i};
+    CollectKernelBody(g, {i}, rank, spec);
+    plan.kernels.push_back(std::move(spec));
+  }
+
+  // Loop kernels for the remaining outputs, one per element count, in output order.
+  std::map<int64_t, std::vector<int>> by_count;
+  std::vector<int64_t> count_order;
+  std::set<int> seen;
+  for (int o : g.outputs) {
+    // Parameter outputs alias their input buffer: no kernel copies them.
+    const OpCode op = g.nodes[o].op;
+    if (op == OpCode::kReduce || op == OpCode::kParameter || !seen.insert(o).second) continue;
+    int64_t count = g.nodes[o].shape.elements();
+    if (!by_count.count(count)) count_order.push_back(count);
+    by_count[count].push_back(o);
+  }
+  for (int64_t count : count_order) {
+    KernelSpec spec;
+    spec.kind = KernelKind::kLoop;
+    spec.outputs = by_count[count];
+    CollectKernelBody(g, spec.outputs, rank, spec);
+    plan.kernels.push_back(std::move(spec));
+  }
+
+  for (size_t k = 0; k < plan.kernels.size(); ++k) {
+    KernelSpec& spec = plan.kernels[k];
+    spec.name = "stitch_k" + std::to_string(k) + "_" + std::string(KernelKindName(spec.kind));
+  }
+  return plan;
+}
+
+std::vector<int> TemporaryNodes(const Graph& g, const FusionPlan& plan) {
+  std::set<int> outputs(g.outputs.begin(), g.outputs.end());
+  std::vector<int> temps;
+  std::set<int> seen;
+  for (const KernelSpec& k : plan.kernels) {
+    for (int o : k.outputs) {
+      if (!outputs.count(o) && g.nodes[o].op != OpCode::kParameter && seen.insert(o).second) {
+        temps.push_back(o);
+      }
+    }
+  }
+  return temps;
+}
+
+TrafficEstimate EstimateTraffic(const Graph& g, const FusionPlan& plan) {
+  TrafficEstimate t;
+  for (const KernelSpec& k : plan.kernels) {
+    for (int i : k.inputs) t.bytes_read += g.nodes[i].shape.bytes();
+    for (int o : k.outputs) t.bytes_written += g.nodes[o].shape.bytes();
+  }
+  return t;
+}
+
+TrafficEstimate TrafficLowerBound(const Graph& g) {
+  TrafficEstimate t;
+  std::vector<bool> live = LiveNodes(g);
+  for (int p : g.Parameters()) {
+    if (live[p]) t.bytes_read += g.nodes[p].shape.bytes();
+  }
+  std::set<int> outputs(g.outputs.begin(), g.outputs.end());
+  for (int o : outputs) t.bytes_written += g.nodes[o].shape.bytes();
+  return t;
+}
+
+}  // namespace stitch

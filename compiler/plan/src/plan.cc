@@ -1,0 +1,78 @@
+#include "stitch/plan/plan.h"
+
+#include <sstream>
+
+namespace stitch {
+
+std::string_view KernelKindName(KernelKind k) {
+  switch (k) {
+    case KernelKind::kLoop:
+      return "loop";
+    case KernelKind::kRowReduce:
+      return "row_reduce";
+    case KernelKind::kColumnReduce:
+      return "column_reduce";
+    case KernelKind::kRowStitch:
+      return "row_stitch";
+    case KernelKind::kGlobalStitch:
+      return "global_stitch";
+  }
+  return "invalid";
+}
+
+std::string_view StitchSchemeName(StitchScheme s) {
+  switch (s) {
+    case StitchScheme::kIndependent:
+      return "independent";
+    case StitchScheme::kLocal:
+      return "local";
+    case StitchScheme::kRegional:
+      return "regional";
+    case StitchScheme::kGlobal:
+      return "global";
+  }
+  return "invalid";
+}
+
+namespace {
+
+void DescribeMapping(const ThreadMapping& m, std::ostringstream& out) {
+  out << " grid=" << m.launch.grid[0] << " block=" << m.launch.block[0] << "x" << m.launch.block[1];
+  if (m.threads_per_row != 32 || m.rows_per_block != 1) {
+    out << " threads/row=" << m.threads_per_row << " rows/block=" << m.rows_per_block;
+  }
+  if (m.values_per_thread > 0) out << " regs/row=" << m.values_per_thread;
+  if (m.vector_width > 1) out << " vec=" << m.vector_width;
+  if (m.reduce_chunks > 1) out << " chunks=" << m.reduce_chunks;
+  if (m.shared_bytes > 0) out << " smem=" << m.shared_bytes;
+  if (m.grid_barriers > 0) out << " grid_barriers=" << m.grid_barriers;
+}
+
+void DescribeKernel(const Graph& g, const KernelSpec& k, const std::string& indent,
+                    std::ostringstream& out) {
+  out << indent << k.name << " [" << KernelKindName(k.kind) << "]";
+  if (k.hero >= 0) out << " hero=%" << k.hero << " (" << g.nodes[k.hero].shape.ToString() << ")";
+  out << " nodes=" << k.nodes.size() << " reads={";
+  for (size_t i = 0; i < k.inputs.size(); ++i) out << (i ? ",%" : "%") << k.inputs[i];
+  out << "} writes={";
+  for (size_t i = 0; i < k.outputs.size(); ++i) out << (i ? ",%" : "%") << k.outputs[i];
+  out << "}";
+  if (k.mapping.launch.blocks() > 0 && k.mapping.work_items > 0) DescribeMapping(k.mapping, out);
+  out << "\n";
+  for (const StitchEdge& e : k.edges) {
+    out << indent << "  %" << e.producer << " -> %" << e.consumer << " "
+        << StitchSchemeName(e.scheme) << "\n";
+  }
+  for (const KernelSpec& phase : k.phases) DescribeKernel(g, phase, indent + "  | ", out);
+}
+
+}  // namespace
+
+std::string Describe(const Graph& g, const FusionPlan& plan) {
+  std::ostringstream out;
+  out << plan.planner << " plan: " << plan.kernels.size() << " kernel(s)\n";
+  for (const KernelSpec& k : plan.kernels) DescribeKernel(g, k, "  ", out);
+  return out.str();
+}
+
+}  // namespace stitch

@@ -1,0 +1,310 @@
+#include "stitch/plan/row_stitch.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "stitch/plan/op_classes.h"
+
+namespace stitch {
+namespace {
+
+// How a node is indexed relative to the row a thread group owns.
+enum class Access {
+  kRowSpace,  // at linear index row * row_len + col: one element of the current row
+  kRow,       // at linear index row
+  kColumn,    // at linear index col: a column output's element
+  kOther,     // anywhere: fine for values read from global memory, never for a reduce
+};
+
+std::string Describe(const Graph& g, int id) {
+  return "node " + std::to_string(id) + " '" + g.nodes[id].name + "' (" +
+         std::string(OpCodeName(g.nodes[id].op)) + ")";
+}
+
+// Returns the access of a broadcast's operand given the broadcast's own access. The operand
+// index is the output index divided by the product of the trailing output dimensions it
+// does not map, provided the mapped dimensions are a leading block (size-1 ignored).
+Access BroadcastOperandAccess(const Graph& g, const Node& n, Access access, int64_t row_len) {
+  if (access == Access::kOther) return Access::kOther;
+  const std::vector<int64_t>& out = n.shape.dims;
+  const std::vector<int64_t>& in = g.nodes[n.operands[0]].shape.dims;
+  std::vector<bool> mapped(out.size(), false);
+  for (size_t i = 0; i < n.dimensions.size(); ++i) {
+    if (in[i] != 1) mapped[static_cast<size_t>(n.dimensions[i])] = true;
+  }
+  // Mapped dimensions must be in increasing order for the operand's linear index to be a
+  // prefix of the output's.
+  int64_t last = -1;
+  for (size_t i = 0; i < n.dimensions.size(); ++i) {
+    if (in[i] == 1) continue;
+    if (n.dimensions[i] < last) return Access::kOther;
+    last = n.dimensions[i];
+  }
+  int64_t trailing = 1;
+  bool seen_unmapped = false;
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    if (mapped[d]) {
+      if (seen_unmapped) return Access::kOther;
+    } else {
+      seen_unmapped = true;
+      trailing *= out[d];
+    }
+  }
+  if (trailing == 1) return access;
+  if (access == Access::kRowSpace && trailing == row_len) return Access::kRow;
+  return Access::kOther;
+}
+
+class Analyzer {
+ public:
+  Analyzer(const Graph& g, const KernelSpec& spec, RowStitchLayout& layout)
+      : g_(g), layout_(layout) {
+    in_kernel_.insert(spec.nodes.begin(), spec.nodes.end());
+    inputs_.insert(spec.inputs.begin(), spec.inputs.end());
+    column_reduces_.insert(layout.column_reduces.begin(), layout.column_reduces.end());
+  }
+
+  // Walks everything pass `pass` evaluates from `root` at `access`, checking reduce uses
+  // and recording which row-space values each pass reads.
+  Status Visit(int root, Access access, int pass) {
+    std::vector<std::pair<int, Access>> stack = {{root, access}};
+    while (!stack.empty()) {
+      auto [id, acc] = stack.back();
+      stack.pop_back();
+      if (!seen_.insert({id, acc, pass}).second) continue;
+      const Node& n = g_.nodes[id];
+      if (acc == Access::kRowSpace) passes_[id].insert(pass);
+      if (inputs_.count(id) || n.op == OpCode::kParameter) continue;
+      if (!in_kernel_.count(id)) {
+        if (n.op == OpCode::kConstant || n.op == OpCode::kIota) continue;
+        return Unimplemented(Describe(g_, id) + " is neither computed nor read by the kernel");
+      }
+      if (column_reduces_.count(id)) {
+        // Its result exists only after the grid has combined every block's partials.
+        if (acc != Access::kColumn) {
+          return Unimplemented("column reduce " + Describe(g_, id) +
+                               " is read other than by a column output at its own column");
+        }
+        continue;
+      }
+      if (n.op == OpCode::kReduce) {
+        if (acc != Access::kRow) {
+          return Unimplemented("reduce " + Describe(g_, id) +
+                               " is read at another row than the one it was computed for");
+        }
+        continue;
+      }
+      for (size_t i = 0; i < n.operands.size(); ++i) {
+        const int o = n.operands[i];
+        stack.push_back({o, OperandAccess(n, i, acc)});
+      }
+    }
+    return Status::Ok();
+  }
+
+  Access OperandAccess(const Node& n, size_t i, Access acc) const {
+    const Shape& os = g_.nodes[n.operands[i]].shape;
+    // Column results are seeded at the output's own linear index, which only elementwise
+    // ops pass on unchanged.
+    if (acc == Access::kColumn) {
+      const bool same = ClassOf(n.op) == OpClass::kElementwise && os.dims == n.shape.dims;
+      return same ? Access::kColumn : Access::kOther;
+    }
+    switch (ClassOf(n.op)) {
+      case OpClass::kElementwise:
+        return os.rank() == 0 && n.shape.rank() > 0 ? Access::kOther : acc;
+      case OpClass::kDataMovement:
+        if (n.op == OpCode::kReshape) return acc;
+        if (n.op == OpCode::kBroadcast) {
+          return BroadcastOperandAccess(g_, n, acc, layout_.geometry.row_len);
+        }
+        return Access::kOther;
+      default:
+        return Access::kOther;
+    }
+  }
+
+  const std::map<int, std::set<int>>& passes() const { return passes_; }
+
+ private:
+  const Graph& g_;
+  RowStitchLayout& layout_;
+  std::set<int> in_kernel_, inputs_, column_reduces_;
+  std::set<std::tuple<int, Access, int>> seen_;
+  std::map<int, std::set<int>> passes_;  // row-space node -> passes that read it
+};
+
+// Returns the reduces of the kernel each reduce reads (through in-kernel nodes).
+std::map<int, std::set<int>> ReduceDependences(const Graph& g, const KernelSpec& spec,
+                                               const std::vector<int>& reduces) {
+  std::set<int> in_kernel(spec.nodes.begin(), spec.nodes.end());
+  std::map<int, std::set<int>> deps;
+  for (int r : reduces) {
+    std::set<int> seen;
+    std::vector<int> stack = {g.nodes[r].operands[0]};
+    while (!stack.empty()) {
+      int id = stack.back();
+      stack.pop_back();
+      if (!in_kernel.count(id) || !seen.insert(id).second) continue;
+      if (g.nodes[id].op == OpCode::kReduce) {
+        deps[r].insert(id);
+        continue;
+      }
+      for (int o : g.nodes[id].operands) stack.push_back(o);
+    }
+  }
+  return deps;
+}
+
+// Whether computing `id` inside the kernel reads one of `targets` (through in-kernel nodes).
+bool Reaches(const Graph& g, const std::set<int>& in_kernel, int id, const std::set<int>& targets) {
+  std::vector<int> stack = {id};
+  std::set<int> seen;
+  while (!stack.empty()) {
+    const int n = stack.back();
+    stack.pop_back();
+    if (!in_kernel.count(n) || !seen.insert(n).second) continue;
+    if (targets.count(n)) return true;
+    for (int o : g.nodes[n].operands) stack.push_back(o);
+  }
+  return false;
+}
+
+// Splits the kernel's reduces into row reduces of one geometry (set in `layout`) and column
+// reduces of that geometry.
+Status ClassifyReduces(const Graph& g, const std::vector<int>& reduces, RowStitchLayout& layout,
+                       std::vector<int>& row_reduces) {
+  std::optional<RowGeometry> first;
+  for (int r : reduces) {
+    if ((first = RowGeometryOf(g, r))) break;
+  }
+  if (!first) {
+    return Unimplemented("reduce " + Describe(g, reduces.front()) + " is not a row reduction");
+  }
+  layout.geometry = *first;
+  for (int r : reduces) {
+    std::optional<RowGeometry> geo = RowGeometryOf(g, r);
+    if (geo && *geo == layout.geometry) {
+      row_reduces.push_back(r);
+    } else if (IsColumnReduceOf(g, r, layout.geometry)) {
+      layout.column_reduces.push_back(r);
+    } else if (geo) {
+      return Unimplemented("reduce " + Describe(g, r) + " has another row geometry");
+    } else {
+      return Unimplemented("reduce " + Describe(g, r) +
+                           " is neither a row reduction nor a column reduction of its rows");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsColumnReduceOf(const Graph& g, int id, const RowGeometry& geo) {
+  const Node& n = g.nodes[id];
+  if (n.op != OpCode::kReduce || n.operands.empty()) return false;
+  const Shape& in = g.nodes[n.operands[0]].shape;
+  if (in.elements() != geo.rows * geo.row_len || n.shape.elements() != geo.row_len) return false;
+  // Input element (row, col) is then at linear index row * row_len + col, and col is the
+  // output index.
+  return ReducesLeadingDims(g, id);
+}
+
+std::optional<RowGeometry> RowGeometryOf(const Graph& g, int id) {
+  const Node& n = g.nodes[id];
+  if (n.op != OpCode::kReduce) return std::nullopt;
+  if (ClassifyNode(g, id) != OpKind::kRowReduce) return std::nullopt;
+  const Shape& in = g.nodes[n.operands[0]].shape;
+  int64_t row_len = 1;
+  for (int64_t d : n.dimensions) row_len *= in.dims[static_cast<size_t>(d)];
+  if (row_len < 2) return std::nullopt;
+  return RowGeometry{in.elements() / row_len, row_len};
+}
+
+StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spec) {
+  RowStitchLayout layout;
+  std::vector<int> reduces;
+  for (int id : spec.nodes) {
+    if (g.nodes[id].op == OpCode::kReduce) reduces.push_back(id);
+  }
+  if (reduces.empty()) return Unimplemented("a row-stitched kernel needs a reduce");
+  std::vector<int> row_reduces;
+  STITCH_RETURN_IF_ERROR(ClassifyReduces(g, reduces, layout, row_reduces));
+  const RowGeometry& geo = layout.geometry;
+  const std::set<int> in_kernel(spec.nodes.begin(), spec.nodes.end());
+  const std::set<int> column_reduces(layout.column_reduces.begin(), layout.column_reduces.end());
+  for (int o : spec.outputs) {
+    const int64_t count = g.nodes[o].shape.elements();
+    if (!column_reduces.empty() && Reaches(g, in_kernel, o, column_reduces)) {
+      if (count != geo.row_len) {
+        return Unimplemented("output " + Describe(g, o) + " reads a column reduce but has " +
+                             std::to_string(count) + " elements, not the row length " +
+                             std::to_string(geo.row_len));
+      }
+      layout.column_outputs.push_back(o);
+    } else if (count == geo.rows * geo.row_len) {
+      layout.row_space_outputs.push_back(o);
+    } else if (count == geo.rows) {
+      layout.row_outputs.push_back(o);
+    } else {
+      layout.independent_outputs.push_back(o);
+    }
+  }
+
+  // Phases: a reduce runs one pass after the latest reduce it reads.
+  std::map<int, std::set<int>> deps = ReduceDependences(g, spec, row_reduces);
+  std::map<int, int> phase;
+  for (int r : row_reduces) {  // spec.nodes is topological, so dependences come first
+    int p = 0;
+    for (int d : deps[r]) p = std::max(p, phase[d] + 1);
+    phase[r] = p;
+    if (static_cast<int>(layout.phases.size()) <= p) layout.phases.resize(p + 1);
+    layout.phases[p].push_back(r);
+  }
+
+  Analyzer analyzer(g, spec, layout);
+  for (size_t p = 0; p < layout.phases.size(); ++p) {
+    for (int r : layout.phases[p]) {
+      STITCH_RETURN_IF_ERROR(
+          analyzer.Visit(g.nodes[r].operands[0], Access::kRowSpace, static_cast<int>(p)));
+      STITCH_RETURN_IF_ERROR(
+          analyzer.Visit(g.nodes[r].operands[1], Access::kOther, static_cast<int>(p)));
+    }
+  }
+  const int final_pass = static_cast<int>(layout.phases.size());
+  for (int o : layout.row_space_outputs) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kRowSpace, final_pass));
+  }
+  for (int o : layout.row_outputs) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kRow, final_pass));
+  }
+  // Column reduces accumulate in the output pass, where the row's reduce results are known.
+  for (int r : layout.column_reduces) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(g.nodes[r].operands[0], Access::kRowSpace, final_pass));
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(g.nodes[r].operands[1], Access::kOther, final_pass));
+  }
+  for (int o : layout.column_outputs) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kColumn, final_pass + 2));
+  }
+  // Independent outputs are indexed by their own position: a reduce reached from them
+  // would be read at an arbitrary row, which the visit rejects.
+  for (int o : layout.independent_outputs) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kOther, final_pass + 1));
+  }
+
+  std::set<int> inputs(spec.inputs.begin(), spec.inputs.end());
+  for (const auto& [id, passes] : analyzer.passes()) {
+    if (passes.size() < 2) continue;
+    const bool loaded = inputs.count(id) || g.nodes[id].op == OpCode::kParameter;
+    if (!loaded && !IsHeavy(g.nodes[id].op)) continue;
+    if (g.nodes[id].shape.elements() != geo.rows * geo.row_len) continue;
+    layout.cached.push_back(id);
+    layout.cached_first_pass.push_back(*passes.begin());
+  }
+  return layout;
+}
+
+}  // namespace stitch

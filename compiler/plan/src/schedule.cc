@@ -1,0 +1,481 @@
+#include "stitch/plan/schedule.h"
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+
+#include "stitch/plan/cost_model.h"
+#include "stitch/plan/row_stitch.h"
+
+namespace stitch {
+namespace {
+
+// Beyond a few waves a grid-stride loop is as fast and the launch is cheaper.
+constexpr int64_t kMaxBlocksPerSm = 32;
+// Row elements a thread may keep in registers per cached value; more unrolls too much code.
+constexpr int kMaxValuesPerThread = 16;
+
+uint32_t CeilDivCapped(int64_t n, int64_t d, int64_t cap) {
+  int64_t q = d > 0 ? (n + d - 1) / d : 0;
+  return static_cast<uint32_t>(std::clamp<int64_t>(q, 1, cap));
+}
+
+int NextPow2(int64_t n) {
+  int p = 1;
+  while (p < n && p < (1 << 20)) p *= 2;
+  return p;
+}
+
+// DRAM moves 32-byte sectors, and buffers start on sector boundaries, so each buffer's
+// bytes are rounded up to whole sectors.
+int64_t Sectors(int64_t bytes) { return (bytes + 31) / 32 * 32; }
+
+// Footprint traffic: each input buffer read once and each output written once. Re-reads of
+// the same bytes inside one launch are served by L1/L2 (rows of a stitched kernel are a few
+// hundred KiB at most while they are being reused), so they are not DRAM traffic.
+// Loads in flight count only inputs streamed element by element over the kernel's
+// iteration space of `elements`; smaller inputs (a row's statistics, a bias) are reused
+// from cache and do not wait on DRAM.
+
+void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements) {
+  k.mapping.bytes_loaded = 0;
+  k.mapping.bytes_stored = 0;
+  for (int i : k.inputs) k.mapping.bytes_loaded += Sectors(g.nodes[i].shape.bytes());
+  for (int o : k.outputs) k.mapping.bytes_stored += Sectors(g.nodes[o].shape.bytes());
+  int in_flight = 0;
+  for (int i : k.inputs) {
+    if (g.nodes[i].shape.elements() >= elements) in_flight += DTypeBytes(g.nodes[i].shape.dtype);
+  }
+  k.mapping.load_bytes_in_flight_per_thread = std::max(in_flight, 1);
+}
+
+// The most consecutive elements (8, 4, 2 or 1) a loop kernel's thread can handle per pass:
+// the count divides the kernel's `n` elements, that many elements of every full-size buffer
+// fit one kMaxVectorBytes access, and every thread of a block still gets a vector.
+int LoopVectorWidth(const Graph& g, const KernelSpec& k, int64_t n, int64_t block) {
+  int64_t widest = 1;
+  for (int o : k.outputs) {
+    widest = std::max<int64_t>(widest, DTypeBytes(g.nodes[o].shape.dtype));
+  }
+  for (int i : k.inputs) {
+    const Shape& s = g.nodes[i].shape;
+    if (s.elements() == n) widest = std::max<int64_t>(widest, DTypeBytes(s.dtype));
+  }
+  for (int v = 8; v > 1; v /= 2) {
+    if (n % v == 0 && v * widest <= kMaxVectorBytes && n / v >= block) return v;
+  }
+  return 1;
+}
+
+// In each Schedule* function a nonzero `block_threads` fixes the block size: the phases of
+// a global kernel share one.
+void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
+  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+  ThreadMapping& m = k.mapping;
+  // Round tiny sizes up to whole warps; 256 threads keep 8 blocks resident per SM.
+  const int64_t block = block_threads > 0
+                            ? block_threads
+                            : std::min<int64_t>(256, std::max<int64_t>(32, (n + 31) / 32 * 32));
+  m.vector_width = LoopVectorWidth(g, k, n, block);
+  m.launch.block = {static_cast<uint32_t>(block), 1, 1};
+  m.launch.grid = {CeilDivCapped(n / m.vector_width, block, int64_t{d.sms} * 8 * 4), 1, 1};
+  m.work_items = n;
+  SetTraffic(g, k, n);
+  // Each of a thread's elements is an independent load in flight.
+  m.load_bytes_in_flight_per_thread *= m.vector_width;
+}
+
+void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
+  const Node& h = g.nodes[k.hero];
+  const int64_t rows = h.shape.elements();
+  const int64_t row_len = rows > 0 ? g.nodes[h.operands[0]].shape.elements() / rows : 0;
+  ThreadMapping& m = k.mapping;
+  m.work_items = rows;
+  if (row_len <= 512) {
+    // A warp (or part of one) per row: no shared memory and no barriers.
+    m.threads_per_row = std::min(NextPow2(row_len), 32);
+    const int warps = block_threads > 0 ? block_threads / 32 : 8;
+    m.rows_per_block = warps * (32 / m.threads_per_row);
+    m.launch.block = {32, static_cast<uint32_t>(warps), 1};
+    m.launch.grid = {CeilDivCapped(rows, m.rows_per_block, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
+  } else {
+    const int threads = block_threads > 0  ? block_threads
+                        : row_len <= 4096  ? 256
+                        : row_len <= 16384 ? 512
+                                           : 1024;
+    m.threads_per_row = threads;
+    m.rows_per_block = 1;
+    m.launch.block = {static_cast<uint32_t>(threads), 1, 1};
+    m.launch.grid = {CeilDivCapped(rows, 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
+    m.shared_bytes = static_cast<uint32_t>(8 * (threads / 32) * k.outputs.size());
+    m.block_barriers_per_item = 2;
+  }
+  SetTraffic(g, k, rows * row_len);
+}
+
+void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d,
+                          int block_threads = 0) {
+  const Node& h = g.nodes[k.hero];
+  const int64_t kept = h.shape.elements();
+  const int64_t reduced = kept > 0 ? g.nodes[h.operands[0]].shape.elements() / kept : 0;
+  ThreadMapping& m = k.mapping;
+  const int64_t tiles = (kept + 31) / 32;
+  // Few tiles: taller blocks so each SM still gets enough threads to hide latency.
+  m.column_tile_y = (tiles < int64_t{d.sms} * 4 && reduced >= 256) ? 32 : 8;
+  if (block_threads > 0) m.column_tile_y = block_threads / 32;
+  m.launch.block = {32, static_cast<uint32_t>(m.column_tile_y), 1};
+  m.launch.grid = {CeilDivCapped(tiles, 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
+  m.shared_bytes = static_cast<uint32_t>(8 * 32 * m.column_tile_y * k.outputs.size());
+  m.block_barriers_per_item = 2;
+  m.work_items = tiles;
+  SetTraffic(g, k, kept * reduced);
+}
+
+// Bytes of one partial value of each of `reduces` (reduce.h's PartialArrays): its
+// accumulator type, at least 4 bytes (f16 and bf16 accumulate in f32).
+int64_t PartialBytes(const Graph& g, const std::vector<int>& reduces) {
+  int64_t bytes = 0;
+  for (int r : reduces) bytes += std::max<int64_t>(DTypeBytes(g.nodes[r].shape.dtype), 4);
+  return bytes;
+}
+
+// The most consecutive elements of a row (8, 4, 2 or 1) a row-stitched thread takes at once:
+// the count divides the row, that many elements of every row-space buffer fit one
+// kMaxVectorBytes access, every thread of the row gets a vector, and, when the row stays in
+// registers, the vectors need no more positions per thread than single elements would.
+int RowVectorWidth(const Graph& g, const KernelSpec& k, const RowGeometry& geo, int threads_per_row,
+                   bool registers) {
+  const int64_t row_space = geo.rows * geo.row_len;
+  int64_t widest = 1;
+  for (const std::vector<int>* buffers : {&k.inputs, &k.outputs}) {
+    for (int id : *buffers) {
+      const Shape& s = g.nodes[id].shape;
+      if (s.elements() == row_space) widest = std::max<int64_t>(widest, DTypeBytes(s.dtype));
+    }
+  }
+  const int64_t tpr = threads_per_row;
+  for (int64_t v = 8; v > 1; v /= 2) {
+    if (geo.row_len % v != 0 || v * widest > kMaxVectorBytes || geo.row_len < tpr * v) continue;
+    const int64_t positions = (geo.row_len + tpr * v - 1) / (tpr * v) * v;
+    if (!registers || positions == (geo.row_len + tpr - 1) / tpr) return static_cast<int>(v);
+  }
+  return 1;
+}
+
+// Fills a row-stitched mapping with `threads_per_row` threads per row. Returns false when
+// the kernel has column reduces and a thread cannot keep fixed columns in registers.
+bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
+                   const GpuDevice& d, int block_threads, KernelSpec& k) {
+  const RowGeometry& geo = layout.geometry;
+  ThreadMapping& m = k.mapping;
+  m = ThreadMapping{};
+  m.threads_per_row = threads_per_row;
+  m.work_items = geo.rows;
+  int reduces = 0;
+  for (const auto& p : layout.phases) reduces += static_cast<int>(p.size());
+  if (threads_per_row <= 32) {
+    const int64_t rows_per_warp = 32 / threads_per_row;
+    const int64_t warps_needed = (geo.rows + rows_per_warp - 1) / rows_per_warp;
+    // Fewer warps per block when rows are few, so the blocks spread over every SM.
+    int warps = 8;
+    while (warps > 1 && warps_needed / warps < int64_t{d.sms} * 2) warps /= 2;
+    if (block_threads > 0) warps = block_threads / 32;
+    m.rows_per_block = static_cast<int>(warps * rows_per_warp);
+    m.launch.block = {32, static_cast<uint32_t>(warps), 1};
+  } else {
+    m.rows_per_block = 1;
+    m.launch.block = {static_cast<uint32_t>(threads_per_row), 1, 1};
+    // One slot per warp and reduce; results are read by every thread after one barrier,
+    // and a last barrier per row guards the slots' reuse.
+    m.shared_bytes = static_cast<uint32_t>(8 * (threads_per_row / 32) * reduces);
+    m.block_barriers_per_item = static_cast<int>(layout.phases.size()) + 1;
+  }
+  m.launch.grid = {CeilDivCapped(geo.rows, m.rows_per_block, int64_t{d.sms} * kMaxBlocksPerSm), 1,
+                   1};
+  const int64_t per_thread = (geo.row_len + threads_per_row - 1) / threads_per_row;
+  const int cached = static_cast<int>(layout.cached.size());
+  m.values_per_thread = per_thread <= kMaxValuesPerThread ? static_cast<int>(per_thread) : 0;
+  m.vector_width = RowVectorWidth(g, k, geo, threads_per_row, m.values_per_thread > 0);
+  // Column reduces keep an accumulator per register position.
+  const int columns = static_cast<int>(layout.column_reduces.size());
+  m.registers_per_thread = 32 + 2 * reduces + m.values_per_thread * (std::max(cached, 1) + columns);
+  if (m.registers_per_thread > 255) {
+    m.values_per_thread = 0;
+    m.registers_per_thread = 32 + 2 * reduces;
+  }
+  SetTraffic(g, k, geo.rows * geo.row_len);
+  // A thread's register positions are independent loads, as are a vector's elements.
+  m.load_bytes_in_flight_per_thread *=
+      m.values_per_thread > 0 ? m.values_per_thread : m.vector_width;
+  if (columns == 0) return true;
+  // The row groups of a block combine their column partials through a slot per thread.
+  const int64_t groups = static_cast<int64_t>(m.launch.block_threads()) / threads_per_row;
+  if (groups > 1) {
+    m.shared_bytes += static_cast<uint32_t>(PartialBytes(g, layout.column_reduces) *
+                                            static_cast<int64_t>(m.launch.block_threads()));
+  }
+  return m.values_per_thread > 0;
+}
+
+// Prices the column reduces of a row-stitched phase on its final grid: each block writes one
+// partial per column, read back once by the combine behind one more grid barrier.
+void AddColumnPartials(const Graph& g, KernelSpec& k) {
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, k);
+  if (!layout.ok() || layout->column_reduces.empty()) return;
+  ThreadMapping& m = k.mapping;
+  m.reduce_chunks = static_cast<int>(m.launch.grid[0]);
+  m.grid_barriers += 1;
+  const int64_t partials =
+      Sectors(PartialBytes(g, layout->column_reduces) * layout->geometry.row_len * m.reduce_chunks);
+  m.bytes_stored += partials;
+  m.bytes_loaded += partials;
+}
+
+Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
+  STITCH_ASSIGN_OR_RETURN(RowStitchLayout layout, AnalyzeRowStitch(g, k));
+  if (!layout.column_reduces.empty() && block_threads == 0) {
+    return InvalidArgument("kernel " + k.name +
+                           ": column reduces of rows run only as a phase of a global_stitch "
+                           "kernel");
+  }
+  const int64_t row_len = layout.geometry.row_len;
+  std::vector<int> candidates;
+  for (int t = std::min(NextPow2(row_len), 32); t >= 1 && t * 4 >= std::min<int64_t>(row_len, 32);
+       t /= 2) {
+    candidates.push_back(t);
+  }
+  for (int t = 64; t <= 1024 && (t / 2) < row_len; t *= 2) {
+    if (block_threads == 0 || t == block_threads) candidates.push_back(t);
+  }
+  if (block_threads > 0 && row_len > 32 && candidates.back() != block_threads) {
+    candidates.push_back(block_threads);
+  }
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
+  double best = std::numeric_limits<double>::infinity();
+  int best_threads = candidates.front();
+  for (int t : candidates) {
+    if (!FillRowStitch(g, layout, t, d, block_threads, k)) continue;
+    if (ResidentBlocksPerSm(d, k.mapping) == 0) continue;
+    double s = model->EstimateKernel(g, k).seconds;
+    if (s < best) {
+      best = s;
+      best_threads = t;
+    }
+  }
+  if (!FillRowStitch(g, layout, best_threads, d, block_threads, k) ||
+      ResidentBlocksPerSm(d, k.mapping) == 0) {
+    return ResourceExhausted("kernel " + k.name + ": no row mapping fits " + d.name);
+  }
+  return Status::Ok();
+}
+
+// The reduces a split reduce phase computes: its reduce outputs.
+std::vector<int> ReduceOutputs(const Graph& g, const KernelSpec& k) {
+  std::vector<int> reduces;
+  for (int o : k.outputs) {
+    if (g.nodes[o].op == OpCode::kReduce) reduces.push_back(o);
+  }
+  return reduces;
+}
+
+// Schedules a phase of a global kernel for blocks of `threads` threads.
+Status SchedulePhase(const Graph& g, KernelSpec& k, const GpuDevice& d, int threads) {
+  k.mapping = ThreadMapping{};
+  switch (k.kind) {
+    case KernelKind::kLoop:
+      ScheduleLoop(g, k, d, threads);
+      return Status::Ok();
+    case KernelKind::kRowReduce:
+      ScheduleRowReduce(g, k, d, threads);
+      return Status::Ok();
+    case KernelKind::kColumnReduce:
+      ScheduleColumnReduce(g, k, d, threads);
+      return Status::Ok();
+    case KernelKind::kRowStitch:
+      return ScheduleRowStitch(g, k, d, threads);
+    case KernelKind::kGlobalStitch:
+      break;
+  }
+  return InvalidArgument("kernel " + k.name + ": a phase cannot be a global_stitch kernel");
+}
+
+// Returns whether a reduce phase can split its reduced elements over several blocks: column
+// reduces, and row reduces that give a row a whole block.
+bool SplittableReduce(const KernelSpec& k) {
+  return k.kind == KernelKind::kColumnReduce ||
+         (k.kind == KernelKind::kRowReduce && k.mapping.threads_per_row > 32);
+}
+
+// Returns the most chunks the reduced elements of a splittable reduce phase can be split
+// into while each chunk still gives every thread of the block a few elements; 1 for any
+// other phase.
+int64_t MaxReduceChunks(const Graph& g, const KernelSpec& k) {
+  if (!SplittableReduce(k)) return 1;
+  const ThreadMapping& m = k.mapping;
+  const Node& h = g.nodes[k.hero];
+  const int64_t kept = h.shape.elements();
+  const int64_t reduced = kept > 0 ? g.nodes[h.operands[0]].shape.elements() / kept : 0;
+  const bool column = k.kind == KernelKind::kColumnReduce;
+  const int64_t min_chunk = column ? int64_t{m.column_tile_y} * 4 : int64_t{m.threads_per_row} * 4;
+  return std::max<int64_t>(1, reduced / std::max<int64_t>(min_chunk, 1));
+}
+
+// Splits the reduced elements of a reduce phase into chunks when its rows or tiles alone
+// would leave blocks of the grid idle; the cost model picks the chunk count.
+void SplitReducePhase(const Graph& g, KernelSpec& k, const CostModel& model) {
+  if (!SplittableReduce(k)) return;
+  ThreadMapping& m = k.mapping;
+  const bool column = k.kind == KernelKind::kColumnReduce;
+  const Node& h = g.nodes[k.hero];
+  const int64_t kept = h.shape.elements();
+  const int64_t items = column ? (kept + 31) / 32 : kept;
+  const int64_t blocks = static_cast<int64_t>(m.launch.blocks());
+  const int64_t max_chunks = MaxReduceChunks(g, k);
+  const ThreadMapping unsplit = m;
+  // The partials are written once and read back once, behind one more grid barrier.
+  auto split = [&](int64_t chunks) {
+    m = unsplit;
+    if (chunks == 1) return;
+    m.reduce_chunks = static_cast<int>(chunks);
+    m.work_items = items * chunks;
+    m.grid_barriers += 1;
+    const int64_t partials = Sectors(PartialBytes(g, ReduceOutputs(g, k)) * kept * chunks);
+    m.bytes_stored += partials;
+    m.bytes_loaded += partials;
+  };
+  double best = model.EstimateKernel(g, k).seconds;
+  int64_t best_chunks = 1;
+  for (int64_t c = 2; c <= max_chunks && items * (c / 2) < blocks * 2; c *= 2) {
+    split(c);
+    const double seconds = model.EstimateKernel(g, k).seconds;
+    if (seconds < best) {
+      best = seconds;
+      best_chunks = c;
+    }
+  }
+  split(best_chunks);
+}
+
+// How a global kernel's grid is sized: to its work (the smallest grid that gives every
+// phase all the blocks it can use: a splittable reduce, its rows or tiles times its most
+// chunks), or to the co-residency bound. Both are capped by co-residency.
+enum class GridSizing { kWork, kCoResident };
+
+// Fills a global kernel's mapping for blocks of `threads` threads and a grid sized by
+// `sizing`; returns false when no grid of that block size can be co-resident.
+bool FillGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int threads,
+                      GridSizing sizing, const CostModel& model) {
+  ThreadMapping& m = k.mapping;
+  m = ThreadMapping{};
+  m.launch.block = {static_cast<uint32_t>(threads), 1, 1};
+  int64_t wanted = 1;
+  for (KernelSpec& phase : k.phases) {
+    if (!SchedulePhase(g, phase, d, threads).ok()) return false;
+    m.shared_bytes += phase.mapping.shared_bytes;
+    m.registers_per_thread = std::max(m.registers_per_thread, phase.mapping.registers_per_thread);
+    const int64_t blocks = static_cast<int64_t>(phase.mapping.launch.blocks());
+    const int64_t chunks = MaxReduceChunks(g, phase);
+    const int64_t usable = blocks > std::numeric_limits<int64_t>::max() / chunks
+                               ? std::numeric_limits<int64_t>::max()
+                               : blocks * chunks;
+    wanted = std::max(wanted, usable);
+  }
+  const int resident = ResidentBlocksPerSm(d, m);
+  if (resident == 0) return false;
+  // The co-residency bound: every block of the grid is resident at once, so the barriers
+  // cannot wait on a block that has not started.
+  if (sizing == GridSizing::kCoResident) wanted = std::numeric_limits<int64_t>::max();
+  int64_t grid = std::min<int64_t>(CoResidentBlocks(d, m), std::max<int64_t>(wanted, 1));
+  if (d.max_persistent_grid_blocks > 0) grid = std::min(grid, d.max_persistent_grid_blocks);
+  m.launch.grid = {static_cast<uint32_t>(grid), 1, 1};
+  m.grid_barriers = static_cast<int>(k.phases.size()) - 1;
+  int in_flight = 1;
+  for (KernelSpec& phase : k.phases) {
+    phase.mapping.launch.grid = m.launch.grid;
+    // Phases are priced with the kernel's resources, which set their residency.
+    const uint32_t own_shared = phase.mapping.shared_bytes;
+    const int own_registers = phase.mapping.registers_per_thread;
+    phase.mapping.shared_bytes = m.shared_bytes;
+    phase.mapping.registers_per_thread = m.registers_per_thread;
+    SplitReducePhase(g, phase, model);
+    if (phase.kind == KernelKind::kRowStitch) AddColumnPartials(g, phase);
+    phase.mapping.shared_bytes = own_shared;
+    phase.mapping.registers_per_thread = own_registers;
+    m.grid_barriers += phase.mapping.grid_barriers;
+    m.bytes_loaded += phase.mapping.bytes_loaded;
+    m.bytes_stored += phase.mapping.bytes_stored;
+    m.work_items += phase.mapping.work_items;
+    in_flight = std::max(in_flight, phase.mapping.load_bytes_in_flight_per_thread);
+  }
+  m.load_bytes_in_flight_per_thread = in_flight;
+  return true;
+}
+
+Status ScheduleGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+  if (k.phases.empty()) return InvalidArgument("kernel " + k.name + " has no phases");
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
+  double best = std::numeric_limits<double>::infinity();
+  int best_threads = 0;
+  for (int threads : {256, 512, 1024}) {
+    KernelSpec trial = k;
+    if (!FillGlobalStitch(g, trial, d, threads, GridSizing::kCoResident, *model)) continue;
+    const double s = model->EstimateKernel(g, trial).seconds;
+    if (s < best) {
+      best = s;
+      best_threads = threads;
+    }
+  }
+  if (best_threads == 0 ||
+      !FillGlobalStitch(g, k, d, best_threads, GridSizing::kCoResident, *model)) {
+    return ResourceExhausted("kernel " + k.name + ": no co-resident grid fits " + d.name);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  if (kernel.outputs.empty()) return InvalidArgument("kernel " + kernel.name + " has no outputs");
+  const int n = static_cast<int>(g.nodes.size());
+  if (kernel.kind != KernelKind::kLoop && kernel.kind != KernelKind::kGlobalStitch &&
+      (kernel.hero < 0 || kernel.hero >= n || g.nodes[kernel.hero].op != OpCode::kReduce)) {
+    return InvalidArgument("kernel " + kernel.name + ": the hero is not a reduce node");
+  }
+  switch (kernel.kind) {
+    case KernelKind::kLoop:
+      ScheduleLoop(g, kernel, device);
+      return Status::Ok();
+    case KernelKind::kRowReduce:
+      ScheduleRowReduce(g, kernel, device);
+      return Status::Ok();
+    case KernelKind::kColumnReduce:
+      ScheduleColumnReduce(g, kernel, device);
+      return Status::Ok();
+    case KernelKind::kRowStitch:
+      return ScheduleRowStitch(g, kernel, device);
+    case KernelKind::kGlobalStitch:
+      return ScheduleGlobalStitch(g, kernel, device);
+  }
+  return InvalidArgument("kernel " + kernel.name + " has an unknown kind");
+}
+
+void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  if (kernel.kind != KernelKind::kGlobalStitch) return;
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device);
+  KernelSpec trial = kernel;
+  const int threads = static_cast<int>(kernel.mapping.launch.block_threads());
+  if (!FillGlobalStitch(g, trial, device, threads, GridSizing::kWork, *model)) return;
+  // Equal up to rounding: the phase terms are summed over different grids.
+  constexpr double kRelativeTie = 1e-4;
+  if (model->EstimateKernel(g, trial).seconds <=
+      model->EstimateKernel(g, kernel).seconds * (1 + kRelativeTie)) {
+    kernel = std::move(trial);
+  }
+}
+
+Status SchedulePlan(const Graph& g, FusionPlan& plan, const GpuDevice& device) {
+  for (KernelSpec& k : plan.kernels) STITCH_RETURN_IF_ERROR(ScheduleKernel(g, k, device));
+  return Status::Ok();
+}
+
+}  // namespace stitch

@@ -1,0 +1,75 @@
+// Every supported target compiles end to end: the global_stitch kernel carries the
+// co-residency annotation its grid barrier depends on, the bundle carries the cost model's
+// estimates for the plan and the baseline, and the PTX (and cubin, where the toolkit exists)
+// is for that target.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "stitch/driver/bundle.h"
+#include "stitch/driver/compile.h"
+#include "stitch/plan/target.h"
+#include "support/graph_builder.h"
+
+namespace stitch {
+namespace {
+
+using testing::BatchNormStatistics;
+
+TEST(Targets, EverySupportedTargetGetsAnnotationsAndCosts) {
+  const Graph g = BatchNormStatistics(4096, 64);
+  for (const Target& target : Target::Supported()) {
+    SCOPED_TRACE(target.name());
+    CompileOptions options;
+    options.codegen.target = target;
+    StatusOr<CompileResult> r = CompileGraph(g, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    bool global = false;
+    for (const CompiledKernel& k : r->kernels) {
+      EXPECT_NE(k.ptx.find(".target " + target.llvm_cpu()), std::string::npos) << k.name;
+      if (k.kind != KernelKind::kGlobalStitch) continue;
+      global = true;
+      // ptxas must keep registers low enough for the planned blocks per SM.
+      EXPECT_NE(k.ptx.find(".minnctapersm"), std::string::npos) << k.name;
+      if (CubinAvailable(options.codegen)) {
+        EXPECT_FALSE(k.cubin.empty()) << k.name;
+      }
+    }
+    EXPECT_TRUE(global) << Describe(g, r->plan);
+
+    const v1::KernelBundle bundle = ToBundle(g, *r, options);
+    EXPECT_EQ(bundle.target(), target.name());
+    EXPECT_GT(bundle.cost().stitched_seconds(), 0.0);
+    EXPECT_GT(bundle.cost().baseline_seconds(), 0.0);
+    EXPECT_GE(bundle.cost().baseline_global_bytes(), bundle.cost().stitched_global_bytes());
+    EXPECT_GT(bundle.cost().baseline_kernels(), 0u);
+    EXPECT_EQ(bundle.cost().stitched_kernels(), r->kernels.size());
+  }
+}
+
+TEST(Targets, TargetIsPartOfTheKey) {
+  const Graph g = BatchNormStatistics(4096, 64);
+  std::set<std::string> keys;
+  for (const Target& target : Target::Supported()) {
+    CompileOptions options;
+    options.codegen.target = target;
+    options.emit_ptx = false;
+    StatusOr<CompileResult> r = CompileGraph(g, options);
+    ASSERT_TRUE(r.ok()) << target.name() << ": " << r.status().ToString();
+    EXPECT_TRUE(keys.insert(r->key.hex).second) << target.name() << " shares a key";
+  }
+}
+
+TEST(Targets, BaselinePlannerPricesItsOwnPlanOnce) {
+  const Graph g = BatchNormStatistics(4096, 64);
+  CompileOptions options;
+  options.planner = PlannerKind::kBaseline;
+  options.emit_ptx = false;
+  StatusOr<CompileResult> r = CompileGraph(g, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->cost.seconds, r->baseline_cost.seconds);
+  EXPECT_EQ(r->cost.kernels, static_cast<int>(r->plan.kernels.size()));
+}
+
+}  // namespace
+}  // namespace stitch

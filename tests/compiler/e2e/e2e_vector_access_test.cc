@@ -1,0 +1,116 @@
+// Vector accesses: loop and row-stitched kernels give each thread up to 16 bytes of
+// consecutive elements (ThreadMapping::vector_width), and the NVPTX backend merges them into
+// 64- and 128-bit loads and stores because kernel buffers are 16-byte aligned. Widths follow
+// the dtypes and the sizes; vectorized kernels match the interpreter on the emulator.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "stitch/codegen/codegen.h"
+#include "stitch/driver/compile.h"
+#include "support/emulator_check.h"
+#include "support/graph_builder.h"
+
+namespace stitch {
+namespace {
+
+using testing::Binary;
+using testing::Convert;
+using testing::Param;
+
+// out = (a + b) * a in `out_type`, from inputs of `in_type`.
+Graph Elementwise(std::vector<int64_t> dims, DType in_type, DType out_type) {
+  Graph g;
+  g.name = "elementwise";
+  int a = Param(g, {in_type, dims}, 0, "a");
+  int b = Param(g, {in_type, dims}, 1, "b");
+  int y = Binary(g, OpCode::kMul, Binary(g, OpCode::kAdd, a, b), a);
+  g.outputs = {in_type == out_type ? y : Convert(g, y, out_type)};
+  return g;
+}
+
+CompileResult CompileToPtx(const Graph& g) {
+  CompileOptions o;
+  o.codegen.target = *Target::Parse("sm_90");
+  o.codegen.emit_cubin = false;
+  StatusOr<CompileResult> r = CompileGraph(g, o);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : CompileResult{};
+}
+
+bool HasVectorLoad(const std::string& ptx) {
+  return ptx.find("ld.global.nc.v") != std::string::npos;
+}
+bool HasVectorStore(const std::string& ptx) { return ptx.find("st.global.v") != std::string::npos; }
+
+TEST(VectorAccess, LoopKernelsTakeSixteenBytesPerThreadWhereTheDtypesAllow) {
+  struct Case {
+    DType in, out;
+    int width;
+  };
+  for (Case c : {Case{DType::kF32, DType::kF32, 4}, Case{DType::kF16, DType::kF16, 8},
+                 Case{DType::kF64, DType::kF64, 2}, Case{DType::kF32, DType::kF16, 4}}) {
+    Graph g = Elementwise({1024, 512}, c.in, c.out);
+    SCOPED_TRACE(std::string(DTypeName(c.in)) + " -> " + std::string(DTypeName(c.out)));
+    CompileResult r = CompileToPtx(g);
+    ASSERT_EQ(r.kernels.size(), 1u);
+    EXPECT_EQ(r.plan.kernels[0].mapping.vector_width, c.width);
+    EXPECT_TRUE(HasVectorLoad(r.kernels[0].ptx)) << r.kernels[0].ptx;
+    EXPECT_TRUE(HasVectorStore(r.kernels[0].ptx));
+  }
+}
+
+TEST(VectorAccess, SizesNoWidthDividesStayScalar) {
+  Graph g = Elementwise({1001, 3}, DType::kF32, DType::kF32);
+  CompileResult r = CompileToPtx(g);
+  ASSERT_EQ(r.kernels.size(), 1u);
+  EXPECT_EQ(r.plan.kernels[0].mapping.vector_width, 1);
+  EXPECT_FALSE(HasVectorLoad(r.kernels[0].ptx));
+  EXPECT_FALSE(HasVectorStore(r.kernels[0].ptx));
+}
+
+TEST(VectorAccess, RowStitchedSoftmaxLoadsItsRowsAsVectors) {
+  Graph g = testing::Softmax(4096, 1024);
+  CompileResult r = CompileToPtx(g);
+  ASSERT_EQ(r.kernels.size(), 1u) << Describe(g, r.plan);
+  EXPECT_EQ(r.plan.kernels[0].kind, KernelKind::kRowStitch);
+  EXPECT_EQ(r.plan.kernels[0].mapping.vector_width, 4) << Describe(g, r.plan);
+  EXPECT_NE(r.kernels[0].ptx.find("ld.global.nc.v4.f32"), std::string::npos);
+  EXPECT_NE(r.kernels[0].ptx.find("st.global.v4.f32"), std::string::npos);
+}
+
+TEST(VectorAccess, VectorizedKernelsMatchTheInterpreter) {
+  struct Case {
+    Graph g;
+    uint64_t seed;
+  };
+  Case cases[] = {
+      {Elementwise({64, 40}, DType::kF16, DType::kF16), 31},
+      {Elementwise({33, 6}, DType::kF32, DType::kF16), 32},
+      {testing::Softmax(37, 96), 33},                 // rows of whole vectors
+      {testing::Softmax(29, 4000, DType::kF16), 34},  // long rows: vectors in a loop
+      {testing::Softmax(37, 99), 35},                 // odd rows: scalar
+  };
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.g.name + " " + c.g.nodes[0].shape.ToString());
+    testing::EmulatorCheck check;
+    EXPECT_TRUE(testing::CheckOnEmulator(c.g, c.seed, /*random_order=*/true, &check));
+  }
+}
+
+TEST(VectorAccess, AWidthThatDoesNotDivideTheWorkIsRefused) {
+  for (Graph g : {Elementwise({64, 40}, DType::kF32, DType::kF32), testing::Softmax(64, 96)}) {
+    CompileResult r = CompileToPtx(g);
+    ASSERT_EQ(r.plan.kernels.size(), 1u);
+    KernelSpec spec = r.plan.kernels[0];
+    spec.mapping.vector_width = 7;
+    StatusOr<CompiledKernel> k = EmitKernel(g, spec, CodegenOptions{});
+    ASSERT_FALSE(k.ok()) << g.name;
+    EXPECT_EQ(k.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(k.status().message().find("vector width 7"), std::string::npos)
+        << k.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace stitch

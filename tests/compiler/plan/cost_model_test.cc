@@ -1,0 +1,505 @@
+// The device table, the occupancy rules and the analytical cost model. Expectations are
+// worked out by hand from the CUDA occupancy rules and the model's formulas (cost_model.cc);
+// the property tests draw random mappings from a seed that every failure reports.
+#include "stitch/plan/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "stitch/plan/baseline_planner.h"
+#include "stitch/plan/gpu_device.h"
+#include "support/graph_builder.h"
+
+namespace stitch {
+namespace {
+
+constexpr double kLaunch = 2.5e-6;
+constexpr double kLatency = 700e-9;
+constexpr double kH100Bandwidth = 3.35e12;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+const GpuDevice& H100() { return *FindDevice("H100"); }
+const GpuDevice& A100() { return *FindDevice("A100"); }
+const GpuDevice& H200() { return *FindDevice("H200"); }
+
+ThreadMapping Occupancy(uint32_t threads, int registers, uint32_t shared) {
+  ThreadMapping m;
+  m.launch.block = {threads, 1, 1};
+  m.registers_per_thread = registers;
+  m.shared_bytes = shared;
+  return m;
+}
+
+// A grid-stride copy: each thread moves `vector_width` f32 per pass and keeps
+// `in_flight` bytes of loads outstanding; `bytes` are loaded and as many stored.
+KernelSpec Copy(uint32_t blocks, int64_t bytes, int vector_width, int in_flight,
+                uint32_t threads = 256) {
+  KernelSpec k;
+  k.name = "copy";
+  k.kind = KernelKind::kLoop;
+  ThreadMapping& m = k.mapping;
+  m.launch.grid = {blocks, 1, 1};
+  m.launch.block = {threads, 1, 1};
+  m.vector_width = vector_width;
+  m.load_bytes_in_flight_per_thread = in_flight;
+  m.work_items = bytes / 4;
+  m.bytes_loaded = bytes;
+  m.bytes_stored = bytes;
+  return k;
+}
+
+double Seconds(const GpuDevice& d, const KernelSpec& k) {
+  return NewAnalyticalCostModel(d)->EstimateKernel(Graph(), k).seconds;
+}
+
+// --- The device table -----------------------------------------------------------------
+
+TEST(GpuDevice, FindsByName) {
+  ASSERT_NE(FindDevice("H100"), nullptr);
+  EXPECT_EQ(FindDevice("H100")->sms, 132);
+  EXPECT_DOUBLE_EQ(FindDevice("H100")->hbm_bytes_per_second, 3.35e12);
+  ASSERT_NE(FindDevice("H200"), nullptr);
+  EXPECT_DOUBLE_EQ(FindDevice("H200")->hbm_bytes_per_second, 4.8e12);
+  ASSERT_NE(FindDevice("A100"), nullptr);
+  EXPECT_EQ(FindDevice("A100")->sms, 108);
+  EXPECT_DOUBLE_EQ(FindDevice("A100")->hbm_bytes_per_second, 2.0e12);
+  ASSERT_NE(FindDevice("T4"), nullptr);
+  EXPECT_EQ(FindDevice("T4")->max_threads_per_sm, 1024);
+  ASSERT_NE(FindDevice("L4"), nullptr);
+  EXPECT_EQ(FindDevice("L4")->max_threads_per_sm, 1536);
+  EXPECT_EQ(KnownDevices().size(), 6u);
+}
+
+TEST(GpuDevice, UnknownIsNull) {
+  EXPECT_EQ(FindDevice("V100"), nullptr);
+  EXPECT_EQ(FindDevice("sm_90"), nullptr);  // targets are Target's (target_test.cc)
+  EXPECT_EQ(FindDevice("h100"), nullptr);
+  EXPECT_EQ(FindDevice(""), nullptr);
+}
+
+// --- Occupancy ------------------------------------------------------------------------
+// H100 and A100 both have 2048 threads (64 warps), 32 block slots and 65536 registers in
+// four sub-partitions per SM; H100 has 228 KiB of shared memory per SM, A100 164 KiB.
+
+TEST(Occupancy, LimitedByThreads) {
+  // 768 threads = 24 warps: 64 / 24 = 2 blocks. 16 registers: 512 per warp, 32 warps per
+  // sub-partition, 128 in all, 5 blocks. Shared: 1 KiB reserved each, 228 blocks.
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(768, 16, 0)), 2);
+  // 1024 threads: 2 blocks.
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(1024, 32, 0)), 2);
+  // 48 threads take two warps: 32 blocks by threads, and 32 block slots.
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(48, 16, 0)), 32);
+  // 96 threads (3 warps): 64 / 3 = 21.
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(96, 16, 0)), 21);
+}
+
+TEST(Occupancy, LimitedByRegisters) {
+  // 256 threads (8 warps), 64 registers: 2048 per warp, 16384 / 2048 = 8 warps per
+  // sub-partition, 32 warps, 4 blocks (threads alone would allow 8).
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(256, 64, 0)), 4);
+  // 128 registers: 4096 per warp, 4 warps per sub-partition, 16 warps, 2 blocks.
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(256, 128, 0)), 2);
+  // 40 registers: 1280 per warp. Per sub-partition 16384 / 1280 = 12 warps, 48 in all;
+  // 64-thread blocks (2 warps): 24. (The whole file, 65536 / 2560, would say 25.)
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(64, 40, 0)), 24);
+  // 255 registers: 8160 rounds up to 8192 per warp, 2 warps per sub-partition, 8 in all.
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(32, 255, 0)), 8);
+}
+
+TEST(Occupancy, RegisterLaunchLimits) {
+  // 1024 threads x 64 registers: exactly 65536 per block, one block.
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(1024, 64, 0)), 1);
+  // 72 registers: 2304 per warp x 32 warps = 73728 > 65536, the launch fails.
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(1024, 72, 0)), 0);
+  // More than 255 registers per thread cannot be allocated.
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(32, 256, 0)), 0);
+}
+
+TEST(Occupancy, LimitedBySharedMemory) {
+  // 48 KiB + 1 KiB reserved = 50176 bytes per block: H100 233472 / 50176 = 4, A100
+  // 167936 / 50176 = 3 (threads and registers allow 16 each for 128 threads).
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(128, 32, 48 * 1024)), 4);
+  EXPECT_EQ(ResidentBlocksPerSm(A100(), Occupancy(128, 32, 48 * 1024)), 3);
+  // 10000 + 1024 = 11024 rounds up to 11136 (128-byte units): 233472 / 11136 = 20.
+  // (Without the rounding it would be 21.)
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(64, 32, 10000)), 20);
+  // Static shared memory beyond 48 KiB per block does not launch.
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(128, 32, 48 * 1024 + 1)), 0);
+}
+
+TEST(Occupancy, LimitedByBlockSlots) {
+  // One warp, 32 registers: 64 by threads, 64 by registers, 228 by shared memory; 32 slots.
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(32, 32, 0)), 32);
+  EXPECT_EQ(ResidentBlocksPerSm(A100(), Occupancy(32, 32, 0)), 32);
+}
+
+TEST(Occupancy, BadBlockShapes) {
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(0, 32, 0)), 0);
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), Occupancy(1025, 32, 0)), 0);
+  ThreadMapping m = Occupancy(32, 32, 0);
+  m.launch.block = {32, 33, 1};  // 1056 threads
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), m), 0);
+  m.launch.block = {32, 8, 1};  // 256 threads, as 8 rows of a warp
+  EXPECT_EQ(ResidentBlocksPerSm(H100(), m), 8);
+}
+
+TEST(Occupancy, CoResidentBlocks) {
+  EXPECT_EQ(CoResidentBlocks(H100(), Occupancy(256, 32, 0)), 8 * 132);
+  EXPECT_EQ(CoResidentBlocks(A100(), Occupancy(256, 32, 0)), 8 * 108);
+  EXPECT_EQ(CoResidentBlocks(H100(), Occupancy(256, 64, 0)), 4 * 132);
+  EXPECT_EQ(CoResidentBlocks(H100(), Occupancy(128, 32, 64 * 1024)), 0);
+}
+
+// --- The model's terms ----------------------------------------------------------------
+
+TEST(CostModel, VectorCopyReachesPeak) {
+  // 1 GiB of f32 read and written by 1056 blocks (8 per SM on 132 SMs) of 256 threads with
+  // 16-byte loads: 132 x 2048 x 16 bytes = 4.3 MB in flight covers 3.35 TB/s x 700 ns =
+  // 2.3 MB, so the copy runs at peak. 2^28 elements in passes of 1024: 262144 passes,
+  // ceil(262144 / 1056) = 249 on the busiest block against 248.2 on average (0.3%).
+  KernelSpec k = Copy(1056, kGiB, 4, 16);
+  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  const double ideal = 2.0 * kGiB / kH100Bandwidth;
+  EXPECT_EQ(c.global_bytes, 2 * kGiB);
+  EXPECT_EQ(c.resident_blocks_per_sm, 8);
+  EXPECT_DOUBLE_EQ(c.waves, 1.0);
+  EXPECT_DOUBLE_EQ(c.launch_seconds, kLaunch);
+  EXPECT_DOUBLE_EQ(c.barrier_seconds, 0.0);
+  EXPECT_GE(c.memory_seconds, ideal);
+  EXPECT_NEAR(c.memory_seconds, ideal * 249.0 * 1056.0 / 262144.0, ideal * 1e-9);
+  EXPECT_NEAR(c.seconds, ideal + kLaunch, 0.01 * (ideal + kLaunch));
+  EXPECT_GT(c.bandwidth_fraction, 0.99);
+  EXPECT_LE(c.bandwidth_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(c.seconds, c.memory_seconds + c.launch_seconds + c.barrier_seconds);
+}
+
+TEST(CostModel, ScalarLoadsOnFewBlocksAreLatencyBound) {
+  // 132 blocks x 256 threads x 4 bytes = 135168 bytes in flight: by Little's law
+  // 135168 / 700 ns = 193 GB/s, so 2 GiB take 2^31 x 700 ns / 135168 = 11.1 ms. Passes of
+  // 256 elements: 1048576 of them, at most 7944 per block against 7943.8 on average.
+  KernelSpec k = Copy(132, kGiB, 1, 4);
+  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  const double expected = 2.0 * kGiB * kLatency / 135168.0 * (7944.0 * 132.0 / 1048576.0);
+  EXPECT_NEAR(c.memory_seconds, expected, expected * 1e-9);
+  EXPECT_NEAR(c.bandwidth_fraction, 135168.0 / kLatency / kH100Bandwidth, 1e-3);
+  EXPECT_GT(c.seconds, 10 * Seconds(H100(), Copy(1056, kGiB, 4, 16)));
+}
+
+TEST(CostModel, SmallGridIsSlower) {
+  // 24 blocks: 24 x 256 x 16 = 98304 bytes in flight, 140 GB/s. 528 blocks: 2.16 MB in
+  // flight, 3.09 TB/s.
+  const int64_t bytes = 256LL << 20;
+  KernelCost few = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), Copy(24, bytes, 4, 16));
+  KernelCost many =
+      NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), Copy(528, bytes, 4, 16));
+  EXPECT_GT(few.seconds, many.seconds);
+  EXPECT_NEAR(few.bandwidth_fraction, 98304.0 / kLatency / kH100Bandwidth, 1e-3);
+  EXPECT_NEAR(many.bandwidth_fraction, 528.0 * 256 * 16 / kLatency / kH100Bandwidth, 1e-2);
+  // 2^29 bytes over 140 GB/s against 2^29 x 1.007 (125 passes for 124.1 on average) over
+  // 3.09 TB/s: about 22 times slower.
+  EXPECT_GT(few.seconds, 20 * many.seconds);
+}
+
+TEST(CostModel, BusySmsBoundBandwidth) {
+  // 24 blocks of 1024 threads with 64 bytes in flight each: 1.57 MB in flight would allow
+  // 2.2 TB/s, but 24 of 132 SMs draw at most 24/132 of peak.
+  const int64_t bytes = 256LL << 20;
+  KernelCost c =
+      NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), Copy(24, bytes, 4, 64, 1024));
+  EXPECT_NEAR(c.bandwidth_fraction, 24.0 / 132.0, 1e-3);
+}
+
+TEST(CostModel, PartialWaveStretchesMemoryTime) {
+  // 1584 blocks, one pass each, 1056 slots: 1.5 waves. The second wave runs half full, so
+  // memory takes ceil(1.5) / 1.5 = 4/3 of the time at peak.
+  const int64_t bytes = int64_t{1584} * 256 * 4 * 4;  // one 4-wide vector per thread
+  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), Copy(1584, bytes, 4, 16));
+  EXPECT_DOUBLE_EQ(c.waves, 1.5);
+  const double ideal = 2.0 * static_cast<double>(bytes) / kH100Bandwidth;
+  EXPECT_NEAR(c.memory_seconds, ideal * 4.0 / 3.0, ideal * 1e-9);
+}
+
+TEST(CostModel, CappedLoopingGridIsBalancedByItsWork) {
+  // 1056 blocks over 1056 x 100 + 528 passes: the busiest block makes 101 passes against
+  // 100.5 on average, 0.5% over peak time, not the 4/3 of a half-empty last wave.
+  const int64_t passes = int64_t{1056} * 100 + 528;
+  const int64_t bytes = passes * 256 * 4 * 4;
+  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), Copy(1056, bytes, 4, 16));
+  const double ideal = 2.0 * static_cast<double>(bytes) / kH100Bandwidth;
+  EXPECT_NEAR(c.memory_seconds, ideal * 101.0 / 100.5, ideal * 1e-9);
+}
+
+TEST(CostModel, IdleBlocksCostNothing) {
+  // 4096 elements in passes of 1024 need 4 blocks; a grid of 1056 leaves 1052 idle, and the
+  // kernel is priced as the 4 busy ones.
+  KernelSpec big_grid = Copy(1056, 16384, 4, 16);
+  KernelSpec exact_grid = Copy(4, 16384, 4, 16);
+  EXPECT_DOUBLE_EQ(Seconds(H100(), big_grid), Seconds(H100(), exact_grid));
+}
+
+TEST(CostModel, GridBarrierAddsItsLatency) {
+  KernelSpec k = Copy(1056, 64LL << 20, 4, 16);
+  KernelSpec with_barrier = k;
+  with_barrier.mapping.grid_barriers = 1;
+  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), with_barrier);
+  EXPECT_DOUBLE_EQ(c.barrier_seconds, 2.5e-6);
+  EXPECT_NEAR(c.seconds - Seconds(H100(), k), 2.5e-6, 1e-12);
+  with_barrier.mapping.grid_barriers = 3;
+  EXPECT_NEAR(Seconds(H100(), with_barrier) - Seconds(H100(), k), 7.5e-6, 1e-12);
+}
+
+TEST(CostModel, GridBarrierBeyondCoResidencyIsRejected) {
+  // 1057 blocks cannot all be resident at 8 per SM on 132 SMs: a grid barrier deadlocks.
+  KernelSpec k = Copy(1057, 64LL << 20, 4, 16);
+  EXPECT_TRUE(std::isfinite(Seconds(H100(), k)));
+  k.mapping.grid_barriers = 1;
+  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  EXPECT_TRUE(std::isinf(c.seconds));
+  EXPECT_EQ(c.resident_blocks_per_sm, 0);
+}
+
+TEST(CostModel, BlockBarriersCountPassesOfTheBusiestBlock) {
+  // A block per row: 10^6 rows over 1056 blocks of 256 threads, two barriers per row. The
+  // busiest block takes ceil(10^6 / 1056) = 947 rows: 2 x 947 x 40 ns.
+  KernelSpec k;
+  k.kind = KernelKind::kRowReduce;
+  k.mapping.launch.grid = {1056, 1, 1};
+  k.mapping.launch.block = {256, 1, 1};
+  k.mapping.threads_per_row = 256;
+  k.mapping.rows_per_block = 1;
+  k.mapping.block_barriers_per_item = 2;
+  k.mapping.work_items = 1000000;
+  k.mapping.load_bytes_in_flight_per_thread = 16;
+  k.mapping.bytes_loaded = int64_t{1000000} * 1024 * 4;
+  k.mapping.bytes_stored = int64_t{1000000} * 4;
+  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  EXPECT_NEAR(c.barrier_seconds, 2.0 * 947 * 40e-9, 1e-15);
+  // Eight rows side by side per block share their barriers: ceil(125000 / 1056) = 119
+  // passes.
+  k.mapping.rows_per_block = 8;
+  k.mapping.threads_per_row = 32;
+  c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  EXPECT_NEAR(c.barrier_seconds, 2.0 * 119 * 40e-9, 1e-15);
+}
+
+TEST(CostModel, SharedMemoryBeyondTheDeviceIsRejected) {
+  KernelSpec k = Copy(1056, 64LL << 20, 4, 16);
+  k.mapping.shared_bytes = 64 * 1024;
+  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  EXPECT_EQ(c.resident_blocks_per_sm, 0);
+  EXPECT_TRUE(std::isinf(c.seconds));
+  FusionPlan plan;
+  plan.kernels = {Copy(1056, 64LL << 20, 4, 16), k};
+  EXPECT_TRUE(std::isinf(NewAnalyticalCostModel(H100())->Estimate(Graph(), plan).seconds));
+  plan.kernels.pop_back();
+  EXPECT_TRUE(std::isfinite(NewAnalyticalCostModel(H100())->Estimate(Graph(), plan).seconds));
+}
+
+TEST(CostModel, LoadsWaitAtLeastOneRoundTrip) {
+  KernelSpec k = Copy(1, 1024, 4, 16);
+  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  EXPECT_DOUBLE_EQ(c.memory_seconds, kLatency);
+}
+
+TEST(CostModel, StoresAloneAreNotLatencyBound) {
+  // An iota-like kernel: no loads, 1 GiB stored by a full grid at peak; one pass per block.
+  KernelSpec k = Copy(1056, kGiB, 4, 0);
+  k.mapping.bytes_loaded = 0;
+  k.mapping.work_items = 1056 * 1024;
+  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  EXPECT_NEAR(c.memory_seconds, kGiB / kH100Bandwidth, 1e-12);
+}
+
+TEST(CostModel, FasterDevicesAreFaster) {
+  KernelSpec k = Copy(1056, kGiB, 4, 16);
+  EXPECT_LT(Seconds(H200(), k), Seconds(H100(), k));
+  KernelSpec a = Copy(864, kGiB, 4, 16);  // a full grid on 108 SMs
+  EXPECT_GT(Seconds(A100(), a), Seconds(H100(), k));
+  EXPECT_NEAR(Seconds(A100(), a), 2.0 * kGiB / 2.0e12 + kLaunch, 0.01 * 2.0 * kGiB / 2.0e12);
+}
+
+TEST(CostModel, UnscheduledKernelsArePricedByTheirBuffers) {
+  // A plan straight from a planner (no mappings yet): each input read once and each output
+  // written once, at peak, plus a launch.
+  Graph g;
+  int x = testing::Param(g, {DType::kF32, {1024}}, 0);
+  int y = testing::Unary(g, OpCode::kTanh, x);
+  g.outputs = {y};
+  StatusOr<FusionPlan> plan = PlanBaseline(g);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->kernels.size(), 1u);
+  PlanCost c = NewAnalyticalCostModel(H100())->Estimate(g, *plan);
+  EXPECT_EQ(c.global_bytes, 8192);
+  EXPECT_EQ(c.kernels, 1);
+  EXPECT_NEAR(c.seconds, 8192 / kH100Bandwidth + kLaunch, 1e-15);
+}
+
+TEST(CostModel, PlanSumsItsKernels) {
+  FusionPlan plan;
+  plan.kernels = {Copy(1056, kGiB, 4, 16), Copy(24, 1 << 20, 1, 4), Copy(132, 4096, 2, 8)};
+  PlanCost c = NewAnalyticalCostModel(H100())->Estimate(Graph(), plan);
+  ASSERT_EQ(c.per_kernel.size(), 3u);
+  EXPECT_EQ(c.kernels, 3);
+  EXPECT_EQ(c.global_bytes, 2 * kGiB + 2 * (1 << 20) + 2 * 4096);
+  double seconds = 0;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    EXPECT_DOUBLE_EQ(c.per_kernel[i].seconds, Seconds(H100(), plan.kernels[i]));
+    seconds += c.per_kernel[i].seconds;
+  }
+  EXPECT_DOUBLE_EQ(c.seconds, seconds);
+  EXPECT_EQ(NewAnalyticalCostModel(H100())->Estimate(Graph(), FusionPlan()).seconds, 0.0);
+}
+
+// --- Properties over random mappings --------------------------------------------------
+
+uint64_t PropertySeed() {
+  // A new seed every run, logged so a failure can be replayed by fixing it here.
+  static const uint64_t seed = [] {
+    uint64_t s = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+    std::printf("cost model properties: seed %llu\n", static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
+}
+
+KernelSpec RandomKernel(std::mt19937_64& rng) {
+  auto uniform = [&rng](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  KernelSpec k;
+  k.name = "k";
+  k.kind = static_cast<KernelKind>(uniform(0, 3));
+  ThreadMapping& m = k.mapping;
+  const uint32_t warps = static_cast<uint32_t>(uniform(1, 32));
+  m.launch.block = uniform(0, 1) ? std::array<uint32_t, 3>{32 * warps, 1, 1}
+                                 : std::array<uint32_t, 3>{32, warps, 1};
+  m.launch.grid = {static_cast<uint32_t>(uniform(1, 6000)), 1, 1};
+  m.threads_per_row = static_cast<int>(uint64_t{1} << uniform(0, 10));
+  m.rows_per_block = static_cast<int>(uniform(1, 32));
+  m.vector_width = static_cast<int>(uint64_t{1} << uniform(0, 3));
+  m.load_bytes_in_flight_per_thread = static_cast<int>(uniform(1, 64));
+  m.registers_per_thread = static_cast<int>(uniform(16, 128));
+  // Now and then more than a block may declare, or more than fits an SM.
+  m.shared_bytes = uniform(0, 3) == 0 ? 0 : static_cast<uint32_t>(uniform(0, 56 * 1024));
+  m.block_barriers_per_item = static_cast<int>(uniform(0, 4));
+  m.grid_barriers = uniform(0, 3) == 0 ? static_cast<int>(uniform(1, 2)) : 0;
+  m.work_items = uniform(1, int64_t{1} << 30);
+  m.bytes_loaded = uniform(0, 4) == 0 ? 0 : uniform(1, 8 * kGiB);
+  m.bytes_stored = uniform(0, 8 * kGiB);
+  return k;
+}
+
+std::string Show(const KernelSpec& k) {
+  const ThreadMapping& m = k.mapping;
+  std::ostringstream out;
+  out << KernelKindName(k.kind) << " grid=" << m.launch.grid[0] << " block=" << m.launch.block[0]
+      << "x" << m.launch.block[1] << " rows/block=" << m.rows_per_block << " vec=" << m.vector_width
+      << " in_flight=" << m.load_bytes_in_flight_per_thread << " regs=" << m.registers_per_thread
+      << " smem=" << m.shared_bytes << " block_barriers=" << m.block_barriers_per_item
+      << " grid_barriers=" << m.grid_barriers << " items=" << m.work_items
+      << " loaded=" << m.bytes_loaded << " stored=" << m.bytes_stored;
+  return out.str();
+}
+
+TEST(CostModelProperties, RandomMappings) {
+  const uint64_t seed = PropertySeed();
+  std::mt19937_64 rng(seed);
+  for (const GpuDevice& device : KnownDevices()) {
+    std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device);
+    for (int i = 0; i < 2000; ++i) {
+      KernelSpec k = RandomKernel(rng);
+      SCOPED_TRACE(::testing::Message()
+                   << "seed " << seed << ", " << device.name << ", case " << i << ": " << Show(k));
+      const Graph g;
+      const KernelCost c = model->EstimateKernel(g, k);
+      ASSERT_FALSE(std::isnan(c.seconds));
+      ASSERT_GT(c.seconds, 0.0);
+      const bool feasible = c.resident_blocks_per_sm > 0;
+      ASSERT_EQ(feasible, std::isfinite(c.seconds));
+      if (feasible) {
+        // The terms add up; memory is never faster than peak bandwidth; the achieved
+        // fraction of peak is a fraction.
+        EXPECT_NEAR(c.seconds, c.memory_seconds + c.launch_seconds + c.barrier_seconds,
+                    1e-12 * c.seconds);
+        EXPECT_GE(c.memory_seconds * (1 + 1e-12),
+                  static_cast<double>(c.global_bytes) / device.hbm_bytes_per_second);
+        EXPECT_DOUBLE_EQ(c.launch_seconds, device.launch_seconds);
+        EXPECT_GT(c.bandwidth_fraction, 0.0);
+        EXPECT_LE(c.bandwidth_fraction, 1.0 + 1e-12);
+      }
+
+      // More bytes are never cheaper.
+      KernelSpec more = k;
+      more.mapping.bytes_loaded += rng() % (kGiB + 1);
+      more.mapping.bytes_stored += rng() % (kGiB + 1);
+      EXPECT_GE(model->EstimateKernel(g, more).seconds, c.seconds);
+      // Nor are more barriers of either kind.
+      more = k;
+      more.mapping.block_barriers_per_item += 1;
+      EXPECT_GE(model->EstimateKernel(g, more).seconds, c.seconds);
+      more = k;
+      more.mapping.grid_barriers += 1;
+      EXPECT_GE(model->EstimateKernel(g, more).seconds, c.seconds);
+      // More loads in flight are never slower.
+      more = k;
+      more.mapping.load_bytes_in_flight_per_thread *= 2;
+      EXPECT_LE(model->EstimateKernel(g, more).seconds, c.seconds);
+    }
+  }
+}
+
+TEST(CostModelProperties, HigherBandwidthIsNeverSlower) {
+  // H200 is H100 with faster memory: no mapping runs slower on it.
+  const uint64_t seed = PropertySeed() + 1;
+  std::mt19937_64 rng(seed);
+  std::unique_ptr<CostModel> h100 = NewAnalyticalCostModel(H100());
+  std::unique_ptr<CostModel> h200 = NewAnalyticalCostModel(H200());
+  for (int i = 0; i < 2000; ++i) {
+    KernelSpec k = RandomKernel(rng);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", case " << i << ": " << Show(k));
+    EXPECT_LE(h200->EstimateKernel(Graph(), k).seconds, h100->EstimateKernel(Graph(), k).seconds);
+  }
+}
+
+TEST(CostModelProperties, PlansSumTheirKernelsAndLaunchesCost) {
+  const uint64_t seed = PropertySeed() + 2;
+  std::mt19937_64 rng(seed);
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(H100());
+  for (int i = 0; i < 300; ++i) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", plan " << i);
+    FusionPlan plan;
+    const int kernels = static_cast<int>(rng() % 6) + 1;
+    for (int j = 0; j < kernels; ++j) plan.kernels.push_back(RandomKernel(rng));
+    const PlanCost c = model->Estimate(Graph(), plan);
+    ASSERT_EQ(c.per_kernel.size(), plan.kernels.size());
+    EXPECT_EQ(c.kernels, kernels);
+    double seconds = 0;
+    int64_t bytes = 0;
+    for (const KernelCost& k : c.per_kernel) {
+      seconds += k.seconds;
+      bytes += k.global_bytes;
+    }
+    EXPECT_DOUBLE_EQ(c.seconds, seconds);
+    EXPECT_EQ(c.global_bytes, bytes);
+    // Dropping a kernel (one launch fewer) never costs more; running one twice costs more.
+    FusionPlan fewer = plan;
+    fewer.kernels.erase(fewer.kernels.begin() + static_cast<int64_t>(rng() % plan.kernels.size()));
+    EXPECT_LE(model->Estimate(Graph(), fewer).seconds, c.seconds);
+    FusionPlan twice = plan;
+    twice.kernels.push_back(plan.kernels.front());
+    if (std::isfinite(c.seconds)) {
+      EXPECT_GT(model->Estimate(Graph(), twice).seconds, c.seconds);
+    } else {
+      EXPECT_TRUE(std::isinf(model->Estimate(Graph(), twice).seconds));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stitch

@@ -1,0 +1,99 @@
+#include <gtest/gtest.h>
+
+#include "stitch/ir/graph_proto.h"
+#include "stitch/ir/verifier.h"
+#include "stitch/plan/baseline_planner.h"
+#include "support/graph_builder.h"
+
+namespace stitch {
+namespace {
+
+TEST(BaselinePlanner, SoftmaxTakesThreeKernels) {
+  Graph g = testing::Softmax(4, 32);
+  ASSERT_TRUE(Verify(g).ok());
+  StatusOr<FusionPlan> plan = PlanBaseline(g);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->kernels.size(), 3u) << Describe(g, *plan);
+  EXPECT_EQ(plan->kernels[0].kind, KernelKind::kRowReduce);
+  EXPECT_EQ(plan->kernels[1].kind, KernelKind::kRowReduce);
+  EXPECT_EQ(plan->kernels[2].kind, KernelKind::kLoop);
+  // The sum kernel reads x and the materialised max; it recomputes exp(x - max) inside.
+  EXPECT_EQ(plan->kernels[1].inputs.size(), 2u);
+  // The loop kernel reads x, the max and the sum.
+  EXPECT_EQ(plan->kernels[2].inputs.size(), 3u);
+  EXPECT_EQ(TemporaryNodes(g, *plan).size(), 2u);
+}
+
+TEST(BaselinePlanner, ElementwiseChainIsOneLoopKernel) {
+  Graph g;
+  int x = testing::Param(g, {DType::kF32, {64}}, 0);
+  int y = testing::Param(g, {DType::kF32, {64}}, 1);
+  int a = testing::Binary(g, OpCode::kAdd, x, y);
+  int b = testing::Unary(g, OpCode::kTanh, a);
+  int c = testing::Binary(g, OpCode::kMul, b, x);
+  g.outputs = {c, a};
+  StatusOr<FusionPlan> plan = PlanBaseline(g);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->kernels.size(), 1u);
+  EXPECT_EQ(plan->kernels[0].outputs.size(), 2u);
+  EXPECT_EQ(plan->kernels[0].inputs.size(), 2u);
+}
+
+TEST(BaselinePlanner, ColumnReductionIsClassified) {
+  Graph g;
+  int x = testing::Param(g, {DType::kF32, {128, 64}}, 0);
+  int r = testing::Reduce(g, x, testing::ConstScalar(g, DType::kF32, 0), {0}, ReduceKind::kSum);
+  g.outputs = {r};
+  StatusOr<FusionPlan> plan = PlanBaseline(g);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->kernels.size(), 1u);
+  EXPECT_EQ(plan->kernels[0].kind, KernelKind::kColumnReduce);
+  EXPECT_FALSE(IsRowReduction(g, r));
+}
+
+TEST(BaselinePlanner, TrafficAndLowerBound) {
+  Graph g = testing::Softmax(4, 32);
+  StatusOr<FusionPlan> plan = PlanBaseline(g);
+  ASSERT_TRUE(plan.ok());
+  TrafficEstimate lb = TrafficLowerBound(g);
+  EXPECT_EQ(lb.bytes_read, 4 * 32 * 4);
+  EXPECT_EQ(lb.bytes_written, 4 * 32 * 4);
+  TrafficEstimate t = EstimateTraffic(g, *plan);
+  // x is read by all three kernels, max twice, sum once.
+  EXPECT_EQ(t.bytes_read, 3 * 512 + 2 * 16 + 16);
+  EXPECT_EQ(t.bytes_written, 16 + 16 + 512);
+}
+
+TEST(BaselinePlanner, ParameterOutputsAliasTheirInput) {
+  Graph g;
+  int x = testing::Param(g, {DType::kF32, {8}}, 0);
+  int y = testing::Unary(g, OpCode::kNeg, x);
+  g.outputs = {x, y};
+  StatusOr<FusionPlan> plan = PlanBaseline(g);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->kernels.size(), 1u);
+  EXPECT_EQ(plan->kernels[0].outputs, std::vector<int>{y});
+}
+
+TEST(GraphProto, RoundTripsThroughBinaryAndJson) {
+  Graph g = testing::Softmax(4, 32, DType::kF16);
+  StatusOr<Graph> binary = ParseGraphBinary(ToBinary(g));
+  ASSERT_TRUE(binary.ok()) << binary.status().ToString();
+  EXPECT_EQ(ToBinary(*binary), ToBinary(g));
+  StatusOr<Graph> json = ParseGraphJson(ToJson(g));
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  EXPECT_EQ(ToBinary(*json), ToBinary(g));
+  EXPECT_TRUE(Verify(*json).ok());
+}
+
+TEST(GraphProto, RejectsGarbageAndBadEnums) {
+  EXPECT_FALSE(ParseGraphBinary("\xff\xff\xff garbage").ok());
+  StatusOr<Graph> bad = ParseGraphJson("{\"nodes\": [{\"op\": \"NOT_AN_OP\"}]}");
+  EXPECT_FALSE(bad.ok());
+  StatusOr<Graph> unspecified = ParseGraphJson("{\"nodes\": [{\"op\": \"ADD\"}]}");
+  ASSERT_FALSE(unspecified.ok());
+  EXPECT_NE(unspecified.status().message().find("dtype"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stitch
