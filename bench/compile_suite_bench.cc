@@ -1,11 +1,15 @@
-// suite_bench: the stitching compiler against the XLA-style baseline on the 30-subgraph
-// benchmark suite, compiled for sm_90 and priced by the analytical cost model.
+// suite_bench: the stitching compiler against models of XLA:GPU and TorchInductor
+// (baseline_models.h) on the 30-subgraph benchmark suite, compiled for sm_90 and priced by
+// the analytical cost model.
 //
 // For every subgraph at its listed shape:
-//   * both plans (the stitching planner's and the baseline planner's, scheduled for the
-//     pricing device, H100 unless --device names another): kernel count, the cost model's
+//   * the stitching planner's plan and both baseline models' plans, priced on the pricing
+//     device (H100 unless --device names another): kernel count, the cost model's
 //     global-memory bytes next to the lower bound (every input read once, every output
-//     written once), and modelled time, whose ratio is the modelled speedup;
+//     written once), and modelled time; the plan the compiler ships (the stitched plan, or
+//     the better baseline where the stitched plan is modelled slower), its modelled speedup
+//     over the better baseline and its efficiency (lower-bound bytes over modelled time, as
+//     a share of peak bandwidth);
 //   * compile time of the stitched graph to PTX and to cubin for sm_90 (median of --runs);
 //   * on a copy scaled for the host emulator (the corpus tests' rule, ~2^18 elements per
 //     tensor), the global-memory footprint the emulator counted (distinct 32-byte sectors
@@ -17,7 +21,7 @@
 // that misses the one-kernel or the bytes goal with its kernels and the reason.
 //
 // Usage: suite_bench [--csv PATH] [--runs N] [--only ID[,ID...]] [--plans] [--device NAME]
-//   --plans        also print Describe() of both plans of every subgraph
+//   --plans        also print Describe() of the shipped plan and both baseline models' plans
 //   --device NAME  price the plans on another device of the table (A100, H100, H200)
 // Exit status: 0 when every subgraph verified, compiled and ran (mismatches and missed goals
 // are figures, not failures), 1 otherwise, 2 for bad flags.
@@ -42,12 +46,14 @@
 #include "stitch/emulator/emulated_run.h"
 #include "stitch/emulator/emulator.h"
 #include "stitch/ir/verifier.h"
+#include "stitch/plan/baseline_models.h"
 #include "stitch/plan/baseline_planner.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/gpu_device.h"
 #include "stitch/plan/op_classes.h"
 #include "stitch/plan/row_stitch.h"
 #include "stitch/plan/schedule.h"
+#include "stitch/plan/statistics_rewrite.h"
 #include "stitch/plan/stitch_planner.h"
 #include "stitch/reference/interpreter.h"
 #include "stitch/reference/shape_scaling.h"
@@ -62,10 +68,13 @@ namespace {
 const Target kTarget;
 
 // The suite's goals.
-constexpr double kOneKernelShare = 0.9;  // 27 of 30 subgraphs in one kernel
-constexpr double kMaxBytesRatio = 1.10;  // stitched bytes over the lower bound
-constexpr double kMinSpeedup = 1.8;      // modelled, baseline over stitched
-constexpr double kMaxCubinMs = 100;      // median compile time to cubin per subgraph
+constexpr double kOneKernelShare = 0.9;          // 27 of 30 subgraphs in one kernel
+constexpr double kMaxBytesRatio = 1.10;          // stitched bytes over the lower bound
+constexpr double kMinSpeedup = 1.5;              // modelled, the better baseline over what ships
+constexpr double kLargeBytes = 64e6;             // rows whose lower bound exceeds this ...
+constexpr double kMinLargeEfficiency = 0.70;     // ... reach this share of peak bandwidth
+constexpr double kMaxBatchNormBytesRatio = 1.5;  // #17 and #20, bytes over the lower bound
+constexpr double kMaxCubinMs = 100;              // median compile time to cubin per subgraph
 constexpr double kEmulatorTolerance = 0.05;
 
 struct Flags {
@@ -86,12 +95,15 @@ struct PlanFigures {
 struct Result {
   int id = 0;
   std::string subgraph;  // "model / pattern, shape"
-  PlanFigures stitched, baseline;
+  // The plan that ships, the stitching planner's own plan, and the baseline models'.
+  PlanFigures shipped, stitched, xla, inductor;
+  std::string shipped_by;  // "stitch", "xla" or "inductor"
+  double peak_bytes_per_second = 0;
   int64_t lower_bound = -1;
   double ptx_ms = -1, cubin_ms = -1;
   std::string kinds;  // the stitched plan's kernels, e.g. "row_stitch(row_reduce) + loop"
   std::string why;    // the first line of why it misses a goal; empty when it meets both
-  std::string plans;  // Describe() of both plans, for --plans
+  std::string plans;  // Describe() of the shipped plan, for --plans
   // The stitched plan on the emulator's scaled copy.
   int64_t scale_factor = 0;                       // 0: no emulation shape
   int64_t emulated_bytes = -1, model_bytes = -1;  // the emulator's footprint, the model's
@@ -105,19 +117,37 @@ struct Result {
   std::string cubin_note;
 
   double BytesRatio() const {
-    return stitched.bytes > 0 && lower_bound > 0
-               ? static_cast<double>(stitched.bytes) / static_cast<double>(lower_bound)
+    return shipped.bytes > 0 && lower_bound > 0
+               ? static_cast<double>(shipped.bytes) / static_cast<double>(lower_bound)
                : -1;
   }
+  // The better baseline model's time; -1 when neither could plan the graph.
+  double BaselineSeconds() const {
+    if (xla.seconds < 0) return inductor.seconds;
+    if (inductor.seconds < 0) return xla.seconds;
+    return std::min(xla.seconds, inductor.seconds);
+  }
+  // The shipped plan's modelled speedup over the better baseline; StitchedSpeedup is the
+  // stitching planner's own plan's, which may be below 1 where a baseline ships instead.
   double Speedup() const {
-    return stitched.seconds > 0 && baseline.seconds > 0 ? baseline.seconds / stitched.seconds : -1;
+    return shipped.seconds > 0 && BaselineSeconds() > 0 ? BaselineSeconds() / shipped.seconds : -1;
+  }
+  double StitchedSpeedup() const {
+    return stitched.seconds > 0 && BaselineSeconds() > 0 ? BaselineSeconds() / stitched.seconds
+                                                         : -1;
+  }
+  // Lower-bound bytes over the shipped plan's modelled time, as a share of peak bandwidth.
+  double Efficiency() const {
+    return shipped.seconds > 0 && lower_bound > 0 && peak_bytes_per_second > 0
+               ? static_cast<double>(lower_bound) / shipped.seconds / peak_bytes_per_second
+               : -1;
   }
   double EmulatedRatio() const {
     return emulated_bytes >= 0 && model_bytes > 0
                ? static_cast<double>(emulated_bytes) / static_cast<double>(model_bytes)
                : -1;
   }
-  bool Compiled() const { return stitched.kernels >= 0 && baseline.kernels >= 0; }
+  bool Compiled() const { return shipped.kernels >= 0 && BaselineSeconds() > 0; }
 };
 
 double Median(std::vector<double> v) {
@@ -169,8 +199,7 @@ std::string Verdict(bool pass) { return pass ? "PASS" : "MISS"; }
 
 int64_t NodeBytes(const Graph& g, int id) { return g.nodes[id].shape.bytes(); }
 
-PlanFigures Price(const Graph& g, const FusionPlan& plan, const CostModel& model) {
-  const PlanCost cost = model.Estimate(g, plan);
+PlanFigures Figures(const PlanCost& cost) {
   return {cost.kernels, cost.global_bytes, cost.seconds};
 }
 
@@ -322,24 +351,15 @@ std::string WhyMiss(const Graph& g, const FusionPlan& plan, const GpuDevice& dev
   return why;
 }
 
-// The pricing device's scheduled plan of `g` by `planner`.
-StatusOr<FusionPlan> PlanFor(const Graph& g, PlannerKind planner, const GpuDevice& device) {
-  if (planner == PlannerKind::kStitch) return PlanStitched(g, device);
-  STITCH_ASSIGN_OR_RETURN(FusionPlan plan, PlanBaseline(g));
-  STITCH_RETURN_IF_ERROR(SchedulePlan(g, plan, device));
-  return plan;
-}
-
-// Compiles `g` for sm_90 `runs` times for the median timings, and prices both plans on
-// `device`. When `device` is the one sm_90 compiles plan for, the stitched plan priced is the
-// one compiled (the planner's search has a time budget, so a second search could differ).
+// Compiles `g` for sm_90 `runs` times for the median timings, and prices every plan on
+// `device`. When `device` is the one sm_90 compiles for, the plans priced are the ones the
+// compile chose between (the planner's search has a time budget, so a second search could
+// differ); for another device the choice is made again there.
 void CompileAndPrice(const Graph& g, const GpuDevice& device, bool describe, int runs, Result& r) {
   CompileOptions options;
   options.codegen.target = kTarget;
-  const bool compiled_for_device = kTarget.device().name == device.name;
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device);
   std::vector<double> ptx, total;
-  FusionPlan stitched;
+  PlanChoice choice;
   for (int i = 0; i < runs; ++i) {
     StatusOr<CompileResult> c = CompileGraph(g, options);
     if (!c.ok()) {
@@ -349,32 +369,37 @@ void CompileAndPrice(const Graph& g, const GpuDevice& device, bool describe, int
     ptx.push_back(c->timings.to_ptx_ms());
     total.push_back(c->timings.total_ms());
     if (i == 0) {
-      stitched = std::move(c->plan);
       r.cubin_note = c->cubin_note;
+      choice = static_cast<PlanChoice&&>(std::move(*c));
     }
   }
   r.ptx_ms = Median(ptx);
   r.cubin_ms = Median(total);
-  if (!compiled_for_device) {
-    StatusOr<FusionPlan> p = PlanFor(g, PlannerKind::kStitch, device);
-    if (!p.ok()) {
-      r.error = "stitch plan for " + device.name + ": " + p.status().ToString();
+  if (kTarget.device().name != device.name) {
+    StatusOr<PlanChoice> other = ChoosePlan(g, options, device);
+    if (!other.ok()) {
+      r.error = "plans for " + device.name + ": " + other.status().ToString();
       return;
     }
-    stitched = std::move(*p);
+    choice = std::move(*other);
   }
-  StatusOr<FusionPlan> baseline = PlanFor(g, PlannerKind::kBaseline, device);
-  if (!baseline.ok()) {
-    r.error = "baseline plan: " + baseline.status().ToString();
-    return;
+  r.peak_bytes_per_second = device.hbm_bytes_per_second;
+  r.shipped = Figures(choice.cost);
+  r.stitched = Figures(choice.stitched_cost);
+  for (const BaselineEstimate& b : choice.baselines) {
+    (b.compiler == BaselineCompiler::kXla ? r.xla : r.inductor) = Figures(b.cost);
   }
-  r.stitched = Price(g, stitched, *model);
-  r.baseline = Price(g, *baseline, *model);
-  r.kinds = KernelKinds(g, stitched);
-  if (r.stitched.kernels != 1 || r.BytesRatio() > kMaxBytesRatio) {
-    r.why = WhyMiss(g, stitched, device, r.stitched.seconds, r.BytesRatio());
+  r.shipped_by = std::string(PlannerKindName(choice.shipped));
+  r.kinds = KernelKinds(choice.graph, choice.plan);
+  if (r.shipped.kernels != 1 || r.BytesRatio() > kMaxBytesRatio) {
+    r.why = WhyMiss(choice.graph, choice.plan, device, r.shipped.seconds, r.BytesRatio());
   }
-  if (describe) r.plans = Describe(g, stitched) + Describe(g, *baseline);
+  if (!describe) return;
+  r.plans = "shipped (" + r.shipped_by + ") " + Describe(choice.graph, choice.plan);
+  for (BaselineCompiler compiler : {BaselineCompiler::kXla, BaselineCompiler::kInductor}) {
+    StatusOr<BaselinePlan> b = PlanBaselineModel(compiler, OnePassStatisticsRewrite(g), device);
+    if (b.ok()) r.plans += Describe(b->graph, b->plan);
+  }
 }
 
 // The global bytes one launch moved as the emulator counts its footprint: the distinct
@@ -417,8 +442,9 @@ void Emulate(const Graph& full, int seed, Result& r) {
   Status failed;
   if (!expected.ok()) failed = expected.status();
   if (failed.ok() && !emulator.ok()) failed = emulator.status();
-  StatusOr<EmulatedRun> run = failed.ok() ? RunOnEmulator(g, compiled->kernels, inputs, **emulator)
-                                          : StatusOr<EmulatedRun>(failed);
+  StatusOr<EmulatedRun> run =
+      failed.ok() ? RunOnEmulator(compiled->graph, compiled->kernels, inputs, **emulator)
+                  : StatusOr<EmulatedRun>(failed);
   if (!run.ok()) {
     r.match = "-";
     if (r.error.empty()) r.error = "emulate: " + run.status().ToString();
@@ -484,16 +510,6 @@ std::string CpuModel() {
   return "unknown";
 }
 
-std::string ScaleText(int64_t factor) {
-  return factor == 0 ? "-" : factor == 1 ? "1" : "1/" + std::to_string(factor);
-}
-
-std::string WorstKernelText(const Result& r) {
-  return r.worst_kernel < 0
-             ? "-"
-             : "k" + std::to_string(r.worst_kernel) + " " + Fixed(r.worst_kernel_ratio, 2);
-}
-
 void PrintPlans(const std::vector<Result>& results) {
   for (const Result& r : results) {
     std::cout << "### #" << r.id << " " << r.subgraph << "\n\n```\n"
@@ -501,29 +517,38 @@ void PrintPlans(const std::vector<Result>& results) {
   }
 }
 
+// "a / b / c" for the stitched, XLA and Inductor figures of a row.
+std::string Triple(const std::string& a, const std::string& b, const std::string& c) {
+  return a + " / " + b + " / " + c;
+}
+
 void PrintTable(const std::vector<Result>& results, const GpuDevice& device) {
   std::cout
-      << "Stitched vs baseline plans, compiled for " << kTarget.name() << ", priced on "
-      << device.name << " (" << device.sms << " SMs, "
-      << Fixed(device.hbm_bytes_per_second / 1e12, 2) << " TB/s).\n\n"
-      << "| id | subgraph | kernels stitched | kernels baseline | MB stitched | MB baseline | "
-         "MB lower bound | stitched / LB | modeled µs stitched | modeled µs baseline | "
-         "modeled speedup | to PTX ms | to cubin ms | emu scale | emu footprint bytes | model "
-         "bytes "
-         "| emu / model | worst kernel emu / model | emu = interp | max rel err |\n"
-         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-         "---:|---:|:---:|---:|\n";
+      << "The stitched plan against models of XLA and Inductor, compiled for " << kTarget.name()
+      << ", priced on " << device.name << " (" << device.sms << " SMs, "
+      << Fixed(device.hbm_bytes_per_second / 1e12, 2)
+      << " TB/s). Triples are stitched / XLA / Inductor; \"ships\" is the plan the compiler "
+         "emits, the stitched one unless a baseline is modelled faster; speedup is the shipped "
+         "plan's over the better baseline; efficiency is lower-bound bytes over the shipped "
+         "plan's time, as a share of peak.\n\n"
+      << "| id | subgraph | kernels | MB | MB lower bound | modeled µs | ships | speedup | "
+         "stitched plan's speedup | efficiency | to PTX ms | to cubin ms | emu / model | emu = "
+         "interp | max rel err |\n"
+         "|---:|---|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|:---:|---:|\n";
   for (const Result& r : results) {
-    std::cout << "| " << r.id << " | " << r.subgraph << " | " << Count(r.stitched.kernels) << " | "
-              << Count(r.baseline.kernels) << " | " << Megabytes(r.stitched.bytes) << " | "
-              << Megabytes(r.baseline.bytes) << " | " << Megabytes(r.lower_bound) << " | "
-              << Fixed(r.BytesRatio(), 2) << " | " << Micros(r.stitched.seconds) << " | "
-              << Micros(r.baseline.seconds) << " | " << Fixed(r.Speedup(), 2) << " | "
+    std::cout << "| " << r.id << " | " << r.subgraph << " | "
+              << Triple(Count(r.stitched.kernels), Count(r.xla.kernels), Count(r.inductor.kernels))
+              << " | "
+              << Triple(Megabytes(r.stitched.bytes), Megabytes(r.xla.bytes),
+                        Megabytes(r.inductor.bytes))
+              << " | " << Megabytes(r.lower_bound) << " | "
+              << Triple(Micros(r.stitched.seconds), Micros(r.xla.seconds),
+                        Micros(r.inductor.seconds))
+              << " | " << r.shipped_by << " | " << Fixed(r.Speedup(), 2) << " | "
+              << Fixed(r.StitchedSpeedup(), 2) << " | " << Fixed(r.Efficiency() * 100, 0) << "% | "
               << Fixed(r.ptx_ms, 1) << " | " << Fixed(r.cubin_ms, 1) << " | "
-              << ScaleText(r.scale_factor) << " | " << Count(r.emulated_bytes) << " | "
-              << Count(r.model_bytes) << " | " << Fixed(r.EmulatedRatio(), 2) << " | "
-              << WorstKernelText(r) << " | " << r.match << " | " << Scientific(r.max_rel_error)
-              << " |\n";
+              << Fixed(r.EmulatedRatio(), 2) << " | " << r.match << " | "
+              << Scientific(r.max_rel_error) << " |\n";
   }
 }
 
@@ -540,41 +565,63 @@ Status WriteCsv(const std::string& path, const std::vector<Result>& results,
                 const GpuDevice& device) {
   std::ofstream out(path);
   if (!out) return InvalidArgument("cannot write " + path);
-  out << "id,subgraph,device,kernels_stitched,kernels_baseline,stitched_bytes,baseline_bytes,"
-         "lower_bound_bytes,stitched_lb_ratio,modeled_us_stitched,modeled_us_baseline,"
-         "modeled_speedup,to_ptx_ms,to_cubin_ms,emu_scale_factor,emulated_footprint_bytes,"
-         "scaled_model_bytes,emu_model_ratio,emulated_accessed_bytes,worst_kernel,"
-         "worst_kernel_emulated_bytes,worst_kernel_model_bytes,worst_kernel_emu_model_ratio,"
-         "emu_matches_interp,max_rel_error,stitched_kernel_kinds,miss_reason,error\n";
+  out << "id,subgraph,device,shipped,kernels_stitched,kernels_xla,kernels_inductor,"
+         "stitched_bytes,xla_bytes,inductor_bytes,lower_bound_bytes,shipped_lb_ratio,"
+         "modeled_us_stitched,modeled_us_xla,modeled_us_inductor,modeled_us_shipped,"
+         "speedup_over_better_baseline,stitched_plan_speedup,efficiency,to_ptx_ms,to_cubin_ms,"
+         "emu_scale_factor,emulated_footprint_bytes,scaled_model_bytes,emu_model_ratio,"
+         "emulated_accessed_bytes,worst_kernel,worst_kernel_emulated_bytes,"
+         "worst_kernel_model_bytes,worst_kernel_emu_model_ratio,emu_matches_interp,"
+         "max_rel_error,shipped_kernel_kinds,miss_reason,error\n";
+  auto us = [](const PlanFigures& p) { return Fixed(p.seconds < 0 ? -1 : p.seconds * 1e6, 3); };
   for (const Result& r : results) {
-    out << r.id << "," << CsvField(r.subgraph) << "," << device.name << "," << r.stitched.kernels
-        << "," << r.baseline.kernels << "," << r.stitched.bytes << "," << r.baseline.bytes << ","
-        << r.lower_bound << "," << Fixed(r.BytesRatio(), 4) << ","
-        << Fixed(r.stitched.seconds < 0 ? -1 : r.stitched.seconds * 1e6, 3) << ","
-        << Fixed(r.baseline.seconds < 0 ? -1 : r.baseline.seconds * 1e6, 3) << ","
-        << Fixed(r.Speedup(), 4) << "," << Fixed(r.ptx_ms, 3) << "," << Fixed(r.cubin_ms, 3) << ","
-        << r.scale_factor << "," << r.emulated_bytes << "," << r.model_bytes << ","
-        << Fixed(r.EmulatedRatio(), 4) << "," << r.accessed_bytes << "," << r.worst_kernel << ","
-        << r.worst_kernel_emulated << "," << r.worst_kernel_model << ","
-        << Fixed(r.worst_kernel_ratio, 4) << "," << r.match << "," << Scientific(r.max_rel_error)
-        << "," << CsvField(r.kinds) << "," << CsvField(r.why) << "," << CsvField(r.error) << "\n";
+    out << r.id << "," << CsvField(r.subgraph) << "," << device.name << "," << r.shipped_by << ","
+        << r.stitched.kernels << "," << r.xla.kernels << "," << r.inductor.kernels << ","
+        << r.stitched.bytes << "," << r.xla.bytes << "," << r.inductor.bytes << "," << r.lower_bound
+        << "," << Fixed(r.BytesRatio(), 4) << "," << us(r.stitched) << "," << us(r.xla) << ","
+        << us(r.inductor) << "," << us(r.shipped) << "," << Fixed(r.Speedup(), 4) << ","
+        << Fixed(r.StitchedSpeedup(), 4) << "," << Fixed(r.Efficiency(), 4) << ","
+        << Fixed(r.ptx_ms, 3) << "," << Fixed(r.cubin_ms, 3) << "," << r.scale_factor << ","
+        << r.emulated_bytes << "," << r.model_bytes << "," << Fixed(r.EmulatedRatio(), 4) << ","
+        << r.accessed_bytes << "," << r.worst_kernel << "," << r.worst_kernel_emulated << ","
+        << r.worst_kernel_model << "," << Fixed(r.worst_kernel_ratio, 4) << "," << r.match << ","
+        << Scientific(r.max_rel_error) << "," << CsvField(r.kinds) << "," << CsvField(r.why) << ","
+        << CsvField(r.error) << "\n";
   }
   out.close();
   if (!out) return Internal("error writing " + path);
   return Status::Ok();
 }
 
+// "#11, #26" or "none".
+std::string IdList(const std::vector<int>& ids) {
+  std::string out;
+  for (int id : ids) out += (out.empty() ? "#" : ", #") + std::to_string(id);
+  return out.empty() ? "none" : out;
+}
+
 void PrintSummary(const std::vector<Result>& results, double wall_s) {
   std::vector<double> ratios, speedups, ptx, cubin;
+  std::vector<int> stitched_slower, shipped_slower, batch_norm_over;
   int compiled = 0, one_kernel = 0, emulated = 0, agree = 0, matched = 0, ran = 0;
+  int large = 0, large_efficient = 0;
   const Result* worst_emu = nullptr;
   const Result* worst_kernel = nullptr;
   for (const Result& r : results) {
     if (r.Compiled()) {
       ++compiled;
-      if (r.stitched.kernels == 1) ++one_kernel;
+      if (r.shipped.kernels == 1) ++one_kernel;
       ratios.push_back(r.BytesRatio());
       speedups.push_back(r.Speedup());
+      if (r.StitchedSpeedup() < 1) stitched_slower.push_back(r.id);
+      if (r.Speedup() < 1) shipped_slower.push_back(r.id);
+      if (r.lower_bound > kLargeBytes) {
+        ++large;
+        if (r.Efficiency() >= kMinLargeEfficiency) ++large_efficient;
+      }
+      if ((r.id == 17 || r.id == 20) && r.BytesRatio() > kMaxBatchNormBytesRatio) {
+        batch_norm_over.push_back(r.id);
+      }
       ptx.push_back(r.ptx_ms);
       cubin.push_back(r.cubin_ms);
     }
@@ -605,9 +652,19 @@ void PrintSummary(const std::vector<Result>& results, double wall_s) {
             << "Geomean stitched bytes / lower bound: " << Fixed(bytes_geomean, 3)
             << " (goal <= " << Fixed(kMaxBytesRatio, 2)
             << "): " << Verdict(bytes_geomean > 0 && bytes_geomean <= kMaxBytesRatio) << "\n"
-            << "Geomean modeled speedup over the baseline: " << Fixed(speedup_geomean, 2)
-            << "x (goal >= " << Fixed(kMinSpeedup, 1)
+            << "Geomean modeled speedup over the better of XLA and Inductor: "
+            << Fixed(speedup_geomean, 2) << "x (goal >= " << Fixed(kMinSpeedup, 1)
             << "x): " << Verdict(speedup_geomean >= kMinSpeedup) << "\n"
+            << "Rows where what ships is modeled slower than the better baseline: "
+            << IdList(shipped_slower) << " (goal: none): " << Verdict(shipped_slower.empty())
+            << "; rows where the stitched plan alone would be: " << IdList(stitched_slower) << "\n"
+            << "Rows above " << Fixed(kLargeBytes / 1e6, 0)
+            << " MB at >= " << Fixed(kMinLargeEfficiency * 100, 0)
+            << "% of peak: " << large_efficient << "/" << large << ": "
+            << Verdict(large_efficient == large) << "\n"
+            << "#17 and #20 within " << Fixed(kMaxBatchNormBytesRatio, 1)
+            << "x the lower bound: " << Verdict(batch_norm_over.empty())
+            << (batch_norm_over.empty() ? "" : " (over: " + IdList(batch_norm_over) + ")") << "\n"
             << "Median compile time to cubin per subgraph: " << Fixed(cubin_median, 1)
             << " ms (goal <= " << Fixed(kMaxCubinMs, 0)
             << " ms): " << Verdict(cubin_median >= 0 && cubin_median <= kMaxCubinMs) << "\n"

@@ -143,7 +143,7 @@ void VerifyOnGpu(Gpu& gpu, const Graph& g, int seed, PlannerKind planner, const 
     if (error.empty()) error = "interpreter: " + want.status().ToString();
     return;
   }
-  StatusOr<std::vector<Tensor>> got = gpu.RunPlan(g, *compiled, inputs);
+  StatusOr<std::vector<Tensor>> got = gpu.RunPlan(compiled->graph, *compiled, inputs);
   if (!got.ok()) {
     if (error.empty()) error = "run (scaled): " + got.status().ToString();
     return;
@@ -166,7 +166,7 @@ void VerifyOnGpu(Gpu& gpu, const Graph& g, int seed, PlannerKind planner, const 
 // Compiles (and, given a GPU, times and verifies) one plan of one entry.
 void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const Target& target, Gpu* gpu,
                  const Flags& flags, PlanFigures& p, std::string& error) {
-  const char* which = planner == PlannerKind::kStitch ? "stitch" : "baseline";
+  const std::string which(PlannerKindName(planner));
   StatusOr<CompileResult> compiled = CompileGraph(e.graph, OptionsFor(planner, target));
   if (!compiled.ok() && gpu != nullptr) {
     // The toolkit may not assemble for this GPU (CUDA 13 dropped sm_70 and older); its PTX
@@ -178,11 +178,11 @@ void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const Target& 
     }
   }
   if (!compiled.ok()) {
-    if (error.empty()) error = std::string(which) + " compile: " + compiled.status().ToString();
+    if (error.empty()) error = which + " compile: " + compiled.status().ToString();
     return;
   }
   p.kernels = static_cast<int>(compiled->kernels.size());
-  p.plan_bytes = EstimateTraffic(e.graph, compiled->plan).total();
+  p.plan_bytes = EstimateTraffic(compiled->graph, compiled->plan).total();
   p.cubin_bytes = 0;
   for (const CompiledKernel& k : compiled->kernels) {
     p.cubin_bytes += static_cast<int64_t>(k.cubin.size());
@@ -190,9 +190,9 @@ void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const Target& 
   if (gpu == nullptr) return;
   TimingOptions timing = flags.timing;
   timing.seed = static_cast<uint64_t>(e.id);
-  StatusOr<PlanTiming> t = gpu->TimePlan(e.graph, *compiled, timing);
+  StatusOr<PlanTiming> t = gpu->TimePlan(compiled->graph, *compiled, timing);
   if (!t.ok()) {
-    if (error.empty()) error = std::string(which) + " run: " + t.status().ToString();
+    if (error.empty()) error = which + " run: " + t.status().ToString();
     return;
   }
   p.us = t->median_us;
@@ -203,7 +203,7 @@ void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const Target& 
   std::string verify_error;
   VerifyOnGpu(*gpu, scaled->graph, 1000 + e.id, planner, target, p.cubin_bytes > 0, p,
               verify_error);
-  if (!verify_error.empty() && error.empty()) error = std::string(which) + " " + verify_error;
+  if (!verify_error.empty() && error.empty()) error = which + " " + verify_error;
 }
 
 Row Measure(const suite::SuiteEntry& e, const Target& target, Gpu* gpu, const Flags& flags) {
@@ -216,7 +216,7 @@ Row Measure(const suite::SuiteEntry& e, const Target& target, Gpu* gpu, const Fl
   }
   r.lower_bound = TrafficLowerBound(e.graph).total();
   MeasurePlan(e, PlannerKind::kStitch, target, gpu, flags, r.stitch, r.error);
-  MeasurePlan(e, PlannerKind::kBaseline, target, gpu, flags, r.baseline, r.error);
+  MeasurePlan(e, PlannerKind::kXla, target, gpu, flags, r.baseline, r.error);
   return r;
 }
 

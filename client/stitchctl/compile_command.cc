@@ -1,6 +1,9 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 #include "graph_input.h"
@@ -30,10 +33,40 @@ nlohmann::json KernelJson(const CompiledKernel& k, bool with_ptx) {
   return j;
 }
 
+// Every plan the compiler priced, the stitched plan first, as {planner, cost}.
+std::vector<std::pair<std::string, PlanCost>> PricedPlans(const CompileResult& r) {
+  std::vector<std::pair<std::string, PlanCost>> plans = {{"stitch", r.stitched_cost}};
+  for (const BaselineEstimate& b : r.baselines) {
+    plans.push_back({std::string(BaselineCompilerName(b.compiler)), b.cost});
+  }
+  return plans;
+}
+
+// The shipped plan's modelled speedup over the better baseline model (1 when it is that
+// model's plan).
+double SpeedupOverBaseline(const CompileResult& r) {
+  return r.cost.seconds > 0 ? r.baseline_cost.seconds / r.cost.seconds : 1.0;
+}
+
+// "modeled  stitch 10.90 us, xla 32.74 us, inductor 21.02 us: ships stitch, 1.93x the better
+// baseline".
+void PrintChoice(const CompileResult& r) {
+  std::cout << "modeled";
+  const char* separator = "  ";
+  for (const auto& [planner, cost] : PricedPlans(r)) {
+    std::printf("%s%s %.2f us (%d kernel%s)", separator, planner.c_str(), cost.seconds * 1e6,
+                cost.kernels, cost.kernels == 1 ? "" : "s");
+    separator = ", ";
+  }
+  std::printf(": ships %s, %.2fx the better baseline\n",
+              std::string(PlannerKindName(r.shipped)).c_str(), SpeedupOverBaseline(r));
+}
+
 void PrintText(const Graph& g, const CompileResult& r, bool with_ptx) {
   std::cout << "graph " << (g.name.empty() ? "(unnamed)" : g.name) << "\n";
   std::cout << "key   " << r.key.hex << "\n";
   std::cout << "plan  " << r.plan.planner << ", " << r.kernels.size() << " kernel(s)\n";
+  PrintChoice(r);
   for (const CompiledKernel& k : r.kernels) {
     std::printf("  %-28s %-13s grid=(%u,%u,%u) block=(%u,%u,%u) shared=%uB", k.name.c_str(),
                 std::string(KernelKindName(k.kind)).c_str(), k.launch.grid[0], k.launch.grid[1],
@@ -72,9 +105,18 @@ int RunCompile(const CompileArgs& args) {
     nlohmann::json j = {{"graph", g.name},
                         {"key", r->key.hex},
                         {"planner", r->plan.planner},
+                        {"shipped", std::string(PlannerKindName(r->shipped))},
+                        {"speedup_over_baseline", SpeedupOverBaseline(*r)},
+                        {"estimates", nlohmann::json::array()},
                         {"compile_ms_to_ptx", r->timings.to_ptx_ms()},
                         {"compile_ms_to_cubin", r->timings.total_ms()},
                         {"kernels", nlohmann::json::array()}};
+    for (const auto& [planner, cost] : PricedPlans(*r)) {
+      j["estimates"].push_back({{"planner", planner},
+                                {"modeled_us", cost.seconds * 1e6},
+                                {"global_bytes", cost.global_bytes},
+                                {"kernels", cost.kernels}});
+    }
     if (!r->cubin_note.empty()) j["note"] = r->cubin_note;
     for (const CompiledKernel& k : r->kernels)
       j["kernels"].push_back(KernelJson(k, args.print_ptx));

@@ -53,7 +53,8 @@ StatusOr<GraphOutcome> RunOne(const Graph& g, size_t index, const RunArgs& args,
   options.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
   STITCH_ASSIGN_OR_RETURN(CompileResult compiled, CompileGraph(g, options));
   STITCH_ASSIGN_OR_RETURN(std::vector<Tensor> inputs, MakeInputs(g, args));
-  STITCH_ASSIGN_OR_RETURN(EmulatedRun run, RunOnEmulator(g, compiled.kernels, inputs, emulator));
+  STITCH_ASSIGN_OR_RETURN(EmulatedRun run,
+                          RunOnEmulator(compiled.graph, compiled.kernels, inputs, emulator));
   STITCH_ASSIGN_OR_RETURN(std::vector<Tensor> expected, Evaluate(g, inputs));
 
   GraphOutcome outcome;

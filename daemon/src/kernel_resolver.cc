@@ -171,7 +171,7 @@ Resolution KernelResolver::CompileNow(const Prepared& p) {
                  result.status().ToString());
     return Resolution{result.status(), {}, key, {}};
   }
-  auto bundle = std::make_shared<v1::KernelBundle>(ToBundle(p.graph, *result, options));
+  auto bundle = std::make_shared<v1::KernelBundle>(ToBundle(*result, options));
   cache::SealBundle(*bundle);
   Status stored = store_.Put(key, bundle);
   if (!stored.ok()) spdlog::error("cache write failed for {}: {}", key, stored.ToString());

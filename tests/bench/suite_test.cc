@@ -70,7 +70,7 @@ TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
   emulator_options.count_footprint = true;
   StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(emulator_options);
   ASSERT_TRUE(emulator.ok()) << emulator.status().ToString();
-  StatusOr<EmulatedRun> run = RunOnEmulator(g, portable->kernels, inputs, **emulator);
+  StatusOr<EmulatedRun> run = RunOnEmulator(portable->graph, portable->kernels, inputs, **emulator);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   // The cost model's traffic for each kernel is what the emulator measures: the distinct
   // 32-byte sectors the kernel's threads touch.

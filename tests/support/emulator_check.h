@@ -24,11 +24,15 @@ struct EmulatorCheck {
 // Compiles `g` to portable IR, runs it on a fresh emulator (random thread order between
 // barriers when `random_order`), and compares every output with the reference interpreter
 // at the dtype's default tolerance times `tolerance_scale`. Inputs are random from `seed`.
+// The stitched plan runs even where a baseline model is modelled faster, unless
+// `never_slower` (the compiler's default) lets that baseline's plan ship instead.
 inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed, bool random_order,
                                                   EmulatorCheck* out = nullptr,
-                                                  double tolerance_scale = 1.0) {
+                                                  double tolerance_scale = 1.0,
+                                                  bool never_slower = false) {
   CompileOptions options;
   options.emit_ptx = false;
+  options.never_slower = never_slower;
   options.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
   StatusOr<CompileResult> compiled = CompileGraph(g, options);
   if (!compiled.ok()) return ::testing::AssertionFailure() << compiled.status().ToString();
@@ -42,10 +46,10 @@ inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed,
   eo.seed = seed;
   StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(eo);
   if (!emulator.ok()) return ::testing::AssertionFailure() << emulator.status().ToString();
-  StatusOr<EmulatedRun> run = RunOnEmulator(g, compiled->kernels, inputs, **emulator);
+  StatusOr<EmulatedRun> run = RunOnEmulator(compiled->graph, compiled->kernels, inputs, **emulator);
   if (!run.ok()) {
     return ::testing::AssertionFailure() << run.status().ToString() << "\nplan:\n"
-                                         << Describe(g, compiled->plan);
+                                         << Describe(compiled->graph, compiled->plan);
   }
   EmulatorCheck check;
   check.compiled = *compiled;
@@ -60,7 +64,7 @@ inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed,
              << "output " << k << " " << (*expected)[k].shape.ToString() << ": " << c.mismatches
              << " mismatches, max_rel " << c.max_rel_error << " (tol " << tol << "), " << c.message
              << "\nplan:\n"
-             << Describe(g, compiled->plan);
+             << Describe(compiled->graph, compiled->plan);
     }
   }
   if (out) *out = check;

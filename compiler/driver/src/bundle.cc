@@ -49,7 +49,19 @@ void FillKernel(const Graph& g, const CompileResult& result, const CompiledKerne
   for (int node : k.param_nodes) *out.add_params() = ParamFor(g, result, node);
 }
 
+void FillEstimate(std::string_view planner, const PlanCost& cost, v1::PlanEstimate& out) {
+  out.set_planner(std::string(planner));
+  out.set_seconds(cost.seconds);
+  out.set_global_bytes(static_cast<uint64_t>(cost.global_bytes));
+  out.set_kernels(static_cast<uint32_t>(cost.kernels));
+}
+
 void FillCost(const CompileResult& result, v1::CostEstimate& out) {
+  out.set_shipped(std::string(PlannerKindName(result.shipped)));
+  FillEstimate("stitch", result.stitched_cost, *out.add_plans());
+  for (const BaselineEstimate& b : result.baselines) {
+    FillEstimate(BaselineCompilerName(b.compiler), b.cost, *out.add_plans());
+  }
   out.set_stitched_seconds(result.cost.seconds);
   out.set_baseline_seconds(result.baseline_cost.seconds);
   out.set_stitched_global_bytes(static_cast<uint64_t>(result.cost.global_bytes));
@@ -60,8 +72,8 @@ void FillCost(const CompileResult& result, v1::CostEstimate& out) {
 
 }  // namespace
 
-v1::KernelBundle ToBundle(const Graph& g, const CompileResult& result,
-                          const CompileOptions& options) {
+v1::KernelBundle ToBundle(const CompileResult& result, const CompileOptions& options) {
+  const Graph& g = result.graph;
   v1::KernelBundle b;
   b.set_key(result.key.hex);
   b.set_target(options.codegen.target.name());

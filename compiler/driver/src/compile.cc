@@ -2,11 +2,14 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "stitch/ir/verifier.h"
+#include "stitch/plan/baseline_models.h"
 #include "stitch/plan/baseline_planner.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/schedule.h"
+#include "stitch/plan/statistics_rewrite.h"
 #include "stitch/plan/stitch_planner.h"
 
 namespace stitch {
@@ -27,7 +30,8 @@ class Stopwatch {
 
 std::string OptionsText(const CompileOptions& o) {
   // Only what changes the emitted code belongs here; paths do not, libdevice's presence does.
-  std::string text = o.planner == PlannerKind::kBaseline ? "planner=baseline" : "planner=stitch";
+  std::string text = "planner=" + std::string(PlannerKindName(o.planner));
+  if (!o.never_slower) text += ";always_stitch";
   text += o.codegen.libdevice_path.empty() ? ";math=stitch" : ";math=libdevice";
   // A bundle without cubin must not answer a request that wants one.
   text += o.codegen.emit_cubin && CubinAvailable(o.codegen) ? ";cubin=1" : ";cubin=0";
@@ -37,15 +41,10 @@ std::string OptionsText(const CompileOptions& o) {
   return text;
 }
 
-// Plans `g` for `device` with the planner `options` name; every kernel comes scheduled.
-StatusOr<FusionPlan> Plan(const Graph& g, const CompileOptions& options, const GpuDevice& device) {
-  FusionPlan plan;
-  if (options.planner == PlannerKind::kBaseline) {
-    STITCH_ASSIGN_OR_RETURN(plan, PlanBaseline(g));
-    STITCH_RETURN_IF_ERROR(SchedulePlan(g, plan, device));
-  } else {
-    STITCH_ASSIGN_OR_RETURN(plan, PlanStitched(g, device));
-  }
+// The stitching planner's plan of `g`; every kernel comes scheduled.
+StatusOr<FusionPlan> PlanStitchedFor(const Graph& g, const CompileOptions& options,
+                                     const GpuDevice& device) {
+  STITCH_ASSIGN_OR_RETURN(FusionPlan plan, PlanStitched(g, device));
   if (options.max_persistent_grid_blocks > 0) {
     // The plan is the target's; only the persistent grids shrink (and their reductions
     // are split again for the smaller grid).
@@ -60,21 +59,76 @@ StatusOr<FusionPlan> Plan(const Graph& g, const CompileOptions& options, const G
   return plan;
 }
 
-// Prices `result.plan` and the baseline on `device`. A graph the baseline planner cannot
-// plan is priced as the plan itself, so no saving is claimed for it.
-void Price(const Graph& g, const CompileOptions& options, const GpuDevice& device,
-           CompileResult& result) {
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device);
-  result.cost = model->Estimate(g, result.plan);
-  result.baseline_cost = result.cost;
-  if (options.planner == PlannerKind::kBaseline) return;
-  StatusOr<FusionPlan> baseline = PlanBaseline(g);
-  if (baseline.ok() && SchedulePlan(g, *baseline, device).ok()) {
-    result.baseline_cost = model->Estimate(g, *baseline);
-  }
+BaselineCompiler CompilerOf(PlannerKind planner) {
+  return planner == PlannerKind::kInductor ? BaselineCompiler::kInductor : BaselineCompiler::kXla;
 }
 
 }  // namespace
+
+StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& options,
+                                const GpuDevice& device) {
+  // Statistics in one pass, for every planner: XLA lowers batch norm to E[x^2] - E[x]^2
+  // (batchnorm_expander.cc) and Inductor's var_mean is a Welford reduction, so neither reads
+  // the input twice for a variance; the shifted sums give stitched plans the same single pass.
+  const Graph g = OnePassStatisticsRewrite(input);
+  PlanChoice result;
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device);
+  XlaModelOptions xla;
+  xla.triton_normalization_fusion = options.codegen.target.compute_capability() >= 80;
+  std::optional<BaselinePlan> best;
+  for (BaselineCompiler compiler : {BaselineCompiler::kXla, BaselineCompiler::kInductor}) {
+    StatusOr<BaselinePlan> b = PlanBaselineModel(compiler, g, device, xla);
+    const bool requested =
+        options.planner != PlannerKind::kStitch && CompilerOf(options.planner) == compiler;
+    if (!b.ok()) {
+      // A model that cannot plan the graph claims nothing; asked for by name, it is an error.
+      if (requested) return std::move(b).status();
+      continue;
+    }
+    const PlanCost cost = model->Estimate(b->graph, b->plan);
+    result.baselines.push_back({compiler, cost});
+    if (requested || (options.planner == PlannerKind::kStitch &&
+                      (!best || cost.seconds < result.baseline_cost.seconds))) {
+      result.baseline_cost = cost;
+      best = std::move(*b);
+    }
+  }
+  if (options.planner != PlannerKind::kStitch) {
+    result.shipped = options.planner;
+    result.graph = std::move(best->graph);
+    result.plan = std::move(best->plan);
+    result.cost = result.stitched_cost = result.baseline_cost;
+    return result;
+  }
+  STITCH_ASSIGN_OR_RETURN(FusionPlan stitched, PlanStitchedFor(g, options, device));
+  result.stitched_cost = model->Estimate(g, stitched);
+  if (options.never_slower && best && !best->plan.kernels.empty() &&
+      result.baseline_cost.seconds < result.stitched_cost.seconds) {
+    result.shipped =
+        best->compiler == BaselineCompiler::kXla ? PlannerKind::kXla : PlannerKind::kInductor;
+    result.graph = std::move(best->graph);
+    result.plan = std::move(best->plan);
+    result.cost = result.baseline_cost;
+    return result;
+  }
+  if (!best) result.baseline_cost = result.stitched_cost;
+  result.graph = g;
+  result.plan = std::move(stitched);
+  result.cost = result.stitched_cost;
+  return result;
+}
+
+std::string_view PlannerKindName(PlannerKind planner) {
+  switch (planner) {
+    case PlannerKind::kStitch:
+      return "stitch";
+    case PlannerKind::kXla:
+      return "xla";
+    case PlannerKind::kInductor:
+      return "inductor";
+  }
+  return "stitch";
+}
 
 KeyContext KeyContextFor(const CompileOptions& options) {
   KeyContext k;
@@ -99,14 +153,13 @@ StatusOr<CompileResult> CompileVerifiedGraph(const Graph& g, CacheKey key,
   CompileResult result;
   result.key = std::move(key);
   Stopwatch clock;
-  const GpuDevice& device = options.codegen.target.device();
-  STITCH_ASSIGN_OR_RETURN(result.plan, Plan(g, options, device));
-  result.temporaries = TemporaryNodes(g, result.plan);
-  Price(g, options, device, result);
+  STITCH_ASSIGN_OR_RETURN(static_cast<PlanChoice&>(result),
+                          ChoosePlan(g, options, options.codegen.target.device()));
+  result.temporaries = TemporaryNodes(result.graph, result.plan);
   result.timings.plan_ms = clock.LapMs();
 
   for (const KernelSpec& spec : result.plan.kernels) {
-    STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel, EmitKernel(g, spec, options.codegen));
+    STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel, EmitKernel(result.graph, spec, options.codegen));
     result.kernels.push_back(std::move(kernel));
   }
   result.timings.emit_ms = clock.LapMs();

@@ -37,10 +37,37 @@ int64_t Sectors(int64_t bytes) { return (bytes + 31) / 32 * 32; }
 // iteration space of `elements`; smaller inputs (a row's statistics, a bias) are reused
 // from cache and do not wait on DRAM.
 
+// Elements of `node` the kernel reads when it reads them only through slices (a statistic's
+// shift, say), possibly after unary elementwise ops such as a convert; -1 when it reads
+// them all.
+int64_t SlicedElements(const Graph& g, const KernelSpec& k, int node) {
+  if (std::find(k.outputs.begin(), k.outputs.end(), node) != k.outputs.end()) return -1;
+  int64_t sliced = 0;
+  for (int id : k.nodes) {
+    const Node& n = g.nodes[id];
+    if (std::find(n.operands.begin(), n.operands.end(), node) == n.operands.end()) continue;
+    int64_t read = n.op == OpCode::kSlice ? n.shape.elements() : -1;
+    if (ClassOf(n.op) == OpClass::kElementwise && n.operands.size() == 1) {
+      read = SlicedElements(g, k, id);
+    }
+    if (read < 0) return -1;
+    sliced += read;
+  }
+  return sliced;
+}
+
+// An input read only through slices costs the slices' bytes, not the whole buffer's.
+int64_t InputBytes(const Graph& g, const KernelSpec& k, int input) {
+  const Shape& s = g.nodes[input].shape;
+  const int64_t sliced = SlicedElements(g, k, input);
+  if (sliced < 0 || sliced >= s.elements()) return Sectors(s.bytes());
+  return Sectors(sliced * DTypeBytes(s.dtype));
+}
+
 void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements) {
   k.mapping.bytes_loaded = 0;
   k.mapping.bytes_stored = 0;
-  for (int i : k.inputs) k.mapping.bytes_loaded += Sectors(g.nodes[i].shape.bytes());
+  for (int i : k.inputs) k.mapping.bytes_loaded += InputBytes(g, k, i);
   for (int o : k.outputs) k.mapping.bytes_stored += Sectors(g.nodes[o].shape.bytes());
   int in_flight = 0;
   for (int i : k.inputs) {

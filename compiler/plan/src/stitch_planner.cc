@@ -32,8 +32,8 @@ struct State {
 
 class Planner {
  public:
-  Planner(const Graph& g, const GpuDevice& device)
-      : g_(g), device_(device), model_(NewAnalyticalCostModel(device)) {
+  Planner(const Graph& g, const GpuDevice& device, const FusionRules& rules)
+      : g_(g), device_(device), rules_(rules), model_(NewAnalyticalCostModel(device)) {
     std::vector<int> topo = TopologicalOrder(g);
     rank_.assign(g.nodes.size(), 0);
     for (size_t k = 0; k < topo.size(); ++k) rank_[topo[k]] = static_cast<int>(k);
@@ -164,7 +164,7 @@ class Planner {
     if (plan.kernels.size() != s.kernels.size()) {
       return Internal("the stitched plan of graph '" + g_.name + "' has a cycle between kernels");
     }
-    plan.kernels = FormGlobalKernels(std::move(plan.kernels), deadline_);
+    if (rules_.global_stitch) plan.kernels = FormGlobalKernels(std::move(plan.kernels), deadline_);
     for (size_t k = 0; k < plan.kernels.size(); ++k) {
       KernelSpec& spec = plan.kernels[k];
       spec.name = "stitch_k" + std::to_string(k) + "_" + std::string(KernelKindName(spec.kind));
@@ -373,6 +373,9 @@ class Planner {
         }
       }
       StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g_, spec);
+      if (layout.ok() && !RowStitchAllowed(spec, *layout)) {
+        layout = InvalidArgument("row stitching is not among the rules");
+      }
       if (!layout.ok() && !MakeReduceKernel(spec)) return std::nullopt;
       // Column reduces of the rows combine their blocks' partials behind a grid barrier.
       if (layout.ok() && !layout->column_reduces.empty()) spec = GlobalOf({std::move(spec)});
@@ -383,6 +386,23 @@ class Planner {
     k.spec = WrapSplitReduce(std::move(spec));
     k.seconds = model_->EstimateKernel(g_, k.spec).seconds;
     return k;
+  }
+
+  // Whether the rules let `spec`, laid out as `layout`, be a row-stitched kernel.
+  bool RowStitchAllowed(const KernelSpec& spec, const RowStitchLayout& layout) const {
+    if (!rules_.row_stitch) return false;
+    if (!rules_.global_stitch && !layout.column_reduces.empty()) return false;
+    if (rules_.max_row_stitch_len > 0 && layout.geometry.row_len > rules_.max_row_stitch_len) {
+      return false;
+    }
+    if (!rules_.row_stitch_last_dim_only) return true;
+    for (int id : spec.nodes) {
+      const Node& n = g_.nodes[id];
+      if (n.op != OpCode::kReduce) continue;
+      const int64_t last = static_cast<int64_t>(g_.nodes[n.operands[0]].shape.rank()) - 1;
+      if (n.dimensions != std::vector<int64_t>{last}) return false;
+    }
+    return true;
   }
 
   // Makes `spec` a reduce kernel (kRowReduce or kColumnReduce) when its outputs are reduces
@@ -502,6 +522,7 @@ class Planner {
   double Seconds(const KernelSpec& k) const { return model_->EstimateKernel(g_, k).seconds; }
 
   KernelSpec WrapSplitReduce(KernelSpec k) const {
+    if (!rules_.global_stitch) return k;
     if (k.kind != KernelKind::kColumnReduce && k.kind != KernelKind::kRowReduce) return k;
     KernelSpec global = GlobalOf({k});
     if (!ScheduleKernel(g_, global, device_).ok()) return k;
@@ -609,6 +630,7 @@ class Planner {
 
   const Graph& g_;
   const GpuDevice& device_;
+  const FusionRules rules_;
   std::unique_ptr<CostModel> model_;
   std::vector<int> rank_;
   std::set<int> graph_outputs_;
@@ -622,7 +644,7 @@ StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
                                   const StitchPlannerOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   STITCH_ASSIGN_OR_RETURN(FusionPlan baseline, PlanBaseline(g));
-  Planner planner(g, device);
+  Planner planner(g, device, options.rules);
   STITCH_ASSIGN_OR_RETURN(State initial, planner.Initial(baseline));
   const double budget_ms =
       options.budget_ms + options.budget_ms_per_node * static_cast<double>(g.nodes.size());

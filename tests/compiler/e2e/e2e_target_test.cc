@@ -37,7 +37,7 @@ TEST(Targets, EverySupportedTargetGetsAnnotationsAndCosts) {
     }
     EXPECT_TRUE(global) << Describe(g, r->plan);
 
-    const v1::KernelBundle bundle = ToBundle(g, *r, options);
+    const v1::KernelBundle bundle = ToBundle(*r, options);
     EXPECT_EQ(bundle.target(), target.name());
     EXPECT_GT(bundle.cost().stitched_seconds(), 0.0);
     EXPECT_GT(bundle.cost().baseline_seconds(), 0.0);
@@ -60,13 +60,15 @@ TEST(Targets, TargetIsPartOfTheKey) {
   }
 }
 
-TEST(Targets, BaselinePlannerPricesItsOwnPlanOnce) {
+TEST(Targets, ABaselineModelAskedForByNameShipsItsOwnPlan) {
   const Graph g = BatchNormStatistics(4096, 64);
   CompileOptions options;
-  options.planner = PlannerKind::kBaseline;
+  options.planner = PlannerKind::kXla;
   options.emit_ptx = false;
   StatusOr<CompileResult> r = CompileGraph(g, options);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->shipped, PlannerKind::kXla);
+  EXPECT_EQ(r->plan.planner, "xla");
   EXPECT_DOUBLE_EQ(r->cost.seconds, r->baseline_cost.seconds);
   EXPECT_EQ(r->cost.kernels, static_cast<int>(r->plan.kernels.size()));
 }

@@ -9,12 +9,11 @@
 
 namespace stitch {
 
-// Returns the bundle for `result`, compiled from the verified graph `g` with `options`:
-// kernels with their parameter ABI, temporaries, the plan in words, the cost model's
-// estimates for the plan and for the XLA-style baseline on the target's device (those of
-// `result`), the compile time and the compiler version. format_version and digest are left for the
-// cache to seal.
-v1::KernelBundle ToBundle(const Graph& g, const CompileResult& result,
-                          const CompileOptions& options);
+// Returns the bundle for `result`, compiled with `options`: kernels with their parameter ABI,
+// temporaries, the plan in words, the cost model's estimates for the plan that ships, the
+// stitched plan and each baseline model on the target's device (those of `result`), which
+// plan shipped, the compile time and the compiler version. format_version and digest are
+// left for the cache to seal.
+v1::KernelBundle ToBundle(const CompileResult& result, const CompileOptions& options);
 
 }  // namespace stitch

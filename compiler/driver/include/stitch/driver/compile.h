@@ -1,8 +1,14 @@
 // The compiler facade: a graph in, a verified key, a fusion plan and kernels out. This is
 // what the daemon and stitchctl call; the layers behind it are usable on their own.
 //
-// Pipeline: verify -> key -> plan -> price -> emit LLVM -> PTX -> cubin (where the toolkit
-// exists). Each stage's product is computed once and carried down: the target is resolved to
+// Pipeline: verify -> key -> plan (the stitching planner and the baseline models) -> price
+// and choose -> emit LLVM -> PTX -> cubin (where the toolkit exists).
+//
+// Never slower: the stitched plan and the plans of the compilers a job would otherwise run
+// (baseline_models.h: XLA and Inductor) are priced with the same cost model on the target's
+// device, and the stitched plan ships only when it is modelled no slower than the better of
+// them. Otherwise the better baseline plan ships, compiled by stitch's own codegen, and the
+// result says so. Each stage's product is computed once and carried down: the target is resolved to
 // its device once (Target), the key once (a caller that keys a graph before compiling it,
 // as the daemon does, passes the key in), the baseline is planned once to price the plan.
 //
@@ -10,12 +16,14 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stitch/base/status.h"
 #include "stitch/codegen/codegen.h"
 #include "stitch/ir/graph.h"
 #include "stitch/ir/key.h"
+#include "stitch/plan/baseline_models.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/plan.h"
 
@@ -23,12 +31,21 @@ namespace stitch {
 
 // Which planner groups the graph into kernels.
 enum class PlannerKind {
-  kStitch,    // the stitching planner (stitch_planner.h): fewest bytes and launches
-  kBaseline,  // XLA-style fusion (baseline_planner.h), the yardstick
+  // The stitching planner (stitch_planner.h), or the better baseline model where it is
+  // modelled faster.
+  kStitch,
+  kXla,       // the XLA:GPU model alone (baseline_models.h)
+  kInductor,  // the TorchInductor model alone
 };
+
+// Returns "stitch", "xla" or "inductor".
+std::string_view PlannerKindName(PlannerKind planner);
 
 struct CompileOptions {
   PlannerKind planner = PlannerKind::kStitch;
+  // With kStitch: ship the better baseline model's plan where the stitched plan is modelled
+  // slower. False ships the stitched plan regardless (tests and benchmarks of the stitcher).
+  bool never_slower = true;
   CodegenOptions codegen;  // codegen.target is the target of every stage and of the key
   GraphLimits limits;
   std::string salt;      // cache namespace salt (part of the key)
@@ -45,13 +62,33 @@ struct CompileTimings {
   double total_ms() const { return to_ptx_ms() + cubin_ms; }
 };
 
-struct CompileResult {
-  CacheKey key;
-  FusionPlan plan;
-  // The cost model's estimates on the target's device: the plan above, and the XLA-style
-  // baseline plan of the same graph (the same plan when the baseline planner made it).
+// A baseline model's plan of the compiled graph, priced on the target's device.
+struct BaselineEstimate {
+  BaselineCompiler compiler = BaselineCompiler::kXla;
   PlanCost cost;
+};
+
+// The plans priced for a graph and the one that ships (see "Never slower" above).
+struct PlanChoice {
+  // The graph `plan` is a plan of: the compiled graph, or the graph a baseline model's
+  // rewrites made of it when that model's plan ships. Its parameters and outputs are the
+  // compiled graph's.
+  Graph graph;
+  FusionPlan plan;
+  // The planner whose plan ships: kStitch, or the baseline model the stitched plan could not
+  // beat.
+  PlannerKind shipped = PlannerKind::kStitch;
+  // The cost model's estimates: the plan that ships, the stitching planner's plan (whether
+  // or not it ships; the shipped plan itself under kXla and kInductor), each baseline model's
+  // plan that could be made, and the better of those (the stitched plan when none could).
+  PlanCost cost;
+  PlanCost stitched_cost;
+  std::vector<BaselineEstimate> baselines;
   PlanCost baseline_cost;
+};
+
+struct CompileResult : PlanChoice {
+  CacheKey key;
   std::vector<CompiledKernel> kernels;  // one per plan kernel, same order
   std::vector<int> temporaries;         // nodes held in temporary buffers
   CompileTimings timings;
@@ -68,6 +105,12 @@ KeyContext KeyContextFor(const CompileOptions& options);
 // assembler failures. A missing CUDA toolkit is not an error: kernels then carry PTX only and
 // cubin_note says so.
 StatusOr<CompileResult> CompileGraph(const Graph& g, const CompileOptions& options);
+
+// Plans a verified graph with the planner `options` names, priced on `device` (the
+// target's device when compiling; benchmarks price other devices too). Returns the planners'
+// errors.
+StatusOr<PlanChoice> ChoosePlan(const Graph& g, const CompileOptions& options,
+                                const GpuDevice& device);
 
 // Compiles a graph that has passed Verify, whose key under `options` is `key`
 // (ComputeKey(g, KeyContextFor(options))): the stages after keying, for a caller that

@@ -25,7 +25,22 @@
 
 namespace stitch {
 
+// The kernels a plan may contain. The stitching planner uses every kind; the baseline models
+// (baseline_models.h) run the same search restricted to the kernels XLA and Inductor emit.
+struct FusionRules {
+  // Reduces and the row-space values computed from them in one kernel (kRowStitch).
+  bool row_stitch = true;
+  // The longest row (reduced elements) a row-stitched kernel may hold; 0 for any.
+  int64_t max_row_stitch_len = 0;
+  // Only reduces over exactly one dimension, the last, join a row-stitched kernel.
+  bool row_stitch_last_dim_only = false;
+  // Grid-wide barriers: global_stitch kernels, and reductions split over the blocks of one
+  // launch.
+  bool global_stitch = true;
+};
+
 struct StitchPlannerOptions {
+  FusionRules rules;
   int beam_width = 3;
   // Wall-clock budget of the search, a base plus a share per node; the best plan so far is
   // returned when it runs out.
@@ -33,7 +48,8 @@ struct StitchPlannerOptions {
   double budget_ms_per_node = 0.05;
 };
 
-// Returns the stitched, scheduled plan of a verified graph for `device`.
+// Returns the stitched, scheduled plan of a verified graph for `device`, made of the kernels
+// `options.rules` allows.
 StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
                                   const StitchPlannerOptions& options = {});
 

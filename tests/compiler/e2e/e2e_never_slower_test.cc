@@ -1,0 +1,89 @@
+// Never slower: where the stitched plan is modelled slower than a baseline model's, the
+// compiler ships that baseline's plan, records the choice, and the shipped kernels compute
+// what the graph does.
+#include <gtest/gtest.h>
+
+#include "stitch/driver/bundle.h"
+#include "stitch/driver/compile.h"
+#include "support/emulator_check.h"
+#include "support/graph_builder.h"
+
+namespace stitch {
+namespace {
+
+using namespace stitch::testing;
+
+// A bias gradient: a column reduction of a [rows, 768] f32 tensor. XLA splits its 8,192 rows
+// into two reduces over a grid of 3,072 blocks; the stitched plan's persistent kernel pays a
+// grid barrier and the combine of its partials.
+Graph BiasGradient(int64_t rows) {
+  Graph g;
+  const int x = Param(g, {DType::kF32, {rows, 768}}, 0);
+  Output(g, Reduce(g, x, ConstScalar(g, DType::kF32, 0), {0}, ReduceKind::kSum));
+  return g;
+}
+
+TEST(NeverSlower, ABaselineModelledFasterShipsInsteadAndTheBundleSaysSo) {
+  const Graph g = BiasGradient(8192);
+  CompileOptions options;
+  options.emit_ptx = false;
+  StatusOr<CompileResult> r = CompileGraph(g, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->baselines.size(), 2u);
+  // The stitched plan loses here, so the better baseline ships and nothing slower does.
+  EXPECT_GT(r->stitched_cost.seconds, r->baseline_cost.seconds) << Describe(g, r->plan);
+  EXPECT_NE(r->shipped, PlannerKind::kStitch);
+  EXPECT_EQ(r->plan.planner, PlannerKindName(r->shipped));
+  EXPECT_DOUBLE_EQ(r->cost.seconds, r->baseline_cost.seconds);
+  for (const BaselineEstimate& b : r->baselines) EXPECT_GE(b.cost.seconds, r->cost.seconds);
+  // The baseline's graph keeps the parameters and outputs its kernels are bound to.
+  EXPECT_EQ(r->graph.Parameters().size(), g.Parameters().size());
+  EXPECT_EQ(r->graph.outputs.size(), g.outputs.size());
+
+  const v1::KernelBundle bundle = ToBundle(*r, options);
+  EXPECT_EQ(bundle.cost().shipped(), std::string(PlannerKindName(r->shipped)));
+  ASSERT_EQ(bundle.cost().plans_size(), 3);
+  EXPECT_EQ(bundle.cost().plans(0).planner(), "stitch");
+  EXPECT_DOUBLE_EQ(bundle.cost().plans(0).seconds(), r->stitched_cost.seconds);
+  EXPECT_DOUBLE_EQ(bundle.cost().stitched_seconds(), r->cost.seconds);
+  EXPECT_EQ(bundle.kernels_size(), static_cast<int>(r->plan.kernels.size()));
+
+  // Asked to ship the stitched plan regardless, the compiler does, under another key.
+  CompileOptions always = options;
+  always.never_slower = false;
+  StatusOr<CompileResult> stitched = CompileGraph(g, always);
+  ASSERT_TRUE(stitched.ok()) << stitched.status().ToString();
+  EXPECT_EQ(stitched->shipped, PlannerKind::kStitch);
+  EXPECT_DOUBLE_EQ(stitched->cost.seconds, stitched->stitched_cost.seconds);
+  EXPECT_NE(stitched->key.hex, r->key.hex);
+}
+
+TEST(NeverSlower, TheShippedBaselinePlanMatchesTheInterpreterOnTheEmulator) {
+  // The emulator's budget: the same rows-over-4,096 shape at a quarter of the columns' tiles.
+  Graph g;
+  const int x = Param(g, {DType::kF32, {8192, 64}}, 0);
+  Output(g, Reduce(g, x, ConstScalar(g, DType::kF32, 0), {0}, ReduceKind::kSum));
+  EmulatorCheck check;
+  ASSERT_TRUE(CheckOnEmulator(g, 7, /*random_order=*/true, &check, 1.0, /*never_slower=*/true));
+  // Whatever ships is never modelled slower than the better baseline.
+  EXPECT_LE(check.compiled.cost.seconds, check.compiled.baseline_cost.seconds);
+  EXPECT_LE(check.compiled.cost.seconds, check.compiled.stitched_cost.seconds);
+}
+
+TEST(NeverSlower, WhereStitchingWinsTheStitchedPlanShips) {
+  // Softmax over short rows: one row-stitched kernel, against three XLA native kernels or
+  // one Triton kernel of the same bytes; the stitched plan is no slower, so it ships.
+  Graph g;
+  const int x = Param(g, {DType::kF32, {4096, 768}}, 0);
+  const int m = Reduce(g, x, ConstScalar(g, DType::kF32, -1e30), {1}, ReduceKind::kMax);
+  Output(g, Binary(g, OpCode::kSub, x, Broadcast(g, m, {4096, 768}, {0})));
+  CompileOptions options;
+  options.emit_ptx = false;
+  StatusOr<CompileResult> r = CompileGraph(g, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->shipped, PlannerKind::kStitch) << Describe(r->graph, r->plan);
+  EXPECT_LE(r->cost.seconds, r->baseline_cost.seconds);
+}
+
+}  // namespace
+}  // namespace stitch
