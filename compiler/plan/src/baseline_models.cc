@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "int_math.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/reduction_rewrites.h"
 #include "stitch/plan/stitch_planner.h"
@@ -10,16 +11,13 @@
 namespace stitch {
 namespace {
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t RoundUp(int64_t a, int64_t unit) { return CeilDiv(a, unit) * unit; }
-bool IsPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 uint32_t Blocks(int64_t n) { return static_cast<uint32_t>(std::clamp<int64_t>(n, 1, INT32_MAX)); }
 
 // The narrowest and widest element, in bytes, of the buffers a kernel streams over its
 // `elements`-sized iteration space (smaller inputs are broadcast and come from cache).
 struct StreamWidths {
-  int narrowest = 4;
-  int widest = 1;
+  int narrowest;
+  int widest;
 };
 StreamWidths WidthsOf(const Graph& g, const KernelSpec& k, int64_t elements) {
   StreamWidths w{16, 0};
@@ -31,7 +29,7 @@ StreamWidths WidthsOf(const Graph& g, const KernelSpec& k, int64_t elements) {
       w.widest = std::max(w.widest, DTypeBytes(s.dtype));
     }
   }
-  if (w.widest == 0) w = {4, 4};
+  if (w.widest == 0) w = {4, 4};  // no full-size buffer: price 32-bit accesses
   return w;
 }
 

@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "int_math.h"
 #include "stitch/plan/baseline_planner.h"
 
 namespace stitch {
@@ -49,8 +50,6 @@ namespace {
 // instead of trading it against other terms. Such a kernel reports
 // resident_blocks_per_sm == 0.
 constexpr double kInfeasibleSeconds = std::numeric_limits<double>::infinity();
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Elements, rows or tiles (the unit of `work_items`) one block covers per pass of its
 // grid-stride loop.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "int_math.h"
+
 namespace stitch {
 
 const std::vector<GpuDevice>& KnownDevices() {
@@ -64,14 +66,6 @@ const GpuDevice* FindDevice(std::string_view name) {
   }
   return nullptr;
 }
-
-namespace {
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-int64_t RoundUp(int64_t a, int64_t unit) { return CeilDiv(a, unit) * unit; }
-
-}  // namespace
 
 // The rules of CUDA's occupancy calculation (cuda_occupancy.h) for sm_80 and sm_90, each
 // limit computed alone and the smallest taken:

@@ -6,12 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "int_math.h"
+
 namespace stitch {
 namespace {
-
-bool IsPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
   return std::accumulate(dims.begin() + static_cast<std::ptrdiff_t>(begin),
