@@ -172,10 +172,13 @@ class XlaRewriter : public GraphRewriter {
   int Emit(int x, int init, const std::vector<int64_t>& dims, const Node& original,
            const std::string& name) {
     const std::vector<int64_t>& in = ShapeOf(x).dims;
+    if (dims.empty()) return ReduceDims(x, init, original, dims, name);
     const ReduceShape shape = Classify(in, dims);
     if (shape.kind == ReduceShape::Kind::kOther) {
-      // ReductionSplitter: the largest contiguous run of reduced dimensions first.
+      // ReductionSplitter: the largest contiguous run of reduced dimensions first. One run
+      // between kept dimensions is a batched column reduction, which XLA emits as it is.
       const auto [run, rest] = SplitLargestRun(in, dims);
+      if (rest.empty()) return ReduceDims(x, init, original, dims, name);
       const int first = ReduceDims(x, init, original, run, name + ".split");
       return Emit(first, init, rest, original, name);
     }

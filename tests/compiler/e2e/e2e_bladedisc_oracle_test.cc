@@ -34,6 +34,9 @@ StatusOr<CompileResult> Compile(const Graph& g, PlannerKind planner = PlannerKin
   CompileOptions options;
   options.emit_ptx = false;
   options.planner = planner;
+  // The oracle counts what stitching needs, so the stitched plan is kept even where a
+  // baseline model is priced cheaper.
+  options.never_slower = false;
   return CompileGraph(g, options);
 }
 

@@ -149,6 +149,28 @@ TEST(XlaReductionRewrites, SplitReductionsComputeTheSame) {
   }
 }
 
+// Every rewrite keeps every generated graph valid and its values unchanged: middle-dimension
+// reductions, scalars and all the shapes the generator makes, not just the suite's patterns.
+TEST(ReductionRewrites, RandomGraphsComputeTheSame) {
+  const uint64_t base = RandomGraphBaseSeed();
+  SCOPED_TRACE("base seed " + std::to_string(base) + " (STITCH_RANDOM_GRAPH_SEED replays it)");
+  std::mt19937_64 rng(base);
+  constexpr int kSms = 4;  // small thresholds, so that Inductor splits small graphs too
+  for (int i = 0; i < 60; ++i) {
+    const Graph g = RandomGraphBuilder(base + static_cast<uint64_t>(i), 4096).Build();
+    SCOPED_TRACE("seed " + std::to_string(base + static_cast<uint64_t>(i)) + "\n" + ToText(g));
+    ExpectSameValues(g, XlaReductionRewrites(g), rng);
+    ExpectSameValues(g, InductorSplitReductions(g, kSms), rng);
+  }
+}
+
+TEST(XlaReductionRewrites, OneMiddleRunIsABatchedColumnReductionLeftAlone) {
+  const Graph middle = OneReduce(DType::kF32, {3, 5000, 7}, {1}, ReduceKind::kSum);
+  EXPECT_EQ(Reduces(XlaReductionRewrites(middle)), Reduces(middle));
+  const Graph scalar = OneReduce(DType::kF32, {}, {}, ReduceKind::kSum);
+  EXPECT_EQ(Reduces(XlaReductionRewrites(scalar)), Reduces(scalar));
+}
+
 TEST(InductorSplitFactor, FollowsInductorsRulesOnAnH100) {
   constexpr int kSms = 132;
   // Enough outputs, or short rows: no split.
