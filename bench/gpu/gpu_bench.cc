@@ -1,7 +1,8 @@
-// gpu_bench: times the 30-subgraph suite on a real GPU, stitched plan against the XLA-style
-// baseline plan, through the CUDA driver API.
+// gpu_bench: times the 30-subgraph suite on a real GPU, the stitched plan against the plans of
+// the XLA and Inductor models (compiled by stitch's own codegen), through the CUDA driver API,
+// and reports how far the cost model's estimate of each plan is from its measured time.
 //
-// For every subgraph at its listed shape, both plans are compiled for the device's
+// For every subgraph at its listed shape, the three plans are compiled for the device's
 // architecture (cubin where the toolkit exists; PTX goes to the driver's JIT otherwise), every
 // kernel parameter gets a device buffer (random inputs, outputs, temporaries) and the whole
 // plan is timed with CUDA events: --warmup runs, then the median of --repeats runs, each
@@ -42,6 +43,8 @@
 #include "stitch/driver/compile.h"
 #include "stitch/ir/verifier.h"
 #include "stitch/plan/baseline_planner.h"
+#include "stitch/plan/cost_model.h"
+#include "stitch/plan/gpu_device.h"
 #include "stitch/reference/interpreter.h"
 #include "stitch/reference/shape_scaling.h"
 #include "stitch/reference/tensor.h"
@@ -86,14 +89,20 @@ struct PlanFigures {
   std::string loaded_from = "-";
   std::string matches = "-";  // "yes", "NO" or "-"
   double max_rel_error = -1;
+  double model_us = -1;  // the cost model's estimate on this GPU's entry of the device table
 };
+
+// Measured over modelled time, minus one: +0.25 means the plan ran 25% slower than modelled.
+double ModelError(const PlanFigures& p) {
+  return p.us > 0 && p.model_us > 0 ? p.us / p.model_us - 1 : std::nan("");
+}
 
 struct Row {
   int id = 0;
   std::string subgraph;
   int64_t lower_bound = -1;
-  PlanFigures stitch, baseline;
-  std::string error;  // the first failure, if any
+  PlanFigures stitch, baseline, inductor;  // baseline: the XLA model's plan
+  std::string error;                       // the first failure, if any
 };
 
 std::string Fixed(double v, int digits) {
@@ -117,10 +126,37 @@ double Speedup(const Row& r) {
   return r.stitch.us > 0 && r.baseline.us > 0 ? r.baseline.us / r.stitch.us : -1;
 }
 
+// Over the faster of the two baseline models' plans, as measured.
+double SpeedupOverBetterBaseline(const Row& r) {
+  double better = r.baseline.us;
+  if (r.inductor.us > 0 && (better <= 0 || r.inductor.us < better)) better = r.inductor.us;
+  return r.stitch.us > 0 && better > 0 ? better / r.stitch.us : -1;
+}
+
+std::string Percent(double v) {
+  if (!std::isfinite(v)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%+.0f%%", 100 * v);
+  return buf;
+}
+
+// The device-table entry the cost model prices on: the GPU's own where the table has it
+// ("NVIDIA H100 80GB HBM3" -> H100), else the compile target's.
+const GpuDevice& PricingDevice(const Gpu* gpu, const Target& target) {
+  if (gpu != nullptr) {
+    for (const GpuDevice& d : KnownDevices()) {
+      if (gpu->info().name.find(d.name) != std::string::npos) return d;
+    }
+  }
+  return target.device();
+}
+
 CompileOptions OptionsFor(PlannerKind planner, const Target& target) {
   CompileOptions options;
   options.planner = planner;
   options.codegen.target = target;
+  // Each planner's own plan is timed, also where the compiler would ship another.
+  options.never_slower = false;
   return options;
 }
 
@@ -182,6 +218,10 @@ void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const Target& 
     return;
   }
   p.kernels = static_cast<int>(compiled->kernels.size());
+  p.model_us = NewAnalyticalCostModel(PricingDevice(gpu, target))
+                   ->Estimate(compiled->graph, compiled->plan)
+                   .seconds *
+               1e6;
   p.plan_bytes = EstimateTraffic(compiled->graph, compiled->plan).total();
   p.cubin_bytes = 0;
   for (const CompiledKernel& k : compiled->kernels) {
@@ -217,17 +257,20 @@ Row Measure(const suite::SuiteEntry& e, const Target& target, Gpu* gpu, const Fl
   r.lower_bound = TrafficLowerBound(e.graph).total();
   MeasurePlan(e, PlannerKind::kStitch, target, gpu, flags, r.stitch, r.error);
   MeasurePlan(e, PlannerKind::kXla, target, gpu, flags, r.baseline, r.error);
+  MeasurePlan(e, PlannerKind::kInductor, target, gpu, flags, r.inductor, r.error);
   return r;
 }
 
 std::string Pair(const std::string& a, const std::string& b) { return a + " / " + b; }
 
 void PrintTable(const std::vector<Row>& rows, double peak) {
-  std::cout << "| id | subgraph | kernels (stitch / base) | lower bound MB | plan MB (stitch / "
-               "base) | cubin KB (stitch / base) | stitch µs | base µs | speedup | stitch GB/s | "
-               "stitch % peak | base % "
-               "peak | gpu = interp (stitch / base) |\n"
-               "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n";
+  std::cout
+      << "| id | subgraph | kernels (stitch / base) | lower bound MB | plan MB (stitch / "
+         "base) | cubin KB (stitch / base) | stitch µs | base µs | speedup | stitch GB/s | "
+         "stitch % peak | base % "
+         "peak | gpu = interp (stitch / base) | inductor µs | speedup over better | "
+         "model error (stitch / xla / inductor) |\n"
+         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|\n";
   for (const Row& r : rows) {
     const double kb_s = r.stitch.cubin_bytes < 0 ? -1 : r.stitch.cubin_bytes / 1024.0;
     const double kb_b = r.baseline.cubin_bytes < 0 ? -1 : r.baseline.cubin_bytes / 1024.0;
@@ -240,7 +283,11 @@ void PrintTable(const std::vector<Row>& rows, double peak) {
               << Fixed(GigabytesPerSecond(r.lower_bound, r.stitch.us), 0) << " | "
               << Fixed(PercentOfPeak(r.lower_bound, r.stitch.us, peak), 1) << " | "
               << Fixed(PercentOfPeak(r.lower_bound, r.baseline.us, peak), 1) << " | "
-              << Pair(r.stitch.matches, r.baseline.matches) << " |\n";
+              << Pair(r.stitch.matches, r.baseline.matches) << " | " << Fixed(r.inductor.us, 1)
+              << " | " << Fixed(SpeedupOverBetterBaseline(r), 2) << " | "
+              << Pair(Pair(Percent(ModelError(r.stitch)), Percent(ModelError(r.baseline))),
+                      Percent(ModelError(r.inductor)))
+              << " |\n";
   }
 }
 
@@ -251,6 +298,14 @@ std::string CsvField(const std::string& s) {
     out += c;
   }
   return out + "\"";
+}
+
+// A signed ratio for the CSV, empty where not measured.
+std::string Signed(double v) {
+  if (!std::isfinite(v)) return "";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", v);
+  return buf;
 }
 
 std::string Scientific(double v) {
@@ -267,7 +322,10 @@ Status WriteCsv(const std::string& path, const std::vector<Row>& rows, double pe
          "baseline_plan_bytes,stitch_cubin_bytes,baseline_cubin_bytes,stitch_us,baseline_us,"
          "speedup,stitch_gbps,stitch_pct_peak,baseline_gbps,baseline_pct_peak,stitch_loaded,"
          "baseline_loaded,stitch_matches,baseline_matches,stitch_max_rel_error,"
-         "baseline_max_rel_error,error\n";
+         "baseline_max_rel_error,error,inductor_kernels,inductor_plan_bytes,"
+         "inductor_cubin_bytes,inductor_us,inductor_matches,inductor_max_rel_error,"
+         "speedup_over_better_baseline,stitch_model_us,baseline_model_us,inductor_model_us,"
+         "stitch_model_error,baseline_model_error,inductor_model_error\n";
   auto num = [](double v, int digits) { return v < 0 ? std::string() : Fixed(v, digits); };
   auto cnt = [](int64_t v) { return v < 0 ? std::string() : std::to_string(v); };
   for (const Row& r : rows) {
@@ -282,7 +340,13 @@ Status WriteCsv(const std::string& path, const std::vector<Row>& rows, double pe
         << num(PercentOfPeak(r.lower_bound, r.baseline.us, peak), 2) << "," << r.stitch.loaded_from
         << "," << r.baseline.loaded_from << "," << r.stitch.matches << "," << r.baseline.matches
         << "," << Scientific(r.stitch.max_rel_error) << "," << Scientific(r.baseline.max_rel_error)
-        << "," << CsvField(r.error) << "\n";
+        << "," << CsvField(r.error) << "," << cnt(r.inductor.kernels) << ","
+        << cnt(r.inductor.plan_bytes) << "," << cnt(r.inductor.cubin_bytes) << ","
+        << num(r.inductor.us, 2) << "," << r.inductor.matches << ","
+        << Scientific(r.inductor.max_rel_error) << "," << num(SpeedupOverBetterBaseline(r), 3)
+        << "," << num(r.stitch.model_us, 2) << "," << num(r.baseline.model_us, 2) << ","
+        << num(r.inductor.model_us, 2) << "," << Signed(ModelError(r.stitch)) << ","
+        << Signed(ModelError(r.baseline)) << "," << Signed(ModelError(r.inductor)) << "\n";
   }
   out.close();
   if (!out) return Internal("error writing " + path);
@@ -315,6 +379,13 @@ Status WriteDeviceJson(const std::string& path, const DeviceInfo& d, const Targe
   return WriteJsonFile(path, j);
 }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 double GeometricMean(const std::vector<double>& v) {
   if (v.empty()) return -1;
   double log_sum = 0;
@@ -325,9 +396,13 @@ double GeometricMean(const std::vector<double>& v) {
 void PrintSummary(const std::vector<Row>& rows, const Target& target, const Gpu* gpu) {
   int compiled = 0, timed = 0, matched = 0, verified = 0;
   int64_t stitch_kernels = 0, baseline_kernels = 0;
-  std::vector<double> speedups;
+  std::vector<double> speedups, over_better, model_errors;
   bool all_cubin = true;
   for (const Row& r : rows) {
+    if (SpeedupOverBetterBaseline(r) > 0) over_better.push_back(SpeedupOverBetterBaseline(r));
+    for (const PlanFigures* p : {&r.stitch, &r.baseline, &r.inductor}) {
+      if (std::isfinite(ModelError(*p))) model_errors.push_back(std::abs(ModelError(*p)));
+    }
     if (r.stitch.kernels >= 0 && r.baseline.kernels >= 0) {
       ++compiled;
       stitch_kernels += r.stitch.kernels;
@@ -338,21 +413,25 @@ void PrintSummary(const std::vector<Row>& rows, const Target& target, const Gpu*
       ++timed;
       speedups.push_back(Speedup(r));
     }
-    for (const PlanFigures* p : {&r.stitch, &r.baseline}) {
+    for (const PlanFigures* p : {&r.stitch, &r.baseline, &r.inductor}) {
       if (p->matches != "-") ++verified;
       if (p->matches == "yes") ++matched;
     }
   }
   std::cout << "\nCompiled " << compiled << "/" << rows.size() << " subgraphs for " << target.name()
-            << " with both planners: " << stitch_kernels << " stitched kernels, "
-            << baseline_kernels << " baseline kernels; cubin "
+            << " with all three planners: " << stitch_kernels << " stitched kernels, "
+            << baseline_kernels << " XLA-model kernels; cubin "
             << (all_cubin && compiled > 0 ? "for every kernel" : "missing (PTX only)") << ".\n";
   if (gpu == nullptr) {
     std::cout << "Not run: this listing only compiles (no GPU used).\n";
   } else {
     const DeviceInfo& d = gpu->info();
     std::cout << "Timed " << timed << "/" << rows.size() << " subgraphs; geometric-mean speedup "
-              << "of stitched over baseline: " << Fixed(GeometricMean(speedups), 2) << "x.\n"
+              << "of stitched over baseline: " << Fixed(GeometricMean(speedups), 2)
+              << "x; over the "
+              << "faster of XLA and Inductor: " << Fixed(GeometricMean(over_better), 2) << "x.\n"
+              << "Cost model error (|measured / modelled - 1|) over " << model_errors.size()
+              << " timed plans: median " << Percent(Median(model_errors)) << ".\n"
               << (verified == 0 ? std::string("Outputs not verified.\n")
                                 : "Outputs matched the reference interpreter for " +
                                       std::to_string(matched) + "/" + std::to_string(verified) +

@@ -1,6 +1,6 @@
 // gpu_bench on a machine without a GPU: it says so in one line and exits with status 2,
 // whether the driver library is missing or only a stub; --list compiles all 30 subgraphs with
-// both planners without one; bad flags exit with status 3. The runner (gpu_runner.h) also
+// all three planners without one; bad flags exit with status 3. The runner (gpu_runner.h) also
 // runs in-process against the stand-in driver, for kernels the suite does not produce.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -257,7 +257,9 @@ TEST(GpuBenchTest, ListCompilesTheWholeSuiteWithBothPlanners) {
     return it - header.begin();
   };
   const auto stitch_kernels = column("stitch_kernels"),
-             baseline_kernels = column("baseline_kernels");
+             baseline_kernels = column("baseline_kernels"),
+             inductor_kernels = column("inductor_kernels");
+  const auto stitch_model = column("stitch_model_us"), stitch_error = column("stitch_model_error");
   const auto stitch_cubin = column("stitch_cubin_bytes"),
              baseline_cubin = column("baseline_cubin_bytes");
   const auto stitch_us = column("stitch_us"), error = column("error");
@@ -267,6 +269,10 @@ TEST(GpuBenchTest, ListCompilesTheWholeSuiteWithBothPlanners) {
     EXPECT_EQ(f[0], std::to_string(i));
     EXPECT_GT(std::stoi(f[stitch_kernels]), 0) << csv[i];
     EXPECT_GT(std::stoi(f[baseline_kernels]), 0) << csv[i];
+    EXPECT_GT(std::stoi(f[inductor_kernels]), 0) << csv[i];
+    // Every plan is priced, and without a measurement there is no model error.
+    EXPECT_GT(std::stod(f[stitch_model]), 0) << csv[i];
+    EXPECT_TRUE(f[stitch_error].empty()) << csv[i];
     EXPECT_TRUE(f[stitch_us].empty()) << "nothing is timed without a GPU: " << csv[i];
     EXPECT_TRUE(f[error].empty()) << csv[i];
 #if STITCH_TEST_EXPECT_CUBIN

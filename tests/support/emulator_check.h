@@ -24,15 +24,17 @@ struct EmulatorCheck {
 // Compiles `g` to portable IR, runs it on a fresh emulator (random thread order between
 // barriers when `random_order`), and compares every output with the reference interpreter
 // at the dtype's default tolerance times `tolerance_scale`. Inputs are random from `seed`.
-// The stitched plan runs even where a baseline model is modelled faster, unless
-// `never_slower` (the compiler's default) lets that baseline's plan ship instead.
+// The `planner`'s plan runs even where another is modelled faster, unless `never_slower`
+// (the compiler's default) lets the cheapest plan ship instead.
 inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed, bool random_order,
                                                   EmulatorCheck* out = nullptr,
                                                   double tolerance_scale = 1.0,
-                                                  bool never_slower = false) {
+                                                  bool never_slower = false,
+                                                  PlannerKind planner = PlannerKind::kStitch) {
   CompileOptions options;
   options.emit_ptx = false;
   options.never_slower = never_slower;
+  options.planner = planner;
   options.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
   StatusOr<CompileResult> compiled = CompileGraph(g, options);
   if (!compiled.ok()) return ::testing::AssertionFailure() << compiled.status().ToString();

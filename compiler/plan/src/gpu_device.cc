@@ -7,11 +7,15 @@
 namespace stitch {
 
 const std::vector<GpuDevice>& KnownDevices() {
-  // Public datasheet figures: SM counts and memory bandwidth from NVIDIA's product pages (SXM
-  // parts for A100, H100 and H200), threads, blocks and shared memory per SM and L2 size from
-  // the CUDA programming guide's table of compute capabilities and the architecture
-  // whitepapers; launch overhead as measured back-to-back on a stream.
+  // Each field's source per device, and how it matches: compiler/plan/COST_MODEL_SOURCES.md.
+  // SM counts, memory bandwidth and L2 size come from NVIDIA's whitepapers and datasheets (SXM
+  // parts for A100, H100 and H200), or from third-party listings [TPU] where NVIDIA gives
+  // none; threads, blocks and shared memory per SM from the programming guide's table of
+  // compute capabilities [CG] and CCCL's arch_traits.cuh [CCCL]. launch_seconds matches
+  // gpu-benches' back-to-back stream launches on H200 [GB]; it is unmeasured elsewhere.
   static const std::vector<GpuDevice> devices = [] {
+    // H100 SXM: 132 SMs, 50 MB L2, up to 228 KB shared memory per SM (H100 whitepaper);
+    // 3.35 TB/s (H100 datasheet).
     GpuDevice h100;
     h100.name = "H100";
     h100.sms = 132;
@@ -19,17 +23,24 @@ const std::vector<GpuDevice>& KnownDevices() {
     h100.launch_seconds = 2.5e-6;
     h100.shared_bytes_per_sm = 228 * 1024;
     h100.l2_bytes = 50LL << 20;
+    // H200: 4.8 TB/s (NVIDIA's H200 page). SMs and L2 as H100's: the same GH100 die, and NVIDIA
+    // lists neither; gpu-benches' H200 runs show 132 SMs [GB].
     GpuDevice h200 = h100;
     h200.name = "H200";
     h200.hbm_bytes_per_second = 4.8e12;
+    // A100 SXM 80GB: 108 SMs, 40 MB L2, up to 164 KB shared memory per SM (A100 whitepaper);
+    // 2,039 GB/s (datasheet; the 40GB part has 1,555 GB/s). Grid barrier: the top of [GB]'s
+    // 1.3-1.6 us.
     GpuDevice a100;
     a100.name = "A100";
     a100.sms = 108;
-    a100.hbm_bytes_per_second = 2.0e12;
+    a100.hbm_bytes_per_second = 2.039e12;
+    a100.grid_barrier_seconds = 1.6e-6;
     a100.launch_seconds = 2.5e-6;
     a100.shared_bytes_per_sm = 164 * 1024;
     a100.l2_bytes = 40LL << 20;
-    // sm_86 and sm_89 keep 1536 threads per SM; GDDR6 parts.
+    // sm_86 and sm_89 keep 1536 threads per SM; GDDR6 parts. Per-SM limits: [CG], [CCCL].
+    // A10: 600 GB/s (datasheet); 72 SMs and 6 MB L2 from third-party listings [TPU].
     GpuDevice a10 = a100;
     a10.name = "A10";
     a10.sms = 72;
@@ -38,14 +49,17 @@ const std::vector<GpuDevice>& KnownDevices() {
     a10.max_blocks_per_sm = 16;
     a10.shared_bytes_per_sm = 100 * 1024;
     a10.l2_bytes = 6LL << 20;
+    // L4: 300 GB/s (datasheet); 58 SMs (7,424 cores) and 48 MB L2 from third-party listings
+    // [TPU], which disagree on the SM count (some say 60).
     GpuDevice l4 = a10;
     l4.name = "L4";
     l4.sms = 58;
     l4.hbm_bytes_per_second = 300e9;
     l4.max_blocks_per_sm = 24;
     l4.l2_bytes = 48LL << 20;
-    // sm_75: 1024 threads and 16 blocks per SM, 64 KiB of shared memory, and no shared
-    // memory reserved per block (that came with sm_80).
+    // sm_75: 1024 threads and 16 blocks per SM, 64 KiB of shared memory in 256-byte units
+    // [OCC], and no shared memory reserved per block (that came with sm_80). T4: 320 GB/s and
+    // 2,560 cores, 64 per SM, so 40 SMs (datasheet); 4 MB L2 [TPU].
     GpuDevice t4 = a100;
     t4.name = "T4";
     t4.sms = 40;
@@ -54,6 +68,7 @@ const std::vector<GpuDevice>& KnownDevices() {
     t4.max_blocks_per_sm = 16;
     t4.shared_bytes_per_sm = 64 * 1024;
     t4.reserved_shared_bytes_per_block = 0;
+    t4.shared_allocation_unit = 256;
     t4.l2_bytes = 4LL << 20;
     return std::vector<GpuDevice>{h100, h200, a100, a10, l4, t4};
   }();

@@ -112,6 +112,30 @@ void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_t
   m.load_bytes_in_flight_per_thread *= m.vector_width;
 }
 
+// A loop kernel of its own: the grid-stride loop runs any grid, so the block size and grid
+// are the cheapest of a few by the cost model. A grid capped at a few waves keeps blocks
+// resident across passes, but when the passes do not divide evenly among its blocks half of
+// them run an extra pass; a grid of one pass per block has only the last wave's tail.
+void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
+  ScheduleLoop(g, k, d);
+  double best = model->EstimateKernel(g, k).seconds;
+  for (int threads : {128, 256}) {
+    KernelSpec trial = k;
+    ScheduleLoop(g, trial, d, threads);
+    const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+    const int64_t per_block = int64_t{threads} * trial.mapping.vector_width;
+    const int64_t blocks = (n + per_block - 1) / per_block;
+    if (blocks > std::numeric_limits<int32_t>::max()) continue;
+    trial.mapping.launch.grid = {static_cast<uint32_t>(std::max<int64_t>(blocks, 1)), 1, 1};
+    const double seconds = model->EstimateKernel(g, trial).seconds;
+    if (seconds < best) {
+      best = seconds;
+      k = std::move(trial);
+    }
+  }
+}
+
 void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
   const Node& h = g.nodes[k.hero];
   const int64_t rows = h.shape.elements();
@@ -470,7 +494,7 @@ Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& devic
   }
   switch (kernel.kind) {
     case KernelKind::kLoop:
-      ScheduleLoop(g, kernel, device);
+      ScheduleStandaloneLoop(g, kernel, device);
       return Status::Ok();
     case KernelKind::kRowReduce:
       ScheduleRowReduce(g, kernel, device);
