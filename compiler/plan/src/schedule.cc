@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <utility>
 
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/row_stitch.h"
@@ -79,7 +80,8 @@ void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements) {
 // The most consecutive elements (8, 4, 2 or 1) a loop kernel's thread can handle per pass:
 // the count divides the kernel's `n` elements, that many elements of every full-size buffer
 // fit one kMaxVectorBytes access, and every thread of a block still gets a vector.
-int LoopVectorWidth(const Graph& g, const KernelSpec& k, int64_t n, int64_t block) {
+int LoopVectorWidth(const Graph& g, const KernelSpec& k, int64_t n, int64_t block,
+                    int max_width = 8) {
   int64_t widest = 1;
   for (int o : k.outputs) {
     widest = std::max<int64_t>(widest, DTypeBytes(g.nodes[o].shape.dtype));
@@ -88,7 +90,7 @@ int LoopVectorWidth(const Graph& g, const KernelSpec& k, int64_t n, int64_t bloc
     const Shape& s = g.nodes[i].shape;
     if (s.elements() == n) widest = std::max<int64_t>(widest, DTypeBytes(s.dtype));
   }
-  for (int v = 8; v > 1; v /= 2) {
+  for (int v = max_width; v > 1; v /= 2) {
     if (n % v == 0 && v * widest <= kMaxVectorBytes && n / v >= block) return v;
   }
   return 1;
@@ -96,14 +98,15 @@ int LoopVectorWidth(const Graph& g, const KernelSpec& k, int64_t n, int64_t bloc
 
 // In each Schedule* function a nonzero `block_threads` fixes the block size: the phases of
 // a global kernel share one.
-void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
+void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0,
+                  int max_vector_width = 8) {
   const int64_t n = g.nodes[k.outputs[0]].shape.elements();
   ThreadMapping& m = k.mapping;
   // Round tiny sizes up to whole warps; 256 threads keep 8 blocks resident per SM.
   const int64_t block = block_threads > 0
                             ? block_threads
                             : std::min<int64_t>(256, std::max<int64_t>(32, (n + 31) / 32 * 32));
-  m.vector_width = LoopVectorWidth(g, k, n, block);
+  m.vector_width = LoopVectorWidth(g, k, n, block, max_vector_width);
   m.launch.block = {static_cast<uint32_t>(block), 1, 1};
   m.launch.grid = {CeilDivCapped(n / m.vector_width, block, int64_t{d.sms} * 8 * 4), 1, 1};
   m.work_items = n;
@@ -112,17 +115,18 @@ void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_t
   m.load_bytes_in_flight_per_thread *= m.vector_width;
 }
 
-// A loop kernel of its own: the grid-stride loop runs any grid, so the block size and grid
-// are the cheapest of a few by the cost model. A grid capped at a few waves keeps blocks
-// resident across passes, but when the passes do not divide evenly among its blocks half of
-// them run an extra pass; a grid of one pass per block has only the last wave's tail.
+// A loop kernel of its own: the grid-stride loop runs any grid, so the block size, vector
+// width and grid are the cheapest of a few by the cost model. A grid capped at a few waves
+// keeps blocks resident across passes, but when the passes do not divide evenly among its
+// blocks half of them run an extra pass; a grid of one pass per block has only the last
+// wave's tail, and narrower vectors make more, smaller blocks that even the waves out.
 void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
   ScheduleLoop(g, k, d);
   double best = model->EstimateKernel(g, k).seconds;
-  for (int threads : {128, 256}) {
+  for (const auto& [threads, width] : {std::pair{128, 8}, {128, 4}, {128, 2}, {256, 8}, {256, 4}}) {
     KernelSpec trial = k;
-    ScheduleLoop(g, trial, d, threads);
+    ScheduleLoop(g, trial, d, threads, width);
     const int64_t n = g.nodes[k.outputs[0]].shape.elements();
     const int64_t per_block = int64_t{threads} * trial.mapping.vector_width;
     const int64_t blocks = (n + per_block - 1) / per_block;
