@@ -47,9 +47,8 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
         InitAccumulators(kc, plan.reduces);
         // Threads past the last output skip the loads but still take part in barriers.
         llvm::Value* end = b.CreateSelect(valid, hi, kc.Index(0));
-        STITCH_RETURN_IF_ERROR(
-            EmitForLoop(kc, "red", b.CreateAdd(lo, ty), end, kc.Index(tile_y),
-                        [&](llvm::Value* r) { return AccumulateElement(kc, em, plan, k, r); }));
+        STITCH_RETURN_IF_ERROR(EmitAccumulateLoop(kc, em, plan, k, b.CreateAdd(lo, ty), end, tile_y,
+                                                  cfg.loads_per_step, "red"));
         for (auto& r : plan.reduces) {
           llvm::Type* st = SharedType(r.acc_ty);
           b.CreateStore(ToShared(b, b.CreateLoad(r.acc_ty, r.acc)),

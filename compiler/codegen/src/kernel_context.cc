@@ -53,6 +53,12 @@ void Barrier(KernelContext& kc) { kc.b.CreateIntrinsic(llvm::Intrinsic::nvvm_bar
 
 Status EmitForLoop(KernelContext& kc, const char* name, llvm::Value* start, llvm::Value* end,
                    llvm::Value* step, const std::function<Status(llvm::Value*)>& body) {
+  return EmitForLoop(kc, name, start, end, step, body, nullptr);
+}
+
+Status EmitForLoop(KernelContext& kc, const char* name, llvm::Value* start, llvm::Value* end,
+                   llvm::Value* step, const std::function<Status(llvm::Value*)>& body,
+                   llvm::Value** exit_value) {
   llvm::IRBuilder<>& b = kc.b;
   llvm::BasicBlock* pre = b.GetInsertBlock();
   std::string n(name);
@@ -71,6 +77,8 @@ Status EmitForLoop(KernelContext& kc, const char* name, llvm::Value* start, llvm
   iv->addIncoming(next, b.GetInsertBlock());
   b.CreateBr(header);
   b.SetInsertPoint(exit);
+  // The exit block's only predecessor is the header, so the header's phi holds there.
+  if (exit_value) *exit_value = iv;
   return Status::Ok();
 }
 

@@ -65,6 +65,12 @@ void Barrier(KernelContext& kc);
 Status EmitForLoop(KernelContext& kc, const char* name, llvm::Value* start, llvm::Value* end,
                    llvm::Value* step, const std::function<Status(llvm::Value*)>& body);
 
+// As above, and sets `*exit_value` to the induction variable's value after the loop: the
+// first i not below `end`, where a following loop picks up.
+Status EmitForLoop(KernelContext& kc, const char* name, llvm::Value* start, llvm::Value* end,
+                   llvm::Value* step, const std::function<Status(llvm::Value*)>& body,
+                   llvm::Value** exit_value);
+
 // Emits `if (cond) then()` and leaves the builder after it.
 Status EmitIf(KernelContext& kc, const char* name, llvm::Value* cond,
               const std::function<Status()>& then);

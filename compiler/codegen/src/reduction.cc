@@ -227,6 +227,49 @@ Status AccumulateElement(KernelContext& kc, ElementalEmitter& em, const ReducePl
   return Status::Ok();
 }
 
+Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                          llvm::Value* k, llvm::Value* start, llvm::Value* end, int64_t step,
+                          int loads_per_step, const char* name) {
+  llvm::IRBuilder<>& b = kc.b;
+  const int64_t unroll = std::max(loads_per_step, 1);
+  llvm::Value* rest = start;
+  if (unroll > 1) {
+    // r + (unroll - 1) * step < end: the step's last element is in range.
+    llvm::Value* last_start = b.CreateSub(end, kc.Index((unroll - 1) * step), "", false, true);
+    STITCH_RETURN_IF_ERROR(EmitForLoop(
+        kc, name, start, last_start, kc.Index(unroll * step),
+        [&](llvm::Value* r) -> Status {
+          // values[u][i]: reduce i's input at element u of the step.
+          std::vector<std::vector<llvm::Value*>> values(unroll);
+          for (int64_t u = 0; u < unroll; ++u) {
+            em.ResetScope();
+            llvm::Value* ru = u == 0 ? r : b.CreateAdd(r, kc.Index(u * step), "", true, true);
+            const IrIndex idx = InputIndex(kc, em, plan.geometry, k, ru);
+            for (const auto& red : plan.reduces) {
+              STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(red.input, idx));
+              values[u].push_back(v);
+            }
+            for (size_t slot : plan.side_outputs) {
+              const int out = kc.spec.outputs[slot];
+              STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, IrIndex{{}, idx.linear}));
+              StoreElement(b, kc.graph.nodes[out].shape.dtype, v, kc.output_buffers[slot],
+                           idx.linear);
+            }
+          }
+          for (size_t i = 0; i < plan.reduces.size(); ++i) {
+            const ReduceInfo& red = plan.reduces[i];
+            llvm::Value* acc = b.CreateLoad(red.acc_ty, red.acc);
+            for (int64_t u = 0; u < unroll; ++u) acc = Combine(b, red, acc, values[u][i]);
+            b.CreateStore(acc, red.acc);
+          }
+          return Status::Ok();
+        },
+        &rest));
+  }
+  return EmitForLoop(kc, (std::string(name) + ".rest").c_str(), rest, end, kc.Index(step),
+                     [&](llvm::Value* r) { return AccumulateElement(kc, em, plan, k, r); });
+}
+
 namespace {
 
 llvm::Value* Shuffle32(llvm::IRBuilder<>& b, llvm::Value* v, int offset, bool butterfly) {

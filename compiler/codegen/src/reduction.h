@@ -71,6 +71,15 @@ void InitAccumulators(KernelContext& kc, std::vector<ReduceInfo>& reduces);
 Status AccumulateElement(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
                          llvm::Value* k, llvm::Value* r);
 
+// Accumulates the elements (kept k, reduced r) for r = start, start + step, ... below `end`,
+// `loads_per_step` of them at a time: their values are all emitted before any is combined,
+// so a thread has that many independent loads in flight, and they are combined in order, so
+// the result is the one-at-a-time loop's. The elements past the last full step run one at
+// a time.
+Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                          llvm::Value* k, llvm::Value* start, llvm::Value* end, int64_t step,
+                          int loads_per_step, const char* name);
+
 // Returns `v` reduced over groups of `width` consecutive lanes (lane 0 of each group holds
 // the result) with shfl.sync.down on a full mask.
 llvm::Value* WarpReduce(KernelContext& kc, const ReduceInfo& r, llvm::Value* v, int width);

@@ -15,9 +15,8 @@ Status EmitWarpRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
   const WarpRowBody row_body = [&](llvm::Value* row, llvm::Value* valid, llvm::Value* seg) {
     InitAccumulators(kc, plan.reduces);
     llvm::Value* end = b.CreateSelect(valid, kc.Index(geo.reduced), kc.Index(0));
-    STITCH_RETURN_IF_ERROR(EmitForLoop(kc, "col", seg, end, kc.Index(lanes), [&](llvm::Value* c) {
-      return AccumulateElement(kc, em, plan, row, c);
-    }));
+    STITCH_RETURN_IF_ERROR(
+        EmitAccumulateLoop(kc, em, plan, row, seg, end, lanes, cfg.loads_per_step, "col"));
     std::vector<llvm::Value*> partials;
     for (auto& r : plan.reduces) {
       partials.push_back(WarpReduce(kc, r, b.CreateLoad(r.acc_ty, r.acc), lanes));
@@ -56,9 +55,8 @@ Status EmitBlockRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
         llvm::Value* hi = kc.Index(geo.reduced);
         if (split) std::tie(lo, hi) = ChunkRange(kc, geo.reduced, chunks, chunk);
         InitAccumulators(kc, plan.reduces);
-        STITCH_RETURN_IF_ERROR(
-            EmitForLoop(kc, "col", b.CreateAdd(lo, tid), hi, kc.Index(threads),
-                        [&](llvm::Value* c) { return AccumulateElement(kc, em, plan, row, c); }));
+        STITCH_RETURN_IF_ERROR(EmitAccumulateLoop(kc, em, plan, row, b.CreateAdd(lo, tid), hi,
+                                                  threads, cfg.loads_per_step, "col"));
         std::vector<llvm::Value*> warp_results;
         for (auto& r : plan.reduces) {
           warp_results.push_back(WarpReduce(kc, r, b.CreateLoad(r.acc_ty, r.acc), 32));

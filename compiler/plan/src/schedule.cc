@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "int_math.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/row_stitch.h"
 
@@ -140,6 +141,34 @@ void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   }
 }
 
+// The reduced elements of one row (or tile column) a reduction kernel's thread handles, over
+// `chunks` chunks, and the threads that share them.
+struct ReduceSpan {
+  int64_t reduced = 0;
+  int64_t threads = 1;
+};
+
+ReduceSpan SpanOf(const Graph& g, const KernelSpec& k) {
+  const Node& h = g.nodes[k.hero];
+  const int64_t outputs = h.shape.elements();
+  const int64_t reduced = outputs > 0 ? g.nodes[h.operands[0]].shape.elements() / outputs : 0;
+  const ThreadMapping& m = k.mapping;
+  return {reduced, k.kind == KernelKind::kColumnReduce ? m.column_tile_y : m.threads_per_row};
+}
+
+// Sets how many reduced elements a reduction kernel's thread loads before combining them:
+// up to 4, as many as it has per row (or chunk), each an independent load in flight.
+void SetLoadsPerStep(const Graph& g, KernelSpec& k) {
+  ThreadMapping& m = k.mapping;
+  const ReduceSpan span = SpanOf(g, k);
+  const int64_t chunk = CeilDiv(span.reduced, std::max(m.reduce_chunks, 1));
+  const int64_t per_thread = CeilDiv(chunk, std::max<int64_t>(span.threads, 1));
+  const int loads = per_thread >= 4 ? 4 : per_thread >= 2 ? 2 : 1;
+  m.load_bytes_in_flight_per_thread =
+      m.load_bytes_in_flight_per_thread / std::max(m.loads_per_step, 1) * loads;
+  m.loads_per_step = loads;
+}
+
 void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0) {
   const Node& h = g.nodes[k.hero];
   const int64_t rows = h.shape.elements();
@@ -166,6 +195,7 @@ void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int bl
     m.block_barriers_per_item = 2;
   }
   SetTraffic(g, k, rows * row_len);
+  SetLoadsPerStep(g, k);
 }
 
 void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d,
@@ -184,6 +214,7 @@ void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d,
   m.block_barriers_per_item = 2;
   m.work_items = tiles;
   SetTraffic(g, k, kept * reduced);
+  SetLoadsPerStep(g, k);
 }
 
 // Bytes of one partial value of each of `reduces` (reduce.h's PartialArrays): its
@@ -397,6 +428,7 @@ void SplitReducePhase(const Graph& g, KernelSpec& k, const CostModel& model) {
     const int64_t partials = Sectors(PartialBytes(g, ReduceOutputs(g, k)) * kept * chunks);
     m.bytes_stored += partials;
     m.bytes_loaded += partials;
+    SetLoadsPerStep(g, k);
   };
   double best = model.EstimateKernel(g, k).seconds;
   int64_t best_chunks = 1;

@@ -379,7 +379,21 @@ class Planner {
       if (!layout.ok() && !MakeReduceKernel(spec)) return std::nullopt;
       // Column reduces of the rows combine their blocks' partials behind a grid barrier.
       if (layout.ok() && !layout->column_reduces.empty()) spec = GlobalOf({std::move(spec)});
+      // Sibling reductions and their side outputs also make a plain reduce kernel, whose
+      // loop keeps more loads in flight than a row-stitched one: the cheaper one is kept.
+      KernelSpec as_reduce = spec;
+      if (layout.ok() && layout->column_reduces.empty() && MakeReduceKernel(as_reduce)) {
+        std::optional<Kernel> stitched = Finish(std::move(spec));
+        std::optional<Kernel> plain = Finish(std::move(as_reduce));
+        if (!plain || (stitched && stitched->seconds <= plain->seconds)) return stitched;
+        return plain;
+      }
     }
+    return Finish(std::move(spec));
+  }
+
+  // Schedules a kernel and prices it.
+  std::optional<Kernel> Finish(KernelSpec spec) const {
     if (!ScheduleKernel(g_, spec, device_).ok()) return std::nullopt;
     Kernel k;
     // A reduce kernel is priced as what it will become: split over blocks, when cheaper.

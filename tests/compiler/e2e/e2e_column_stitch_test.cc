@@ -102,7 +102,9 @@ const KernelSpec* ColumnStitchPhase(const FusionPlan& plan) {
 }
 
 TEST(ColumnStitch, LayerNormBackwardIsOneKernelThatCombinesColumnPartialsAfterAGridBarrier) {
-  LayerNormBackward ln = MakeLayerNormBackward({2048, 768}, DType::kF32);
+  // Rows enough that re-reading dy and x in a column-reduction phase costs more than the
+  // column partials; at half as many the planner prefers the second phase.
+  LayerNormBackward ln = MakeLayerNormBackward({4096, 768}, DType::kF32);
   FusionPlan plan = CompileAndCheck(ln.g, 21);
   const KernelSpec* phase = ColumnStitchPhase(plan);
   ASSERT_NE(phase, nullptr) << Describe(ln.g, plan);
@@ -158,7 +160,8 @@ TEST(ColumnStitch, HalfPrecisionOutputsAreComputedFromTheCombinedColumns) {
 TEST(ColumnStitch, RowGroupsOfABlockCombineTheirColumnsInSharedMemory) {
   Graph g;
   g.name = "column_max";
-  const int64_t rows = 333, cols = 24;
+  // Rows enough that the partials beat re-reading x in a column-reduction phase.
+  const int64_t rows = 3333, cols = 24;
   int x = Param(g, {DType::kF32, {rows, cols}}, 0, "x");
   int row_max = Reduce(g, x, ConstScalar(g, DType::kF32, -1e30), {1}, ReduceKind::kMax);
   int shifted =

@@ -13,18 +13,19 @@ namespace {
 
 using namespace stitch::testing;
 
-// A bias gradient: a column reduction of a [rows, 768] f32 tensor. XLA splits its 8,192 rows
-// into two reduces over a grid of 3,072 blocks; the stitched plan's persistent kernel pays a
-// grid barrier and the combine of its partials.
-Graph BiasGradient(int64_t rows) {
+// A row sum of |x| and the log of each sum: XLA's warp-per-row reduction, with a tiny kernel
+// for the log, is modelled faster than the one kernel the stitching planner makes.
+Graph RowSumLog(int64_t rows, int64_t cols) {
   Graph g;
-  const int x = Param(g, {DType::kF32, {rows, 768}}, 0);
-  Output(g, Reduce(g, x, ConstScalar(g, DType::kF32, 0), {0}, ReduceKind::kSum));
+  const int x = Param(g, {DType::kF32, {rows, cols}}, 0);
+  const int sum =
+      Reduce(g, Unary(g, OpCode::kAbs, x), ConstScalar(g, DType::kF32, 0), {1}, ReduceKind::kSum);
+  Output(g, Unary(g, OpCode::kLog, sum));
   return g;
 }
 
 TEST(NeverSlower, ABaselineModelledFasterShipsInsteadAndTheBundleSaysSo) {
-  const Graph g = BiasGradient(8192);
+  const Graph g = RowSumLog(131072, 1024);
   CompileOptions options;
   options.emit_ptx = false;
   StatusOr<CompileResult> r = CompileGraph(g, options);
@@ -58,16 +59,15 @@ TEST(NeverSlower, ABaselineModelledFasterShipsInsteadAndTheBundleSaysSo) {
   EXPECT_NE(stitched->key.hex, r->key.hex);
 }
 
-TEST(NeverSlower, TheShippedBaselinePlanMatchesTheInterpreterOnTheEmulator) {
-  // The emulator's budget: the same rows-over-4,096 shape at a quarter of the columns' tiles.
-  Graph g;
-  const int x = Param(g, {DType::kF32, {8192, 64}}, 0);
-  Output(g, Reduce(g, x, ConstScalar(g, DType::kF32, 0), {0}, ReduceKind::kSum));
+TEST(NeverSlower, TheBaselinePlanThatShipsMatchesTheInterpreterOnTheEmulator) {
+  // At the emulator's budget the stitched plan wins, so the XLA model's plan, the one that
+  // ships at full size, is asked for by name and runs through the same path.
+  const Graph g = RowSumLog(1024, 1024);
   EmulatorCheck check;
-  ASSERT_TRUE(CheckOnEmulator(g, 7, /*random_order=*/true, &check, 1.0, /*never_slower=*/true));
-  // Whatever ships is never modelled slower than the better baseline.
-  EXPECT_LE(check.compiled.cost.seconds, check.compiled.baseline_cost.seconds);
-  EXPECT_LE(check.compiled.cost.seconds, check.compiled.stitched_cost.seconds);
+  ASSERT_TRUE(CheckOnEmulator(g, 7, /*random_order=*/true, &check, 1.0, /*never_slower=*/false,
+                              PlannerKind::kXla));
+  EXPECT_EQ(check.compiled.shipped, PlannerKind::kXla);
+  EXPECT_EQ(check.compiled.plan.planner, "xla");
 }
 
 TEST(NeverSlower, WhereStitchingWinsTheStitchedPlanShips) {

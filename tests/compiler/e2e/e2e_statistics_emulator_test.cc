@@ -1,7 +1,8 @@
 // The plans built on the one-pass statistics and on split column reductions run correctly:
 // batch norm (NCHW and NHWC), group norm and layer norm at odd sizes in f32, f16 and bf16,
 // and long column reductions, each compiled by the stitching planner and by both baseline
-// models, run on the emulator in random thread order and match the reference interpreter.
+// models, run on the emulator in random thread order and match the reference interpreter; so
+// do the unrolled reduction loops at every remainder.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -86,6 +87,32 @@ TEST(StatisticsOnEmulator, SplitColumnReductionsMatchTheInterpreter) {
       }
     }
   }
+}
+
+// Reduction kernels load several elements per thread before combining them; every remainder
+// of a row or column that is not a whole step runs one element at a time. Row and column sums
+// of every small length, and a few long ones, match the interpreter.
+TEST(StatisticsOnEmulator, UnrolledReductionLoopsCoverEveryRemainder) {
+  uint64_t seed = 9500;
+  bool unrolled = false;
+  const std::vector<int64_t> lengths = {1, 2, 3, 5, 7, 8, 9, 13, 31, 33, 63, 97, 257, 1000, 4099};
+  for (int64_t n : lengths) {
+    for (bool column : {false, true}) {
+      Graph g;
+      const Shape shape{DType::kF32,
+                        column ? std::vector<int64_t>{n, 37} : std::vector<int64_t>{37, n}};
+      const int x = Param(g, shape, 0);
+      Output(g, Reduce(g, x, ConstScalar(g, DType::kF32, 0), {column ? 0 : 1}, ReduceKind::kSum));
+      SCOPED_TRACE((column ? "column " : "row ") + std::to_string(n));
+      EmulatorCheck check;
+      ASSERT_TRUE(CheckOnEmulator(g, ++seed, /*random_order=*/true, &check));
+      for (const KernelSpec& k : check.compiled.plan.kernels) {
+        unrolled = unrolled || k.mapping.loads_per_step > 1;
+        for (const KernelSpec& p : k.phases) unrolled = unrolled || p.mapping.loads_per_step > 1;
+      }
+    }
+  }
+  EXPECT_TRUE(unrolled) << "no plan loaded more than one element per step";
 }
 
 }  // namespace

@@ -87,6 +87,9 @@ struct ThreadMapping {
   // so that its accesses to full-size (row-space) buffers become vectors of up to
   // kMaxVectorBytes.
   int vector_width = 1;
+  // kRowReduce and kColumnReduce: reduced elements each thread loads before combining them
+  // (strided as its loop steps, so accesses stay coalesced), for loads in flight.
+  int loads_per_step = 1;
   // kRowStitch: elements of a row each thread keeps in registers between the row's phases
   // (0 when rows are too long, and later phases read global memory again).
   int values_per_thread = 0;
