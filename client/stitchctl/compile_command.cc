@@ -110,6 +110,12 @@ int RunCompile(const CompileArgs& args) {
                         {"estimates", nlohmann::json::array()},
                         {"compile_ms_to_ptx", r->timings.to_ptx_ms()},
                         {"compile_ms_to_cubin", r->timings.total_ms()},
+                        {"compile_ms_by_stage",
+                         {{"verify", r->timings.verify_ms},
+                          {"plan", r->timings.plan_ms},
+                          {"emit", r->timings.emit_ms},
+                          {"ptx", r->timings.ptx_ms},
+                          {"cubin", r->timings.cubin_ms}}},
                         {"kernels", nlohmann::json::array()}};
     for (const auto& [planner, cost] : PricedPlans(*r)) {
       j["estimates"].push_back({{"planner", planner},

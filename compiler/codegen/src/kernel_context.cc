@@ -1,6 +1,7 @@
 #include "kernel_context.h"
 
 #include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/Metadata.h>
 
 namespace stitch::codegen {
 namespace {
@@ -58,7 +59,7 @@ Status EmitForLoop(KernelContext& kc, const char* name, llvm::Value* start, llvm
 
 Status EmitForLoop(KernelContext& kc, const char* name, llvm::Value* start, llvm::Value* end,
                    llvm::Value* step, const std::function<Status(llvm::Value*)>& body,
-                   llvm::Value** exit_value) {
+                   llvm::Value** exit_value, bool unrollable) {
   llvm::IRBuilder<>& b = kc.b;
   llvm::BasicBlock* pre = b.GetInsertBlock();
   std::string n(name);
@@ -75,7 +76,16 @@ Status EmitForLoop(KernelContext& kc, const char* name, llvm::Value* start, llvm
   // Steps never overflow: every index space is at most half the index type's range.
   llvm::Value* next = b.CreateAdd(iv, step, n + ".next", /*HasNUW=*/true, /*HasNSW=*/true);
   iv->addIncoming(next, b.GetInsertBlock());
-  b.CreateBr(header);
+  llvm::BranchInst* latch = b.CreateBr(header);
+  if (!unrollable) {
+    // A loop ID is a distinct node whose first operand is itself.
+    llvm::MDNode* disable =
+        llvm::MDNode::get(kc.ctx, {llvm::MDString::get(kc.ctx, "llvm.loop.unroll.disable")});
+    llvm::TempMDTuple placeholder = llvm::MDNode::getTemporary(kc.ctx, {});
+    llvm::MDNode* id = llvm::MDNode::getDistinct(kc.ctx, {placeholder.get(), disable});
+    id->replaceOperandWith(0, id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+  }
   b.SetInsertPoint(exit);
   // The exit block's only predecessor is the header, so the header's phi holds there.
   if (exit_value) *exit_value = iv;

@@ -65,11 +65,13 @@ void Barrier(KernelContext& kc);
 Status EmitForLoop(KernelContext& kc, const char* name, llvm::Value* start, llvm::Value* end,
                    llvm::Value* step, const std::function<Status(llvm::Value*)>& body);
 
-// As above, and sets `*exit_value` to the induction variable's value after the loop: the
-// first i not below `end`, where a following loop picks up.
+// As above, and sets `*exit_value` (when given) to the induction variable's value after the
+// loop: the first i not below `end`, where a following loop picks up. Without `unrollable`
+// the loop carries llvm.loop.unroll.disable: its body is unrolled already, or it runs too few
+// times to gain, and unrolling it again only grows the code LLVM and ptxas compile.
 Status EmitForLoop(KernelContext& kc, const char* name, llvm::Value* start, llvm::Value* end,
                    llvm::Value* step, const std::function<Status(llvm::Value*)>& body,
-                   llvm::Value** exit_value);
+                   llvm::Value** exit_value, bool unrollable = true);
 
 // Emits `if (cond) then()` and leaves the builder after it.
 Status EmitIf(KernelContext& kc, const char* name, llvm::Value* cond,

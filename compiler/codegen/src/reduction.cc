@@ -264,10 +264,12 @@ Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em, const ReduceP
           }
           return Status::Ok();
         },
-        &rest));
+        &rest, /*unrollable=*/false));
   }
-  return EmitForLoop(kc, (std::string(name) + ".rest").c_str(), rest, end, kc.Index(step),
-                     [&](llvm::Value* r) { return AccumulateElement(kc, em, plan, k, r); });
+  return EmitForLoop(
+      kc, (std::string(name) + ".rest").c_str(), rest, end, kc.Index(step),
+      [&](llvm::Value* r) { return AccumulateElement(kc, em, plan, k, r); }, nullptr,
+      /*unrollable=*/unroll == 1);
 }
 
 namespace {
