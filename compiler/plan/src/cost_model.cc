@@ -3,7 +3,9 @@
 //
 // Per kernel, with B blocks of T threads, R resident blocks per SM and N SMs:
 //
-//   bytes    = bytes_loaded + bytes_stored (the scheduler's count, every re-read included)
+//   bytes    = bytes_loaded + bytes_stored (the scheduler's count: each buffer once per launch
+//              or phase, so a value read again in another kernel or after a grid barrier counts
+//              again, and a re-read inside one launch is taken as a cache hit)
 //   slots    = N x R, the blocks that can run at once
 //   passes   = ceil(work_items / items per pass), where a pass is one trip of a block
 //              through its grid-stride loop: T x vector_width elements (loop kernels),

@@ -1,9 +1,9 @@
 // The cost model: what a fusion plan should take on a named GPU.
 //
 // The analytical model prices each kernel from its thread mapping (plan.h):
-//   * global-memory bytes (every re-read counted) over the bandwidth the mapping can reach:
-//     HBM bandwidth, or less when too few bytes are in flight to cover DRAM latency
-//     (Little's law over resident threads and vector width);
+//   * global-memory bytes (each buffer once per launch or phase) over the bandwidth the
+//     mapping can reach: HBM bandwidth, or less when too few bytes are in flight to cover
+//     DRAM latency (Little's law over resident threads and the loads each keeps in flight);
 //   * the tail of partial waves when the grid does not fill the SMs evenly;
 //   * one launch overhead per kernel;
 //   * block barriers per row or tile, and grid-wide barriers per launch.
