@@ -123,14 +123,13 @@ void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_t
 // wave's tail, and narrower vectors make more, smaller blocks that even the waves out.
 void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
+  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
   ScheduleLoop(g, k, d);
   double best = model->EstimateKernel(g, k).seconds;
   for (const auto& [threads, width] : {std::pair{128, 8}, {128, 4}, {128, 2}, {256, 8}, {256, 4}}) {
     KernelSpec trial = k;
     ScheduleLoop(g, trial, d, threads, width);
-    const int64_t n = g.nodes[k.outputs[0]].shape.elements();
-    const int64_t per_block = int64_t{threads} * trial.mapping.vector_width;
-    const int64_t blocks = (n + per_block - 1) / per_block;
+    const int64_t blocks = CeilDiv(n, int64_t{threads} * trial.mapping.vector_width);
     if (blocks > std::numeric_limits<int32_t>::max()) continue;
     trial.mapping.launch.grid = {static_cast<uint32_t>(std::max<int64_t>(blocks, 1)), 1, 1};
     const double seconds = model->EstimateKernel(g, trial).seconds;
@@ -141,8 +140,8 @@ void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   }
 }
 
-// The reduced elements of one row (or tile column) a reduction kernel's thread handles, over
-// `chunks` chunks, and the threads that share them.
+// The reduced elements of each output of a reduction kernel, and the threads that share one
+// output's elements (a row's threads, or a column tile's height).
 struct ReduceSpan {
   int64_t reduced = 0;
   int64_t threads = 1;
