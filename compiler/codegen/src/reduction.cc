@@ -209,66 +209,73 @@ void InitAccumulators(KernelContext& kc, std::vector<ReduceInfo>& reduces) {
   }
 }
 
-Status AccumulateElement(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
-                         llvm::Value* k, llvm::Value* r) {
+namespace {
+
+// Emits the element (kept k, reduced r) of every reduce's input, in plan order, and stores the
+// side outputs' element there; returns the reduce inputs' values.
+StatusOr<std::vector<llvm::Value*>> EmitElement(KernelContext& kc, ElementalEmitter& em,
+                                                const ReducePlan& plan, llvm::Value* k,
+                                                llvm::Value* r) {
   em.ResetScope();
-  IrIndex idx = InputIndex(kc, em, plan.geometry, k, r);
+  const IrIndex idx = InputIndex(kc, em, plan.geometry, k, r);
+  std::vector<llvm::Value*> values;
   for (const auto& red : plan.reduces) {
     STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(red.input, idx));
-    llvm::Value* acc = kc.b.CreateLoad(red.acc_ty, red.acc);
-    kc.b.CreateStore(Combine(kc.b, red, acc, v), red.acc);
+    values.push_back(v);
   }
   for (size_t slot : plan.side_outputs) {
     const int out = kc.spec.outputs[slot];
-    IrIndex linear{{}, idx.linear};
-    STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, linear));
+    STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, IrIndex{{}, idx.linear}));
     StoreElement(kc.b, kc.graph.nodes[out].shape.dtype, v, kc.output_buffers[slot], idx.linear);
   }
+  return values;
+}
+
+// Combines elements' values (each as EmitElement returns them) into the accumulators, in order.
+void CombineElements(KernelContext& kc, const ReducePlan& plan,
+                     const std::vector<std::vector<llvm::Value*>>& elements) {
+  for (size_t i = 0; i < plan.reduces.size(); ++i) {
+    const ReduceInfo& red = plan.reduces[i];
+    llvm::Value* acc = kc.b.CreateLoad(red.acc_ty, red.acc);
+    for (const std::vector<llvm::Value*>& values : elements) {
+      acc = Combine(kc.b, red, acc, values[i]);
+    }
+    kc.b.CreateStore(acc, red.acc);
+  }
+}
+
+// Emits `count` elements r, r + step, ... before combining any, so their loads are in flight
+// together.
+Status AccumulateElements(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                          llvm::Value* k, llvm::Value* r, int64_t step, int64_t count) {
+  std::vector<std::vector<llvm::Value*>> elements;
+  for (int64_t u = 0; u < count; ++u) {
+    llvm::Value* ru = u == 0 ? r : kc.b.CreateAdd(r, kc.Index(u * step), "", true, true);
+    STITCH_ASSIGN_OR_RETURN(std::vector<llvm::Value*> values, EmitElement(kc, em, plan, k, ru));
+    elements.push_back(std::move(values));
+  }
+  CombineElements(kc, plan, elements);
   return Status::Ok();
 }
+
+}  // namespace
 
 Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
                           llvm::Value* k, llvm::Value* start, llvm::Value* end, int64_t step,
                           int loads_per_step, const char* name) {
-  llvm::IRBuilder<>& b = kc.b;
   const int64_t unroll = std::max(loads_per_step, 1);
   llvm::Value* rest = start;
   if (unroll > 1) {
     // r + (unroll - 1) * step < end: the step's last element is in range.
-    llvm::Value* last_start = b.CreateSub(end, kc.Index((unroll - 1) * step), "", false, true);
+    llvm::Value* last_start = kc.b.CreateSub(end, kc.Index((unroll - 1) * step), "", false, true);
     STITCH_RETURN_IF_ERROR(EmitForLoop(
         kc, name, start, last_start, kc.Index(unroll * step),
-        [&](llvm::Value* r) -> Status {
-          // values[u][i]: reduce i's input at element u of the step.
-          std::vector<std::vector<llvm::Value*>> values(unroll);
-          for (int64_t u = 0; u < unroll; ++u) {
-            em.ResetScope();
-            llvm::Value* ru = u == 0 ? r : b.CreateAdd(r, kc.Index(u * step), "", true, true);
-            const IrIndex idx = InputIndex(kc, em, plan.geometry, k, ru);
-            for (const auto& red : plan.reduces) {
-              STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(red.input, idx));
-              values[u].push_back(v);
-            }
-            for (size_t slot : plan.side_outputs) {
-              const int out = kc.spec.outputs[slot];
-              STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, IrIndex{{}, idx.linear}));
-              StoreElement(b, kc.graph.nodes[out].shape.dtype, v, kc.output_buffers[slot],
-                           idx.linear);
-            }
-          }
-          for (size_t i = 0; i < plan.reduces.size(); ++i) {
-            const ReduceInfo& red = plan.reduces[i];
-            llvm::Value* acc = b.CreateLoad(red.acc_ty, red.acc);
-            for (int64_t u = 0; u < unroll; ++u) acc = Combine(b, red, acc, values[u][i]);
-            b.CreateStore(acc, red.acc);
-          }
-          return Status::Ok();
-        },
-        &rest, /*unrollable=*/false));
+        [&](llvm::Value* r) { return AccumulateElements(kc, em, plan, k, r, step, unroll); }, &rest,
+        /*unrollable=*/false));
   }
   return EmitForLoop(
       kc, (std::string(name) + ".rest").c_str(), rest, end, kc.Index(step),
-      [&](llvm::Value* r) { return AccumulateElement(kc, em, plan, k, r); }, nullptr,
+      [&](llvm::Value* r) { return AccumulateElements(kc, em, plan, k, r, step, 1); }, nullptr,
       /*unrollable=*/unroll == 1);
 }
 

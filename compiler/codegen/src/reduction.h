@@ -66,11 +66,6 @@ llvm::Value* Combine(llvm::IRBuilder<>& b, const ReduceInfo& r, llvm::Value* a, 
 // Stores the identity into every accumulator.
 void InitAccumulators(KernelContext& kc, std::vector<ReduceInfo>& reduces);
 
-// Adds the input element (kept k, reduced r) of every reduce into its accumulator, and
-// stores the side outputs' element there.
-Status AccumulateElement(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
-                         llvm::Value* k, llvm::Value* r);
-
 // Accumulates the elements (kept k, reduced r) for r = start, start + step, ... below `end`,
 // `loads_per_step` of them at a time: their values are all emitted before any is combined,
 // so a thread has that many independent loads in flight, and they are combined in order, so
