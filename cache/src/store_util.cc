@@ -12,8 +12,8 @@ std::string_view TierName(Tier tier) {
       return "memory";
     case Tier::kDisk:
       return "disk";
-    case Tier::kPeer:
-      return "peer";
+    case Tier::kCluster:
+      return "cluster";
   }
   return "unknown";
 }

@@ -34,7 +34,7 @@ std::optional<Hit> GetOrDie(KernelStore& store, const std::string& key) {
 // A tier that always fails, as a disk that went away would.
 class BrokenStore final : public KernelStore {
  public:
-  Tier tier() const override { return Tier::kPeer; }
+  Tier tier() const override { return Tier::kCluster; }
   StatusOr<std::optional<Hit>> Get(std::string_view) override { return Unavailable("down"); }
   Status Put(std::string_view, const BundlePtr&) override { return Unavailable("down"); }
   Status Erase(std::string_view) override { return Unavailable("down"); }
@@ -150,7 +150,7 @@ TEST(TieredStoreTest, FailingTierIsAMissForGetAndAnErrorForPut) {
 TEST(TieredStoreTest, TierNames) {
   EXPECT_EQ(TierName(Tier::kMemory), "memory");
   EXPECT_EQ(TierName(Tier::kDisk), "disk");
-  EXPECT_EQ(TierName(Tier::kPeer), "peer");
+  EXPECT_EQ(TierName(Tier::kCluster), "cluster");
 }
 
 }  // namespace

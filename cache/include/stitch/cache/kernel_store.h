@@ -1,5 +1,5 @@
 // The kernel cache's one interface. Every tier (the in-memory LRU, the node's RocksDB, and
-// the cluster's peer tier) implements KernelStore, and TieredStore chains them, so the
+// the cluster tier on Redis Cluster) implements KernelStore, and TieredStore chains them, so the
 // daemon sees one store whatever sits behind it.
 //
 // Thread-safety: every KernelStore implementation is safe to call from many threads at once.
@@ -24,9 +24,9 @@ namespace stitch::cache {
 using BundlePtr = std::shared_ptr<const v1::KernelBundle>;
 
 // Where an entry was found.
-enum class Tier { kMemory, kDisk, kPeer };
+enum class Tier { kMemory, kDisk, kCluster };
 
-// Returns "memory", "disk" or "peer".
+// Returns "memory", "disk" or "cluster".
 std::string_view TierName(Tier tier);
 
 // A found entry: the shared bundle and the tier that held it.
