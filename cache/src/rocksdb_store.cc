@@ -253,6 +253,32 @@ class RocksDbStoreImpl final : public RocksDbStore {
     return out;
   }
 
+  StatusOr<uint64_t> ForEach(const EntryVisitor& visit) const override {
+    std::shared_lock life(life_mu_);
+    if (db_ == nullptr) return ClosedError();
+    // The keys are copied out so that the index lock is not held while `visit` runs.
+    std::vector<std::string> keys;
+    {
+      std::lock_guard lock(mu_);
+      keys.reserve(order_.size());
+      for (auto it = order_.rbegin(); it != order_.rend(); ++it) keys.push_back(it->second);
+    }
+    uint64_t skipped = 0;
+    for (const std::string& key : keys) {
+      rocksdb::PinnableSlice value;
+      const rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), entries_, key, &value);
+      if (rs.IsNotFound()) continue;  // erased since the keys were copied
+      STITCH_RETURN_IF_ERROR(FromRocks(rs, "cannot read " + key + " from " + options_.path));
+      const StatusOr<v1::KernelBundle> bundle = DecodeEntry(value.ToStringView());
+      if (!bundle.ok() || bundle->key() != key) {
+        ++skipped;
+        continue;
+      }
+      STITCH_RETURN_IF_ERROR(visit(key, *bundle));
+    }
+    return skipped;
+  }
+
   StoreStats Stats() const override {
     std::lock_guard lock(mu_);
     StoreStats s;

@@ -36,6 +36,32 @@ int RunStats(const DaemonArgs& args);
 int RunCacheList(const DaemonArgs& args);
 int RunCacheGet(const DaemonArgs& args);
 
+// Arguments of cache export and cache import, which move entries between a node's cache and
+// an archive file (stitch/cache/entry_archive.h).
+struct CacheTransferArgs {
+  std::string file;      // the archive
+  std::string data_dir;  // a stopped stitchd's --data-dir
+  std::string daemon;    // export only: a running stitchd instead of a data dir
+};
+// Writes every entry of the data dir's cache, or of the running daemon's, to the archive.
+int RunCacheExport(const CacheTransferArgs& args);
+// Verifies the whole archive, then stores its entries in the stopped daemon's data dir;
+// a refused archive leaves the data dir untouched.
+int RunCacheImport(const CacheTransferArgs& args);
+
+// Arguments of warm, which has a daemon compile a model's memory-intensive subgraphs.
+struct WarmArgs {
+  std::string module;  // HLO module text
+  std::string daemon;
+  std::optional<Target> target;  // the daemon's own when unset
+  bool json = false;
+  uint32_t timeout_seconds = 300;  // per subgraph, from when it is sent
+  uint32_t jobs = 4;               // subgraphs in flight at once
+};
+// Returns 0 when every subgraph was compiled or found cached; prints progress on stderr and
+// a summary (with each failure's reason) on stdout.
+int RunWarm(const WarmArgs& args);
+
 // Returns the gRPC target for a --daemon flag: a path starting with '/' is a Unix socket.
 std::string DaemonAddress(const std::string& flag);
 

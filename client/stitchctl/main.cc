@@ -54,6 +54,27 @@ int main(int argc, char** argv) {
   get->add_option("--out", daemon.out, "Write the serialized stitch.v1.KernelBundle here");
   get->add_flag("--json", daemon.json, "Print JSON");
 
+  CacheTransferArgs transfer;
+  auto* exp = cache->add_subcommand("export", "Write every cached bundle to an archive file");
+  exp->add_option("file", transfer.file, "The archive to write")->required();
+  auto* exp_dir = exp->add_option("--data-dir", transfer.data_dir, "A stopped stitchd's data dir");
+  exp->add_option("--daemon", transfer.daemon,
+                  "A running stitchd instead (unix:///path, /path or host:port)")
+      ->excludes(exp_dir);
+  auto* imp = cache->add_subcommand("import", "Verify an archive and store its bundles");
+  imp->add_option("file", transfer.file, "The archive to read")->required();
+  imp->add_option("--data-dir", transfer.data_dir, "A stopped stitchd's data dir")->required();
+
+  WarmArgs warm;
+  auto* w = app.add_subcommand(
+      "warm", "Have a stitchd compile the memory-intensive subgraphs of an HLO module");
+  w->add_option("module", warm.module, "HLO module text")->required();
+  w->add_option("--daemon", warm.daemon, kDaemonHelp)->required();
+  AddTargetOption(w, warm.target);
+  w->add_flag("--json", warm.json, "Print the summary as JSON");
+  w->add_option("--timeout", warm.timeout_seconds, "Seconds each subgraph may take (default 300)");
+  w->add_option("--jobs", warm.jobs, "Subgraphs the daemon is asked for at once (default 4)");
+
   RunArgs run;
   std::string inputs;
   auto* r = app.add_subcommand("run", "Compile, run on the emulator, compare with the interpreter");
@@ -89,6 +110,9 @@ int main(int argc, char** argv) {
   if (st->parsed()) return RunStats(daemon);
   if (ls->parsed()) return RunCacheList(daemon);
   if (get->parsed()) return RunCacheGet(daemon);
+  if (exp->parsed()) return RunCacheExport(transfer);
+  if (imp->parsed()) return RunCacheImport(transfer);
+  if (w->parsed()) return RunWarm(warm);
   if (r->parsed()) {
     if (!inputs.empty()) run.inputs = CLI::detail::split(inputs, ',');
     return RunRun(run);

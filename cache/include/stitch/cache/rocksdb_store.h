@@ -15,9 +15,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "stitch/cache/kernel_store.h"
 
@@ -43,6 +45,16 @@ class RocksDbStore : public KernelStore {
   // Replaces the saved values of the named counters, atomically; counters not named keep
   // their values. Values are stored as their IEEE-754 bit pattern, so they load exactly.
   virtual Status SaveCounters(const std::map<std::string, double>& counters) = 0;
+
+  // Calls `visit` with the key and bundle of every entry, most recently used first, and
+  // writes nothing: recency is left as it was, and an entry that does not decode or holds
+  // another key's bundle is skipped and left for the next Get to drop. Entries Put or erased
+  // while it runs may or may not be visited. `visit` must not call this store. Returns the
+  // number of entries skipped, the first non-OK Status of `visit` (which stops the walk), or
+  // UNAVAILABLE (DATA_LOSS for RocksDB's own corruption) when the store is closed or a read
+  // fails.
+  using EntryVisitor = std::function<Status(std::string_view key, const v1::KernelBundle& bundle)>;
+  virtual StatusOr<uint64_t> ForEach(const EntryVisitor& visit) const = 0;
 
   // Flushes memtables and closes the database, releasing its lock. Returns the first flush
   // or close error. Afterwards Get, Put, Erase, LoadCounters and SaveCounters fail with
