@@ -3,6 +3,8 @@
 // It measures latency percentiles and throughput for three paths:
 //   memory  Lookups of bundles in the daemon's memory tier
 //   disk    Lookups served by RocksDB (a daemon whose memory tier is too small to hold one)
+//   cluster Lookups served by the cluster tier: a real 3-master, 3-replica Redis Cluster on
+//           loopback, read by a daemon whose memory and disk tiers hold nothing
 //   compile Compiles of subgraphs never seen before
 // and prints a markdown table (and a CSV with --csv).
 #include <CLI/CLI.hpp>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "stitch/client/client.h"
+#include "support/redis_cluster.h"
 #include "support/stitchd_process.h"
 
 namespace {
@@ -113,15 +116,24 @@ ClientOptions Options(const stitch::testing::StitchdProcess& d) {
   return o;
 }
 
-// Lookups of `keys` distinct cached subgraphs, spread over the clients.
+// The requests of `keys` distinct subgraphs, which the lookup paths cycle through.
+std::vector<stitch::v1::CompileRequest> Requests(int keys) {
+  std::vector<stitch::v1::CompileRequest> requests;
+  for (int k = 0; k < keys; ++k) requests.push_back(Request(64, 128 + k));
+  return requests;
+}
+
+// Has `d` compile the lookup paths' subgraphs.
+void WarmKeys(const stitch::testing::StitchdProcess& d, int keys) {
+  Client warm(Options(d));
+  for (const auto& r : Requests(keys)) warm.Compile(r);
+}
+
+// Lookups of `keys` distinct cached subgraphs (compiled first), spread over the clients.
 PathResult LookupPath(const std::string& name, const stitch::testing::StitchdProcess& d,
                       int clients, double seconds, int keys, Outcome expected) {
-  std::vector<stitch::v1::CompileRequest> requests;
-  Client warm(Options(d));
-  for (int k = 0; k < keys; ++k) {
-    requests.push_back(Request(64, 128 + k));
-    warm.Compile(requests.back());
-  }
+  const std::vector<stitch::v1::CompileRequest> requests = Requests(keys);
+  WarmKeys(d, keys);
   std::vector<std::unique_ptr<Client>> cs;
   for (int t = 0; t < clients; ++t) cs.push_back(std::make_unique<Client>(Options(d)));
   for (auto& c : cs) c->Lookup(requests[0]);  // connect before the clock starts
@@ -181,6 +193,46 @@ int main(int argc, char** argv) {
     }
     rows.insert(rows.begin() + 1,
                 LookupPath("RocksDB hit", d, clients, seconds, keys, Outcome::kDisk));
+  }
+
+  {
+    stitch::testing::RedisCluster cluster;
+    if (!cluster.ready()) {
+      std::fprintf(stderr, "the Redis cluster did not form (is redis-server installed?)\n");
+      return 1;
+    }
+    std::ofstream(dir.path() + "/secret") << "service-benchmark-cluster-secret";
+    std::ofstream(dir.path() + "/password") << stitch::testing::kRedisUserPassword;
+    const std::vector<std::string> cluster_flags = {"--log-level",
+                                                    "warn",
+                                                    "--cluster-nodes",
+                                                    cluster.Seeds(),
+                                                    "--cluster-user",
+                                                    stitch::testing::kRedisUser,
+                                                    "--cluster-password-file",
+                                                    dir.path() + "/password",
+                                                    "--cluster-secret-file",
+                                                    dir.path() + "/secret"};
+    // One node compiles and publishes; the reader's memory and disk tiers hold nothing, so
+    // every hit crosses to the cluster (a GET and a TTL refresh in one round trip).
+    stitch::testing::StitchdProcess writer(
+        {dir.path() + "/writer", dir.path() + "/writer.sock", dir.path() + "/writer.log"},
+        cluster_flags);
+    std::vector<std::string> reader_flags = cluster_flags;
+    for (const char* f : {"--memory-cache-bytes", "1", "--disk-cache-bytes", "1"}) {
+      reader_flags.push_back(f);
+    }
+    stitch::testing::StitchdProcess reader(
+        {dir.path() + "/reader", dir.path() + "/reader.sock", dir.path() + "/reader.log"},
+        reader_flags);
+    if (!writer.started() || !reader.started()) {
+      std::fprintf(stderr, "stitchd did not start:\n%s\n%s\n", writer.log().c_str(),
+                   reader.log().c_str());
+      return 1;
+    }
+    WarmKeys(writer, keys);
+    rows.insert(rows.begin() + 2,
+                LookupPath("cluster hit", reader, clients, seconds, keys, Outcome::kCluster));
   }
 
   unsigned cores = std::thread::hardware_concurrency();

@@ -111,6 +111,8 @@ class ClusterStoreImpl : public ClusterStore {
 
   LeaseResult TryLease(std::string_view key) override;
   void ReleaseLease(std::string_view key) override;
+  void RenewLease(std::string_view key) override;
+  std::chrono::milliseconds lease_time() const override { return options_.lease_time; }
   LeaseProbe Probe(std::string_view key) override;
   ClusterStoreStats ClusterStats() const override;
 
@@ -319,6 +321,14 @@ void ClusterStoreImpl::ReleaseLease(std::string_view key) {
   // this DEL then removes; the cost is at most one extra compile, never a wrong entry.
   if (!holder.ok() || holder->front().text != options_.node_name) return;
   (void)Call("lease", key, {{"DEL", lease}}, options_.write_timeout, &skipped);
+}
+
+void ClusterStoreImpl::RenewLease(std::string_view key) {
+  bool skipped = false;
+  // PEXPIRE never creates a key, so a lease that ran out (and may be another node's now, if
+  // this one took too long) is at worst extended for its new holder.
+  (void)Call("lease", key, {{"PEXPIRE", LeaseKey(key), lease_ms_}}, options_.write_timeout,
+             &skipped);
 }
 
 LeaseProbe ClusterStoreImpl::Probe(std::string_view key) {

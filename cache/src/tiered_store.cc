@@ -23,17 +23,21 @@ StatusOr<std::optional<Hit>> TieredStore::Get(std::string_view key) {
       continue;
     }
     if (!got->has_value()) continue;
-    const Hit& hit = **got;
-    for (size_t j = 0; j < i; ++j) {
-      const Status s = tiers_[j]->Put(key, hit.bundle);
-      if (!s.ok()) {
-        spdlog::warn("cache: cannot promote {} into the {} tier: {}", key,
-                     TierName(tiers_[j]->tier()), s.ToString());
-      }
-    }
+    Promote(key, **got);
     return got;
   }
   return std::optional<Hit>();
+}
+
+void TieredStore::Promote(std::string_view key, const Hit& hit) {
+  for (const auto& t : tiers_) {
+    if (t->tier() == hit.tier) return;
+    const Status s = t->Put(key, hit.bundle);
+    if (!s.ok()) {
+      spdlog::warn("cache: cannot promote {} into the {} tier: {}", key, TierName(t->tier()),
+                   s.ToString());
+    }
+  }
 }
 
 Status TieredStore::Put(std::string_view key, const BundlePtr& bundle) {
@@ -54,14 +58,21 @@ Status TieredStore::Erase(std::string_view key) {
   return first;
 }
 
+const KernelStore& TieredStore::LargestLocalTier() const {
+  for (auto it = tiers_.rbegin(); it != tiers_.rend(); ++it) {
+    if ((*it)->tier() != Tier::kCluster) return **it;
+  }
+  return *tiers_.back();
+}
+
 std::vector<EntryInfo> TieredStore::List(size_t limit) const {
   if (tiers_.empty()) return {};
-  return tiers_.back()->List(limit);
+  return LargestLocalTier().List(limit);
 }
 
 StoreStats TieredStore::Stats() const {
   if (tiers_.empty()) return {};
-  StoreStats out = tiers_.back()->Stats();
+  StoreStats out = LargestLocalTier().Stats();
   out.evictions = 0;
   out.corrupt = 0;
   for (const auto& t : tiers_) {

@@ -42,7 +42,8 @@ typedef enum stitch_outcome {
   STITCH_HIT_MEMORY = 1, /* the daemon's memory tier */
   STITCH_HIT_DISK = 2,   /* the daemon's on-disk cache */
   STITCH_COMPILED = 3,   /* compiled for this request */
-  STITCH_FALLBACK = 4    /* no bundle: run the framework's kernels (see the reason) */
+  STITCH_FALLBACK = 4,   /* no bundle: run the framework's kernels (see the reason) */
+  STITCH_HIT_CLUSTER = 5 /* the cluster tier: another node compiled it */
 } stitch_outcome;
 
 /*
@@ -142,7 +143,8 @@ int stitch_client_record_invocations(stitch_client* client, const char* key, uin
 int stitch_client_flush_usage(stitch_client* client);
 
 /*
- * Returns "hit_local", "hit_memory", "hit_disk", "compiled" or "fallback"; "fallback" for a
+ * Returns "hit_local", "hit_memory", "hit_disk", "hit_cluster", "compiled" or "fallback";
+ * "fallback" for a
  * value outside the enum. The string is static.
  */
 const char* stitch_outcome_name(stitch_outcome outcome);

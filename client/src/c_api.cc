@@ -127,6 +127,8 @@ stitch_outcome stitch_result_outcome(const stitch_result* result) {
       return STITCH_HIT_MEMORY;
     case Outcome::kDisk:
       return STITCH_HIT_DISK;
+    case Outcome::kCluster:
+      return STITCH_HIT_CLUSTER;
     case Outcome::kCompiled:
       return STITCH_COMPILED;
     case Outcome::kFallback:
@@ -209,6 +211,8 @@ const char* stitch_outcome_name(stitch_outcome outcome) {
       return stitch::client::OutcomeName(Outcome::kMemory);
     case STITCH_HIT_DISK:
       return stitch::client::OutcomeName(Outcome::kDisk);
+    case STITCH_HIT_CLUSTER:
+      return stitch::client::OutcomeName(Outcome::kCluster);
     case STITCH_COMPILED:
       return stitch::client::OutcomeName(Outcome::kCompiled);
     case STITCH_FALLBACK:

@@ -29,6 +29,8 @@ const char* OutcomeName(Outcome outcome) {
       return "hit_memory";
     case Outcome::kDisk:
       return "hit_disk";
+    case Outcome::kCluster:
+      return "hit_cluster";
     case Outcome::kCompiled:
       return "compiled";
     case Outcome::kFallback:
@@ -97,6 +99,9 @@ Result Finish(const grpc::Status& status, v1::CompileResponse& response, BundleC
       break;
     case v1::CompileResponse::DISK:
       r.outcome = Outcome::kDisk;
+      break;
+    case v1::CompileResponse::CLUSTER:
+      r.outcome = Outcome::kCluster;
       break;
     case v1::CompileResponse::COMPILED:
       r.outcome = Outcome::kCompiled;

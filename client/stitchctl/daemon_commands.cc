@@ -92,6 +92,7 @@ int RunStats(const DaemonArgs& args) {
                       {"uptime_seconds", s->uptime_seconds()},
                       {"hits_memory", s->hits_memory()},
                       {"hits_disk", s->hits_disk()},
+                      {"hits_cluster", s->hits_cluster()},
                       {"compiles", s->compiles()},
                       {"misses", s->misses()},
                       {"errors", s->errors()},

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "gpu_detect.h"
+#include "stitch/cache/redis_cluster.h"
 #include "stitch/plan/target.h"
 
 #ifndef STITCH_VERSION
@@ -225,10 +226,19 @@ const char* TypeName(std::string_view key) {
       {"log_format", "FORMAT"},
       {"log_level", "LEVEL"},
       {"drain_seconds", "SECONDS"},
+      {"cluster_nodes", "HOST:PORT,..."},
+      {"cluster_user", "NAME"},
+      {"cluster_password_file", "PATH"},
+      {"cluster_secret_file", "PATH"},
+      {"cluster_key_prefix", "TEXT"},
+      {"node_name", "NAME"},
+      {"cluster_ttl_seconds", "SECONDS"},
+      {"cluster_breaker_failures", "N"},
   };
   for (const auto& [k, name] : kNames) {
     if (k == key) return name;
   }
+  if (key.ends_with("_ms")) return "MS";
   return "SIZE";
 }
 
@@ -236,6 +246,53 @@ std::string FlagName(std::string_view key) {
   std::string flag = "--" + std::string(key);
   std::replace(flag.begin(), flag.end(), '_', '-');
   return flag;
+}
+
+// Options that set one text or integer field, so each such option is one line of the table.
+template <std::string DaemonConfig::*Field>
+Error ApplyText(std::string_view t, DaemonConfig& c) {
+  if (t.find('\0') != std::string_view::npos) return "contains a NUL byte";
+  c.*Field = t;
+  return std::nullopt;
+}
+template <std::string DaemonConfig::*Field>
+std::string ShowText(const DaemonConfig& c) {
+  return c.*Field;
+}
+template <uint32_t DaemonConfig::*Field, uint32_t Min, uint32_t Max>
+Error ApplyBounded(std::string_view t, DaemonConfig& c) {
+  uint32_t v = 0;
+  if (!ParseUnsigned(t, &v) || v < Min || v > Max) {
+    return "expected an integer in " + std::to_string(Min) + ".." + std::to_string(Max) + ", got " +
+           Quoted(t);
+  }
+  c.*Field = v;
+  return std::nullopt;
+}
+template <uint32_t DaemonConfig::*Field>
+std::string ShowUnsigned(const DaemonConfig& c) {
+  return std::to_string(c.*Field);
+}
+
+Error ApplyClusterNodes(std::string_view t, DaemonConfig& c) {
+  size_t start = 0;
+  while (start < t.size()) {
+    const size_t comma = std::min(t.find(',', start), t.size());
+    StatusOr<cache::redis::NodeAddress> node =
+        cache::redis::ParseNodeAddress(t.substr(start, comma - start));
+    if (!node.ok()) return node.status().message();
+    start = comma + 1;
+  }
+  c.cluster_nodes = t;
+  return std::nullopt;
+}
+
+Error ApplyKeyPrefix(std::string_view t, DaemonConfig& c) {
+  if (t.empty() || t.find_first_of("{}") != std::string_view::npos) {
+    return "must be non-empty and free of braces (they would change the keys' hash slots)";
+  }
+  c.cluster_key_prefix = t;
+  return std::nullopt;
 }
 
 const std::vector<OptionSpec>& Options() {
@@ -376,6 +433,37 @@ const std::vector<OptionSpec>& Options() {
          return std::nullopt;
        },
        [](const DaemonConfig& c) { return FormatDouble(c.drain_seconds); }},
+      {"cluster_nodes", "Seed nodes of the Redis Cluster tier; \"\" runs without one", false, true,
+       ApplyClusterNodes, ShowText<&DaemonConfig::cluster_nodes>},
+      {"cluster_user", "ACL user the cluster tier authenticates as; \"\" is default", false, true,
+       ApplyText<&DaemonConfig::cluster_user>, ShowText<&DaemonConfig::cluster_user>},
+      {"cluster_password_file", "File holding the cluster user's password", false, true,
+       ApplyText<&DaemonConfig::cluster_password_file>,
+       ShowText<&DaemonConfig::cluster_password_file>},
+      {"cluster_secret_file", "File holding the HMAC secret of cluster entries", false, true,
+       ApplyText<&DaemonConfig::cluster_secret_file>, ShowText<&DaemonConfig::cluster_secret_file>},
+      {"cluster_key_prefix", "First component of every cluster key", false, true, ApplyKeyPrefix,
+       ShowText<&DaemonConfig::cluster_key_prefix>},
+      {"node_name", "Names this node in cluster leases; \"\" is hostname:pid", false, true,
+       ApplyText<&DaemonConfig::node_name>, ShowText<&DaemonConfig::node_name>},
+      {"cluster_ttl_seconds", "Cluster entries expire this long after their last hit", false, false,
+       ApplyBounded<&DaemonConfig::cluster_ttl_seconds, 1, 366 * 24 * 3600>,
+       ShowUnsigned<&DaemonConfig::cluster_ttl_seconds>},
+      {"cluster_read_timeout_ms", "Deadline of each cluster read", false, false,
+       ApplyBounded<&DaemonConfig::cluster_read_timeout_ms, 1, 60000>,
+       ShowUnsigned<&DaemonConfig::cluster_read_timeout_ms>},
+      {"cluster_write_timeout_ms", "Deadline of each cluster write or lease call", false, false,
+       ApplyBounded<&DaemonConfig::cluster_write_timeout_ms, 1, 60000>,
+       ShowUnsigned<&DaemonConfig::cluster_write_timeout_ms>},
+      {"cluster_lease_ms", "How long a compile lease holds a key for the cluster", false, false,
+       ApplyBounded<&DaemonConfig::cluster_lease_ms, 100, 3600000>,
+       ShowUnsigned<&DaemonConfig::cluster_lease_ms>},
+      {"cluster_breaker_failures", "Cluster failures in a row that open the breaker", false, false,
+       ApplyBounded<&DaemonConfig::cluster_breaker_failures, 1, 1000>,
+       ShowUnsigned<&DaemonConfig::cluster_breaker_failures>},
+      {"cluster_breaker_open_ms", "How long an open breaker skips the cluster", false, false,
+       ApplyBounded<&DaemonConfig::cluster_breaker_open_ms, 1, 3600000>,
+       ShowUnsigned<&DaemonConfig::cluster_breaker_open_ms>},
   };
   return kOptions;
 }
@@ -667,6 +755,12 @@ StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const E
     if (Error e = ValidateSocketPath(config.socket_path)) {
       return InvalidArgument("--socket: the default " + *e + "; set --socket or socket");
     }
+  }
+
+  if (!config.cluster_nodes.empty() && config.cluster_secret_file.empty()) {
+    return InvalidArgument(
+        "--cluster-secret-file: required with --cluster-nodes (entries shared by the cluster "
+        "carry an HMAC under this secret)");
   }
 
   if (config.workers == 0) {

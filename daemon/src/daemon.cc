@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cluster_tier.h"
 #include "compile_pool.h"
 #include "daemon_metrics.h"
 #include "kernel_resolver.h"
@@ -69,6 +70,7 @@ class DaemonImpl : public Daemon {
   std::optional<LockFile> socket_lock_;
   std::shared_ptr<cache::RocksDbStore> disk_;
   std::shared_ptr<cache::KernelStore> memory_;
+  std::shared_ptr<cache::ClusterStore> cluster_;  // null without a cluster tier
   std::unique_ptr<cache::TieredStore> store_;
   metrics::Registry registry_;
   std::unique_ptr<DaemonMetrics> metrics_;
@@ -107,9 +109,9 @@ Status DaemonImpl::Init() {
     // Only now, holding the lock, is a socket file left at the path known to be stale.
     STITCH_RETURN_IF_ERROR(RemoveStaleSocket(config_.socket_path));
   }
-  STITCH_RETURN_IF_ERROR(OpenStores());
   metrics_ =
       std::make_unique<DaemonMetrics>(registry_, STITCH_VERSION, CompilerVersion(), config_.target);
+  STITCH_RETURN_IF_ERROR(OpenStores());
   metrics::AddProcessMetrics(registry_);
   registry_.AddCollectHook([this] { RefreshCacheGauges(); });
   StatusOr<std::map<std::string, double>> totals = disk_->LoadCounters();
@@ -123,7 +125,9 @@ Status DaemonImpl::Init() {
   ro.default_target = *target;
   ro.salt = config_.salt;
   ro.ptx_only = config_.ptx_only;
-  resolver_ = std::make_unique<KernelResolver>(ro, *store_, *pool_, *metrics_);
+  // A holder that keeps renewing for this long is stuck; its waiters compile themselves.
+  ro.cluster_wait = std::chrono::milliseconds(config_.cluster_lease_ms) * 20;
+  resolver_ = std::make_unique<KernelResolver>(ro, *store_, *pool_, *metrics_, cluster_.get());
   service_ = std::make_unique<KernelServiceImpl>(*resolver_, *store_, *pool_, *metrics_,
                                                  ServiceInfo{STITCH_VERSION, config_.target});
   STITCH_RETURN_IF_ERROR(StartGrpc());
@@ -144,8 +148,15 @@ Status DaemonImpl::OpenStores() {
   STITCH_ASSIGN_OR_RETURN(std::unique_ptr<cache::RocksDbStore> disk, cache::RocksDbStore::Open(ro));
   disk_ = std::move(disk);
   memory_ = cache::NewMemoryStore(config_.memory_cache_bytes);
-  store_ = std::make_unique<cache::TieredStore>(
-      std::vector<std::shared_ptr<cache::KernelStore>>{memory_, disk_});
+  std::vector<std::shared_ptr<cache::KernelStore>> tiers = {memory_, disk_};
+  if (!config_.cluster_nodes.empty()) {
+    STITCH_ASSIGN_OR_RETURN(cluster_, OpenClusterTier(config_, metrics_.get()));
+    tiers.push_back(cluster_);
+    spdlog::info("cluster tier: seeds={} user={} ttl={}s lease={}ms", config_.cluster_nodes,
+                 config_.cluster_user.empty() ? "default" : config_.cluster_user,
+                 config_.cluster_ttl_seconds, config_.cluster_lease_ms);
+  }
+  store_ = std::make_unique<cache::TieredStore>(std::move(tiers));
   return Status::Ok();
 }
 
@@ -189,10 +200,13 @@ Status DaemonImpl::StartMetrics() {
 
 void DaemonImpl::RefreshCacheGauges() {
   for (const auto& [tier, s] : store_->TierStats()) {
+    // The cluster's occupancy is the engine's to report; its own counters follow.
+    if (tier == cache::Tier::kCluster) continue;
     metrics_->SetCacheStats(std::string(cache::TierName(tier)), static_cast<double>(s.entries),
                             static_cast<double>(s.bytes), static_cast<double>(s.capacity_bytes),
                             static_cast<double>(s.evictions), static_cast<double>(s.corrupt));
   }
+  if (cluster_) metrics_->SetClusterStats(cluster_->ClusterStats());
   metrics_->queue_depth().Set(pool_->queued());
   metrics_->compiles_in_flight().Set(pool_->running());
 }
@@ -238,7 +252,9 @@ void DaemonImpl::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
     server_->Wait();
   }
-  // Compiles still queued or running finish and land in the cache.
+  // Requests waiting on another node's compile fall back; compiles still queued or running
+  // finish and land in the cache.
+  if (resolver_) resolver_->StopWaiting();
   if (pool_) pool_->Drain();
   if (saver_.joinable()) {
     {

@@ -11,9 +11,9 @@ constexpr const char* kCompileSecondsSaved = "compile_seconds_saved";
 constexpr const char* kGpuSecondsSaved = "gpu_seconds_saved";
 constexpr const char* kInvocations = "invocations_reported";
 
-constexpr RequestResult kAllResults[] = {RequestResult::kHitMemory, RequestResult::kHitDisk,
-                                         RequestResult::kCompiled, RequestResult::kFallback,
-                                         RequestResult::kError};
+constexpr RequestResult kAllResults[] = {RequestResult::kHitMemory,  RequestResult::kHitDisk,
+                                         RequestResult::kHitCluster, RequestResult::kCompiled,
+                                         RequestResult::kFallback,   RequestResult::kError};
 constexpr const char* kServingMethods[] = {"Compile", "Lookup"};
 
 // A memory hit is tens of microseconds; a disk hit a few hundred; the top buckets catch
@@ -26,6 +26,17 @@ std::vector<double> LookupBuckets() {
 // to cubin).
 std::vector<double> CompileBuckets() {
   return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
+// A cluster round trip on loopback or a rack is a fraction of a millisecond; the read
+// deadline is tens of milliseconds, writes a few hundred.
+std::vector<double> ClusterBuckets() {
+  return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 1};
+}
+
+// Moves counter `c` up to `value`, a count kept elsewhere since the process started.
+void FollowCount(metrics::Counter& c, double value) {
+  c.Increment(std::max(0.0, value - c.Value()));
 }
 
 // Counter values only go up, so restoring a saved total is an increment from zero.
@@ -42,6 +53,8 @@ const char* RequestResultName(RequestResult r) {
       return "hit_memory";
     case RequestResult::kHitDisk:
       return "hit_disk";
+    case RequestResult::kHitCluster:
+      return "hit_cluster";
     case RequestResult::kCompiled:
       return "compiled";
     case RequestResult::kFallback:
@@ -68,7 +81,21 @@ DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& ver
                                      "Bundles evicted for space, by cache tier.")),
       corrupt_(registry.AddCounter(
           "stitch_cache_corrupt_entries_total",
-          "Entries dropped for a bad digest, version or encoding, by cache tier.")) {
+          "Entries dropped for a bad digest, version or encoding, by cache tier.")),
+      cluster_seconds_(registry.AddHistogram("stitch_cluster_call_duration_seconds",
+                                             "Cluster tier round trips, by operation.",
+                                             ClusterBuckets())),
+      cluster_errors_(registry.AddCounter("stitch_cluster_errors_total",
+                                          "Failed cluster calls, by kind (timeout, "
+                                          "unavailable, auth, reply); each counts as a miss.")),
+      cluster_rejected_(registry.AddCounter(
+          "stitch_cluster_rejected_entries_total",
+          "Cluster entries never served, by reason (truncated, hmac, version, digest, key).")),
+      cluster_redirects_(registry.AddCounter("stitch_cluster_redirects_total",
+                                             "MOVED and ASK redirects followed, by kind.")),
+      cluster_breaker_(registry.AddGauge("stitch_cluster_breaker_state",
+                                         "1 for the cluster circuit breaker's current state "
+                                         "(closed, open, half_open), 0 for the others.")) {
   lookup_seconds_ = &registry
                          .AddHistogram("stitch_lookup_duration_seconds",
                                        "Time to answer a request from the cache.", LookupBuckets())
@@ -101,6 +128,28 @@ DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& ver
                       .AddCounter("stitch_kernel_invocations_reported_total",
                                   "Bundle invocations reported by jobs.")
                       .Add();
+  cluster_breaker_trips_ = &registry
+                                .AddCounter("stitch_cluster_breaker_trips_total",
+                                            "Times the cluster circuit breaker opened.")
+                                .Add();
+  cluster_skipped_ = &registry
+                          .AddCounter("stitch_cluster_skipped_calls_total",
+                                      "Cluster calls answered as misses by the open breaker, "
+                                      "without a round trip.")
+                          .Add();
+  cluster_writes_ =
+      &registry.AddCounter("stitch_cluster_writes_total", "Bundles this node wrote to the cluster.")
+           .Add();
+  lease_waits_ = &registry
+                      .AddCounter("stitch_cluster_lease_waits_total",
+                                  "Compiles this node left to the node holding the key's lease.")
+                      .Add();
+  lease_takeovers_ =
+      &registry
+           .AddCounter("stitch_cluster_lease_takeovers_total",
+                       "Waits that ended in a compile here: the lease holder let go without an "
+                       "entry, ran past the lease time, or the cluster stopped answering.")
+           .Add();
   registry.AddGauge("stitch_build_info", "Build information; the value is always 1.")
       .Add({{"version", version}, {"compiler_version", compiler_version}, {"target", target}})
       .Set(1);
@@ -108,6 +157,37 @@ DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& ver
   for (const char* m : kServingMethods) {
     for (RequestResult r : kAllResults)
       requests_.Add({{"method", m}, {"result", RequestResultName(r)}});
+  }
+}
+
+void DaemonMetrics::CountLeaseWait() { lease_waits_->Increment(); }
+
+void DaemonMetrics::CountLeaseTakeover() { lease_takeovers_->Increment(); }
+
+void DaemonMetrics::OnCall(std::string_view operation, double seconds, const Status&) {
+  cluster_seconds_.Add({{"operation", std::string(operation)}}).Observe(seconds);
+}
+
+void DaemonMetrics::SetClusterStats(const cache::ClusterStoreStats& s) {
+  for (int i = 0; i < cache::kClusterErrorKinds; ++i) {
+    const std::string kind(cache::ClusterErrorName(static_cast<cache::ClusterError>(i)));
+    FollowCount(cluster_errors_.Add({{"kind", kind}}), static_cast<double>(s.errors[i]));
+  }
+  for (int i = 0; i < cache::kRejectionKinds; ++i) {
+    const std::string reason(cache::RejectionName(static_cast<cache::Rejection>(i)));
+    FollowCount(cluster_rejected_.Add({{"reason", reason}}), static_cast<double>(s.rejected[i]));
+  }
+  FollowCount(cluster_redirects_.Add({{"kind", "moved"}}), static_cast<double>(s.routing.moved));
+  FollowCount(cluster_redirects_.Add({{"kind", "ask"}}), static_cast<double>(s.routing.ask));
+  FollowCount(*cluster_breaker_trips_, static_cast<double>(s.breaker_trips));
+  FollowCount(*cluster_skipped_, static_cast<double>(s.skipped_by_breaker));
+  FollowCount(*cluster_writes_, static_cast<double>(s.writes));
+  const std::pair<cache::BreakerState, const char*> states[] = {
+      {cache::BreakerState::kClosed, "closed"},
+      {cache::BreakerState::kOpen, "open"},
+      {cache::BreakerState::kHalfOpen, "half_open"}};
+  for (const auto& [state, name] : states) {
+    cluster_breaker_.Add({{"state", name}}).Set(s.breaker == state ? 1 : 0);
   }
 }
 

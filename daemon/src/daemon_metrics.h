@@ -9,16 +9,18 @@
 #include <map>
 #include <string>
 
+#include "stitch/cache/cluster_store.h"
 #include "stitch/metrics/registry.h"
 
 namespace stitch::daemon {
 
 // What a request came to; the `result` label of stitch_requests_total.
 // kOk is for methods that return no bundle (ReportUsage, Stats, ListEntries).
-enum class RequestResult { kHitMemory, kHitDisk, kCompiled, kFallback, kError, kOk };
+enum class RequestResult { kHitMemory, kHitDisk, kHitCluster, kCompiled, kFallback, kError, kOk };
 const char* RequestResultName(RequestResult r);
 
-class DaemonMetrics {
+// The metrics are also the cluster tier's observer, for its latency histogram.
+class DaemonMetrics : public cache::ClusterObserver {
  public:
   // Registers the daemon's families in `registry`, which must outlive this object.
   DaemonMetrics(metrics::Registry& registry, const std::string& version,
@@ -34,6 +36,16 @@ class DaemonMetrics {
   void AddCompileSecondsSaved(double seconds);
   // Credits reported invocations with the GPU time stitching saved on them.
   void AddUsage(uint64_t invocations, double gpu_seconds_saved);
+
+  // Counts a flight that found another node compiling its key and waited for it.
+  void CountLeaseWait();
+  // Counts a flight that compiled after all: the lease holder let go without an entry, ran
+  // past the lease time, or the cluster stopped answering.
+  void CountLeaseTakeover();
+  // Records one cluster round trip (cache::ClusterObserver).
+  void OnCall(std::string_view operation, double seconds, const Status& status) override;
+  // Sets the cluster tier's counters and breaker state from the store's own counts.
+  void SetClusterStats(const cache::ClusterStoreStats& stats);
 
   metrics::Gauge& queue_depth() { return *queue_depth_; }
   metrics::Gauge& compiles_in_flight() { return *in_flight_; }
@@ -72,6 +84,16 @@ class DaemonMetrics {
   metrics::Counter* compile_seconds_saved_;
   metrics::Counter* gpu_seconds_saved_;
   metrics::Counter* invocations_;
+  metrics::Family<metrics::Histogram>& cluster_seconds_;
+  metrics::Family<metrics::Counter>& cluster_errors_;
+  metrics::Family<metrics::Counter>& cluster_rejected_;
+  metrics::Family<metrics::Counter>& cluster_redirects_;
+  metrics::Family<metrics::Gauge>& cluster_breaker_;
+  metrics::Counter* cluster_breaker_trips_;
+  metrics::Counter* cluster_skipped_;
+  metrics::Counter* cluster_writes_;
+  metrics::Counter* lease_waits_;
+  metrics::Counter* lease_takeovers_;
 };
 
 }  // namespace stitch::daemon

@@ -56,15 +56,38 @@ StatusOr<Graph> GraphOf(const v1::CompileRequest& request, const GraphLimits& li
   return InvalidArgument("the request carries neither a graph nor hlo_text");
 }
 
-v1::CompileResponse::Source SourceOf(cache::Tier tier) {
-  return tier == cache::Tier::kMemory ? v1::CompileResponse::MEMORY : v1::CompileResponse::DISK;
-}
-
 }  // namespace
 
-KernelResolver::KernelResolver(ResolverOptions options, cache::KernelStore& store,
-                               CompilePool& pool, DaemonMetrics& metrics)
-    : options_(std::move(options)), store_(store), pool_(pool), metrics_(metrics) {}
+v1::CompileResponse::Source SourceOf(cache::Tier tier) {
+  switch (tier) {
+    case cache::Tier::kMemory:
+      return v1::CompileResponse::MEMORY;
+    case cache::Tier::kDisk:
+      return v1::CompileResponse::DISK;
+    case cache::Tier::kCluster:
+      return v1::CompileResponse::CLUSTER;
+  }
+  return v1::CompileResponse::SOURCE_UNSPECIFIED;
+}
+
+// A waiting node first looks soon (small kernels compile in tens of milliseconds), then backs
+// off so that many waiting keys cost the cluster little.
+constexpr std::chrono::milliseconds kFirstClusterCheck{5};
+constexpr std::chrono::milliseconds kLongestClusterCheckInterval{100};
+
+KernelResolver::KernelResolver(ResolverOptions options, cache::TieredStore& store,
+                               CompilePool& pool, DaemonMetrics& metrics,
+                               cache::ClusterStore* cluster)
+    : options_(std::move(options)),
+      store_(store),
+      pool_(pool),
+      metrics_(metrics),
+      cluster_(cluster),
+      poller_(kFirstClusterCheck, kLongestClusterCheckInterval) {}
+
+KernelResolver::~KernelResolver() { StopWaiting(); }
+
+void KernelResolver::StopWaiting() { poller_.Stop(); }
 
 const KernelResolver::Profile& KernelResolver::ProfileFor(const Target& target, bool ptx_only) {
   std::lock_guard lock(profiles_mu_);
@@ -141,8 +164,7 @@ void KernelResolver::Resolve(std::string_view request_bytes, bool compile_on_mis
 
 void KernelResolver::StartCompile(std::shared_ptr<Prepared> prepared) {
   // The queue-depth and in-flight gauges are read from the pool at scrape time.
-  bool queued = pool_.TrySubmit(
-      [this, prepared] { flights_.Finish(prepared->key.hex, CompileNow(*prepared)); });
+  bool queued = pool_.TrySubmit([this, prepared] { RunFlight(prepared); });
   if (!queued) {
     flights_.Finish(prepared->key.hex,
                     Resolution{ResourceExhausted("the compile queue is full; retry later or "
@@ -153,14 +175,107 @@ void KernelResolver::StartCompile(std::shared_ptr<Prepared> prepared) {
   }
 }
 
-Resolution KernelResolver::CompileNow(const Prepared& p) {
+void KernelResolver::RunFlight(const std::shared_ptr<Prepared>& prepared) {
   // A request that missed just before the previous flight for this key stored its bundle
   // leads a new flight; finding the bundle here keeps it at one compile per key.
-  const std::string& key = p.key.hex;
+  const std::string& key = prepared->key.hex;
   StatusOr<std::optional<cache::Hit>> hit = store_.Get(key);
   if (hit.ok() && hit->has_value()) {
-    return Resolution{Status::Ok(), SourceOf((*hit)->tier), key, (*hit)->bundle};
+    flights_.Finish(key, Resolution{Status::Ok(), SourceOf((*hit)->tier), key, (*hit)->bundle});
+    return;
   }
+  if (cluster_ == nullptr) {
+    CompileAndFinish(*prepared, /*holds_lease=*/false);
+    return;
+  }
+  const cache::LeaseResult lease = cluster_->TryLease(key);
+  if (lease.state == cache::LeaseResult::State::kHeldElsewhere) {
+    spdlog::debug("waiting for {} to compile key={}", lease.holder, key);
+    metrics_.CountLeaseWait();
+    WaitForCluster(prepared);
+    return;
+  }
+  // Acquired, or the cluster did not answer: then this node compiles (fail-open).
+  CompileAndFinish(*prepared, lease.state == cache::LeaseResult::State::kAcquired);
+}
+
+void KernelResolver::CompileAndFinish(const Prepared& prepared, bool holds_lease) {
+  if (!holds_lease) {
+    flights_.Finish(prepared.key.hex, CompileNow(prepared));
+    return;
+  }
+  // A live holder renews its lease a few times per lease time, so only a dead one's runs
+  // out, however long the compile takes on a busy node.
+  auto compiling = std::make_shared<std::atomic<bool>>(true);
+  const std::string key = prepared.key.hex;
+  const auto every = std::max(std::chrono::milliseconds(1), cluster_->lease_time() / 3);
+  poller_.Add(
+      [this, compiling, key] {
+        if (!compiling->load()) return true;
+        cluster_->RenewLease(key);
+        return false;
+      },
+      [] {}, every, every);
+  Resolution r = CompileNow(prepared);
+  compiling->store(false);
+  cluster_->ReleaseLease(key);
+  flights_.Finish(key, r);
+}
+
+void KernelResolver::WaitForCluster(std::shared_ptr<Prepared> prepared) {
+  const auto give_up_at = std::chrono::steady_clock::now() + options_.cluster_wait;
+  const std::string key = prepared->key.hex;
+  poller_.Add([this, prepared, give_up_at] { return CheckCluster(prepared, give_up_at); },
+              [this, key] {
+                flights_.Finish(key, Resolution{Unavailable("stitchd is shutting down while "
+                                                            "another node compiles this key"),
+                                                {},
+                                                key,
+                                                {}});
+              });
+}
+
+bool KernelResolver::CheckCluster(const std::shared_ptr<Prepared>& prepared,
+                                  std::chrono::steady_clock::time_point give_up_at) {
+  const std::string& key = prepared->key.hex;
+  cache::LeaseProbe probe = cluster_->Probe(key);
+  if (probe.hit) {
+    store_.Promote(key, *probe.hit);
+    metrics_.AddCompileSecondsSaved(probe.hit->bundle->compile_seconds());
+    flights_.Finish(key, Resolution{Status::Ok(), v1::CompileResponse::CLUSTER, key,
+                                    std::move(probe.hit->bundle)});
+    return true;
+  }
+  const bool timed_out = std::chrono::steady_clock::now() >= give_up_at;
+  if (probe.status.ok() && probe.lease_held && !timed_out) return false;
+  // The holder let go without an entry (it died, or its compile failed), it kept renewing
+  // past the longest wait, or the cluster stopped answering: compile here.
+  bool holds_lease = false;
+  if (probe.status.ok()) {
+    const cache::LeaseResult lease = cluster_->TryLease(key);
+    if (lease.state == cache::LeaseResult::State::kHeldElsewhere && !timed_out) return false;
+    holds_lease = lease.state == cache::LeaseResult::State::kAcquired;
+  }
+  spdlog::info("taking over the compile of key={} ({})", key,
+               !probe.status.ok() ? "the cluster does not answer"
+               : timed_out        ? "the lease holder took longer than the longest wait"
+                                  : "the lease holder let go without an entry");
+  metrics_.CountLeaseTakeover();
+  const bool queued =
+      pool_.TrySubmit([this, prepared, holds_lease] { CompileAndFinish(*prepared, holds_lease); });
+  if (!queued) {
+    if (holds_lease) cluster_->ReleaseLease(key);
+    flights_.Finish(key, Resolution{ResourceExhausted("the compile queue is full; retry later "
+                                                      "or fall back"),
+                                    {},
+                                    key,
+                                    {}});
+  }
+  return true;
+}
+
+Resolution KernelResolver::CompileNow(const Prepared& p) {
+  const std::string& key = p.key.hex;
   auto start = std::chrono::steady_clock::now();
   const CompileOptions& options = p.profile->options;
   StatusOr<CompileResult> result = CompileVerifiedGraph(p.graph, p.key, options);

@@ -2,8 +2,17 @@
 // verifies the subgraph, computes the key itself, asks the cache, and on a miss compiles
 // once per key on the compile pool, however many requests are waiting for it.
 //
+// With a cluster tier, a miss compiles once per cluster: the node takes the key's lease
+// before compiling; a node that finds the lease taken waits for the holder's entry on the
+// poller (checking the entry and the lease together, with backoff) and compiles itself when
+// the lease is gone without an entry (the holder died or failed; a live holder renews its
+// lease while it compiles), when its wait passes `cluster_wait`, or when the cluster stops
+// answering. A request never waits past its own
+// deadline: the client falls back, and the flight still lands in the cache.
+//
 // Thread-safety: Resolve may be called from any thread. `done` runs exactly once: inline on
-// the caller's thread when the answer needs no compile, else on a compile-pool thread.
+// the caller's thread when the answer needs no compile, else on a compile-pool or poller
+// thread.
 #pragma once
 
 #include <chrono>
@@ -16,8 +25,10 @@
 #include "compile_pool.h"
 #include "daemon_metrics.h"
 #include "key_memo.h"
+#include "poller.h"
 #include "single_flight.h"
 #include "stitch/base/status.h"
+#include "stitch/cache/cluster_store.h"
 #include "stitch/cache/tiered_store.h"
 #include "stitch/driver/compile.h"
 #include "stitch/ir/graph.h"
@@ -32,6 +43,9 @@ struct ResolverOptions {
   std::string salt;
   bool ptx_only = false;
   GraphLimits limits;
+  // With a cluster tier: the longest a flight waits for another node's compile before it
+  // compiles itself, even while the holder keeps renewing its lease.
+  std::chrono::milliseconds cluster_wait{std::chrono::minutes(10)};
 };
 
 // The answer to one request.
@@ -45,17 +59,29 @@ struct Resolution {
   cache::BundlePtr bundle;
 };
 
+// Returns the response source that names `tier`.
+v1::CompileResponse::Source SourceOf(cache::Tier tier);
+
 class KernelResolver {
  public:
-  // `store`, `pool` and `metrics` must outlive the resolver.
-  KernelResolver(ResolverOptions options, cache::KernelStore& store, CompilePool& pool,
-                 DaemonMetrics& metrics);
+  // `store`, `pool`, `metrics` and `cluster` (null without a cluster tier; else also a tier
+  // of `store`) must outlive the resolver.
+  KernelResolver(ResolverOptions options, cache::TieredStore& store, CompilePool& pool,
+                 DaemonMetrics& metrics, cache::ClusterStore* cluster = nullptr);
+  ~KernelResolver();
 
   // Resolves the serialized CompileRequest `request_bytes`; on a cache miss compiles when
   // `compile_on_miss`, else answers NOT_FOUND. Bytes that are not a CompileRequest are
   // INVALID_ARGUMENT.
   void Resolve(std::string_view request_bytes, bool compile_on_miss,
                std::function<void(Resolution)> done);
+
+  // Answers every request still waiting on another node's compile with UNAVAILABLE (their
+  // clients fall back) and stops waiting. Call before draining the compile pool.
+  void StopWaiting();
+
+  // Keys this node is waiting on another node to compile.
+  size_t waiting() const { return poller_.pending(); }
 
  private:
   struct Prepared;
@@ -71,12 +97,24 @@ class KernelResolver {
   };
   const Profile& ProfileFor(const Target& target, bool ptx_only);
   void StartCompile(std::shared_ptr<Prepared> prepared);
+  // The compile-pool task of a flight: a last cache look, the lease, then a compile or a wait.
+  void RunFlight(const std::shared_ptr<Prepared>& prepared);
+  // Compiles on this thread, stores the bundle, gives up the lease if held, and finishes the
+  // flight.
+  void CompileAndFinish(const Prepared& prepared, bool holds_lease);
+  // Waits on the poller for the entry another node is compiling under its lease.
+  void WaitForCluster(std::shared_ptr<Prepared> prepared);
+  // One look at the cluster for a waited-on key; true when the wait is over.
+  bool CheckCluster(const std::shared_ptr<Prepared>& prepared,
+                    std::chrono::steady_clock::time_point give_up_at);
   Resolution CompileNow(const Prepared& prepared);
 
   ResolverOptions options_;
-  cache::KernelStore& store_;
+  cache::TieredStore& store_;
   CompilePool& pool_;
   DaemonMetrics& metrics_;
+  cache::ClusterStore* const cluster_;
+  Poller poller_;
   SingleFlight<Resolution> flights_;
   KeyMemo memo_{1 << 16};
   std::mutex profiles_mu_;

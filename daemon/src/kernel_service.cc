@@ -29,6 +29,8 @@ RequestResult ResultOf(const Resolution& r) {
         return RequestResult::kHitMemory;
       case v1::CompileResponse::DISK:
         return RequestResult::kHitDisk;
+      case v1::CompileResponse::CLUSTER:
+        return RequestResult::kHitCluster;
       default:
         return RequestResult::kCompiled;
     }
@@ -154,6 +156,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Stats(grpc::CallbackServerContext* 
   auto count = [this](RequestResult r) { return static_cast<uint64_t>(metrics_.ServingCount(r)); };
   response->set_hits_memory(count(RequestResult::kHitMemory));
   response->set_hits_disk(count(RequestResult::kHitDisk));
+  response->set_hits_cluster(count(RequestResult::kHitCluster));
   response->set_compiles(static_cast<uint64_t>(metrics_.compiles()));
   response->set_misses(
       static_cast<uint64_t>(metrics_.RequestCount("Lookup", RequestResult::kFallback)));
@@ -205,10 +208,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::GetEntry(grpc::CallbackServerContex
     return FinishNow(
         context, grpc::Status(grpc::StatusCode::NOT_FOUND, "no entry for key " + request->key()));
   }
-  metrics_.CountRequest("GetEntry", (*hit)->tier == cache::Tier::kMemory ? RequestResult::kHitMemory
-                                                                         : RequestResult::kHitDisk);
-  response->set_source((*hit)->tier == cache::Tier::kMemory ? v1::CompileResponse::MEMORY
-                                                            : v1::CompileResponse::DISK);
+  response->set_source(SourceOf((*hit)->tier));
+  metrics_.CountRequest("GetEntry", ResultOf(Resolution{Status::Ok(), response->source(), {}, {}}));
   response->set_key(request->key());
   *response->mutable_bundle() = *(*hit)->bundle;
   return FinishNow(context, grpc::Status::OK);

@@ -155,3 +155,33 @@ TEST(TieredStoreTest, TierNames) {
 
 }  // namespace
 }  // namespace stitch::cache
+
+namespace stitch::cache {
+namespace {
+
+TEST(TieredStoreClusterTest, StatsAndListSkipTheClusterTier) {
+  testing::TempDir dir;
+  auto disk = OpenDisk(dir.path());
+  TieredStore tiered({NewMemoryStore(1 << 20), disk, std::make_shared<BrokenStore>()});
+  ASSERT_TRUE(disk->Put("a", Sealed("a")).ok());
+  EXPECT_EQ(tiered.Stats().entries, 1u);
+  ASSERT_EQ(tiered.List(10).size(), 1u);
+  EXPECT_EQ(tiered.List(10)[0].key, "a");
+}
+
+TEST(TieredStoreClusterTest, PromoteFillsOnlyTheTiersAboveTheHit) {
+  testing::TempDir dir;
+  auto disk = OpenDisk(dir.path());
+  std::shared_ptr<KernelStore> memory = NewMemoryStore(1 << 20);
+  auto cluster = std::make_shared<BrokenStore>();  // a Put into it would fail and log
+  TieredStore tiered({memory, disk, cluster});
+  tiered.Promote("c", Hit{Sealed("c"), Tier::kCluster});
+  EXPECT_EQ(HitKey(*memory, "c"), "c");
+  EXPECT_EQ(HitKey(*disk, "c"), "c");
+  tiered.Promote("d", Hit{Sealed("d"), Tier::kDisk});
+  EXPECT_EQ(HitKey(*memory, "d"), "d");
+  EXPECT_EQ(HitKey(*disk, "d"), "") << "the tier that held the hit is not written again";
+}
+
+}  // namespace
+}  // namespace stitch::cache

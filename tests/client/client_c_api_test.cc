@@ -243,12 +243,14 @@ TEST(ClientCApi, OutcomeNames) {
   EXPECT_STREQ(stitch_outcome_name(STITCH_HIT_LOCAL), "hit_local");
   EXPECT_STREQ(stitch_outcome_name(STITCH_HIT_MEMORY), "hit_memory");
   EXPECT_STREQ(stitch_outcome_name(STITCH_HIT_DISK), "hit_disk");
+  EXPECT_STREQ(stitch_outcome_name(STITCH_HIT_CLUSTER), "hit_cluster");
   EXPECT_STREQ(stitch_outcome_name(STITCH_COMPILED), "compiled");
   EXPECT_STREQ(stitch_outcome_name(STITCH_FALLBACK), "fallback");
   EXPECT_STREQ(stitch_outcome_name(static_cast<stitch_outcome>(42)), "fallback");
   // ctypes callers use the numbers.
   EXPECT_EQ(STITCH_HIT_LOCAL, 0);
   EXPECT_EQ(STITCH_FALLBACK, 4);
+  EXPECT_EQ(STITCH_HIT_CLUSTER, 5);
 }
 
 }  // namespace

@@ -555,6 +555,7 @@ TEST(ClientOutcome, Names) {
   EXPECT_STREQ(OutcomeName(Outcome::kLocal), "hit_local");
   EXPECT_STREQ(OutcomeName(Outcome::kMemory), "hit_memory");
   EXPECT_STREQ(OutcomeName(Outcome::kDisk), "hit_disk");
+  EXPECT_STREQ(OutcomeName(Outcome::kCluster), "hit_cluster");
   EXPECT_STREQ(OutcomeName(Outcome::kCompiled), "compiled");
   EXPECT_STREQ(OutcomeName(Outcome::kFallback), "fallback");
 }

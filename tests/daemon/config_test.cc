@@ -474,3 +474,53 @@ TEST(ConfigTest, MissingConfigFile) {
 
 }  // namespace
 }  // namespace stitch::daemon
+
+namespace stitch::daemon {
+namespace {
+
+TEST(ClusterConfigTest, FlagsAndFileSetTheClusterTier) {
+  TempDir dir;
+  const std::string file = dir.Write("c.yaml",
+                                     "cluster_nodes: 10.0.0.1:6379,10.0.0.2:6380\n"
+                                     "cluster_user: stitchd\n"
+                                     "cluster_secret_file: /etc/stitchd/secret\n"
+                                     "cluster_ttl_seconds: 3600\n"
+                                     "cluster_read_timeout_ms: 15\n");
+  const DaemonConfig c = ParseOk({"--target", "sm_80", "--config", file, "--cluster-lease-ms",
+                                  "60000", "--node-name", "gpu-17"});
+  EXPECT_EQ(c.cluster_nodes, "10.0.0.1:6379,10.0.0.2:6380");
+  EXPECT_EQ(c.cluster_user, "stitchd");
+  EXPECT_EQ(c.cluster_secret_file, "/etc/stitchd/secret");
+  EXPECT_EQ(c.cluster_ttl_seconds, 3600u);
+  EXPECT_EQ(c.cluster_read_timeout_ms, 15u);
+  EXPECT_EQ(c.cluster_write_timeout_ms, 250u);
+  EXPECT_EQ(c.cluster_lease_ms, 60000u);
+  EXPECT_EQ(c.node_name, "gpu-17");
+  // --print-config shows where the secrets are, and reads back to the same config.
+  const std::string yaml = ToYaml(c);
+  EXPECT_TRUE(Contains(yaml, "cluster_secret_file: \"/etc/stitchd/secret\""));
+  const DaemonConfig again = ParseOk({"--config", dir.Write("again.yaml", yaml)});
+  EXPECT_EQ(again.cluster_nodes, c.cluster_nodes);
+  EXPECT_EQ(again.cluster_lease_ms, c.cluster_lease_ms);
+  EXPECT_EQ(ToYaml(again), yaml);
+}
+
+TEST(ClusterConfigTest, TheDefaultIsNoClusterTier) {
+  const DaemonConfig c = ParseOk({"--target", "sm_80"});
+  EXPECT_EQ(c.cluster_nodes, "");
+  EXPECT_EQ(c.cluster_key_prefix, "stitch");
+}
+
+TEST(ClusterConfigTest, BadClusterSettingsNameTheKey) {
+  EXPECT_TRUE(Contains(ParseError({"--cluster-nodes", "10.0.0.1", "--cluster-secret-file", "/s"}),
+                       "--cluster-nodes"));
+  EXPECT_TRUE(Contains(
+      ParseError({"--cluster-nodes", "h:1,h:99999", "--cluster-secret-file", "/s"}), "port"));
+  EXPECT_TRUE(Contains(ParseError({"--cluster-nodes", "h:1"}), "--cluster-secret-file"));
+  EXPECT_TRUE(Contains(ParseError({"--cluster-key-prefix", "a{b}"}), "braces"));
+  EXPECT_TRUE(Contains(ParseError({"--cluster-read-timeout-ms", "0"}), "1..60000"));
+  EXPECT_TRUE(Contains(ParseError({"--cluster-lease-ms", "soon"}), "'soon'"));
+}
+
+}  // namespace
+}  // namespace stitch::daemon

@@ -77,8 +77,8 @@ class RedisCluster {
     for (int i = 0; i < kNodes; ++i) {
       if (!WaitForPing(i, std::chrono::seconds(10))) return;
     }
-    std::string create =
-        "redis-cli --no-auth-warning -a " + std::string(kRedisAdminPassword) + " --cluster create";
+    std::string create = "timeout 60 redis-cli --no-auth-warning -a " +
+                         std::string(kRedisAdminPassword) + " --cluster create";
     for (int p : ports_) create += " 127.0.0.1:" + std::to_string(p);
     create += " --cluster-replicas 1 --cluster-yes > " + dir_.path() + "/create.log 2>&1";
     int status = -1;
@@ -103,12 +103,13 @@ class RedisCluster {
   }
   const std::string& dir() const { return dir_.path(); }
 
-  // Runs redis-cli as the admin against node `i`; returns its stdout.
+  // Runs redis-cli as the admin against node `i`; returns its stdout. A paused node fails
+  // the call after 10 s rather than hanging the test.
   std::string Cli(int i, const std::string& args, int* status = nullptr) const {
     int s = -1;
     std::string out =
-        RunCommand("redis-cli --no-auth-warning -a " + std::string(kRedisAdminPassword) + " -p " +
-                       std::to_string(port(i)) + " " + args + " 2>&1",
+        RunCommand("timeout 10 redis-cli --no-auth-warning -a " + std::string(kRedisAdminPassword) +
+                       " -p " + std::to_string(port(i)) + " " + args + " 2>&1",
                    &s);
     if (status != nullptr) *status = s;
     return out;

@@ -127,6 +127,13 @@ class ClusterStore : public KernelStore {
   // lease runs out by itself).
   virtual void ReleaseLease(std::string_view key) = 0;
 
+  // Extends the lease on `key` by the lease time from now, so that a compile longer than the
+  // lease keeps it; a lease that already ran out is not recreated. Failures are ignored.
+  virtual void RenewLease(std::string_view key) = 0;
+
+  // The lease time, for callers that schedule renewals.
+  virtual std::chrono::milliseconds lease_time() const = 0;
+
   // Looks for `key`'s entry and whether its lease is held, in one round trip.
   virtual LeaseProbe Probe(std::string_view key) = 0;
 

@@ -30,15 +30,22 @@ class TieredStore : public KernelStore {
   Status Put(std::string_view key, const BundlePtr& bundle) override;
   // Erases from every tier; returns OK, or the first tier's error.
   Status Erase(std::string_view key) override;
-  // Lists the last (largest) tier.
+  // Lists the last (largest) tier this node holds; the cluster tier cannot be enumerated.
   std::vector<EntryInfo> List(size_t limit) const override;
-  // Returns the last tier's stats, with evictions and corrupt summed over tiers.
+  // Returns the stats of the tier List reads, with evictions and corrupt summed over tiers.
   StoreStats Stats() const override;
+
+  // Copies `hit`, found by a lookup of its own tier, into every tier above that tier (a
+  // failed copy is logged), as Get does with the hits it finds.
+  void Promote(std::string_view key, const Hit& hit);
 
   // Returns each tier with its stats, in lookup order.
   std::vector<std::pair<Tier, StoreStats>> TierStats() const;
 
  private:
+  // The last tier that is not the cluster's.
+  const KernelStore& LargestLocalTier() const;
+
   std::vector<std::shared_ptr<KernelStore>> tiers_;
 };
 

@@ -34,11 +34,12 @@ enum class Outcome {
   kLocal,     // this process already had the bundle
   kMemory,    // the daemon's memory tier
   kDisk,      // the daemon's RocksDB
+  kCluster,   // the cluster tier: another node compiled it
   kCompiled,  // compiled for this request
   kFallback,  // no bundle: run the framework's kernels (see Result::reason)
 };
 
-// Returns "hit_local", "hit_memory", "hit_disk", "compiled" or "fallback".
+// Returns "hit_local", "hit_memory", "hit_disk", "hit_cluster", "compiled" or "fallback".
 const char* OutcomeName(Outcome outcome);
 
 struct Result {

@@ -13,7 +13,11 @@
 //   listen       host:port, where host is a name, an IPv4 address or a bracketed IPv6
 //                address ("[::]:7070"); port 0 picks a free port; "" disables the listener.
 //   booleans     true/false (also yes/no, on/off, 1/0).
-//   durations    drain_seconds is a non-negative number of seconds, fractions allowed.
+//   durations    drain_seconds is a non-negative number of seconds, fractions allowed;
+//                the cluster_*_ms and cluster_ttl_seconds keys are positive integers.
+//   files        cluster_password_file and cluster_secret_file name files whose contents
+//                (less one trailing newline) are the secret, e.g. a mounted Kubernetes
+//                Secret; --print-config shows the paths, never the contents.
 //
 // Thread-safety: the functions are reentrant; ParseCommandLine may load the CUDA driver to
 // resolve target "auto", so call it once, early in main().
@@ -71,6 +75,22 @@ struct DaemonConfig {
   std::string log_level = "info";   // trace debug info warn error critical off
   // On SIGTERM, how long in-flight requests may take.
   double drain_seconds = 10;
+
+  // The cluster tier on a Redis Cluster engine (Redis, Valkey or Kvrocks). Empty
+  // cluster_nodes: no cluster tier; the node caches alone.
+  std::string cluster_nodes;          // seed nodes, "host:port,host:port"
+  std::string cluster_user;           // ACL user for AUTH; "" is the default user
+  std::string cluster_password_file;  // holds the AUTH password; "" sends no AUTH
+  std::string cluster_secret_file;    // holds the entries' HMAC secret; required with nodes
+  std::string cluster_key_prefix = "stitch";
+  std::string node_name;  // names this node in leases; "" means <hostname>:<pid>
+  uint32_t cluster_ttl_seconds = 7 * 24 * 3600;
+  uint32_t cluster_read_timeout_ms = 20;
+  uint32_t cluster_write_timeout_ms = 250;
+  // How long a node's lease holds a key while it compiles; a dead node's lease runs out then.
+  uint32_t cluster_lease_ms = 30000;
+  uint32_t cluster_breaker_failures = 5;
+  uint32_t cluster_breaker_open_ms = 5000;
   // The YAML file read, if any; informational, not written by ToYaml.
   std::string config_file;
 };
