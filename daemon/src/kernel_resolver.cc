@@ -204,10 +204,18 @@ void KernelResolver::CompileAndFinish(const Prepared& prepared, bool holds_lease
     flights_.Finish(prepared.key.hex, CompileNow(prepared));
     return;
   }
+  const std::string key = prepared.key.hex;
+  // The previous holder may have published and let go between this node's miss and its
+  // lease; one more look keeps the count at one compile per key.
+  cache::LeaseProbe published = cluster_->Probe(key);
+  if (published.hit) {
+    cluster_->ReleaseLease(key);
+    FinishFromCluster(key, std::move(*published.hit));
+    return;
+  }
   // A live holder renews its lease a few times per lease time, so only a dead one's runs
   // out, however long the compile takes on a busy node.
   auto compiling = std::make_shared<std::atomic<bool>>(true);
-  const std::string key = prepared.key.hex;
   const auto every = std::max(std::chrono::milliseconds(1), cluster_->lease_time() / 3);
   poller_.Add(
       [this, compiling, key] {
@@ -220,6 +228,13 @@ void KernelResolver::CompileAndFinish(const Prepared& prepared, bool holds_lease
   compiling->store(false);
   cluster_->ReleaseLease(key);
   flights_.Finish(key, r);
+}
+
+void KernelResolver::FinishFromCluster(const std::string& key, cache::Hit hit) {
+  store_.Promote(key, hit);
+  metrics_.AddCompileSecondsSaved(hit.bundle->compile_seconds());
+  flights_.Finish(
+      key, Resolution{Status::Ok(), v1::CompileResponse::CLUSTER, key, std::move(hit.bundle)});
 }
 
 void KernelResolver::WaitForCluster(std::shared_ptr<Prepared> prepared) {
@@ -240,10 +255,7 @@ bool KernelResolver::CheckCluster(const std::shared_ptr<Prepared>& prepared,
   const std::string& key = prepared->key.hex;
   cache::LeaseProbe probe = cluster_->Probe(key);
   if (probe.hit) {
-    store_.Promote(key, *probe.hit);
-    metrics_.AddCompileSecondsSaved(probe.hit->bundle->compile_seconds());
-    flights_.Finish(key, Resolution{Status::Ok(), v1::CompileResponse::CLUSTER, key,
-                                    std::move(probe.hit->bundle)});
+    FinishFromCluster(key, std::move(*probe.hit));
     return true;
   }
   const bool timed_out = std::chrono::steady_clock::now() >= give_up_at;

@@ -100,8 +100,10 @@ class KernelResolver {
   // The compile-pool task of a flight: a last cache look, the lease, then a compile or a wait.
   void RunFlight(const std::shared_ptr<Prepared>& prepared);
   // Compiles on this thread, stores the bundle, gives up the lease if held, and finishes the
-  // flight.
+  // flight. Holding the lease, it first looks once more for an entry published meanwhile.
   void CompileAndFinish(const Prepared& prepared, bool holds_lease);
+  // Back-fills the node's tiers with an entry another node published and answers the flight.
+  void FinishFromCluster(const std::string& key, cache::Hit hit);
   // Waits on the poller for the entry another node is compiling under its lease.
   void WaitForCluster(std::shared_ptr<Prepared> prepared);
   // One look at the cluster for a waited-on key; true when the wait is over.

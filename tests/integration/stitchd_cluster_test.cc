@@ -13,6 +13,7 @@
 #include "stitch/client/client.h"
 #include "stitch/hlo/hlo_import.h"
 #include "stitch/ir/graph_proto.h"
+#include "support/cold_start.h"
 #include "support/daemon_requests.h"
 #include "support/redis_cluster.h"
 #include "support/stitchd_process.h"
@@ -27,24 +28,6 @@ using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
 constexpr const char* kSecret = "integration-test-cluster-secret-0123";
-
-// The memory-intensive subgraphs of a real training step, as a job would send them.
-std::vector<v1::CompileRequest> MobileNetRequests() {
-  const std::string text = ReadFile(std::string(STITCH_CORPUS_DIR) +
-                                    "/hlo/real_models/mobilenet_v2_pytorchxla_train_bs96.hlo");
-  HloImportOptions options;
-  options.source_name = "mobilenet_v2";
-  StatusOr<std::vector<Graph>> graphs = ExtractMemoryIntensiveSubgraphs(text, options);
-  EXPECT_TRUE(graphs.ok()) << graphs.status().ToString();
-  std::vector<v1::CompileRequest> out;
-  if (!graphs.ok()) return out;
-  for (const Graph& g : *graphs) {
-    v1::CompileRequest r;
-    *r.mutable_graph() = ToProto(g);
-    out.push_back(std::move(r));
-  }
-  return out;
-}
 
 // Returns the value of the metric line starting with `series` (name and labels), or 0.
 double Metric(const StitchdProcess& d, const std::string& series) {
@@ -126,40 +109,6 @@ class StitchdClusterTest : public ::testing::Test {
     return s.ok() ? *s : v1::StatsResponse();
   }
 
-  // Four jobs per node, every job asking for every request, each from a different place in
-  // the list as jobs at different steps do. Returns the sum of compiles over the nodes and
-  // the seconds until every node answered every request; counts requests without kernels in
-  // `failed`.
-  std::pair<uint64_t, double> ColdStart(const std::vector<std::unique_ptr<StitchdProcess>>& nodes,
-                                        const std::vector<v1::CompileRequest>& requests,
-                                        std::set<std::string>* keys, int* failed) {
-    const auto start = steady_clock::now();
-    std::mutex mu;
-    std::vector<std::thread> jobs;
-    for (const auto& node : nodes) {
-      for (size_t j = 0; j < 4; ++j) {
-        jobs.emplace_back([&, j, options = Options(*node)] {
-          Client c(options);
-          for (size_t i = 0; i < requests.size(); ++i) {
-            client::Result got = c.Compile(requests[(i + j * 7) % requests.size()]);
-            std::lock_guard lock(mu);
-            if (got.ok()) {
-              keys->insert(got.key);
-            } else {
-              ++*failed;
-              ADD_FAILURE() << got.reason;
-            }
-          }
-        });
-      }
-    }
-    for (auto& t : jobs) t.join();
-    const double seconds = std::chrono::duration<double>(steady_clock::now() - start).count();
-    uint64_t compiles = 0;
-    for (const auto& node : nodes) compiles += StatsOf(*node).compiles();
-    return {compiles, seconds};
-  }
-
   // Asks `d` for every request from one job; returns how many came back without kernels and
   // counts the outcomes.
   int AskAll(const StitchdProcess& d, const std::vector<v1::CompileRequest>& requests,
@@ -226,13 +175,11 @@ TEST_F(StitchdClusterTest, OneNodeCompilesTheOthersHitTheClusterThenTheirDisk) {
 TEST_F(StitchdClusterTest, AColdClusterCompilesEachKeyOnceAcrossThreeNodes) {
   const std::vector<v1::CompileRequest> requests = MobileNetRequests();
   ASSERT_FALSE(requests.empty());
-  std::set<std::string> keys;
-  int failed = 0;
-  std::pair<uint64_t, double> shared, alone;
+  ColdStartResult shared, alone;
   {
     std::vector<std::unique_ptr<StitchdProcess>> nodes;
     for (const char* n : {"a", "b", "c"}) nodes.push_back(StartNode(n));
-    shared = ColdStart(nodes, requests, &keys, &failed);
+    shared = ColdStart({nodes[0].get(), nodes[1].get(), nodes[2].get()}, requests, 4);
     // Every node now holds every kernel.
     for (const auto& node : nodes) {
       std::map<Outcome, int> outcomes;
@@ -240,22 +187,21 @@ TEST_F(StitchdClusterTest, AColdClusterCompilesEachKeyOnceAcrossThreeNodes) {
       EXPECT_EQ(outcomes[Outcome::kCompiled], 0);
     }
   }
-  EXPECT_EQ(failed, 0);
-  EXPECT_EQ(shared.first, keys.size()) << "one compile per key for the whole cluster";
+  EXPECT_TRUE(shared.failures.empty()) << shared.failures.front();
+  EXPECT_EQ(shared.compiles, shared.keys.size()) << "one compile per key for the whole cluster";
   {
     std::vector<std::unique_ptr<StitchdProcess>> nodes;
     for (const char* n : {"d", "e", "f"}) nodes.push_back(StartNode(n, /*with_cluster=*/false));
-    std::set<std::string> alone_keys;
-    alone = ColdStart(nodes, requests, &alone_keys, &failed);
-    EXPECT_EQ(alone_keys, keys);
+    alone = ColdStart({nodes[0].get(), nodes[1].get(), nodes[2].get()}, requests, 4);
   }
-  EXPECT_EQ(failed, 0);
-  EXPECT_EQ(alone.first, 3 * keys.size()) << "each node compiles every key without the tier";
+  EXPECT_TRUE(alone.failures.empty()) << alone.failures.front();
+  EXPECT_EQ(alone.keys, shared.keys);
+  EXPECT_EQ(alone.compiles, 3 * shared.keys.size()) << "without the tier each node compiles all";
   std::printf(
       "cold start of %zu subgraphs (%zu keys) on 3 nodes x 4 jobs: %llu compiles in "
       "%.1f s with the cluster tier, %llu compiles in %.1f s without\n",
-      requests.size(), keys.size(), static_cast<unsigned long long>(shared.first), shared.second,
-      static_cast<unsigned long long>(alone.first), alone.second);
+      requests.size(), shared.keys.size(), static_cast<unsigned long long>(shared.compiles),
+      shared.seconds, static_cast<unsigned long long>(alone.compiles), alone.seconds);
 }
 
 TEST_F(StitchdClusterTest, KillingARedisMasterFailsNoRequest) {
@@ -353,6 +299,37 @@ TEST_F(StitchdClusterTest, WhenTheLeaseHolderDiesAnotherNodeCompiles) {
   EXPECT_EQ(waited.outcome, Outcome::kCompiled) << waited.reason;
   EXPECT_EQ(Metric(*b, "stitch_cluster_lease_takeovers_total"), 1);
   EXPECT_EQ(StatsOf(*b).compiles(), 1u);
+}
+
+TEST_F(StitchdClusterTest, AWaitingRequestFallsBackAtItsDeadlineAndTheKernelsStillLand) {
+  const v1::CompileRequest slow = LongChainRequest(150, 2048);
+  auto a = StartNode("a");
+  auto b = StartNode("b");
+  std::thread holder([&] { Client(Options(*a)).Compile(slow); });
+  const auto end = steady_clock::now() + std::chrono::seconds(60);
+  while (Metric(*a, "stitch_cluster_call_duration_seconds_count{operation=\"lease\"}") < 1 &&
+         steady_clock::now() < end) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  // Node b waits on a's lease; its job's deadline is short, so the job falls back.
+  client::Result late = Client(Options(*b)).Compile(slow, milliseconds(300));
+  EXPECT_EQ(late.outcome, Outcome::kFallback);
+  EXPECT_NE(late.reason.find("DEADLINE_EXCEEDED"), std::string::npos) << late.reason;
+  EXPECT_EQ(Metric(*b, "stitch_cluster_lease_waits_total"), 1);
+  holder.join();
+  // b's wait went on without the job and lands a's kernels in b's own tiers (a lookup may
+  // find them in the cluster a moment before the wait's next look does).
+  const auto in_memory = [&] {
+    return Client(Options(*b)).Lookup(slow).outcome == Outcome::kMemory;
+  };
+  bool landed = false;
+  while (!landed && steady_clock::now() < end) {
+    landed = in_memory();
+    if (!landed) std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_TRUE(landed);
+  EXPECT_EQ(StatsOf(*b).compiles(), 0u);
+  EXPECT_EQ(StatsOf(*a).compiles(), 1u);
 }
 
 TEST_F(StitchdClusterTest, ASlowClusterLeavesLocalHitsAlone) {
