@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
 
   stitch::client::ClientOptions options;
   options.address = address;
+  // The model is a PyTorch/XLA training step: without stitchd it runs XLA's kernels, so its
+  // savings are priced against the XLA model.
+  options.fallback = stitch::v1::FALLBACK_XLA;
   stitch::client::Client client(options);
   std::map<std::string, int> outcomes;
   std::string first_fallback;

@@ -135,6 +135,13 @@ void stitch_result_free(stitch_result* result);
 int stitch_client_record_invocations(stitch_client* client, const char* key, uint64_t invocations);
 
 /*
+ * Says what the job runs where stitchd's kernels are not used: "xla", "inductor", or NULL or
+ * "" for not said. The daemon prices the savings of later usage reports against that
+ * compiler's model. Returns 0, or -1 when `client` is NULL or `fallback` is another name.
+ */
+int stitch_client_set_fallback(stitch_client* client, const char* fallback);
+
+/*
  * Sends the pending usage batch to the daemon, within 2000 ms.
  * Returns 0 on success (also when nothing was pending), 1 when the daemon could not be
  * reached or refused the batch (the batch is kept for the next flush), -1 when `client`

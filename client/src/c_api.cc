@@ -4,6 +4,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include "stitch/client/client.h"
 #include "stitch_client.h"
@@ -192,6 +193,21 @@ int stitch_client_record_invocations(stitch_client* client, const char* key, uin
   } catch (...) {
     return -1;
   }
+}
+
+int stitch_client_set_fallback(stitch_client* client, const char* fallback) {
+  if (client == nullptr) return -1;
+  const std::string_view name = fallback == nullptr ? "" : fallback;
+  if (name.empty()) {
+    client->client->SetFallback(stitch::v1::FALLBACK_UNSPECIFIED);
+  } else if (name == "xla") {
+    client->client->SetFallback(stitch::v1::FALLBACK_XLA);
+  } else if (name == "inductor") {
+    client->client->SetFallback(stitch::v1::FALLBACK_INDUCTOR);
+  } else {
+    return -1;
+  }
+  return 0;
 }
 
 int stitch_client_flush_usage(stitch_client* client) {

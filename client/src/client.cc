@@ -235,6 +235,7 @@ struct Client::Impl final : internal::ForkLockable {
   ClientOptions options;
   std::string address;
   std::shared_ptr<BundleCache> cache;  // null when disabled; shared with calls in flight
+  std::atomic<int> fallback{v1::FALLBACK_UNSPECIFIED};  // options.fallback, or SetFallback's
 
   std::mutex conn_mu;
   std::condition_variable conn_cv;
@@ -408,7 +409,11 @@ StatusOr<Response> Client::Impl::Admin(const char* name, StubMethod<Request, Res
   }
 }
 
-Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  impl_->fallback = impl_->options.fallback;
+}
+
+void Client::SetFallback(v1::Fallback fallback) { impl_->fallback = fallback; }
 
 Client::~Client() = default;
 
@@ -453,6 +458,7 @@ StatusOr<v1::ReportUsageResponse> Client::FlushUsage() {
   }
   if (batch.empty()) return v1::ReportUsageResponse();
   v1::ReportUsageRequest request;
+  request.set_fallback(static_cast<v1::Fallback>(impl_->fallback.load()));
   for (const auto& [key, n] : batch) {
     v1::UsageRecord* record = request.add_records();
     record->set_key(key);

@@ -8,8 +8,12 @@ namespace {
 // The names persistent totals are saved under in the store.
 constexpr const char* kCompiles = "compiles";
 constexpr const char* kCompileSecondsSaved = "compile_seconds_saved";
+// Per baseline: "<name>.<baseline>". Totals saved before savings carried a baseline were
+// priced against the better model, so they restore as "unreported".
 constexpr const char* kGpuSecondsSaved = "gpu_seconds_saved";
 constexpr const char* kInvocations = "invocations_reported";
+constexpr const char* kBaselines[] = {"xla", "inductor", "unreported"};
+constexpr const char* kLegacyBaseline = "unreported";
 
 constexpr RequestResult kAllResults[] = {RequestResult::kHitMemory,  RequestResult::kHitDisk,
                                          RequestResult::kHitCluster, RequestResult::kCompiled,
@@ -82,6 +86,14 @@ DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& ver
       corrupt_(registry.AddCounter(
           "stitch_cache_corrupt_entries_total",
           "Entries dropped for a bad digest, version or encoding, by cache tier.")),
+      gpu_seconds_saved_(registry.AddCounter(
+          "stitch_gpu_seconds_saved_total",
+          "GPU time saved by fusion: for every invocation jobs report, the cost model's time "
+          "for the job's baseline (its fallback's model: xla, inductor; unreported: the "
+          "better of the two) minus the shipped plan's.")),
+      invocations_(registry.AddCounter("stitch_kernel_invocations_reported_total",
+                                       "Bundle invocations reported by jobs, by the baseline "
+                                       "their savings are priced against.")),
       cluster_seconds_(registry.AddHistogram("stitch_cluster_call_duration_seconds",
                                              "Cluster tier round trips, by operation.",
                                              ClusterBuckets())),
@@ -118,16 +130,10 @@ DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& ver
                        "Compile time that cache hits saved: each hit credits the stored "
                        "compile time of its bundle.")
            .Add();
-  gpu_seconds_saved_ =
-      &registry
-           .AddCounter("stitch_gpu_seconds_saved_total",
-                       "GPU time saved by fusion: for every invocation jobs report, the "
-                       "cost model's baseline time minus its stitched time.")
-           .Add();
-  invocations_ = &registry
-                      .AddCounter("stitch_kernel_invocations_reported_total",
-                                  "Bundle invocations reported by jobs.")
-                      .Add();
+  for (const char* b : kBaselines) {
+    gpu_seconds_saved_.Add({{"baseline", b}});
+    invocations_.Add({{"baseline", b}});
+  }
   cluster_breaker_trips_ = &registry
                                 .AddCounter("stitch_cluster_breaker_trips_total",
                                             "Times the cluster circuit breaker opened.")
@@ -206,9 +212,25 @@ void DaemonMetrics::AddCompileSecondsSaved(double seconds) {
   compile_seconds_saved_->Increment(seconds);
 }
 
-void DaemonMetrics::AddUsage(uint64_t invocations, double gpu_seconds_saved) {
-  invocations_->Increment(static_cast<double>(invocations));
-  if (gpu_seconds_saved > 0) gpu_seconds_saved_->Increment(gpu_seconds_saved);
+void DaemonMetrics::AddUsage(uint64_t invocations, double gpu_seconds_saved,
+                             std::string_view baseline) {
+  const metrics::Labels labels = {{"baseline", std::string(baseline)}};
+  invocations_.Add(labels).Increment(static_cast<double>(invocations));
+  if (gpu_seconds_saved > 0) gpu_seconds_saved_.Add(labels).Increment(gpu_seconds_saved);
+}
+
+double DaemonMetrics::gpu_seconds_saved() const {
+  double total = 0;
+  gpu_seconds_saved_.ForEach(
+      [&](const metrics::Labels&, const metrics::Counter& c) { total += c.Value(); });
+  return total;
+}
+
+double DaemonMetrics::invocations() const {
+  double total = 0;
+  invocations_.ForEach(
+      [&](const metrics::Labels&, const metrics::Counter& c) { total += c.Value(); });
+  return total;
 }
 
 void DaemonMetrics::SetCacheStats(const std::string& tier, double entries, double bytes,
@@ -225,17 +247,32 @@ void DaemonMetrics::SetCacheStats(const std::string& tier, double entries, doubl
 }
 
 std::map<std::string, double> DaemonMetrics::PersistentTotals() const {
-  return {{kCompiles, compiles_ok_->Value()},
-          {kCompileSecondsSaved, compile_seconds_saved_->Value()},
-          {kGpuSecondsSaved, gpu_seconds_saved_->Value()},
-          {kInvocations, invocations_->Value()}};
+  std::map<std::string, double> totals = {{kCompiles, compiles_ok_->Value()},
+                                          {kCompileSecondsSaved, compile_seconds_saved_->Value()}};
+  const auto save = [&](const char* name, const metrics::Family<metrics::Counter>& family) {
+    family.ForEach([&](const metrics::Labels& labels, const metrics::Counter& c) {
+      totals[std::string(name) + "." + labels.at("baseline")] = c.Value();
+    });
+  };
+  save(kGpuSecondsSaved, gpu_seconds_saved_);
+  save(kInvocations, invocations_);
+  return totals;
 }
 
 void DaemonMetrics::RestoreTotals(const std::map<std::string, double>& totals) {
   Restore(*compiles_ok_, totals, kCompiles);
   Restore(*compile_seconds_saved_, totals, kCompileSecondsSaved);
-  Restore(*gpu_seconds_saved_, totals, kGpuSecondsSaved);
-  Restore(*invocations_, totals, kInvocations);
+  for (const char* b : kBaselines) {
+    const std::string suffix = std::string(".") + b;
+    Restore(gpu_seconds_saved_.Add({{"baseline", b}}), totals, (kGpuSecondsSaved + suffix).c_str());
+    Restore(invocations_.Add({{"baseline", b}}), totals, (kInvocations + suffix).c_str());
+  }
+  // A store saved before the labels holds only the plain names; once the labelled totals
+  // are saved they include it, and the plain names (never rewritten) are ignored.
+  if (!totals.count(std::string(kGpuSecondsSaved) + "." + kLegacyBaseline)) {
+    Restore(gpu_seconds_saved_.Add({{"baseline", kLegacyBaseline}}), totals, kGpuSecondsSaved);
+    Restore(invocations_.Add({{"baseline", kLegacyBaseline}}), totals, kInvocations);
+  }
 }
 
 double DaemonMetrics::RequestCount(const char* method, RequestResult result) {

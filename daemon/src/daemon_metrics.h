@@ -34,8 +34,9 @@ class DaemonMetrics : public cache::ClusterObserver {
   void ObserveCompile(double seconds, bool ok);
   // Credits a cache hit with the compile time it saved.
   void AddCompileSecondsSaved(double seconds);
-  // Credits reported invocations with the GPU time stitching saved on them.
-  void AddUsage(uint64_t invocations, double gpu_seconds_saved);
+  // Credits reported invocations with the GPU time stitching saved on them against
+  // `baseline` ("xla", "inductor", or "unreported" when the job did not say what it runs).
+  void AddUsage(uint64_t invocations, double gpu_seconds_saved, std::string_view baseline);
 
   // Counts a flight that found another node compiling its key and waited for it.
   void CountLeaseWait();
@@ -64,8 +65,9 @@ class DaemonMetrics : public cache::ClusterObserver {
   double ServingCount(RequestResult result);
   double compiles() const { return compiles_ok_->Value(); }
   double compile_seconds_saved() const { return compile_seconds_saved_->Value(); }
-  double gpu_seconds_saved() const { return gpu_seconds_saved_->Value(); }
-  double invocations() const { return invocations_->Value(); }
+  // Summed over baselines.
+  double gpu_seconds_saved() const;
+  double invocations() const;
 
  private:
   metrics::Family<metrics::Counter>& requests_;
@@ -82,8 +84,8 @@ class DaemonMetrics : public cache::ClusterObserver {
   metrics::Counter* compiles_ok_;
   metrics::Counter* compiles_failed_;
   metrics::Counter* compile_seconds_saved_;
-  metrics::Counter* gpu_seconds_saved_;
-  metrics::Counter* invocations_;
+  metrics::Family<metrics::Counter>& gpu_seconds_saved_;
+  metrics::Family<metrics::Counter>& invocations_;
   metrics::Family<metrics::Histogram>& cluster_seconds_;
   metrics::Family<metrics::Counter>& cluster_errors_;
   metrics::Family<metrics::Counter>& cluster_rejected_;

@@ -22,6 +22,33 @@ bool IsHexKey(const std::string& key) {
          });
 }
 
+// What one invocation of a bundle saved against a job's fallback, and the label it goes under.
+struct BaselinePrice {
+  double saved_per_call = 0;
+  const char* baseline = "unreported";
+};
+
+// The job's own fallback prices its savings: the bundle's estimate for that compiler's model.
+// A job that did not say is priced against the better model, which never overstates them.
+BaselinePrice PriceAgainst(const v1::CostEstimate& cost, v1::Fallback fallback) {
+  BaselinePrice price;
+  double baseline_seconds = cost.baseline_seconds();
+  const char* planner = fallback == v1::FALLBACK_XLA        ? "xla"
+                        : fallback == v1::FALLBACK_INDUCTOR ? "inductor"
+                                                            : nullptr;
+  if (planner != nullptr) {
+    for (const v1::PlanEstimate& plan : cost.plans()) {
+      if (plan.planner() != planner) continue;
+      baseline_seconds = plan.seconds();
+      price.baseline = planner;
+    }
+  }
+  // The shipped plan is the fastest modelled, so a saving is never negative; a bundle that
+  // lacks the named model's estimate is priced as "unreported".
+  price.saved_per_call = std::max(0.0, baseline_seconds - cost.stitched_seconds());
+  return price;
+}
+
 RequestResult ResultOf(const Resolution& r) {
   if (r.status.ok()) {
     switch (r.source) {
@@ -135,9 +162,9 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ReportUsage(grpc::CallbackServerCon
       ++unknown;
       continue;
     }
-    const v1::CostEstimate& cost = (*hit)->bundle->cost();
-    double saved_per_call = cost.baseline_seconds() - cost.stitched_seconds();
-    metrics_.AddUsage(r.invocations(), saved_per_call * static_cast<double>(r.invocations()));
+    const BaselinePrice price = PriceAgainst((*hit)->bundle->cost(), request->fallback());
+    metrics_.AddUsage(r.invocations(), price.saved_per_call * static_cast<double>(r.invocations()),
+                      price.baseline);
     ++accepted;
   }
   response->set_accepted(accepted);

@@ -167,6 +167,20 @@ TEST(ClientCApi, UsageRecordAndFlush) {
   ASSERT_EQ(seen[1].records_size(), 1);
   EXPECT_EQ(seen[1].records(0).key(), "k1");
   EXPECT_EQ(seen[1].records(0).invocations(), 7u);
+  EXPECT_EQ(seen[1].fallback(), v1::FALLBACK_UNSPECIFIED);
+  // The job's fallback goes with its later reports; an unknown name changes nothing.
+  EXPECT_EQ(stitch_client_set_fallback(client, "inductor"), 0);
+  EXPECT_EQ(stitch_client_set_fallback(client, "tensorrt"), -1);
+  EXPECT_EQ(stitch_client_set_fallback(nullptr, "xla"), -1);
+  EXPECT_EQ(stitch_client_record_invocations(client, "k2", 1), 0);
+  EXPECT_EQ(stitch_client_flush_usage(client), 0);
+  seen = service.UsageRequests();
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[2].fallback(), v1::FALLBACK_INDUCTOR);
+  EXPECT_EQ(stitch_client_set_fallback(client, nullptr), 0);
+  EXPECT_EQ(stitch_client_record_invocations(client, "k3", 1), 0);
+  EXPECT_EQ(stitch_client_flush_usage(client), 0);
+  EXPECT_EQ(service.UsageRequests().back().fallback(), v1::FALLBACK_UNSPECIFIED);
   stitch_client_destroy(client);
 }
 

@@ -362,6 +362,27 @@ TEST(ClientUsage, FlushSendsSummedCountsPerKey) {
   // The batch was cleared.
   ASSERT_TRUE(client.FlushUsage().ok());
   EXPECT_EQ(service.usage_calls.load(), 1);
+  EXPECT_EQ(seen[0].fallback(), v1::FALLBACK_UNSPECIFIED);
+}
+
+TEST(ClientUsage, ReportsCarryTheJobsFallback) {
+  ScriptedService service;
+  service.report_usage = [](const v1::ReportUsageRequest&, v1::ReportUsageResponse*) {
+    return grpc::Status::OK;
+  };
+  ScriptedServer server(&service);
+  ClientOptions options = OptionsFor(server.address());
+  options.fallback = v1::FALLBACK_XLA;
+  Client client(options);
+  client.RecordInvocations("aa", 1);
+  ASSERT_TRUE(client.FlushUsage().ok());
+  client.SetFallback(v1::FALLBACK_INDUCTOR);
+  client.RecordInvocations("aa", 1);
+  ASSERT_TRUE(client.FlushUsage().ok());
+  std::vector<v1::ReportUsageRequest> seen = service.UsageRequests();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].fallback(), v1::FALLBACK_XLA);
+  EXPECT_EQ(seen[1].fallback(), v1::FALLBACK_INDUCTOR);
 }
 
 TEST(ClientUsage, FailedFlushKeepsTheBatch) {

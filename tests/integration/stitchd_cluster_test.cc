@@ -29,19 +29,6 @@ using std::chrono::steady_clock;
 
 constexpr const char* kSecret = "integration-test-cluster-secret-0123";
 
-// Returns the value of the metric line starting with `series` (name and labels), or 0.
-double Metric(const StitchdProcess& d, const std::string& series) {
-  int status = 0;
-  const std::string body = RunCommand(
-      "curl -sS http://127.0.0.1:" + std::to_string(d.metrics_port()) + "/metrics", &status);
-  size_t at = 0;
-  while ((at = body.find(series + " ", at)) != std::string::npos) {
-    if (at == 0 || body[at - 1] == '\n') return std::stod(body.substr(at + series.size() + 1));
-    at += series.size();
-  }
-  return 0;
-}
-
 class StitchdClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -145,7 +132,7 @@ TEST_F(StitchdClusterTest, OneNodeCompilesTheOthersHitTheClusterThenTheirDisk) {
       ASSERT_EQ(got.outcome, Outcome::kCompiled) << got.reason;
       digests[got.key] = got.bundle->digest();
     }
-    EXPECT_EQ(Metric(*a, "stitch_cluster_writes_total"), 4);
+    EXPECT_EQ(ScrapeMetric(*a, "stitch_cluster_writes_total"), 4);
   }
   {
     auto b = StartNode("b");
@@ -257,15 +244,15 @@ TEST_F(StitchdClusterTest, AStoppedClusterCostsCompilesNotRequests) {
   EXPECT_EQ(outcomes[Outcome::kCompiled], 10);
   EXPECT_EQ(AskAll(*a, {before}, &outcomes), 0);
   EXPECT_EQ(outcomes[Outcome::kMemory], 1);
-  EXPECT_GE(Metric(*a, "stitch_cluster_breaker_trips_total"), 1);
-  EXPECT_GT(Metric(*a, "stitch_cluster_skipped_calls_total"), 0);
+  EXPECT_GE(ScrapeMetric(*a, "stitch_cluster_breaker_trips_total"), 1);
+  EXPECT_GT(ScrapeMetric(*a, "stitch_cluster_skipped_calls_total"), 0);
   for (int i = 0; i < RedisCluster::kNodes; ++i) cluster_->Restart(i);
   ASSERT_TRUE(cluster_->WaitHealthy(std::chrono::seconds(60), /*with_replicas=*/false));
   // The breaker closes again and new compiles are shared once more.
   std::this_thread::sleep_for(milliseconds(600));
   const v1::CompileRequest after = HloRequest(SoftmaxHlo(99, 64));
   int tries = 0;
-  while (Metric(*a, "stitch_cluster_breaker_state{state=\"closed\"}") != 1 && tries++ < 50) {
+  while (ScrapeMetric(*a, "stitch_cluster_breaker_state{state=\"closed\"}") != 1 && tries++ < 50) {
     Client(Options(*a)).Lookup(HloRequest(SoftmaxHlo(100 + tries, 64)));
     std::this_thread::sleep_for(milliseconds(200));
   }
@@ -283,21 +270,21 @@ TEST_F(StitchdClusterTest, WhenTheLeaseHolderDiesAnotherNodeCompiles) {
   std::thread holder([&] { Client(Options(*a)).Compile(slow); });
   // Node a holds the lease once the cluster has it; then b asks and waits on a.
   const auto end = steady_clock::now() + std::chrono::seconds(60);
-  while (Metric(*a, "stitch_cluster_call_duration_seconds_count{operation=\"lease\"}") < 1 &&
+  while (ScrapeMetric(*a, "stitch_cluster_call_duration_seconds_count{operation=\"lease\"}") < 1 &&
          steady_clock::now() < end) {
     std::this_thread::sleep_for(milliseconds(10));
   }
   client::Result waited;
   std::thread waiter([&] { waited = Client(Options(*b)).Compile(slow); });
-  while (Metric(*b, "stitch_cluster_lease_waits_total") < 1 && steady_clock::now() < end) {
+  while (ScrapeMetric(*b, "stitch_cluster_lease_waits_total") < 1 && steady_clock::now() < end) {
     std::this_thread::sleep_for(milliseconds(10));
   }
-  ASSERT_EQ(Metric(*b, "stitch_cluster_lease_waits_total"), 1) << b->log();
+  ASSERT_EQ(ScrapeMetric(*b, "stitch_cluster_lease_waits_total"), 1) << b->log();
   ::kill(a->pid(), SIGKILL);
   holder.join();
   waiter.join();
   EXPECT_EQ(waited.outcome, Outcome::kCompiled) << waited.reason;
-  EXPECT_EQ(Metric(*b, "stitch_cluster_lease_takeovers_total"), 1);
+  EXPECT_EQ(ScrapeMetric(*b, "stitch_cluster_lease_takeovers_total"), 1);
   EXPECT_EQ(StatsOf(*b).compiles(), 1u);
 }
 
@@ -307,7 +294,7 @@ TEST_F(StitchdClusterTest, AWaitingRequestFallsBackAtItsDeadlineAndTheKernelsSti
   auto b = StartNode("b");
   std::thread holder([&] { Client(Options(*a)).Compile(slow); });
   const auto end = steady_clock::now() + std::chrono::seconds(60);
-  while (Metric(*a, "stitch_cluster_call_duration_seconds_count{operation=\"lease\"}") < 1 &&
+  while (ScrapeMetric(*a, "stitch_cluster_call_duration_seconds_count{operation=\"lease\"}") < 1 &&
          steady_clock::now() < end) {
     std::this_thread::sleep_for(milliseconds(10));
   }
@@ -315,7 +302,7 @@ TEST_F(StitchdClusterTest, AWaitingRequestFallsBackAtItsDeadlineAndTheKernelsSti
   client::Result late = Client(Options(*b)).Compile(slow, milliseconds(300));
   EXPECT_EQ(late.outcome, Outcome::kFallback);
   EXPECT_NE(late.reason.find("DEADLINE_EXCEEDED"), std::string::npos) << late.reason;
-  EXPECT_EQ(Metric(*b, "stitch_cluster_lease_waits_total"), 1);
+  EXPECT_EQ(ScrapeMetric(*b, "stitch_cluster_lease_waits_total"), 1);
   holder.join();
   // b's wait went on without the job and lands a's kernels in b's own tiers (a lookup may
   // find them in the cluster a moment before the wait's next look does).
@@ -338,7 +325,7 @@ TEST_F(StitchdClusterTest, ASlowClusterLeavesLocalHitsAlone) {
   for (int i = 0; i < 8; ++i) requests.push_back(HloRequest(SoftmaxHlo(120 + i, 64)));
   ASSERT_EQ(AskAll(*a, requests, nullptr), 0);
   const double calls_before =
-      Metric(*a, "stitch_cluster_call_duration_seconds_count{operation=\"get\"}");
+      ScrapeMetric(*a, "stitch_cluster_call_duration_seconds_count{operation=\"get\"}");
   const std::vector<int> masters = cluster_->Masters();
   for (int m : masters) cluster_->Pause(m);
   std::map<Outcome, int> outcomes;
@@ -350,7 +337,7 @@ TEST_F(StitchdClusterTest, ASlowClusterLeavesLocalHitsAlone) {
   EXPECT_EQ(outcomes[Outcome::kMemory], 40);
   EXPECT_EQ(fresh[Outcome::kCompiled], 1);
   // Memory hits never reached the cluster: only the one miss did.
-  EXPECT_LE(Metric(*a, "stitch_cluster_call_duration_seconds_count{operation=\"get\"}"),
+  EXPECT_LE(ScrapeMetric(*a, "stitch_cluster_call_duration_seconds_count{operation=\"get\"}"),
             calls_before + 2);
 }
 
@@ -370,8 +357,8 @@ TEST_F(StitchdClusterTest, EntriesWrittenBehindTheDaemonsBackAreNotServed) {
   client::Result got = Client(Options(*b)).Compile(request);
   EXPECT_EQ(got.outcome, Outcome::kCompiled) << "a forged entry must not be served";
   // Each read of it is refused: the request's lookup and the compile's last look.
-  EXPECT_GE(Metric(*b, "stitch_cluster_rejected_entries_total{reason=\"truncated\"}"), 1);
-  EXPECT_EQ(Metric(*b, "stitch_cluster_rejected_entries_total{reason=\"hmac\"}"), 0);
+  EXPECT_GE(ScrapeMetric(*b, "stitch_cluster_rejected_entries_total{reason=\"truncated\"}"), 1);
+  EXPECT_EQ(ScrapeMetric(*b, "stitch_cluster_rejected_entries_total{reason=\"hmac\"}"), 0);
   // The metrics page with every cluster family still passes promtool.
   const std::string page = dir_.path() + "/metrics.txt";
   RunCommand(

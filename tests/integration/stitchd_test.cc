@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <latch>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -406,6 +407,48 @@ TEST_F(StitchdTest, UsageReportsCreditTheCostModelsSavings) {
                    1500 * (cost.baseline_seconds() - cost.stitched_seconds()));
   c.RecordInvocations("not-a-key", 1);
   EXPECT_FALSE(c.FlushUsage().ok());
+}
+
+TEST_F(StitchdTest, EachJobsFallbackPricesItsSavingsUnderItsOwnLabel) {
+  const v1::CompileRequest request = HloRequest(SoftmaxHlo(256, 3000));
+  std::map<std::string, double> seconds;  // per plan of the bundle's estimate
+  double shipped = 0;
+  {
+    StitchdProcess d(Paths());
+    ASSERT_TRUE(d.started()) << d.log();
+    for (v1::Fallback fallback :
+         {v1::FALLBACK_XLA, v1::FALLBACK_INDUCTOR, v1::FALLBACK_UNSPECIFIED}) {
+      ClientOptions o = Options(d);
+      o.fallback = fallback;
+      Client c(o);
+      client::Result r = c.Compile(request);
+      ASSERT_TRUE(r.ok()) << r.reason;
+      for (const v1::PlanEstimate& p : r.bundle->cost().plans()) seconds[p.planner()] = p.seconds();
+      shipped = r.bundle->cost().stitched_seconds();
+      c.RecordInvocations(r.key, 1000);
+      ASSERT_TRUE(c.FlushUsage().ok());
+    }
+    ASSERT_TRUE(seconds.count("xla") && seconds.count("inductor"));
+    const double better = std::min(seconds["xla"], seconds["inductor"]);
+    for (const auto& [label, expected] :
+         std::map<std::string, double>{{"xla", 1000 * (seconds["xla"] - shipped)},
+                                       {"inductor", 1000 * (seconds["inductor"] - shipped)},
+                                       {"unreported", 1000 * (better - shipped)}}) {
+      const std::string series = "stitch_gpu_seconds_saved_total{baseline=\"" + label + "\"}";
+      EXPECT_NEAR(ScrapeMetric(d, series), expected, 1e-9 + 1e-6 * expected) << series;
+      EXPECT_EQ(
+          ScrapeMetric(d, "stitch_kernel_invocations_reported_total{baseline=\"" + label + "\"}"),
+          1000);
+    }
+    EXPECT_EQ(d.Stop(), 0) << d.log();
+  }
+  // The labelled totals survive a restart, each under its own label.
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  EXPECT_NEAR(ScrapeMetric(d, "stitch_gpu_seconds_saved_total{baseline=\"xla\"}"),
+              1000 * (seconds["xla"] - shipped), 1e-9 + 1e-6 * seconds["xla"] * 1000);
+  Client c(Options(d));
+  EXPECT_EQ(StatsOf(c).invocations_reported(), 3000u);
 }
 
 TEST_F(StitchdTest, HealthServiceReportsServing) {

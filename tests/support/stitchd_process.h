@@ -162,4 +162,18 @@ class StitchdProcess {
   int metrics_port_ = 0;
 };
 
+// Returns the value `d`'s /metrics page gives the series `series` (name and labels, as
+// printed), or 0 when it is absent.
+inline double ScrapeMetric(const StitchdProcess& d, const std::string& series) {
+  int status = 0;
+  const std::string body = RunCommand(
+      "curl -sS http://127.0.0.1:" + std::to_string(d.metrics_port()) + "/metrics", &status);
+  size_t at = 0;
+  while ((at = body.find(series + " ", at)) != std::string::npos) {
+    if (at == 0 || body[at - 1] == '\n') return std::stod(body.substr(at + series.size() + 1));
+    at += series.size();
+  }
+  return 0;
+}
+
 }  // namespace stitch::testing

@@ -59,6 +59,9 @@ struct ClientOptions {
   std::chrono::milliseconds compile_deadline{10000};
   std::chrono::milliseconds admin_deadline{2000};  // Stats, ListEntries, GetEntry, usage
   size_t local_cache_entries = 4096;               // 0 disables the in-process cache
+  // What this job runs without stitchd (XLA, Inductor); usage reports carry it, and the
+  // daemon prices the job's savings against that compiler's model.
+  v1::Fallback fallback = v1::FALLBACK_UNSPECIFIED;
 };
 
 class Client {
@@ -86,7 +89,12 @@ class Client {
   // Adds `invocations` launches of the bundle `key` to the pending usage batch.
   void RecordInvocations(const std::string& key, uint64_t invocations);
 
-  // Sends the pending batch (ReportUsage). On failure the batch is kept for the next flush.
+  // Sets what the job runs without stitchd, for the usage reports from now on (as
+  // ClientOptions::fallback does at construction).
+  void SetFallback(v1::Fallback fallback);
+
+  // Sends the pending batch (ReportUsage), with the job's fallback. On failure the batch is
+  // kept for the next flush.
   StatusOr<v1::ReportUsageResponse> FlushUsage();
 
   // Admin calls, for stitchctl; they return the RPC's error as a Status.
