@@ -135,9 +135,10 @@ void stitch_result_free(stitch_result* result);
 int stitch_client_record_invocations(stitch_client* client, const char* key, uint64_t invocations);
 
 /*
- * Says what the job runs where stitchd's kernels are not used: "xla", "inductor", or NULL or
- * "" for not said. The daemon prices the savings of later usage reports against that
- * compiler's model. Returns 0, or -1 when `client` is NULL or `fallback` is another name.
+ * Says what the job runs where stitchd's kernels are not used: "xla", "inductor", "eager"
+ * (no compiler), or NULL or "" for not said. The daemon prices the savings of later usage
+ * reports against that model. Returns 0, or -1 when `client` is NULL or `fallback` is
+ * another name.
  */
 int stitch_client_set_fallback(stitch_client* client, const char* fallback);
 

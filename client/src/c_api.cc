@@ -204,6 +204,8 @@ int stitch_client_set_fallback(stitch_client* client, const char* fallback) {
     client->client->SetFallback(stitch::v1::FALLBACK_XLA);
   } else if (name == "inductor") {
     client->client->SetFallback(stitch::v1::FALLBACK_INDUCTOR);
+  } else if (name == "eager") {
+    client->client->SetFallback(stitch::v1::FALLBACK_EAGER);
   } else {
     return -1;
   }

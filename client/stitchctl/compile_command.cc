@@ -39,6 +39,7 @@ std::vector<std::pair<std::string, PlanCost>> PricedPlans(const CompileResult& r
   for (const BaselineEstimate& b : r.baselines) {
     plans.push_back({std::string(BaselineCompilerName(b.compiler)), b.cost});
   }
+  if (r.eager_cost) plans.push_back({"eager", *r.eager_cost});
   return plans;
 }
 

@@ -12,7 +12,7 @@ constexpr const char* kCompileSecondsSaved = "compile_seconds_saved";
 // priced against the better model, so they restore as "unreported".
 constexpr const char* kGpuSecondsSaved = "gpu_seconds_saved";
 constexpr const char* kInvocations = "invocations_reported";
-constexpr const char* kBaselines[] = {"xla", "inductor", "unreported"};
+constexpr const char* kBaselines[] = {"xla", "inductor", "eager", "unreported"};
 constexpr const char* kLegacyBaseline = "unreported";
 
 constexpr RequestResult kAllResults[] = {RequestResult::kHitMemory,  RequestResult::kHitDisk,

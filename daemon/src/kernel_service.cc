@@ -35,6 +35,7 @@ BaselinePrice PriceAgainst(const v1::CostEstimate& cost, v1::Fallback fallback) 
   double baseline_seconds = cost.baseline_seconds();
   const char* planner = fallback == v1::FALLBACK_XLA        ? "xla"
                         : fallback == v1::FALLBACK_INDUCTOR ? "inductor"
+                        : fallback == v1::FALLBACK_EAGER    ? "eager"
                                                             : nullptr;
   if (planner != nullptr) {
     for (const v1::PlanEstimate& plan : cost.plans()) {

@@ -171,6 +171,8 @@ TEST(ClientCApi, UsageRecordAndFlush) {
   // The job's fallback goes with its later reports; an unknown name changes nothing.
   EXPECT_EQ(stitch_client_set_fallback(client, "inductor"), 0);
   EXPECT_EQ(stitch_client_set_fallback(client, "tensorrt"), -1);
+  EXPECT_EQ(stitch_client_set_fallback(client, "eager"), 0);
+  EXPECT_EQ(stitch_client_set_fallback(client, "inductor"), 0);
   EXPECT_EQ(stitch_client_set_fallback(nullptr, "xla"), -1);
   EXPECT_EQ(stitch_client_record_invocations(client, "k2", 1), 0);
   EXPECT_EQ(stitch_client_flush_usage(client), 0);

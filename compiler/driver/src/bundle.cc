@@ -62,6 +62,7 @@ void FillCost(const CompileResult& result, v1::CostEstimate& out) {
   for (const BaselineEstimate& b : result.baselines) {
     FillEstimate(BaselineCompilerName(b.compiler), b.cost, *out.add_plans());
   }
+  if (result.eager_cost) FillEstimate("eager", *result.eager_cost, *out.add_plans());
   out.set_stitched_seconds(result.cost.seconds);
   out.set_baseline_seconds(result.baseline_cost.seconds);
   out.set_stitched_global_bytes(static_cast<uint64_t>(result.cost.global_bytes));

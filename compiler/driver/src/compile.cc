@@ -8,6 +8,7 @@
 #include "stitch/plan/baseline_models.h"
 #include "stitch/plan/baseline_planner.h"
 #include "stitch/plan/cost_model.h"
+#include "stitch/plan/eager_model.h"
 #include "stitch/plan/schedule.h"
 #include "stitch/plan/statistics_rewrite.h"
 #include "stitch/plan/stitch_planner.h"
@@ -92,6 +93,9 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
       result.baseline_cost = cost;
       best = std::move(*b);
     }
+  }
+  if (StatusOr<FusionPlan> eager = PlanEagerModel(g, device); eager.ok()) {
+    result.eager_cost = model->Estimate(g, *eager);
   }
   if (options.planner != PlannerKind::kStitch) {
     result.shipped = options.planner;

@@ -59,7 +59,7 @@ struct ClientOptions {
   std::chrono::milliseconds compile_deadline{10000};
   std::chrono::milliseconds admin_deadline{2000};  // Stats, ListEntries, GetEntry, usage
   size_t local_cache_entries = 4096;               // 0 disables the in-process cache
-  // What this job runs without stitchd (XLA, Inductor); usage reports carry it, and the
+  // What this job runs without stitchd (XLA, Inductor, eager); usage reports carry it, and the
   // daemon prices the job's savings against that compiler's model.
   v1::Fallback fallback = v1::FALLBACK_UNSPECIFIED;
 };

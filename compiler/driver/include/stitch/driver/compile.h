@@ -15,6 +15,7 @@
 // Thread-safety: CompileGraph may run concurrently on different graphs.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,6 +86,9 @@ struct PlanChoice {
   PlanCost stitched_cost;
   std::vector<BaselineEstimate> baselines;
   PlanCost baseline_cost;
+  // The eager model's estimate (eager_model.h): what a job without any compiler runs. It
+  // prices savings for such jobs and never ships; absent when the model cannot plan the graph.
+  std::optional<PlanCost> eager_cost;
 };
 
 struct CompileResult : PlanChoice {
