@@ -43,8 +43,12 @@ TEST(NeverSlower, ABaselineModelledFasterShipsInsteadAndTheBundleSaysSo) {
 
   const v1::KernelBundle bundle = ToBundle(*r, options);
   EXPECT_EQ(bundle.cost().shipped(), std::string(PlannerKindName(r->shipped)));
-  ASSERT_EQ(bundle.cost().plans_size(), 3);
+  // The stitched plan, both compiler models, and the eager model (priced, never shipped).
+  ASSERT_EQ(bundle.cost().plans_size(), 4);
   EXPECT_EQ(bundle.cost().plans(0).planner(), "stitch");
+  EXPECT_EQ(bundle.cost().plans(3).planner(), "eager");
+  ASSERT_TRUE(r->eager_cost.has_value());
+  EXPECT_GE(r->eager_cost->seconds, r->cost.seconds);
   EXPECT_DOUBLE_EQ(bundle.cost().plans(0).seconds(), r->stitched_cost.seconds);
   EXPECT_DOUBLE_EQ(bundle.cost().stitched_seconds(), r->cost.seconds);
   EXPECT_EQ(bundle.kernels_size(), static_cast<int>(r->plan.kernels.size()));

@@ -46,14 +46,15 @@ TEST(Targets, EverySupportedTargetGetsAnnotationsAndCosts) {
     EXPECT_GT(bundle.cost().baseline_global_bytes(), 0u);
     EXPECT_GT(bundle.cost().baseline_kernels(), 0u);
     EXPECT_EQ(bundle.cost().stitched_kernels(), r->kernels.size());
-    // Every plan is priced on this target's device: the stitched plan and both baselines.
+    // Every plan is priced on this target's device: the stitched plan, both compiler models
+    // and the eager model.
     EXPECT_EQ(bundle.cost().shipped(), "stitch");
     std::set<std::string> planners;
     for (const v1::PlanEstimate& p : bundle.cost().plans()) {
       EXPECT_GT(p.seconds(), 0.0) << p.planner();
       planners.insert(p.planner());
     }
-    EXPECT_EQ(planners, (std::set<std::string>{"stitch", "xla", "inductor"}));
+    EXPECT_EQ(planners, (std::set<std::string>{"stitch", "xla", "inductor", "eager"}));
   }
 }
 
