@@ -354,8 +354,7 @@ std::string WhyMiss(const Graph& g, const FusionPlan& plan, const GpuDevice& dev
 
 // Compiles `g` for sm_90 `runs` times for the median timings, and prices every plan on
 // `device`. When `device` is the one sm_90 compiles for, the plans priced are the ones the
-// compile chose between (the planner's search has a time budget, so a second search could
-// differ); for another device the choice is made again there.
+// compile chose between; for another device the choice is made again there.
 void CompileAndPrice(const Graph& g, const GpuDevice& device, bool describe, int runs, Result& r) {
   CompileOptions options;
   options.codegen.target = kTarget;

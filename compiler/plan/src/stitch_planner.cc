@@ -1,7 +1,6 @@
 #include "stitch/plan/stitch_planner.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,6 +14,24 @@
 
 namespace stitch {
 namespace {
+
+// The search's work: merge and join evaluations, counted rather than timed so that a plan,
+// and the savings priced from it, are the same on a busy node as on an idle one.
+class SearchBudget {
+ public:
+  explicit SearchBudget(int64_t evaluations) : left_(evaluations) {}
+  // Takes one evaluation; false when none is left.
+  bool Spend() {
+    if (left_ <= 0) return false;
+    --left_;
+    return true;
+  }
+  bool exhausted() const { return left_ <= 0; }
+  int64_t left() const { return left_; }
+
+ private:
+  int64_t left_;
+};
 
 // Plans with more kernels than this search greedily (a beam of one), so the search stays
 // within its budget on graphs of thousands of nodes.
@@ -75,13 +92,12 @@ class Planner {
     double gain = 0;  // seconds saved
   };
 
-  // Returns the legal merges of `s`, best first, evaluating until `deadline`.
-  std::vector<Candidate> Candidates(const State& s,
-                                    std::chrono::steady_clock::time_point deadline) {
+  // Returns the legal merges of `s`, best first, evaluating while `budget` lasts.
+  std::vector<Candidate> Candidates(const State& s, SearchBudget& budget) {
     const Index index = BuildIndex(s);
     std::vector<Candidate> out;
     for (auto [a, b] : RelatedPairs(s, index)) {
-      if (std::chrono::steady_clock::now() > deadline) break;
+      if (!budget.Spend()) break;
       std::optional<Kernel> merged = Merge(s, index, a, b);
       if (!merged) continue;
       const double gain = s.kernels[a].seconds + s.kernels[b].seconds - merged->seconds;
@@ -136,8 +152,7 @@ class Planner {
   }
 
   // Orders kernels so producers come first, names them and records their stitched edges.
-  StatusOr<FusionPlan> Finish(State s, std::chrono::steady_clock::time_point deadline) {
-    deadline_ = deadline;
+  StatusOr<FusionPlan> Finish(State s, SearchBudget budget) {
     FusionPlan plan;
     plan.planner = "stitch";
     std::vector<std::set<int>> succ = BuildIndex(s).succ;
@@ -164,7 +179,7 @@ class Planner {
     if (plan.kernels.size() != s.kernels.size()) {
       return Internal("the stitched plan of graph '" + g_.name + "' has a cycle between kernels");
     }
-    if (rules_.global_stitch) plan.kernels = FormGlobalKernels(std::move(plan.kernels), deadline_);
+    if (rules_.global_stitch) plan.kernels = FormGlobalKernels(std::move(plan.kernels), budget);
     for (size_t k = 0; k < plan.kernels.size(); ++k) {
       KernelSpec& spec = plan.kernels[k];
       spec.name = "stitch_k" + std::to_string(k) + "_" + std::string(KernelKindName(spec.kind));
@@ -509,11 +524,10 @@ class Planner {
   // kernel of one phase, which may split its reduction over blocks. Consecutive kernels of
   // an ordered plan can always be joined: the phases keep the order and a grid barrier
   // separates them.
-  std::vector<KernelSpec> FormGlobalKernels(std::vector<KernelSpec> kernels,
-                                            std::chrono::steady_clock::time_point deadline) {
+  std::vector<KernelSpec> FormGlobalKernels(std::vector<KernelSpec> kernels, SearchBudget& budget) {
     std::vector<KernelSpec> out;
     for (KernelSpec& k : kernels) {
-      if (std::chrono::steady_clock::now() > deadline) {
+      if (!budget.Spend()) {
         out.push_back(std::move(k));
         continue;
       }
@@ -649,27 +663,25 @@ class Planner {
   std::vector<int> rank_;
   std::set<int> graph_outputs_;
   std::map<std::pair<std::vector<int>, std::vector<int>>, std::optional<Kernel>> memo_;
-  std::chrono::steady_clock::time_point deadline_;
 };
 
 }  // namespace
 
 StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
                                   const StitchPlannerOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
   STITCH_ASSIGN_OR_RETURN(FusionPlan baseline, PlanBaseline(g));
   Planner planner(g, device, options.rules);
   STITCH_ASSIGN_OR_RETURN(State initial, planner.Initial(baseline));
-  const double budget_ms =
-      options.budget_ms + options.budget_ms_per_node * static_cast<double>(g.nodes.size());
-  const auto deadline = start + std::chrono::microseconds(static_cast<int64_t>(budget_ms * 1000));
+  const int64_t total = options.budget_evaluations +
+                        options.budget_evaluations_per_node * static_cast<int64_t>(g.nodes.size());
+  SearchBudget budget(total);
   constexpr double kMinGain = 1e-12;
   State best = initial;
   if (initial.kernels.size() > kGreedyAbove || options.beam_width <= 1) {
     // Greedy: each step applies every disjoint improving merge.
     State current = std::move(initial);
-    while (std::chrono::steady_clock::now() < deadline) {
-      State next = planner.ApplyDisjoint(current, planner.Candidates(current, deadline));
+    while (!budget.exhausted()) {
+      State next = planner.ApplyDisjoint(current, planner.Candidates(current, budget));
       if (next.seconds >= current.seconds - kMinGain) break;
       current = std::move(next);
     }
@@ -678,10 +690,10 @@ StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
     // Beam search: each step expands every plan of the beam by one merge and keeps the
     // cheapest distinct plans that improve on their parent or on the best so far.
     std::vector<State> beam = {std::move(initial)};
-    while (std::chrono::steady_clock::now() < deadline) {
+    while (!budget.exhausted()) {
       std::vector<State> improving;
       for (const State& s : beam) {
-        for (auto& c : planner.Candidates(s, deadline)) {
+        for (auto& c : planner.Candidates(s, budget)) {
           State next = Planner::Apply(s, std::move(c));
           if (next.seconds < s.seconds - kMinGain || next.seconds < best.seconds - kMinGain) {
             improving.push_back(std::move(next));
@@ -701,10 +713,8 @@ StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
     }
   }
   // The global scheme gets what is left of the budget, and at least a share of its own.
-  const auto global_deadline =
-      std::max(deadline, std::chrono::steady_clock::now() +
-                             std::chrono::microseconds(static_cast<int64_t>(budget_ms * 250)));
-  STITCH_ASSIGN_OR_RETURN(FusionPlan plan, planner.Finish(std::move(best), global_deadline));
+  SearchBudget global(std::max(budget.left(), total / 4));
+  STITCH_ASSIGN_OR_RETURN(FusionPlan plan, planner.Finish(std::move(best), global));
   // The search priced persistent kernels on co-resident grids; the plan it chose keeps the
   // smallest grid that costs no more.
   for (KernelSpec& k : plan.kernels) SizeGridToWork(g, k, device);

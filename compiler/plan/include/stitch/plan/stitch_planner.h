@@ -12,11 +12,13 @@
 // The search is a beam search over merge steps: each step expands every plan in the beam
 // by every legal merge, and keeps the `beam_width` cheapest. Merge costs are memoised by
 // the merged kernels' outputs, so plans that share kernels share work; the search stops
-// when no plan improves or the compile-time budget is spent, and returns the cheapest plan
+// when no plan improves or the evaluation budget is spent, and returns the cheapest plan
 // seen.
 //
 // Thread-safety: pure function.
 #pragma once
+
+#include <cstdint>
 
 #include "stitch/base/status.h"
 #include "stitch/ir/graph.h"
@@ -42,10 +44,13 @@ struct FusionRules {
 struct StitchPlannerOptions {
   FusionRules rules;
   int beam_width = 3;
-  // Wall-clock budget of the search, a base plus a share per node; the best plan so far is
-  // returned when it runs out.
-  double budget_ms = 40;
-  double budget_ms_per_node = 0.05;
+  // Work budget of the search, in merge evaluations: a base plus a share per node; the best
+  // plan so far is returned when it runs out. A count rather than a time, so that a plan does
+  // not depend on how busy the machine compiling it is. About 80 evaluations take a
+  // millisecond on the 2-core development VM, so the defaults take about 40 ms plus 0.05 ms
+  // per node there, where a search runs to its end; most graphs converge long before.
+  int64_t budget_evaluations = 3200;
+  int64_t budget_evaluations_per_node = 4;
 };
 
 // Returns the stitched, scheduled plan of a verified graph for `device`, made of the kernels
