@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include "circuit_breaker.h"
+#include "little_endian.h"
 #include "stitch/cache/entry.h"
 #include "store_util.h"
 
@@ -27,18 +28,6 @@ constexpr size_t kHeaderBytes = kMagic.size() + 1 + 4 + kMacBytes;
 constexpr size_t kEnvelopeVersionOffset = 4;
 constexpr size_t kMinSecretBytes = 16;
 
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
-}
-
-uint32_t GetU32(std::string_view in) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) {
-    v |= static_cast<uint32_t>(static_cast<unsigned char>(in[static_cast<size_t>(i)])) << (8 * i);
-  }
-  return v;
-}
-
 // HMAC-SHA256 under `secret` of the Redis key's length, the key and the envelope, so that no
 // two (key, envelope) pairs share their MAC input. Returns 32 zero bytes if OpenSSL fails,
 // which never verifies against a real MAC.
@@ -46,7 +35,7 @@ std::array<unsigned char, kMacBytes> Mac(std::string_view secret, std::string_vi
                                          std::string_view envelope) {
   std::array<unsigned char, kMacBytes> out{};
   std::string length;
-  PutU32(length, static_cast<uint32_t>(redis_key.size()));
+  AppendLittleEndian(length, static_cast<uint32_t>(redis_key.size()), 4);
   EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
   EVP_MAC_CTX* ctx = mac != nullptr ? EVP_MAC_CTX_new(mac) : nullptr;
   char digest[] = "SHA256";
@@ -200,7 +189,7 @@ std::string ClusterStoreImpl::EncodeValue(std::string_view key,
   out.reserve(kHeaderBytes + envelope.size());
   out.append(kMagic);
   out.push_back(kValueFormat);
-  PutU32(out, static_cast<uint32_t>(envelope.size()));
+  AppendLittleEndian(out, static_cast<uint32_t>(envelope.size()), 4);
   out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
   out.append(envelope);
   return out;
@@ -213,7 +202,8 @@ std::variant<v1::KernelBundle, Rejected> ClusterStoreImpl::DecodeValue(
     return Rejected{Rejection::kTruncated, "the value is not a framed cluster entry (" +
                                                std::to_string(value.size()) + " bytes)"};
   }
-  const uint32_t length = GetU32(value.substr(kMagic.size() + 1, 4));
+  const uint32_t length =
+      static_cast<uint32_t>(ReadLittleEndian(value.substr(kMagic.size() + 1, 4)));
   const std::string_view mac = value.substr(kMagic.size() + 5, kMacBytes);
   const std::string_view envelope = value.substr(kHeaderBytes);
   if (envelope.size() != length) {
@@ -223,7 +213,8 @@ std::variant<v1::KernelBundle, Rejected> ClusterStoreImpl::DecodeValue(
   // An entry of another format version is reported as such even when its MAC is fine: a
   // mixed-version cluster is an operations fact worth its own counter.
   if (envelope.size() >= kEnvelopeVersionOffset + 4) {
-    const uint32_t version = GetU32(envelope.substr(kEnvelopeVersionOffset, 4));
+    const uint32_t version =
+        static_cast<uint32_t>(ReadLittleEndian(envelope.substr(kEnvelopeVersionOffset, 4)));
     if (version != kBundleFormatVersion) {
       return Rejected{Rejection::kVersion, "bundle format version " + std::to_string(version) +
                                                ", not " + std::to_string(kBundleFormatVersion)};

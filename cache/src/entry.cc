@@ -7,6 +7,8 @@
 #include <array>
 #include <cstring>
 
+#include "little_endian.h"
+
 namespace stitch::cache {
 namespace {
 
@@ -56,18 +58,6 @@ Digest ContentDigest(const v1::KernelBundle& bundle) {
   return Sha256(SerializeDeterministic(copy));
 }
 
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
-}
-
-uint32_t GetU32(std::string_view in) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) {
-    v |= static_cast<uint32_t>(static_cast<unsigned char>(in[static_cast<size_t>(i)])) << (8 * i);
-  }
-  return v;
-}
-
 Status VersionMismatch(uint32_t found) {
   return FailedPrecondition("bundle format version " + std::to_string(found) +
                             " is not this daemon's version " +
@@ -105,7 +95,7 @@ std::string EncodeEntry(const v1::KernelBundle& bundle) {
   out.push_back(kEnvelopeFormat);
   // The header carries the bundle's own version so that a reader can reject a newer entry
   // before trusting anything else in it.
-  PutU32(out, bundle.format_version());
+  AppendLittleEndian(out, bundle.format_version(), 4);
   out.append(AsView(Sha256(payload)));
   out.append(payload);
   return out;
@@ -119,7 +109,8 @@ StatusOr<v1::KernelBundle> DecodeEntry(std::string_view bytes) {
   if (bytes.substr(0, kMagic.size()) != kMagic || bytes[kMagic.size()] != kEnvelopeFormat) {
     return DataLoss("entry does not start with the STK envelope magic");
   }
-  const uint32_t version = GetU32(bytes.substr(kMagic.size() + 1, 4));
+  const uint32_t version =
+      static_cast<uint32_t>(ReadLittleEndian(bytes.substr(kMagic.size() + 1, 4)));
   const std::string_view digest = bytes.substr(kMagic.size() + 5, kDigestBytes);
   const std::string_view payload = bytes.substr(kHeaderBytes);
   if (AsView(Sha256(payload)) != digest) {

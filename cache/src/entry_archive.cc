@@ -13,6 +13,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "little_endian.h"
 #include "stitch/cache/entry.h"
 
 namespace stitch::cache {
@@ -27,22 +28,6 @@ constexpr size_t kRecordHeaderBytes = 1 + 4 + 8;
 constexpr size_t kTrailerBytes = 1 + 8;
 
 std::string ErrnoText(int err) { return std::strerror(err); }
-
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
-}
-
-void PutU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
-}
-
-uint64_t GetLittleEndian(std::string_view in) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < in.size(); ++i) {
-    v |= uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
-  }
-  return v;
-}
 
 // A key as it may appear in a message: a damaged archive can hold any bytes, which must not
 // garble the terminal or flood it.
@@ -111,8 +96,8 @@ StatusOr<ArchiveEntry> ReadRecord(BoundedReader& reader, uint64_t index) {
   if (!reader.Read(kRecordHeaderBytes - 1, head)) {
     return DataLoss(at + ": the file ends inside its header");
   }
-  const uint64_t key_bytes = GetLittleEndian(std::string_view(head).substr(0, 4));
-  const uint64_t envelope_bytes = GetLittleEndian(std::string_view(head).substr(4, 8));
+  const uint64_t key_bytes = ReadLittleEndian(std::string_view(head).substr(0, 4));
+  const uint64_t envelope_bytes = ReadLittleEndian(std::string_view(head).substr(4, 8));
   if (key_bytes == 0 || key_bytes > kMaxArchiveKeyBytes) {
     return DataLoss(at + ": key length " + std::to_string(key_bytes) + " is not within 1 to " +
                     std::to_string(kMaxArchiveKeyBytes));
@@ -141,7 +126,7 @@ StatusOr<std::vector<ArchiveEntry>> ReadVerified(std::ifstream& in, uint64_t siz
   if (!reader.Read(kHeaderBytes, header) || std::string_view(header).substr(0, 8) != kMagic) {
     return DataLoss("not a stitch cache archive (no STKARCH header)");
   }
-  const uint64_t version = GetLittleEndian(std::string_view(header).substr(8, 4));
+  const uint64_t version = ReadLittleEndian(std::string_view(header).substr(8, 4));
   if (version != kArchiveFormatVersion) {
     return FailedPrecondition("archive format version " + std::to_string(version) +
                               " is not this version's " + std::to_string(kArchiveFormatVersion));
@@ -170,7 +155,7 @@ StatusOr<std::vector<ArchiveEntry>> ReadVerified(std::ifstream& in, uint64_t siz
   if (!reader.Read(kTrailerBytes - 1, count)) {
     return DataLoss("the file ends inside its trailer; it is truncated");
   }
-  const uint64_t declared = GetLittleEndian(count);
+  const uint64_t declared = ReadLittleEndian(count);
   if (declared != entries.size()) {
     return DataLoss("the trailer counts " + std::to_string(declared) + " entries but " +
                     std::to_string(entries.size()) + " were read");
@@ -198,7 +183,7 @@ StatusOr<ArchiveWriter> ArchiveWriter::Create(const std::string& path) {
   if (fd < 0) return Unavailable("cannot create " + temp + ": " + ErrnoText(errno));
   ArchiveWriter writer(path, temp, fd);
   std::string header(kMagic);
-  PutU32(header, kArchiveFormatVersion);
+  AppendLittleEndian(header, kArchiveFormatVersion, 4);
   STITCH_RETURN_IF_ERROR(writer.Append(header));
   return writer;
 }
@@ -258,8 +243,8 @@ Status ArchiveWriter::Add(std::string_view key, const v1::KernelBundle& bundle) 
   }
   const std::string envelope = EncodeEntry(bundle);
   std::string head(1, kRecordTag);
-  PutU32(head, static_cast<uint32_t>(key.size()));
-  PutU64(head, envelope.size());
+  AppendLittleEndian(head, static_cast<uint32_t>(key.size()), 4);
+  AppendLittleEndian(head, envelope.size(), 8);
   STITCH_RETURN_IF_ERROR(Append(head));
   STITCH_RETURN_IF_ERROR(Append(key));
   STITCH_RETURN_IF_ERROR(Append(envelope));
@@ -269,7 +254,7 @@ Status ArchiveWriter::Add(std::string_view key, const v1::KernelBundle& bundle) 
 
 StatusOr<ArchiveSummary> ArchiveWriter::Commit() {
   std::string trailer(1, kTrailerTag);
-  PutU64(trailer, entries_);
+  AppendLittleEndian(trailer, entries_, 8);
   STITCH_RETURN_IF_ERROR(Append(trailer));
   // Synced before the rename, so that after a crash the name holds the old file or the
   // whole new one.

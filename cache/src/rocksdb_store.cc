@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "little_endian.h"
 #include "stitch/cache/entry.h"
 #include "store_util.h"
 
@@ -31,16 +32,6 @@ namespace {
 constexpr const char* kLruFamily = "lru";            // key -> access sequence, entry size
 constexpr const char* kCountersFamily = "counters";  // name -> IEEE double
 
-void PutU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
-}
-
-uint64_t GetU64(std::string_view in) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < 8; ++i) v |= uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
-  return v;
-}
-
 struct Meta {
   uint64_t seq = 0;   // larger is more recently used
   uint64_t size = 0;  // bytes of the stored envelope
@@ -49,14 +40,14 @@ struct Meta {
 std::string EncodeMeta(const Meta& m) {
   std::string out;
   out.reserve(16);
-  PutU64(out, m.seq);
-  PutU64(out, m.size);
+  AppendLittleEndian(out, m.seq, 8);
+  AppendLittleEndian(out, m.size, 8);
   return out;
 }
 
 std::optional<Meta> DecodeMeta(std::string_view v) {
   if (v.size() != 16) return std::nullopt;
-  return Meta{GetU64(v.substr(0, 8)), GetU64(v.substr(8, 8))};
+  return Meta{ReadLittleEndian(v.substr(0, 8)), ReadLittleEndian(v.substr(8, 8))};
 }
 
 rocksdb::Slice AsSlice(std::string_view s) { return {s.data(), s.size()}; }
@@ -301,7 +292,8 @@ class RocksDbStoreImpl final : public RocksDbStore {
                      options_.path, it->value().size());
         continue;
       }
-      out[it->key().ToString()] = std::bit_cast<double>(GetU64(it->value().ToStringView()));
+      out[it->key().ToString()] =
+          std::bit_cast<double>(ReadLittleEndian(it->value().ToStringView()));
     }
     if (!it->status().ok()) {
       return FromRocks(it->status(), "cannot read counters from " + options_.path);
@@ -315,7 +307,7 @@ class RocksDbStoreImpl final : public RocksDbStore {
     rocksdb::WriteBatch batch;
     for (const auto& [name, value] : counters) {
       std::string bits;
-      PutU64(bits, std::bit_cast<uint64_t>(value));
+      AppendLittleEndian(bits, std::bit_cast<uint64_t>(value), 8);
       STITCH_RETURN_IF_ERROR(FromRocks(batch.Put(counters_, name, bits), "cache batch"));
     }
     return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),

@@ -35,7 +35,8 @@ import re
 import subprocess
 import sys
 import tempfile
-import traceback
+
+from deploy_checks import CheckFailed, CheckRunner
 
 # The oldest Kubernetes the manifests are for (gRPC probes are GA from 1.27, the Service's
 # internalTrafficPolicy from 1.26), and "latest": the newest schemas kubernetes-validate ships.
@@ -91,8 +92,6 @@ json.dump(out, sys.stdout)
 """
 
 
-class CheckFailed(Exception):
-    pass
 
 
 def group_of(api_version):
@@ -196,35 +195,21 @@ def labels_match(selector, labels):
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
-class Runner:
+class Runner(CheckRunner):
     def __init__(self, args):
+        super().__init__()
         self.source = pathlib.Path(args.source_dir).resolve()
         self.k8s = self.source / "deploy" / "k8s"
         self.overlay_dir = self.k8s / "overlays" / "cluster"
         self.stitchd = args.stitchd
         self.tools = pathlib.Path(args.python_tools)
         self.tools_python = None
-        self.failures = []
         self.yaml = None
         self.base = None
         self.overlay = None
         self.job_pod = None
 
     # --- bookkeeping ---------------------------------------------------------------------
-
-    def check(self, name, fn):
-        try:
-            fn()
-        except CheckFailed as e:
-            self.failures.append(name)
-            print("FAIL %s\n%s\n" % (name, str(e).rstrip()), flush=True)
-            return False
-        except Exception:  # a bug here, or a tool that could not run: still one failed check
-            self.failures.append(name)
-            print("FAIL %s\n%s" % (name, traceback.format_exc()), flush=True)
-            return False
-        print("PASS %s" % name, flush=True)
-        return True
 
     def rel(self, path):
         try:
@@ -1061,13 +1046,6 @@ class Runner:
                    self.check_daemon_parser)
         self.check("the Dockerfile agrees with the DaemonSet", self.check_dockerfile)
         return self.summary()
-
-    def summary(self):
-        if self.failures:
-            print("\n%d check(s) failed: %s" % (len(self.failures), "; ".join(self.failures)))
-            return 1
-        print("\nall checks passed")
-        return 0
 
 
 def main():

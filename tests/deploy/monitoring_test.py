@@ -27,8 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import urllib.request
+
+from deploy_checks import CheckFailed, CheckRunner
 
 # Series Prometheus itself writes for every target; the alerts may use them.
 SCRAPE_SERIES = {"up"}
@@ -50,8 +51,6 @@ TOKEN = re.compile(r"""
 """, re.X | re.S)
 
 
-class CheckFailed(Exception):
-    pass
 
 
 def tokens(expr):
@@ -107,32 +106,18 @@ def series_name(selector):
     return m.group(1) if m else None
 
 
-class Runner:
+class Runner(CheckRunner):
     def __init__(self, args):
+        super().__init__()
         self.source = pathlib.Path(args.source_dir).resolve()
         self.prometheus = self.source / "deploy" / "prometheus"
         self.grafana = self.source / "deploy" / "grafana"
         self.stitchd = args.stitchd
         self.promtool = args.promtool
-        self.failures = []
         self.yaml = None
         self.exported = None
 
     # --- bookkeeping ---------------------------------------------------------------------
-
-    def check(self, name, fn):
-        try:
-            fn()
-        except CheckFailed as e:
-            self.failures.append(name)
-            print("FAIL %s\n%s\n" % (name, str(e).rstrip()), flush=True)
-            return False
-        except Exception:  # a bug here, or a tool that could not run: still one failed check
-            self.failures.append(name)
-            print("FAIL %s\n%s" % (name, traceback.format_exc()), flush=True)
-            return False
-        print("PASS %s" % name, flush=True)
-        return True
 
     def load_yaml(self, path):
         with open(path) as f:
@@ -530,11 +515,7 @@ class Runner:
         self.check("dashboard panels, ids, titles and variables", self.check_dashboard_structure)
         self.check("the dashboard queries only exported metrics and recording rules",
                    self.check_dashboard_metrics)
-        if self.failures:
-            print("\n%d check(s) failed: %s" % (len(self.failures), "; ".join(self.failures)))
-            return 1
-        print("\nall checks passed")
-        return 0
+        return self.summary()
 
 
 def main():

@@ -29,6 +29,18 @@ using std::chrono::steady_clock;
 
 constexpr const char* kSecret = "integration-test-cluster-secret-0123";
 
+// Lease calls a node made: its first means it took (or asked for) a lease.
+constexpr const char* kLeaseCalls =
+    "stitch_cluster_call_duration_seconds_count{operation=\"lease\"}";
+
+// Waits until `d` reports `series` at 1 or more, or `end` passes.
+void WaitForMetric(const StitchdProcess& d, const std::string& series,
+                   steady_clock::time_point end) {
+  while (ScrapeMetric(d, series) < 1 && steady_clock::now() < end) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+}
+
 class StitchdClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -270,15 +282,10 @@ TEST_F(StitchdClusterTest, WhenTheLeaseHolderDiesAnotherNodeCompiles) {
   std::thread holder([&] { Client(Options(*a)).Compile(slow); });
   // Node a holds the lease once the cluster has it; then b asks and waits on a.
   const auto end = steady_clock::now() + std::chrono::seconds(60);
-  while (ScrapeMetric(*a, "stitch_cluster_call_duration_seconds_count{operation=\"lease\"}") < 1 &&
-         steady_clock::now() < end) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
+  WaitForMetric(*a, kLeaseCalls, end);
   client::Result waited;
   std::thread waiter([&] { waited = Client(Options(*b)).Compile(slow); });
-  while (ScrapeMetric(*b, "stitch_cluster_lease_waits_total") < 1 && steady_clock::now() < end) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
+  WaitForMetric(*b, "stitch_cluster_lease_waits_total", end);
   ASSERT_EQ(ScrapeMetric(*b, "stitch_cluster_lease_waits_total"), 1) << b->log();
   ::kill(a->pid(), SIGKILL);
   holder.join();
@@ -294,10 +301,7 @@ TEST_F(StitchdClusterTest, AWaitingRequestFallsBackAtItsDeadlineAndTheKernelsSti
   auto b = StartNode("b");
   std::thread holder([&] { Client(Options(*a)).Compile(slow); });
   const auto end = steady_clock::now() + std::chrono::seconds(60);
-  while (ScrapeMetric(*a, "stitch_cluster_call_duration_seconds_count{operation=\"lease\"}") < 1 &&
-         steady_clock::now() < end) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
+  WaitForMetric(*a, kLeaseCalls, end);
   // Node b waits on a's lease; its job's deadline is short, so the job falls back.
   client::Result late = Client(Options(*b)).Compile(slow, milliseconds(300));
   EXPECT_EQ(late.outcome, Outcome::kFallback);
