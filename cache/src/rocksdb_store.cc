@@ -31,6 +31,7 @@ namespace {
 // Column families: entries (key -> envelope) live in the default one.
 constexpr const char* kLruFamily = "lru";            // key -> access sequence, entry size
 constexpr const char* kCountersFamily = "counters";  // name -> IEEE double
+constexpr const char* kRuntimesFamily = "runtimes";  // key -> v1::KernelRuntimes
 
 struct Meta {
   uint64_t seq = 0;   // larger is more recently used
@@ -93,13 +94,14 @@ class RocksDbStoreImpl final : public RocksDbStore {
   RocksDbStoreImpl(RocksDbOptions options, std::unique_ptr<rocksdb::DB> db,
                    std::vector<rocksdb::ColumnFamilyHandle*> handles,
                    rocksdb::ColumnFamilyHandle* entries, rocksdb::ColumnFamilyHandle* lru,
-                   rocksdb::ColumnFamilyHandle* counters)
+                   rocksdb::ColumnFamilyHandle* counters, rocksdb::ColumnFamilyHandle* runtimes)
       : options_(std::move(options)),
         db_(std::move(db)),
         handles_(std::move(handles)),
         entries_(entries),
         lru_(lru),
-        counters_(counters) {}
+        counters_(counters),
+        runtimes_(runtimes) {}
 
   ~RocksDbStoreImpl() override {
     const Status s = Close();
@@ -314,6 +316,41 @@ class RocksDbStoreImpl final : public RocksDbStore {
                      "cannot write counters to " + options_.path);
   }
 
+  StatusOr<std::vector<v1::KernelRuntimes>> LoadRuntimes() const override {
+    std::shared_lock life(life_mu_);
+    if (db_ == nullptr) return ClosedError();
+    std::vector<v1::KernelRuntimes> out;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), runtimes_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      v1::KernelRuntimes record;
+      const rocksdb::Slice value = it->value();
+      if (!record.ParseFromArray(value.data(), static_cast<int>(value.size())) ||
+          record.key() != it->key().ToStringView()) {
+        spdlog::warn("cache: ignoring unreadable runtime record {} in {}", it->key().ToString(),
+                     options_.path);
+        continue;
+      }
+      out.push_back(std::move(record));
+    }
+    if (!it->status().ok()) {
+      return FromRocks(it->status(), "cannot read runtimes from " + options_.path);
+    }
+    return out;
+  }
+
+  Status SaveRuntimes(const std::vector<v1::KernelRuntimes>& records) override {
+    std::shared_lock life(life_mu_);
+    if (db_ == nullptr) return ClosedError();
+    rocksdb::WriteBatch batch;
+    for (const v1::KernelRuntimes& record : records) {
+      if (record.key().empty()) return InvalidArgument("a runtime record needs a key");
+      STITCH_RETURN_IF_ERROR(FromRocks(
+          batch.Put(runtimes_, AsSlice(record.key()), record.SerializeAsString()), "cache batch"));
+    }
+    return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
+                     "cannot write runtimes to " + options_.path);
+  }
+
   Status Close() override {
     std::unique_lock life(life_mu_);
     if (db_ == nullptr) return Status::Ok();
@@ -426,6 +463,7 @@ class RocksDbStoreImpl final : public RocksDbStore {
   rocksdb::ColumnFamilyHandle* entries_;
   rocksdb::ColumnFamilyHandle* lru_;
   rocksdb::ColumnFamilyHandle* counters_;
+  rocksdb::ColumnFamilyHandle* runtimes_;
 
   // Guards the LRU index and orders the writes that change it, so that the index and the
   // database agree. Acquired after life_mu_.
@@ -466,7 +504,8 @@ StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(const RocksDbOptions&
 
   // A database written by a newer daemon may hold families this one does not know; RocksDB
   // refuses to open it unless all of them are named.
-  std::vector<std::string> names = {rocksdb::kDefaultColumnFamilyName, kLruFamily, kCountersFamily};
+  std::vector<std::string> names = {rocksdb::kDefaultColumnFamilyName, kLruFamily, kCountersFamily,
+                                    kRuntimesFamily};
   std::vector<std::string> existing;
   if (rocksdb::DB::ListColumnFamilies(db_options, options.path, &existing).ok()) {
     for (const std::string& n : existing) {
@@ -483,8 +522,9 @@ StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(const RocksDbOptions&
   if (!s.ok()) {
     return Unavailable("cannot open the kernel cache at " + options.path + ": " + s.ToString());
   }
-  auto store = std::make_unique<RocksDbStoreImpl>(options, std::unique_ptr<rocksdb::DB>(raw),
-                                                  handles, handles[0], handles[1], handles[2]);
+  auto store =
+      std::make_unique<RocksDbStoreImpl>(options, std::unique_ptr<rocksdb::DB>(raw), handles,
+                                         handles[0], handles[1], handles[2], handles[3]);
   const Status loaded = store->Load();
   if (!loaded.ok()) return loaded.WithContext("loading the kernel cache at " + options.path);
   return std::unique_ptr<RocksDbStore>(std::move(store));

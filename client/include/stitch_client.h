@@ -46,6 +46,12 @@ typedef enum stitch_outcome {
   STITCH_HIT_CLUSTER = 5 /* the cluster tier: another node compiled it */
 } stitch_outcome;
 
+/* Whose kernels a measured time is for. The values are stable. */
+typedef enum stitch_timed_kernels {
+  STITCH_TIMED_STITCHED = 0, /* the bundle's kernels */
+  STITCH_TIMED_FALLBACK = 1  /* the job's own kernels for the same subgraph */
+} stitch_timed_kernels;
+
 /*
  * Returns a client for the daemon at `address`: "unix:///run/stitchd/stitchd.sock", a
  * socket path starting with '/', or "host:port". NULL or "" selects
@@ -133,6 +139,22 @@ void stitch_result_free(stitch_result* result);
  * Returns 0, or -1 when `client` or `key` is NULL.
  */
 int stitch_client_record_invocations(stitch_client* client, const char* key, uint64_t invocations);
+
+/*
+ * Adds measured GPU time to the pending usage batch: `seconds` summed over `samples`
+ * invocations of the subgraph `key`, for the bundle's kernels or the job's fallback. The
+ * daemon prices the key's savings from measured times once both sides have some.
+ * Returns 0, or -1 when `client` or `key` is NULL or empty, `kernels` is not one of the
+ * enum's values, `samples` is 0, or `seconds` is negative or not finite.
+ */
+int stitch_client_record_time(stitch_client* client, const char* key, stitch_timed_kernels kernels,
+                              double seconds, uint64_t samples);
+
+/*
+ * Returns 1 on one call in 100 (a job calls it once per step, and on 1 runs and times its
+ * fallback kernels too), 0 otherwise, and 0 when `client` is NULL.
+ */
+int stitch_client_should_time_fallback(stitch_client* client);
 
 /*
  * Says what the job runs where stitchd's kernels are not used: "xla", "inductor", "eager"

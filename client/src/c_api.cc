@@ -212,6 +212,25 @@ int stitch_client_set_fallback(stitch_client* client, const char* fallback) {
   return 0;
 }
 
+int stitch_client_record_time(stitch_client* client, const char* key, stitch_timed_kernels kernels,
+                              double seconds, uint64_t samples) {
+  if (client == nullptr || key == nullptr) return -1;
+  if (kernels != STITCH_TIMED_STITCHED && kernels != STITCH_TIMED_FALLBACK) return -1;
+  const stitch::client::TimedKernels which = kernels == STITCH_TIMED_STITCHED
+                                                 ? stitch::client::TimedKernels::kStitched
+                                                 : stitch::client::TimedKernels::kFallback;
+  try {
+    return client->client->RecordMeasuredTime(key, which, seconds, samples).ok() ? 0 : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+int stitch_client_should_time_fallback(stitch_client* client) {
+  if (client == nullptr) return 0;
+  return client->client->ShouldTimeFallback() ? 1 : 0;
+}
+
 int stitch_client_flush_usage(stitch_client* client) {
   if (client == nullptr) return -1;
   try {

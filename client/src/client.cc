@@ -244,8 +244,25 @@ struct Client::Impl final : internal::ForkLockable {
   int async_in_flight = 0;  // CompileAsync calls of conn_pid's process not finished yet
 
   std::mutex usage_mu;
-  std::unordered_map<std::string, uint64_t> pending_usage;
+  std::unordered_map<std::string, v1::UsageRecord> pending_usage;  // by key, key field unset
+  std::atomic<uint64_t> steps{0};                                  // ShouldTimeFallback calls
 };
+
+namespace {
+
+void AddTime(v1::MeasuredTime& into, const v1::MeasuredTime& from) {
+  into.set_samples(into.samples() + from.samples());
+  into.set_seconds(into.seconds() + from.seconds());
+}
+
+// Adds `from`'s counts and times into `into`.
+void MergeUsage(v1::UsageRecord& into, const v1::UsageRecord& from) {
+  into.set_invocations(into.invocations() + from.invocations());
+  if (from.has_stitched()) AddTime(*into.mutable_stitched(), from.stitched());
+  if (from.has_fallback()) AddTime(*into.mutable_fallback(), from.fallback());
+}
+
+}  // namespace
 
 Client::Impl::Impl(ClientOptions opts)
     : options(std::move(opts)), address(internal::NormalizeAddress(options.address)) {
@@ -444,14 +461,42 @@ void Client::RecordInvocations(const std::string& key, uint64_t invocations) {
   if (key.empty() || invocations == 0) return;
   try {
     std::lock_guard<std::mutex> lock(impl_->usage_mu);
-    impl_->pending_usage[key] += invocations;
+    v1::UsageRecord& r = impl_->pending_usage[key];
+    r.set_invocations(r.invocations() + invocations);
   } catch (...) {
     // Usage is advisory: losing a count must not fail a training step.
   }
 }
 
+Status Client::RecordMeasuredTime(const std::string& key, TimedKernels kernels, double seconds,
+                                  uint64_t samples) {
+  if (key.empty()) return InvalidArgument("RecordMeasuredTime: empty key");
+  if (samples == 0) return InvalidArgument("RecordMeasuredTime: zero samples");
+  if (!std::isfinite(seconds) || seconds < 0) {
+    return InvalidArgument("RecordMeasuredTime: seconds must be finite and not negative");
+  }
+  try {
+    std::lock_guard<std::mutex> lock(impl_->usage_mu);
+    v1::UsageRecord& r = impl_->pending_usage[key];
+    v1::MeasuredTime& t =
+        kernels == TimedKernels::kStitched ? *r.mutable_stitched() : *r.mutable_fallback();
+    t.set_samples(t.samples() + samples);
+    t.set_seconds(t.seconds() + seconds);
+  } catch (...) {
+    return ResourceExhausted("RecordMeasuredTime: out of memory");
+  }
+  return Status::Ok();
+}
+
+bool Client::ShouldTimeFallback() {
+  const uint32_t period = impl_->options.fallback_timing_period;
+  if (period == 0) return false;
+  // The last step of each period, so a short job that never reaches one is not slowed.
+  return impl_->steps.fetch_add(1) % period == period - 1;
+}
+
 StatusOr<v1::ReportUsageResponse> Client::FlushUsage() {
-  std::unordered_map<std::string, uint64_t> batch;
+  std::unordered_map<std::string, v1::UsageRecord> batch;
   {
     std::lock_guard<std::mutex> lock(impl_->usage_mu);
     batch.swap(impl_->pending_usage);
@@ -459,17 +504,17 @@ StatusOr<v1::ReportUsageResponse> Client::FlushUsage() {
   if (batch.empty()) return v1::ReportUsageResponse();
   v1::ReportUsageRequest request;
   request.set_fallback(static_cast<v1::Fallback>(impl_->fallback.load()));
-  for (const auto& [key, n] : batch) {
+  for (const auto& [key, usage] : batch) {
     v1::UsageRecord* record = request.add_records();
+    *record = usage;
     record->set_key(key);
-    record->set_invocations(n);
   }
   StatusOr<v1::ReportUsageResponse> response =
       impl_->Admin("ReportUsage", &Stub::ReportUsage, request);
   if (!response.ok()) {
     // Counts recorded meanwhile went to the fresh map; add the batch back to them.
     std::lock_guard<std::mutex> lock(impl_->usage_mu);
-    for (const auto& [key, n] : batch) impl_->pending_usage[key] += n;
+    for (const auto& [key, usage] : batch) MergeUsage(impl_->pending_usage[key], usage);
   }
   return response;
 }
@@ -488,6 +533,12 @@ StatusOr<v1::CompileResponse> Client::GetEntry(const std::string& key) {
   v1::GetEntryRequest request;
   request.set_key(key);
   return impl_->Admin("GetEntry", &Stub::GetEntry, request);
+}
+
+StatusOr<v1::ListRuntimesResponse> Client::ListRuntimes(uint32_t limit) {
+  v1::ListRuntimesRequest request;
+  request.set_limit(limit);
+  return impl_->Admin("ListRuntimes", &Stub::ListRuntimes, request);
 }
 
 }  // namespace stitch::client

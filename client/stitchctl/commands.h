@@ -28,13 +28,17 @@ int RunCompileOnDaemon(const CompileArgs& args);
 struct DaemonArgs {
   std::string daemon = "unix:///run/stitchd/stitchd.sock";
   bool json = false;
-  uint32_t limit = 100;  // cache ls
+  bool csv = false;      // runtimes
+  uint32_t limit = 100;  // cache ls, runtimes
   std::string key;       // cache get
   std::string out;       // cache get: write the serialized bundle here
 };
 int RunStats(const DaemonArgs& args);
 int RunCacheList(const DaemonArgs& args);
 int RunCacheGet(const DaemonArgs& args);
+// Prints the measured runtimes the daemon holds, one row per key and timed fallback, with
+// the cost model's figures beside them: a table, --json, or --csv (the training-data export).
+int RunRuntimes(const DaemonArgs& args);
 
 // Arguments of cache export and cache import, which move entries between a node's cache and
 // an archive file (stitch/cache/entry_archive.h).

@@ -2,7 +2,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "commands.h"
 #include "graph_input.h"
@@ -105,7 +107,10 @@ int RunStats(const DaemonArgs& args) {
                       {"compiles_in_flight", s->compiles_in_flight()},
                       {"compile_seconds_saved", s->compile_seconds_saved()},
                       {"gpu_seconds_saved", s->gpu_seconds_saved()},
-                      {"invocations_reported", s->invocations_reported()}};
+                      {"gpu_seconds_saved_measured", s->gpu_seconds_saved_measured()},
+                      {"gpu_seconds_lost", s->gpu_seconds_lost()},
+                      {"invocations_reported", s->invocations_reported()},
+                      {"runtime_keys", s->runtime_keys()}};
   if (args.json) {
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -137,6 +142,86 @@ int RunCacheList(const DaemonArgs& args) {
     std::printf("%-64s  %-6s  %7u  %9llu  %10.1f  %s\n", e.key().c_str(), e.target().c_str(),
                 e.kernels(), static_cast<unsigned long long>(e.bytes()), e.compile_seconds() * 1e3,
                 e.plan().c_str());
+  }
+  return 0;
+}
+
+namespace {
+
+double Mean(const v1::TimingSummary& t) {
+  return t.samples() == 0 ? 0 : t.seconds_sum() / static_cast<double>(t.samples());
+}
+
+// One row per key and timed kernels: "stitched", then each timed fallback baseline.
+struct RuntimeRow {
+  const v1::KernelRuntimes* runtimes;
+  std::string kernels;
+  const v1::TimingSummary* timing;
+  double modeled;
+};
+
+std::vector<RuntimeRow> RuntimeRows(const v1::ListRuntimesResponse& list) {
+  std::vector<RuntimeRow> rows;
+  for (const v1::KernelRuntimes& r : list.runtimes()) {
+    if (r.stitched().samples() > 0) {
+      rows.push_back({&r, "stitched", &r.stitched(), r.modeled_stitched_seconds()});
+    }
+    std::map<std::string, const v1::TimingSummary*> fallbacks;  // in name order
+    for (const auto& [baseline, timing] : r.fallback()) fallbacks[baseline] = &timing;
+    for (const auto& [baseline, timing] : fallbacks) {
+      const auto modeled = r.modeled_fallback_seconds().find(baseline);
+      rows.push_back({&r, baseline, timing,
+                      modeled == r.modeled_fallback_seconds().end() ? 0 : modeled->second});
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+int RunRuntimes(const DaemonArgs& args) {
+  client::Client c = MakeClient(args.daemon);
+  StatusOr<v1::ListRuntimesResponse> list = c.ListRuntimes(args.limit);
+  if (!list.ok()) return Fail(args.daemon + ": " + list.status().ToString());
+  const std::vector<RuntimeRow> rows = RuntimeRows(*list);
+  if (args.json) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const RuntimeRow& row : rows) {
+      all.push_back({{"key", row.runtimes->key()},
+                     {"target", row.runtimes->target()},
+                     {"kernels", row.kernels},
+                     {"samples", row.timing->samples()},
+                     {"measured_seconds", Mean(*row.timing)},
+                     {"min_seconds", row.timing->min_seconds()},
+                     {"max_seconds", row.timing->max_seconds()},
+                     {"reports", row.timing->reports()},
+                     {"modeled_seconds", row.modeled},
+                     {"invocations", row.runtimes->invocations()}});
+    }
+    std::cout << all.dump(2) << "\n";
+    return 0;
+  }
+  if (args.csv) {
+    std::printf(
+        "key,target,kernels,samples,measured_seconds,min_seconds,max_seconds,reports,"
+        "modeled_seconds,invocations\n");
+    for (const RuntimeRow& row : rows) {
+      std::printf("%s,%s,%s,%llu,%.9g,%.9g,%.9g,%llu,%.9g,%llu\n", row.runtimes->key().c_str(),
+                  row.runtimes->target().c_str(), row.kernels.c_str(),
+                  static_cast<unsigned long long>(row.timing->samples()), Mean(*row.timing),
+                  row.timing->min_seconds(), row.timing->max_seconds(),
+                  static_cast<unsigned long long>(row.timing->reports()), row.modeled,
+                  static_cast<unsigned long long>(row.runtimes->invocations()));
+    }
+    return 0;
+  }
+  std::printf("%-64s  %-10s  %8s  %12s  %12s  %8s\n", "KEY", "KERNELS", "SAMPLES", "MEASURED_US",
+              "MODELED_US", "MEAS/MOD");
+  for (const RuntimeRow& row : rows) {
+    const double measured = Mean(*row.timing);
+    std::printf("%-64s  %-10s  %8llu  %12.2f  %12.2f  %8.2f\n", row.runtimes->key().c_str(),
+                row.kernels.c_str(), static_cast<unsigned long long>(row.timing->samples()),
+                measured * 1e6, row.modeled * 1e6, row.modeled > 0 ? measured / row.modeled : 0.0);
   }
   return 0;
 }

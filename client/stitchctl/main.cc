@@ -54,6 +54,13 @@ int main(int argc, char** argv) {
   get->add_option("--out", daemon.out, "Write the serialized stitch.v1.KernelBundle here");
   get->add_flag("--json", daemon.json, "Print JSON");
 
+  auto* rt = app.add_subcommand("runtimes", "Print the GPU times jobs measured, beside the model");
+  rt->add_option("--daemon", daemon.daemon, kDaemonHelp);
+  rt->add_option("--limit", daemon.limit, "At most this many keys, most measured first");
+  auto* rt_json = rt->add_flag("--json", daemon.json, "Print JSON");
+  rt->add_flag("--csv", daemon.csv, "Print CSV, one row per key and timed kernels")
+      ->excludes(rt_json);
+
   CacheTransferArgs transfer;
   auto* exp = cache->add_subcommand("export", "Write every cached bundle to an archive file");
   exp->add_option("file", transfer.file, "The archive to write")->required();
@@ -110,6 +117,7 @@ int main(int argc, char** argv) {
   if (st->parsed()) return RunStats(daemon);
   if (ls->parsed()) return RunCacheList(daemon);
   if (get->parsed()) return RunCacheGet(daemon);
+  if (rt->parsed()) return RunRuntimes(daemon);
   if (exp->parsed()) return RunCacheExport(transfer);
   if (imp->parsed()) return RunCacheImport(transfer);
   if (w->parsed()) return RunWarm(warm);

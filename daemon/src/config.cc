@@ -233,6 +233,8 @@ const char* TypeName(std::string_view key) {
       {"cluster_key_prefix", "TEXT"},
       {"node_name", "NAME"},
       {"cluster_ttl_seconds", "SECONDS"},
+      {"runtime_records_max", "N"},
+      {"metrics_top_keys", "N"},
       {"cluster_breaker_failures", "N"},
   };
   for (const auto& [k, name] : kNames) {
@@ -464,6 +466,12 @@ const std::vector<OptionSpec>& Options() {
       {"cluster_breaker_open_ms", "How long an open breaker skips the cluster", false, false,
        ApplyBounded<&DaemonConfig::cluster_breaker_open_ms, 1, 3600000>,
        ShowUnsigned<&DaemonConfig::cluster_breaker_open_ms>},
+      {"runtime_records_max", "Keys whose measured runtimes the node keeps", false, false,
+       ApplyBounded<&DaemonConfig::runtime_records_max, 0, 100000000>,
+       ShowUnsigned<&DaemonConfig::runtime_records_max>},
+      {"metrics_top_keys", "Most-measured keys exported per key on /metrics", false, false,
+       ApplyBounded<&DaemonConfig::metrics_top_keys, 0, 1000>,
+       ShowUnsigned<&DaemonConfig::metrics_top_keys>},
   };
   return kOptions;
 }

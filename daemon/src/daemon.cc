@@ -19,6 +19,7 @@
 #include "kernel_resolver.h"
 #include "kernel_service.h"
 #include "lock_file.h"
+#include "runtime_ledger.h"
 #include "stitch/cache/memory_store.h"
 #include "stitch/cache/rocksdb_store.h"
 #include "stitch/cache/tiered_store.h"
@@ -61,6 +62,7 @@ class DaemonImpl : public Daemon {
   Status StartGrpc();
   Status StartMetrics();
   void RefreshCacheGauges();
+  void LoadSaved();
   void SaveTotals();
   void SaveLoop();
   void WriteRuntimeInfo();
@@ -74,6 +76,7 @@ class DaemonImpl : public Daemon {
   std::unique_ptr<cache::TieredStore> store_;
   metrics::Registry registry_;
   std::unique_ptr<DaemonMetrics> metrics_;
+  std::unique_ptr<RuntimeLedger> runtimes_;
   std::unique_ptr<CompilePool> pool_;
   std::unique_ptr<KernelResolver> resolver_;
   std::unique_ptr<KernelServiceImpl> service_;
@@ -114,11 +117,7 @@ Status DaemonImpl::Init() {
   STITCH_RETURN_IF_ERROR(OpenStores());
   metrics::AddProcessMetrics(registry_);
   registry_.AddCollectHook([this] { RefreshCacheGauges(); });
-  StatusOr<std::map<std::string, double>> totals = disk_->LoadCounters();
-  if (totals.ok())
-    metrics_->RestoreTotals(*totals);
-  else
-    spdlog::warn("could not load saved totals: {}", totals.status().ToString());
+  LoadSaved();
 
   pool_ = std::make_unique<CompilePool>(config_.workers, config_.max_queue);
   ResolverOptions ro;
@@ -128,7 +127,7 @@ Status DaemonImpl::Init() {
   // A holder that keeps renewing for this long is stuck; its waiters compile themselves.
   ro.cluster_wait = std::chrono::milliseconds(config_.cluster_lease_ms) * 20;
   resolver_ = std::make_unique<KernelResolver>(ro, *store_, *pool_, *metrics_, cluster_.get());
-  service_ = std::make_unique<KernelServiceImpl>(*resolver_, *store_, *pool_, *metrics_,
+  service_ = std::make_unique<KernelServiceImpl>(*resolver_, *store_, *pool_, *metrics_, *runtimes_,
                                                  ServiceInfo{STITCH_VERSION, config_.target});
   STITCH_RETURN_IF_ERROR(StartGrpc());
   STITCH_RETURN_IF_ERROR(StartMetrics());
@@ -207,13 +206,40 @@ void DaemonImpl::RefreshCacheGauges() {
                             static_cast<double>(s.evictions), static_cast<double>(s.corrupt));
   }
   if (cluster_) metrics_->SetClusterStats(cluster_->ClusterStats());
+  metrics_->SetRuntimeRecords(runtimes_->Top(config_.metrics_top_keys), runtimes_->size(),
+                              runtimes_->dropped());
   metrics_->queue_depth().Set(pool_->queued());
   metrics_->compiles_in_flight().Set(pool_->running());
+}
+
+// A store that cannot be read starts the counters and runtime records from zero rather than
+// keeping the node from serving.
+void DaemonImpl::LoadSaved() {
+  StatusOr<std::map<std::string, double>> totals = disk_->LoadCounters();
+  if (totals.ok()) {
+    metrics_->RestoreTotals(*totals);
+  } else {
+    spdlog::warn("could not load saved totals: {}", totals.status().ToString());
+  }
+  runtimes_ = std::make_unique<RuntimeLedger>(config_.runtime_records_max);
+  StatusOr<std::vector<v1::KernelRuntimes>> runtimes = disk_->LoadRuntimes();
+  if (runtimes.ok()) {
+    runtimes_->Restore(std::move(*runtimes));
+  } else {
+    spdlog::warn("could not load measured runtimes: {}", runtimes.status().ToString());
+  }
 }
 
 void DaemonImpl::SaveTotals() {
   Status s = disk_->SaveCounters(metrics_->PersistentTotals());
   if (!s.ok()) spdlog::warn("could not save totals: {}", s.ToString());
+  std::vector<v1::KernelRuntimes> changed = runtimes_->TakeChanged();
+  if (changed.empty()) return;
+  s = disk_->SaveRuntimes(changed);
+  if (!s.ok()) {
+    spdlog::warn("could not save {} measured runtimes: {}", changed.size(), s.ToString());
+    runtimes_->MarkChanged(changed);
+  }
 }
 
 void DaemonImpl::SaveLoop() {
@@ -264,7 +290,7 @@ void DaemonImpl::Shutdown() {
     save_cv_.notify_all();
     saver_.join();
   }
-  if (metrics_ && disk_) SaveTotals();
+  if (metrics_ && runtimes_ && disk_) SaveTotals();
   if (http_) http_->Stop();
   if (disk_) {
     Status closed = disk_->Close();

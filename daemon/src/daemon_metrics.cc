@@ -1,6 +1,7 @@
 #include "daemon_metrics.h"
 
 #include <algorithm>
+#include <string_view>
 
 namespace stitch::daemon {
 namespace {
@@ -10,8 +11,16 @@ constexpr const char* kCompiles = "compiles";
 constexpr const char* kCompileSecondsSaved = "compile_seconds_saved";
 // Per baseline: "<name>.<baseline>". Totals saved before savings carried a baseline were
 // priced against the better model, so they restore as "unreported".
+// The modeled and measured parts of the headline are saved apart; before measured savings
+// existed every saving was modeled, so the model-only total restores from the modeled part
+// of a store that lacks it.
 constexpr const char* kGpuSecondsSaved = "gpu_seconds_saved";
+constexpr const char* kGpuSecondsSavedMeasured = "gpu_seconds_saved_measured";
+constexpr const char* kModelGpuSecondsSaved = "model_gpu_seconds_saved";
+constexpr const char* kGpuSecondsLost = "gpu_seconds_lost";
 constexpr const char* kInvocations = "invocations_reported";
+constexpr const char* kMeasuredSamples = "measured_samples";
+constexpr const char* kTimedKernels[] = {"stitched", "fallback"};
 constexpr const char* kBaselines[] = {"xla", "inductor", "eager", "unreported"};
 constexpr const char* kLegacyBaseline = "unreported";
 
@@ -88,9 +97,25 @@ DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& ver
           "Entries dropped for a bad digest, version or encoding, by cache tier.")),
       gpu_seconds_saved_(registry.AddCounter(
           "stitch_gpu_seconds_saved_total",
-          "GPU time saved by fusion: for every invocation jobs report, the cost model's time "
-          "for the job's baseline (its fallback's model: xla, inductor; unreported: the "
-          "better of the two) minus the shipped plan's.")),
+          "GPU time saved by fusion on the invocations jobs report, against each job's own "
+          "fallback (baseline: xla, inductor, eager; unreported: the better of the XLA and "
+          "Inductor models). basis=measured where jobs timed both the stitched kernels and "
+          "their fallback for the key, basis=modeled (the cost model) elsewhere.")),
+      model_gpu_seconds_saved_(registry.AddCounter(
+          "stitch_model_gpu_seconds_saved_total",
+          "What the cost model alone credits for the same invocations, measured or not: the "
+          "gap to stitch_gpu_seconds_saved_total is the model's error where jobs measured.")),
+      gpu_seconds_lost_(registry.AddCounter(
+          "stitch_gpu_seconds_lost_total",
+          "Measured GPU time lost on invocations whose stitched kernels jobs timed slower "
+          "than their fallback.")),
+      measured_samples_(
+          registry.AddCounter("stitch_measured_samples_total",
+                              "Timed invocations jobs reported, by kernels (stitched, fallback).")),
+      key_seconds_(registry.AddGauge(
+          "stitch_key_seconds_per_call",
+          "Seconds per invocation of the most-measured keys: kernels=stitched or the fallback "
+          "baseline, basis=measured (jobs' mean) or modeled (the cost model).")),
       invocations_(registry.AddCounter("stitch_kernel_invocations_reported_total",
                                        "Bundle invocations reported by jobs, by the baseline "
                                        "their savings are priced against.")),
@@ -131,9 +156,21 @@ DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& ver
                        "compile time of its bundle.")
            .Add();
   for (const char* b : kBaselines) {
-    gpu_seconds_saved_.Add({{"baseline", b}});
+    gpu_seconds_saved_.Add({{"baseline", b}, {"basis", "modeled"}});
+    gpu_seconds_saved_.Add({{"baseline", b}, {"basis", "measured"}});
+    model_gpu_seconds_saved_.Add({{"baseline", b}});
+    gpu_seconds_lost_.Add({{"baseline", b}});
     invocations_.Add({{"baseline", b}});
   }
+  for (const char* k : kTimedKernels) measured_samples_.Add({{"kernels", k}});
+  runtime_keys_ = &registry
+                       .AddGauge("stitch_runtime_keys",
+                                 "Keys with measured runtimes on record in this node's store.")
+                       .Add();
+  runtime_dropped_ = &registry
+                          .AddCounter("stitch_runtime_records_dropped_total",
+                                      "Timings not kept because the runtime records were full.")
+                          .Add();
   cluster_breaker_trips_ = &registry
                                 .AddCounter("stitch_cluster_breaker_trips_total",
                                             "Times the cluster circuit breaker opened.")
@@ -212,16 +249,66 @@ void DaemonMetrics::AddCompileSecondsSaved(double seconds) {
   compile_seconds_saved_->Increment(seconds);
 }
 
-void DaemonMetrics::AddUsage(uint64_t invocations, double gpu_seconds_saved,
-                             std::string_view baseline) {
-  const metrics::Labels labels = {{"baseline", std::string(baseline)}};
-  invocations_.Add(labels).Increment(static_cast<double>(invocations));
-  if (gpu_seconds_saved > 0) gpu_seconds_saved_.Add(labels).Increment(gpu_seconds_saved);
+void DaemonMetrics::AddUsage(uint64_t invocations, const UsagePrice& price) {
+  const metrics::Labels labels = {{"baseline", price.baseline}};
+  const double n = static_cast<double>(invocations);
+  invocations_.Add(labels).Increment(n);
+  model_gpu_seconds_saved_.Add(labels).Increment(price.modeled_per_call * n);
+  const double saved = price.per_call * n;
+  if (saved > 0) {
+    gpu_seconds_saved_
+        .Add({{"baseline", price.baseline}, {"basis", price.measured ? "measured" : "modeled"}})
+        .Increment(saved);
+  } else if (saved < 0) {
+    gpu_seconds_lost_.Add(labels).Increment(-saved);
+  }
+}
+
+void DaemonMetrics::AddMeasuredSamples(uint64_t stitched, uint64_t fallback) {
+  measured_samples_.Add({{"kernels", "stitched"}}).Increment(static_cast<double>(stitched));
+  measured_samples_.Add({{"kernels", "fallback"}}).Increment(static_cast<double>(fallback));
+}
+
+void DaemonMetrics::SetRuntimeRecords(const std::vector<v1::KernelRuntimes>& top, size_t keys,
+                                      uint64_t dropped) {
+  runtime_keys_->Set(static_cast<double>(keys));
+  FollowCount(*runtime_dropped_, static_cast<double>(dropped));
+  key_seconds_.Clear();
+  for (const v1::KernelRuntimes& r : top) {
+    const auto set = [&](const std::string& kernels, const char* basis, double seconds) {
+      key_seconds_.Add({{"key", r.key()}, {"kernels", kernels}, {"basis", basis}}).Set(seconds);
+    };
+    if (r.stitched().samples() > 0) {
+      set("stitched", "measured", r.stitched().seconds_sum() / r.stitched().samples());
+      set("stitched", "modeled", r.modeled_stitched_seconds());
+    }
+    for (const auto& [baseline, timing] : r.fallback()) {
+      if (timing.samples() == 0) continue;
+      set(baseline, "measured", timing.seconds_sum() / timing.samples());
+      const auto modeled = r.modeled_fallback_seconds().find(baseline);
+      if (modeled != r.modeled_fallback_seconds().end()) set(baseline, "modeled", modeled->second);
+    }
+  }
 }
 
 double DaemonMetrics::gpu_seconds_saved() const {
   double total = 0;
   gpu_seconds_saved_.ForEach(
+      [&](const metrics::Labels&, const metrics::Counter& c) { total += c.Value(); });
+  return total;
+}
+
+double DaemonMetrics::gpu_seconds_saved_measured() const {
+  double total = 0;
+  gpu_seconds_saved_.ForEach([&](const metrics::Labels& labels, const metrics::Counter& c) {
+    if (labels.at("basis") == "measured") total += c.Value();
+  });
+  return total;
+}
+
+double DaemonMetrics::gpu_seconds_lost() const {
+  double total = 0;
+  gpu_seconds_lost_.ForEach(
       [&](const metrics::Labels&, const metrics::Counter& c) { total += c.Value(); });
   return total;
 }
@@ -249,28 +336,52 @@ void DaemonMetrics::SetCacheStats(const std::string& tier, double entries, doubl
 std::map<std::string, double> DaemonMetrics::PersistentTotals() const {
   std::map<std::string, double> totals = {{kCompiles, compiles_ok_->Value()},
                                           {kCompileSecondsSaved, compile_seconds_saved_->Value()}};
-  const auto save = [&](const char* name, const metrics::Family<metrics::Counter>& family) {
+  const auto save = [&](const char* name, const metrics::Family<metrics::Counter>& family,
+                        const char* label) {
     family.ForEach([&](const metrics::Labels& labels, const metrics::Counter& c) {
-      totals[std::string(name) + "." + labels.at("baseline")] = c.Value();
+      std::string saved_as = std::string(name) + "." + labels.at(label);
+      if (labels.contains("basis") && labels.at("basis") == "measured") {
+        saved_as = std::string(kGpuSecondsSavedMeasured) + "." + labels.at(label);
+      }
+      totals[saved_as] = c.Value();
     });
   };
-  save(kGpuSecondsSaved, gpu_seconds_saved_);
-  save(kInvocations, invocations_);
+  save(kGpuSecondsSaved, gpu_seconds_saved_, "baseline");
+  save(kModelGpuSecondsSaved, model_gpu_seconds_saved_, "baseline");
+  save(kGpuSecondsLost, gpu_seconds_lost_, "baseline");
+  save(kInvocations, invocations_, "baseline");
+  save(kMeasuredSamples, measured_samples_, "kernels");
   return totals;
 }
 
 void DaemonMetrics::RestoreTotals(const std::map<std::string, double>& totals) {
   Restore(*compiles_ok_, totals, kCompiles);
   Restore(*compile_seconds_saved_, totals, kCompileSecondsSaved);
+  const auto name = [](const char* total, std::string_view label) {
+    return std::string(total) + "." + std::string(label);
+  };
   for (const char* b : kBaselines) {
-    const std::string suffix = std::string(".") + b;
-    Restore(gpu_seconds_saved_.Add({{"baseline", b}}), totals, (kGpuSecondsSaved + suffix).c_str());
-    Restore(invocations_.Add({{"baseline", b}}), totals, (kInvocations + suffix).c_str());
+    const metrics::Labels baseline = {{"baseline", b}};
+    Restore(gpu_seconds_saved_.Add({{"baseline", b}, {"basis", "modeled"}}), totals,
+            name(kGpuSecondsSaved, b).c_str());
+    Restore(gpu_seconds_saved_.Add({{"baseline", b}, {"basis", "measured"}}), totals,
+            name(kGpuSecondsSavedMeasured, b).c_str());
+    const bool has_model_total = totals.contains(name(kModelGpuSecondsSaved, b));
+    Restore(model_gpu_seconds_saved_.Add(baseline), totals,
+            name(has_model_total ? kModelGpuSecondsSaved : kGpuSecondsSaved, b).c_str());
+    Restore(gpu_seconds_lost_.Add(baseline), totals, name(kGpuSecondsLost, b).c_str());
+    Restore(invocations_.Add(baseline), totals, name(kInvocations, b).c_str());
+  }
+  for (const char* k : kTimedKernels) {
+    Restore(measured_samples_.Add({{"kernels", k}}), totals, name(kMeasuredSamples, k).c_str());
   }
   // A store saved before the labels holds only the plain names; once the labelled totals
   // are saved they include it, and the plain names (never rewritten) are ignored.
-  if (!totals.count(std::string(kGpuSecondsSaved) + "." + kLegacyBaseline)) {
-    Restore(gpu_seconds_saved_.Add({{"baseline", kLegacyBaseline}}), totals, kGpuSecondsSaved);
+  if (!totals.contains(name(kGpuSecondsSaved, kLegacyBaseline))) {
+    Restore(gpu_seconds_saved_.Add({{"baseline", kLegacyBaseline}, {"basis", "modeled"}}), totals,
+            kGpuSecondsSaved);
+    Restore(model_gpu_seconds_saved_.Add({{"baseline", kLegacyBaseline}}), totals,
+            kGpuSecondsSaved);
     Restore(invocations_.Add({{"baseline", kLegacyBaseline}}), totals, kInvocations);
   }
 }

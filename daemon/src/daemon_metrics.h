@@ -8,9 +8,12 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
+#include "savings.h"
 #include "stitch/cache/cluster_store.h"
 #include "stitch/metrics/registry.h"
+#include "stitch/v1/runtimes.pb.h"
 
 namespace stitch::daemon {
 
@@ -34,9 +37,14 @@ class DaemonMetrics : public cache::ClusterObserver {
   void ObserveCompile(double seconds, bool ok);
   // Credits a cache hit with the compile time it saved.
   void AddCompileSecondsSaved(double seconds);
-  // Credits reported invocations with the GPU time stitching saved on them against
-  // `baseline` ("xla", "inductor", or "unreported" when the job did not say what it runs).
-  void AddUsage(uint64_t invocations, double gpu_seconds_saved, std::string_view baseline);
+  // Credits reported invocations, priced by `price`: its accounted saving under its basis
+  // (or, when negative, as time lost), and the model's saving beside it.
+  void AddUsage(uint64_t invocations, const UsagePrice& price);
+  // Counts timed invocations jobs reported.
+  void AddMeasuredSamples(uint64_t stitched, uint64_t fallback);
+  // Sets the runtime-record gauges: `keys` on record, `dropped` timings so far, and the
+  // per-key seconds of `top` (the family is rebuilt, so keys that left the top disappear).
+  void SetRuntimeRecords(const std::vector<v1::KernelRuntimes>& top, size_t keys, uint64_t dropped);
 
   // Counts a flight that found another node compiling its key and waited for it.
   void CountLeaseWait();
@@ -65,8 +73,10 @@ class DaemonMetrics : public cache::ClusterObserver {
   double ServingCount(RequestResult result);
   double compiles() const { return compiles_ok_->Value(); }
   double compile_seconds_saved() const { return compile_seconds_saved_->Value(); }
-  // Summed over baselines.
+  // Summed over baselines (and, for the first, over both bases).
   double gpu_seconds_saved() const;
+  double gpu_seconds_saved_measured() const;
+  double gpu_seconds_lost() const;
   double invocations() const;
 
  private:
@@ -85,6 +95,12 @@ class DaemonMetrics : public cache::ClusterObserver {
   metrics::Counter* compiles_failed_;
   metrics::Counter* compile_seconds_saved_;
   metrics::Family<metrics::Counter>& gpu_seconds_saved_;
+  metrics::Family<metrics::Counter>& model_gpu_seconds_saved_;
+  metrics::Family<metrics::Counter>& gpu_seconds_lost_;
+  metrics::Family<metrics::Counter>& measured_samples_;
+  metrics::Family<metrics::Gauge>& key_seconds_;
+  metrics::Gauge* runtime_keys_;
+  metrics::Counter* runtime_dropped_;
   metrics::Family<metrics::Counter>& invocations_;
   metrics::Family<metrics::Histogram>& cluster_seconds_;
   metrics::Family<metrics::Counter>& cluster_errors_;

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
+#include "savings.h"
 #include "stitch/rpc/grpc_status.h"
 
 namespace stitch::daemon {
@@ -13,6 +15,8 @@ namespace {
 // A ReportUsage batch past these is a client bug, not a workload.
 constexpr int kMaxUsageRecords = 100000;
 constexpr uint64_t kMaxInvocationsPerRecord = uint64_t{1} << 40;
+// A memory-intensive subgraph that takes a minute per invocation is not a measurement.
+constexpr double kMaxMeasuredSecondsPerCall = 60;
 constexpr uint32_t kDefaultListLimit = 100;
 constexpr uint32_t kMaxListLimit = 100000;
 
@@ -20,34 +24,6 @@ bool IsHexKey(const std::string& key) {
   return key.size() == 64 && std::all_of(key.begin(), key.end(), [](char c) {
            return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
          });
-}
-
-// What one invocation of a bundle saved against a job's fallback, and the label it goes under.
-struct BaselinePrice {
-  double saved_per_call = 0;
-  const char* baseline = "unreported";
-};
-
-// The job's own fallback prices its savings: the bundle's estimate for that compiler's model.
-// A job that did not say is priced against the better model, which never overstates them.
-BaselinePrice PriceAgainst(const v1::CostEstimate& cost, v1::Fallback fallback) {
-  BaselinePrice price;
-  double baseline_seconds = cost.baseline_seconds();
-  const char* planner = fallback == v1::FALLBACK_XLA        ? "xla"
-                        : fallback == v1::FALLBACK_INDUCTOR ? "inductor"
-                        : fallback == v1::FALLBACK_EAGER    ? "eager"
-                                                            : nullptr;
-  if (planner != nullptr) {
-    for (const v1::PlanEstimate& plan : cost.plans()) {
-      if (plan.planner() != planner) continue;
-      baseline_seconds = plan.seconds();
-      price.baseline = planner;
-    }
-  }
-  // The shipped plan is the fastest modelled, so a saving is never negative; a bundle that
-  // lacks the named model's estimate is priced as "unreported".
-  price.saved_per_call = std::max(0.0, baseline_seconds - cost.stitched_seconds());
-  return price;
 }
 
 RequestResult ResultOf(const Resolution& r) {
@@ -75,6 +51,40 @@ RequestResult ResultOf(const Resolution& r) {
   }
 }
 
+// Returns what is wrong with a timing, or "" when it is well formed.
+std::string InvalidTiming(const v1::MeasuredTime& t, const char* side) {
+  const std::string where = std::string(side) + " timing: ";
+  if (!std::isfinite(t.seconds()) || t.seconds() < 0) {
+    return where + "seconds must be finite and not negative";
+  }
+  if (t.samples() > kMaxInvocationsPerRecord) return where + "at most 2^40 samples";
+  if (t.samples() == 0) return t.seconds() == 0 ? "" : where + "seconds without samples";
+  if (t.seconds() / static_cast<double>(t.samples()) > kMaxMeasuredSecondsPerCall) {
+    return where + "more than 60 s per invocation is not a kernel's time";
+  }
+  return "";
+}
+
+// Returns what is wrong with a usage batch, naming the record, or "" when it is well formed.
+std::string InvalidUsage(const v1::ReportUsageRequest& request) {
+  if (request.records_size() > kMaxUsageRecords) {
+    return "a usage batch holds at most " + std::to_string(kMaxUsageRecords) + " records";
+  }
+  for (const v1::UsageRecord& r : request.records()) {
+    const std::string record = "usage record for '" + r.key().substr(0, 80) + "': ";
+    if (!IsHexKey(r.key()) || r.invocations() > kMaxInvocationsPerRecord) {
+      return record +
+             "keys are 64 lowercase hex digits and a record holds at most 2^40 "
+             "invocations";
+    }
+    for (const std::string& bad :
+         {InvalidTiming(r.stitched(), "stitched"), InvalidTiming(r.fallback(), "fallback")}) {
+      if (!bad.empty()) return record + bad;
+    }
+  }
+  return "";
+}
+
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                     const grpc::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -85,8 +95,14 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 }  // namespace
 
 KernelServiceImpl::KernelServiceImpl(KernelResolver& resolver, cache::TieredStore& store,
-                                     CompilePool& pool, DaemonMetrics& metrics, ServiceInfo info)
-    : resolver_(resolver), store_(store), pool_(pool), metrics_(metrics), info_(std::move(info)) {}
+                                     CompilePool& pool, DaemonMetrics& metrics,
+                                     RuntimeLedger& runtimes, ServiceInfo info)
+    : resolver_(resolver),
+      store_(store),
+      pool_(pool),
+      metrics_(metrics),
+      runtimes_(runtimes),
+      info_(std::move(info)) {}
 
 namespace {
 
@@ -141,35 +157,36 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Lookup(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* KernelServiceImpl::ReportUsage(grpc::CallbackServerContext* context,
                                                          const v1::ReportUsageRequest* request,
                                                          v1::ReportUsageResponse* response) {
-  if (request->records_size() > kMaxUsageRecords) {
+  const std::string invalid = InvalidUsage(*request);
+  if (!invalid.empty()) {
     metrics_.CountRequest("ReportUsage", RequestResult::kError);
-    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                           "a usage batch holds at most " +
-                                               std::to_string(kMaxUsageRecords) + " records"));
+    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, invalid));
   }
-  for (const v1::UsageRecord& r : request->records()) {
-    if (!IsHexKey(r.key()) || r.invocations() > kMaxInvocationsPerRecord) {
-      metrics_.CountRequest("ReportUsage", RequestResult::kError);
-      return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                             "usage record for '" + r.key().substr(0, 80) +
-                                                 "': keys are 64 lowercase hex digits and a record "
-                                                 "holds at most 2^40 invocations"));
-    }
-  }
-  uint32_t accepted = 0, unknown = 0;
+  const std::string baseline = BaselineName(request->fallback());
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  uint32_t accepted = 0, unknown = 0, measured = 0;
   for (const v1::UsageRecord& r : request->records()) {
     StatusOr<std::optional<cache::Hit>> hit = store_.Get(r.key());
     if (!hit.ok() || !hit->has_value()) {
       ++unknown;
       continue;
     }
-    const BaselinePrice price = PriceAgainst((*hit)->bundle->cost(), request->fallback());
-    metrics_.AddUsage(r.invocations(), price.saved_per_call * static_cast<double>(r.invocations()),
-                      price.baseline);
+    const v1::KernelBundle& bundle = *(*hit)->bundle;
+    // The record's own timings count towards its pricing: a job that reports both sides in
+    // one batch is priced from them at once.
+    const std::optional<v1::KernelRuntimes> runtimes =
+        runtimes_.Merge(r, baseline, bundle.cost(), bundle.target(), now);
+    metrics_.AddMeasuredSamples(r.stitched().samples(), r.fallback().samples());
+    const UsagePrice price =
+        PriceUsage(bundle.cost(), request->fallback(), runtimes.has_value() ? &*runtimes : nullptr);
+    metrics_.AddUsage(r.invocations(), price);
     ++accepted;
+    if (price.measured && r.invocations() > 0) ++measured;
   }
   response->set_accepted(accepted);
   response->set_unknown_keys(unknown);
+  response->set_measured(measured);
   metrics_.CountRequest("ReportUsage", RequestResult::kOk);
   return FinishNow(context, grpc::Status::OK);
 }
@@ -201,6 +218,9 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Stats(grpc::CallbackServerContext* 
   response->set_compile_seconds_saved(metrics_.compile_seconds_saved());
   response->set_gpu_seconds_saved(metrics_.gpu_seconds_saved());
   response->set_invocations_reported(static_cast<uint64_t>(metrics_.invocations()));
+  response->set_gpu_seconds_saved_measured(metrics_.gpu_seconds_saved_measured());
+  response->set_gpu_seconds_lost(metrics_.gpu_seconds_lost());
+  response->set_runtime_keys(runtimes_.size());
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -240,6 +260,16 @@ grpc::ServerUnaryReactor* KernelServiceImpl::GetEntry(grpc::CallbackServerContex
   metrics_.CountRequest("GetEntry", ResultOf(Resolution{Status::Ok(), response->source(), {}, {}}));
   response->set_key(request->key());
   *response->mutable_bundle() = *(*hit)->bundle;
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::ListRuntimes(grpc::CallbackServerContext* context,
+                                                          const v1::ListRuntimesRequest* request,
+                                                          v1::ListRuntimesResponse* response) {
+  const uint32_t limit =
+      request->limit() == 0 ? kDefaultListLimit : std::min(request->limit(), kMaxListLimit);
+  for (v1::KernelRuntimes& r : runtimes_.Top(limit)) *response->add_runtimes() = std::move(r);
+  metrics_.CountRequest("ListRuntimes", RequestResult::kOk);
   return FinishNow(context, grpc::Status::OK);
 }
 

@@ -11,6 +11,7 @@
 #include "daemon_metrics.h"
 #include "kernel_resolver.h"
 #include "response_bytes.h"
+#include "runtime_ledger.h"
 #include "stitch/cache/tiered_store.h"
 #include "stitch/v1/kernel_service.grpc.pb.h"
 
@@ -33,7 +34,7 @@ class KernelServiceImpl final : public KernelServiceBase {
  public:
   // Every reference must outlive the service.
   KernelServiceImpl(KernelResolver& resolver, cache::TieredStore& store, CompilePool& pool,
-                    DaemonMetrics& metrics, ServiceInfo info);
+                    DaemonMetrics& metrics, RuntimeLedger& runtimes, ServiceInfo info);
 
   grpc::ServerUnaryReactor* Compile(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request,
@@ -53,6 +54,9 @@ class KernelServiceImpl final : public KernelServiceBase {
   grpc::ServerUnaryReactor* GetEntry(grpc::CallbackServerContext* context,
                                      const v1::GetEntryRequest* request,
                                      v1::CompileResponse* response) override;
+  grpc::ServerUnaryReactor* ListRuntimes(grpc::CallbackServerContext* context,
+                                         const v1::ListRuntimesRequest* request,
+                                         v1::ListRuntimesResponse* response) override;
 
   // Requests whose answer waits for a compile; a draining daemon waits for this to reach
   // zero before it stops the server.
@@ -67,6 +71,7 @@ class KernelServiceImpl final : public KernelServiceBase {
   cache::TieredStore& store_;
   CompilePool& pool_;
   DaemonMetrics& metrics_;
+  RuntimeLedger& runtimes_;
   ServiceInfo info_;
   std::atomic<int> pending_{0};
   ResponseBytes responses_{64u << 20};

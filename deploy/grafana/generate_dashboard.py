@@ -115,7 +115,7 @@ class Dashboard:
             "targets": [target(expr)],
         })
 
-    def table(self, title, description, expr, w=12, h=8):
+    def table(self, title, description, expr, w=12, h=8, value_name="daemons"):
         self._add({
             "type": "table",
             "title": title,
@@ -126,7 +126,7 @@ class Dashboard:
             "options": {"showHeader": True},
             "transformations": [{"id": "organize", "options": {
                 "excludeByName": {"Time": True},
-                "renameByName": {"Value": "daemons"}}}],
+                "renameByName": {"Value": value_name}}}],
             "targets": [target(expr, format="table", instant=True)],
         })
 
@@ -155,8 +155,10 @@ def build():
     d.row("Fleet savings")
     d.stat("GPU-hours saved, last 24 h",
            "GPU time the fleet's fused kernels saved over the last day: for every invocation "
-           "jobs report, the cost model's time for the better baseline (XLA or Inductor) "
-           "minus the shipped plan's. All daemons; the instance filter does not apply.",
+           "jobs report, the time of the job's own fallback (XLA, Inductor or eager; the "
+           "better of the XLA and Inductor models when a job did not say) minus the shipped "
+           "plan's, from jobs' measured times where they timed both, from the cost model "
+           "elsewhere. All daemons; the instance filter does not apply.",
            "sum(job:stitch_gpu_hours_saved:increase1d)")
     d.stat("GPU-hours saved, all time",
            "The daemons' persistent totals (saved in RocksDB, restored at start), summed "
@@ -177,6 +179,26 @@ def build():
                  "Bundle invocations jobs report (ReportUsage), fleet-wide, per second.",
                  targets(("sum(job:stitch_kernel_invocations_reported:rate5m)",
                           "invocations/s")), unit="ops")
+    d.timeseries("Savings: measured, modeled, and the model alone",
+                 "All-time GPU-hours saved by basis (measured where jobs timed both the "
+                 "stitched kernels and their fallback, modeled elsewhere), beside what the cost "
+                 "model alone credits for the same invocations and the measured time lost on "
+                 "keys jobs timed slower than their fallback. The gap between the headline and "
+                 "the model alone is the model's error where jobs measured.",
+                 targets(("sum by (basis) (job:stitch_gpu_hours_saved:sum)", "saved ({{basis}})"),
+                         ("sum(job:stitch_model_gpu_hours_saved:sum)", "model alone"),
+                         ("sum(job:stitch_gpu_hours_lost:sum)", "lost (measured)"),
+                         ("sum(job:stitch_gpu_hours_saved_net:sum)", "net")))
+    d.stat("Share of savings measured",
+           "The part of all-time GPU-hours saved that rests on jobs' measured times rather "
+           "than the cost model.",
+           "sum(job:stitch_gpu_seconds_saved_measured:ratio)", unit="percentunit", w=6, h=8)
+    d.table("Model error by key",
+            "Measured seconds per invocation over the cost model's, for each node's "
+            "most-measured keys (stitchd --metrics-top-keys): 1 is a perfect model, above 1 "
+            "the model is optimistic. `stitchctl runtimes` on the node lists every key.",
+            "topk(20, instance:stitch_key_measured_over_modeled:ratio{%s})" % SEL, w=6, h=8,
+            value_name="measured / modeled")
     d.table("Versions",
             "Daemons by stitchd version, compiler version and target, for rolling upgrades.",
             "count by (version, compiler_version, target) (stitch_build_info)", w=24, h=6)

@@ -146,6 +146,12 @@ void Family<Metric>::ForEach(const std::function<void(const Labels&, const Metri
   for (const auto& [labels, metric] : children_) visit(labels, *metric);
 }
 
+template <typename Metric>
+void Family<Metric>::Clear() {
+  std::lock_guard lock(mu_);
+  children_.clear();
+}
+
 template class Family<Counter>;
 template class Family<Gauge>;
 template class Family<Histogram>;

@@ -81,10 +81,10 @@ class TempDir {
   std::string path_;
 };
 
-// Writes `value` under `key` in the entry family of the closed store at `path`, bypassing
-// the store, the way a torn write or a stray tool would.
-inline void WriteRawEntry(const std::string& path, const std::string& key,
-                          const std::string& value) {
+// Writes `value` under `key` in column family `family` (default: the entries) of the closed
+// store at `path`, bypassing the store, the way a torn write or a stray tool would.
+inline void WriteRawEntry(const std::string& path, const std::string& key, const std::string& value,
+                          const std::string& family = rocksdb::kDefaultColumnFamilyName) {
   rocksdb::DBOptions options;
   std::vector<std::string> names;
   ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(options, path, &names).ok());
@@ -97,7 +97,7 @@ inline void WriteRawEntry(const std::string& path, const std::string& key,
   std::unique_ptr<rocksdb::DB> db(raw);
   rocksdb::ColumnFamilyHandle* entries = nullptr;
   for (rocksdb::ColumnFamilyHandle* h : handles) {
-    if (h->GetName() == rocksdb::kDefaultColumnFamilyName) entries = h;
+    if (h->GetName() == family) entries = h;
   }
   ASSERT_NE(entries, nullptr);
   EXPECT_TRUE(db->Put(rocksdb::WriteOptions(), entries, key, value).ok());

@@ -229,6 +229,42 @@ TEST(RocksDbStoreTest, CountersSurviveReopen) {
   EXPECT_EQ(*loaded, want);  // exact: the bit pattern is stored
 }
 
+v1::KernelRuntimes Runtimes(const std::string& key, uint64_t samples) {
+  v1::KernelRuntimes r;
+  r.set_key(key);
+  r.set_target("sm_80");
+  r.mutable_stitched()->set_samples(samples);
+  r.mutable_stitched()->set_seconds_sum(1e-5 * static_cast<double>(samples));
+  (*r.mutable_fallback())["xla"].set_samples(1);
+  (*r.mutable_modeled_fallback_seconds())["xla"] = 3e-5;
+  return r;
+}
+
+TEST(RocksDbStoreTest, RuntimesSurviveReopenAndUnreadableOnesAreSkipped) {
+  TempDir dir;
+  {
+    auto store = OpenOrDie(dir.path());
+    StatusOr<std::vector<v1::KernelRuntimes>> empty = store->LoadRuntimes();
+    ASSERT_TRUE(empty.ok());
+    EXPECT_TRUE(empty->empty());
+    ASSERT_TRUE(store->SaveRuntimes({Runtimes("b", 1), Runtimes("a", 2)}).ok());
+    ASSERT_TRUE(store->SaveRuntimes({Runtimes("b", 7)}).ok());  // replaces
+    EXPECT_EQ(store->SaveRuntimes({v1::KernelRuntimes()}).code(), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(store->Close().ok());
+    EXPECT_EQ(store->SaveRuntimes({Runtimes("c", 1)}).code(), StatusCode::kUnavailable);
+  }
+  WriteRawEntry(dir.path(), "garbage", "\xff\xff not a message", "runtimes");
+  WriteRawEntry(dir.path(), "miskeyed", Runtimes("other", 1).SerializeAsString(), "runtimes");
+  auto store = OpenOrDie(dir.path());
+  StatusOr<std::vector<v1::KernelRuntimes>> loaded = store->LoadRuntimes();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_EQ(loaded->size(), 2u);
+  EXPECT_EQ((*loaded)[0].SerializeAsString(), Runtimes("a", 2).SerializeAsString());
+  EXPECT_EQ((*loaded)[1].SerializeAsString(), Runtimes("b", 7).SerializeAsString());
+  // The runtimes are not entries: the LRU store stays empty.
+  EXPECT_EQ(store->Stats().entries, 0u);
+}
+
 TEST(RocksDbStoreTest, SecondOpenOfAnOpenStoreIsUnavailableNamingThePath) {
   TempDir dir;
   auto store = OpenOrDie(dir.path());

@@ -186,6 +186,36 @@ TEST(ClientCApi, UsageRecordAndFlush) {
   stitch_client_destroy(client);
 }
 
+TEST(ClientCApi, MeasuredTimesGoWithTheUsageReport) {
+  ScriptedService service;
+  service.report_usage = [](const v1::ReportUsageRequest&, v1::ReportUsageResponse*) {
+    return grpc::Status::OK;
+  };
+  ScriptedServer server(&service);
+  stitch_client* client = stitch_client_create(server.address().c_str(), 0, 0);
+  EXPECT_EQ(stitch_client_record_time(client, "k1", STITCH_TIMED_STITCHED, 2e-5, 2), 0);
+  EXPECT_EQ(stitch_client_record_time(client, "k1", STITCH_TIMED_FALLBACK, 9e-5, 3), 0);
+  EXPECT_EQ(stitch_client_record_time(client, "k1", STITCH_TIMED_FALLBACK, -1, 3), -1);
+  EXPECT_EQ(stitch_client_record_time(client, "k1", STITCH_TIMED_FALLBACK, 1e-5, 0), -1);
+  EXPECT_EQ(stitch_client_record_time(client, "k1", static_cast<stitch_timed_kernels>(7), 1e-5, 1),
+            -1);
+  EXPECT_EQ(stitch_client_record_time(client, nullptr, STITCH_TIMED_STITCHED, 1e-5, 1), -1);
+  EXPECT_EQ(stitch_client_record_time(nullptr, "k1", STITCH_TIMED_STITCHED, 1e-5, 1), -1);
+  EXPECT_EQ(stitch_client_flush_usage(client), 0);
+  std::vector<v1::ReportUsageRequest> seen = service.UsageRequests();
+  ASSERT_EQ(seen.size(), 1u);
+  ASSERT_EQ(seen[0].records_size(), 1);
+  EXPECT_EQ(seen[0].records(0).stitched().samples(), 2u);
+  EXPECT_DOUBLE_EQ(seen[0].records(0).stitched().seconds(), 2e-5);
+  EXPECT_EQ(seen[0].records(0).fallback().samples(), 3u);
+  // One step in 100 times its fallback.
+  int picked = 0;
+  for (int i = 0; i < 300; ++i) picked += stitch_client_should_time_fallback(client);
+  EXPECT_EQ(picked, 3);
+  EXPECT_EQ(stitch_client_should_time_fallback(nullptr), 0);
+  stitch_client_destroy(client);
+}
+
 TEST(ClientCApi, DeadSocketFallsBackWithinTheLookupDeadline) {
   std::string dir = MakeTempDir();
   std::string path = dir + "/nobody.sock";  // a bare path names a unix socket

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -412,6 +413,58 @@ TEST(ClientUsage, FailedFlushKeepsTheBatch) {
   std::map<std::string, uint64_t> counts;
   for (const v1::UsageRecord& rec : seen[1].records()) counts[rec.key()] += rec.invocations();
   EXPECT_EQ(counts, (std::map<std::string, uint64_t>{{"aa", 4}, {"bb", 5}, {"cc", 2}}));
+}
+
+TEST(ClientUsage, MeasuredTimesAreSummedPerKeyAndSideAndSurviveAFailedFlush) {
+  using client::TimedKernels;
+  ScriptedService service;
+  std::atomic<bool> fail{true};
+  service.report_usage = [&](const v1::ReportUsageRequest&, v1::ReportUsageResponse*) {
+    return fail.load() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "later") : grpc::Status::OK;
+  };
+  ScriptedServer server(&service);
+  Client client(OptionsFor(server.address()));
+  ASSERT_TRUE(client.RecordMeasuredTime("aa", TimedKernels::kStitched, 3e-5, 3).ok());
+  ASSERT_TRUE(client.RecordMeasuredTime("aa", TimedKernels::kFallback, 4e-5).ok());
+  client.RecordInvocations("aa", 10);
+  ASSERT_FALSE(client.FlushUsage().ok());
+  ASSERT_TRUE(client.RecordMeasuredTime("aa", TimedKernels::kStitched, 1e-5, 1).ok());
+  ASSERT_TRUE(client.RecordMeasuredTime("bb", TimedKernels::kFallback, 5e-5, 2).ok());
+  // Refused, and nothing recorded.
+  EXPECT_EQ(client.RecordMeasuredTime("aa", TimedKernels::kStitched, 1e-5, 0).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(client.RecordMeasuredTime("aa", TimedKernels::kStitched, std::nan(""), 1).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(client.RecordMeasuredTime("aa", TimedKernels::kFallback, -1e-5, 1).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(client.RecordMeasuredTime("", TimedKernels::kFallback, 1e-5, 1).code(),
+            StatusCode::kInvalidArgument);
+  fail = false;
+  ASSERT_TRUE(client.FlushUsage().ok());
+  std::vector<v1::ReportUsageRequest> seen = service.UsageRequests();
+  ASSERT_EQ(seen.size(), 2u);
+  std::map<std::string, v1::UsageRecord> by_key;
+  for (const v1::UsageRecord& rec : seen[1].records()) by_key[rec.key()] = rec;
+  ASSERT_EQ(by_key.size(), 2u);
+  EXPECT_EQ(by_key["aa"].invocations(), 10u);
+  EXPECT_EQ(by_key["aa"].stitched().samples(), 4u);
+  EXPECT_DOUBLE_EQ(by_key["aa"].stitched().seconds(), 4e-5);
+  EXPECT_EQ(by_key["aa"].fallback().samples(), 1u);
+  EXPECT_EQ(by_key["bb"].invocations(), 0u);
+  EXPECT_FALSE(by_key["bb"].has_stitched());
+  EXPECT_EQ(by_key["bb"].fallback().samples(), 2u);
+}
+
+TEST(ClientUsage, FallbackTimingIsSampledOnceAPeriod) {
+  ClientOptions o = OptionsFor("unix:///nonexistent/stitchd.sock");
+  o.fallback_timing_period = 4;
+  Client client(o);
+  std::string picks;
+  for (int i = 0; i < 12; ++i) picks += client.ShouldTimeFallback() ? '1' : '0';
+  EXPECT_EQ(picks, "000100010001");
+  o.fallback_timing_period = 0;
+  Client never(o);
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(never.ShouldTimeFallback());
 }
 
 TEST(ClientUsage, DeadDaemonKeepsTheBatchWithinTheAdminDeadline) {

@@ -6,15 +6,18 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <latch>
 #include <map>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "stitch/client/client.h"
 #include "stitch/hlo/hlo_import.h"
 #include "stitch/ir/graph_proto.h"
 #include "stitch/plan/target.h"
+#include "stitch/v1/kernel_service.grpc.pb.h"
 #include "support/daemon_requests.h"
 #include "support/stitchd_process.h"
 
@@ -437,7 +440,8 @@ TEST_F(StitchdTest, EachJobsFallbackPricesItsSavingsUnderItsOwnLabel) {
                                        {"inductor", 1000 * (seconds["inductor"] - shipped)},
                                        {"eager", 1000 * (seconds["eager"] - shipped)},
                                        {"unreported", 1000 * (better - shipped)}}) {
-      const std::string series = "stitch_gpu_seconds_saved_total{baseline=\"" + label + "\"}";
+      const std::string series =
+          "stitch_gpu_seconds_saved_total{baseline=\"" + label + "\",basis=\"modeled\"}";
       EXPECT_NEAR(ScrapeMetric(d, series), expected, 1e-9 + 1e-6 * expected) << series;
       EXPECT_EQ(
           ScrapeMetric(d, "stitch_kernel_invocations_reported_total{baseline=\"" + label + "\"}"),
@@ -448,10 +452,137 @@ TEST_F(StitchdTest, EachJobsFallbackPricesItsSavingsUnderItsOwnLabel) {
   // The labelled totals survive a restart, each under its own label.
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  EXPECT_NEAR(ScrapeMetric(d, "stitch_gpu_seconds_saved_total{baseline=\"xla\"}"),
+  EXPECT_NEAR(ScrapeMetric(d, "stitch_gpu_seconds_saved_total{baseline=\"xla\",basis=\"modeled\"}"),
               1000 * (seconds["xla"] - shipped), 1e-9 + 1e-6 * seconds["xla"] * 1000);
   Client c(Options(d));
   EXPECT_EQ(StatsOf(c).invocations_reported(), 4000u);
+}
+
+// A job that times its kernels: once both sides of a key have samples, its savings are priced
+// from them (and a measured regression is counted as time lost); the model's figure is kept
+// beside; the timings and the totals survive a restart; stitchctl exports them.
+TEST_F(StitchdTest, MeasuredTimesReplaceTheModelAndSurviveARestart) {
+  using client::TimedKernels;
+  std::string faster, slower;
+  double model_saved = 0;
+  {
+    StitchdProcess d(Paths());
+    ASSERT_TRUE(d.started()) << d.log();
+    ClientOptions o = Options(d);
+    o.fallback = v1::FALLBACK_XLA;
+    Client c(o);
+    client::Result a = c.Compile(HloRequest(SoftmaxHlo(128, 768)));
+    client::Result b = c.Compile(HloRequest(SoftmaxHlo(64, 1000)));
+    ASSERT_TRUE(a.ok() && b.ok()) << a.reason << b.reason;
+    faster = a.key;
+    slower = b.key;
+    for (const client::Result* r : {&a, &b}) {
+      for (const v1::PlanEstimate& p : r->bundle->cost().plans()) {
+        if (p.planner() == "xla")
+          model_saved += 1000 * (p.seconds() - r->bundle->cost().stitched_seconds());
+      }
+    }
+    // Too few fallback samples at first: still modeled.
+    c.RecordInvocations(faster, 1000);
+    ASSERT_TRUE(c.RecordMeasuredTime(faster, TimedKernels::kStitched, 4 * 20e-6, 4).ok());
+    ASSERT_TRUE(c.RecordMeasuredTime(faster, TimedKernels::kFallback, 50e-6, 1).ok());
+    StatusOr<v1::ReportUsageResponse> sent = c.FlushUsage();
+    ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+    EXPECT_EQ(sent->accepted(), 1u);
+    EXPECT_EQ(sent->measured(), 0u);
+    // Two more fallback samples, and a second key jobs timed slower than XLA's kernels.
+    ASSERT_TRUE(c.RecordMeasuredTime(faster, TimedKernels::kFallback, 2 * 50e-6, 2).ok());
+    c.RecordInvocations(slower, 1000);
+    ASSERT_TRUE(c.RecordMeasuredTime(slower, TimedKernels::kStitched, 3 * 100e-6, 3).ok());
+    ASSERT_TRUE(c.RecordMeasuredTime(slower, TimedKernels::kFallback, 3 * 40e-6, 3).ok());
+    EXPECT_EQ(c.RecordMeasuredTime(slower, TimedKernels::kFallback, -1, 1).code(),
+              StatusCode::kInvalidArgument);
+    sent = c.FlushUsage();
+    ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+    EXPECT_EQ(sent->measured(), 1u);  // `faster` had no invocations in this batch
+
+    c.RecordInvocations(faster, 1000);
+    sent = c.FlushUsage();
+    ASSERT_TRUE(sent.ok() && sent->measured() == 1u);
+    v1::StatsResponse s = StatsOf(c);
+    EXPECT_NEAR(s.gpu_seconds_saved_measured(), 1000 * 30e-6, 1e-9);
+    EXPECT_NEAR(s.gpu_seconds_lost(), 1000 * 60e-6, 1e-9);
+    EXPECT_EQ(s.runtime_keys(), 2u);
+    EXPECT_NEAR(
+        ScrapeMetric(d, "stitch_gpu_seconds_saved_total{baseline=\"xla\",basis=\"measured\"}"),
+        0.03, 1e-9);
+    EXPECT_NEAR(ScrapeMetric(d, "stitch_gpu_seconds_lost_total{baseline=\"xla\"}"), 0.06, 1e-9);
+    // The first 1000 invocations of `faster` were priced by the model, the second by measurement;
+    // the model-only figure covers all 3000.
+    double faster_model = 0;
+    for (const v1::PlanEstimate& p : a.bundle->cost().plans()) {
+      if (p.planner() == "xla") faster_model = p.seconds() - a.bundle->cost().stitched_seconds();
+    }
+    EXPECT_NEAR(ScrapeMetric(d, "stitch_model_gpu_seconds_saved_total{baseline=\"xla\"}"),
+                model_saved + 1000 * faster_model, 1e-9);
+    EXPECT_NEAR(
+        ScrapeMetric(d, "stitch_key_seconds_per_call{basis=\"measured\",kernels=\"xla\",key=\"" +
+                            slower + "\"}"),
+        40e-6, 1e-12);
+    EXPECT_EQ(ScrapeMetric(d, "stitch_measured_samples_total{kernels=\"fallback\"}"), 6);
+    EXPECT_EQ(d.Stop(), 0) << d.log();
+  }
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(Options(d));
+  EXPECT_NEAR(StatsOf(c).gpu_seconds_saved_measured(), 0.03, 1e-9);
+  EXPECT_NEAR(StatsOf(c).gpu_seconds_lost(), 0.06, 1e-9);
+  StatusOr<v1::ListRuntimesResponse> list = c.ListRuntimes(10);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->runtimes_size(), 2);
+  std::map<std::string, v1::KernelRuntimes> by_key;
+  for (const v1::KernelRuntimes& r : list->runtimes()) by_key[r.key()] = r;
+  EXPECT_EQ(by_key[faster].stitched().samples(), 4u);
+  EXPECT_EQ(by_key[faster].fallback().at("xla").samples(), 3u);
+  EXPECT_EQ(by_key[faster].fallback().at("xla").reports(), 2u);
+  EXPECT_EQ(by_key[faster].invocations(), 2000u);
+  EXPECT_GT(by_key[slower].modeled_fallback_seconds().at("xla"), 0);
+
+  int status = 0;
+  const std::string out =
+      RunCommand(std::string(STITCH_BINARY_DIR) + "/client/stitchctl runtimes --csv --daemon " +
+                     Paths().socket,
+                 &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(out.rfind("key,target,kernels,samples,measured_seconds,", 0), 0u) << out;
+  EXPECT_NE(out.find(slower + ",sm_90,xla,3,4e-05,"), std::string::npos) << out;
+  EXPECT_NE(out.find(faster + ",sm_90,stitched,4,2e-05,"), std::string::npos) << out;
+}
+
+// Timings a client library would never send are refused by the daemon, naming the problem.
+TEST_F(StitchdTest, MalformedTimingsAreInvalidArgument) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  auto stub = v1::KernelService::NewStub(
+      grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+  const auto send = [&](double seconds, uint64_t samples) {
+    v1::ReportUsageRequest request;
+    v1::UsageRecord* r = request.add_records();
+    r->set_key(std::string(64, 'a'));
+    r->mutable_fallback()->set_seconds(seconds);
+    r->mutable_fallback()->set_samples(samples);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ReportUsageResponse response;
+    return stub->ReportUsage(&context, request, &response);
+  };
+  for (const auto& [seconds, samples, message] :
+       {std::tuple<double, uint64_t, std::string>{std::nan(""), 1, "finite"},
+        {-1e-6, 1, "not negative"},
+        {1e-3, 0, "seconds without samples"},
+        {61, 1, "60 s per invocation"}}) {
+    const grpc::Status status = send(seconds, samples);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
+    EXPECT_NE(status.error_message().find("fallback timing: "), std::string::npos)
+        << status.error_message();
+    EXPECT_NE(status.error_message().find(message), std::string::npos) << status.error_message();
+  }
+  EXPECT_TRUE(send(1e-3, 10).ok());  // an unknown key, well formed
 }
 
 TEST_F(StitchdTest, HealthServiceReportsServing) {

@@ -1,11 +1,13 @@
 // The node tier: bundles in a local RocksDB, bounded in bytes with least-recently-used
 // eviction, plus a few named counters that must survive a restart (the fleet-level totals
-// the daemon exports).
+// the daemon exports) and the GPU times jobs measured per key.
 //
 // Layout: entries (key -> envelope, see entry.h) in the default column family; per-key LRU
 // metadata (access sequence number, entry size) in "lru", from which Open rebuilds the
-// recency order; counters in "counters". Writes go to RocksDB's WAL without fsync: a crashed
-// process loses nothing, a lost machine may lose the last writes (a cache can afford that).
+// recency order; counters in "counters"; measured runtimes (key -> v1::KernelRuntimes) in
+// "runtimes", which the LRU bound does not cover: they outlive their bundles. Writes go to
+// RocksDB's WAL without fsync: a crashed process loses nothing, a lost machine may lose the last
+// writes (a cache can afford that).
 //
 // Thread-safety: all methods may be called concurrently, Close included (it waits for calls
 // in flight). Writes are atomic (one WriteBatch each). Errors: Open fails with UNAVAILABLE
@@ -22,6 +24,7 @@
 #include <string_view>
 
 #include "stitch/cache/kernel_store.h"
+#include "stitch/v1/runtimes.pb.h"
 
 namespace stitch::cache {
 
@@ -46,6 +49,16 @@ class RocksDbStore : public KernelStore {
   // their values. Values are stored as their IEEE-754 bit pattern, so they load exactly.
   virtual Status SaveCounters(const std::map<std::string, double>& counters) = 0;
 
+  // Returns every runtime record saved, in key order. A value that does not parse, or holds
+  // another key's record, is skipped with a warning. UNAVAILABLE once closed, or (DATA_LOSS
+  // for RocksDB's own corruption) when a read fails.
+  virtual StatusOr<std::vector<v1::KernelRuntimes>> LoadRuntimes() const = 0;
+
+  // Writes the records, each replacing the one saved under its key, in one atomic batch.
+  // INVALID_ARGUMENT for a record without a key; UNAVAILABLE once closed or when the write
+  // fails.
+  virtual Status SaveRuntimes(const std::vector<v1::KernelRuntimes>& records) = 0;
+
   // Calls `visit` with the key and bundle of every entry, most recently used first, and
   // writes nothing: recency is left as it was, and an entry that does not decode or holds
   // another key's bundle is skipped and left for the next Get to drop. Entries Put or erased
@@ -57,7 +70,8 @@ class RocksDbStore : public KernelStore {
   virtual StatusOr<uint64_t> ForEach(const EntryVisitor& visit) const = 0;
 
   // Flushes memtables and closes the database, releasing its lock. Returns the first flush
-  // or close error. Afterwards Get, Put, Erase, LoadCounters and SaveCounters fail with
+  // or close error. Afterwards Get, Put, Erase and the counter and runtime
+  // calls fail with
   // UNAVAILABLE, List is empty, and Close returns OK. The destructor calls it.
   virtual Status Close() = 0;
 };

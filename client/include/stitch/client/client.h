@@ -62,6 +62,15 @@ struct ClientOptions {
   // What this job runs without stitchd (XLA, Inductor, eager); usage reports carry it, and the
   // daemon prices the job's savings against that compiler's model.
   v1::Fallback fallback = v1::FALLBACK_UNSPECIFIED;
+  // ShouldTimeFallback answers true on one step in this many (0: never). Running the
+  // fallback costs the job what stitching saves, so it is sampled, not routine.
+  uint32_t fallback_timing_period = 100;
+};
+
+// Whose kernels a measured time is for.
+enum class TimedKernels {
+  kStitched,  // the bundle's kernels
+  kFallback,  // the job's own kernels for the same subgraph (XLA, Inductor, eager)
 };
 
 class Client {
@@ -89,18 +98,31 @@ class Client {
   // Adds `invocations` launches of the bundle `key` to the pending usage batch.
   void RecordInvocations(const std::string& key, uint64_t invocations);
 
+  // Adds measured GPU time to the pending usage batch: `seconds` summed over `samples`
+  // invocations of the subgraph `key` (CUDA events around its launches), for the bundle's
+  // kernels or the job's fallback. The daemon prices the key's savings from measured times
+  // once both sides have some, and keeps them. INVALID_ARGUMENT for an empty key, zero
+  // samples, or seconds that are negative or not finite; nothing is recorded then.
+  Status RecordMeasuredTime(const std::string& key, TimedKernels kernels, double seconds,
+                            uint64_t samples = 1);
+
+  // Returns true on one call in options.fallback_timing_period: a job calls it once per step
+  // and, when true, runs and times its fallback kernels for that step as well.
+  bool ShouldTimeFallback();
+
   // Sets what the job runs without stitchd, for the usage reports from now on (as
   // ClientOptions::fallback does at construction).
   void SetFallback(v1::Fallback fallback);
 
-  // Sends the pending batch (ReportUsage), with the job's fallback. On failure the batch is
-  // kept for the next flush.
+  // Sends the pending batch (ReportUsage: invocations and measured times), with the job's
+  // fallback. On failure the batch is kept for the next flush.
   StatusOr<v1::ReportUsageResponse> FlushUsage();
 
   // Admin calls, for stitchctl; they return the RPC's error as a Status.
   StatusOr<v1::StatsResponse> Stats();
   StatusOr<v1::ListEntriesResponse> ListEntries(uint32_t limit);
   StatusOr<v1::CompileResponse> GetEntry(const std::string& key);
+  StatusOr<v1::ListRuntimesResponse> ListRuntimes(uint32_t limit);
 
  private:
   struct Impl;

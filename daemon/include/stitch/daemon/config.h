@@ -91,6 +91,12 @@ struct DaemonConfig {
   uint32_t cluster_lease_ms = 30000;
   uint32_t cluster_breaker_failures = 5;
   uint32_t cluster_breaker_open_ms = 5000;
+  // Keys whose measured runtimes (jobs' timings) the node keeps in its store; timings for
+  // further keys are dropped and counted. About 200 bytes each.
+  uint32_t runtime_records_max = 100000;
+  // The most-measured keys exported one by one (stitch_key_seconds_per_call); bounded so a
+  // node's series count stays small.
+  uint32_t metrics_top_keys = 20;
   // The YAML file read, if any; informational, not written by ToYaml.
   std::string config_file;
 };

@@ -95,6 +95,10 @@ class Family {
   Family(std::string name, std::string help, std::vector<double> buckets = {});
   const std::string& name() const { return name_; }
   const std::string& help() const { return help_; }
+  // Removes every child, for families whose label sets are rebuilt in a collect hook (the
+  // top-N of something). References returned by Add before are invalidated: only the code
+  // that rebuilds the family may hold them.
+  void Clear();
   // Calls `visit(labels, metric)` for each child, in label order, under the family's lock.
   void ForEach(const std::function<void(const Labels&, const Metric&)>& visit) const;
 
