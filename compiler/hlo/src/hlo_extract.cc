@@ -160,16 +160,32 @@ class Extractor {
         groups[uf.Find(static_cast<int>(k))].push_back(static_cast<int>(k));
     }
     std::vector<std::vector<int>> ordered;
-    for (auto& [root, members] : groups) ordered.push_back(std::move(members));
+    for (auto& [root, members] : groups) {
+      for (std::vector<int>& piece : Split(std::move(members))) ordered.push_back(std::move(piece));
+    }
     std::sort(ordered.begin(), ordered.end(),
               [](const auto& a, const auto& b) { return a.front() < b.front(); });
+    group_of_.assign(n, -1);
+    for (size_t g = 0; g < ordered.size(); ++g) {
+      for (int k : ordered[g]) group_of_[k] = static_cast<int>(g);
+    }
+    // Values that cross a cut between pieces of one region escape their piece too.
+    for (size_t k = 0; k < n; ++k) {
+      if (kind_[k] != Kind::kCompute) continue;
+      for (int o : opnds_[k]) {
+        STITCH_ASSIGN_OR_RETURN(Ref r, Resolve(o, {}));
+        if (kind_[r.ins] == Kind::kCompute && group_of_[r.ins] != group_of_[k]) {
+          escaping.insert(std::move(r));
+        }
+      }
+    }
     for (const auto& members : ordered) {
       bool trivial = true;
       for (int k : members) trivial = trivial && IsTrivial(m_, ins[k]);
       if (trivial) continue;
       std::vector<Ref> outputs;
       for (const Ref& r : escaping) {
-        if (kind_[r.ins] == Kind::kCompute && uf.Find(r.ins) == uf.Find(members.front())) {
+        if (kind_[r.ins] == Kind::kCompute && group_of_[r.ins] == group_of_[members.front()]) {
           outputs.push_back(r);
         }
       }
@@ -184,6 +200,20 @@ class Extractor {
  private:
   std::string Where(const HloInstruction& i) const {
     return opt_.source_name + ":" + std::to_string(i.line);
+  }
+
+  // Cuts a region's members (in text order) into pieces of at most
+  // max_subgraph_instructions.
+  std::vector<std::vector<int>> Split(std::vector<int> members) const {
+    const size_t limit = opt_.max_subgraph_instructions;
+    if (limit == 0 || members.size() <= limit) return {std::move(members)};
+    std::vector<std::vector<int>> pieces;
+    for (size_t at = 0; at < members.size(); at += limit) {
+      const size_t end = std::min(members.size(), at + limit);
+      pieces.emplace_back(members.begin() + static_cast<std::ptrdiff_t>(at),
+                          members.begin() + static_cast<std::ptrdiff_t>(end));
+    }
+    return pieces;
   }
 
   // Follows tuples and get-tuple-elements to the instruction that computes the value.
@@ -229,6 +259,7 @@ class Extractor {
   StatusOr<Graph> BuildGroup(const std::vector<int>& members, const std::vector<Ref>& outputs,
                              const std::string& name) {
     const auto& ins = c_.instructions;
+    const int group = group_of_[members.front()];
     HloComputation sc;
     sc.name = name;
     sc.line = ins[members.front()].line;
@@ -240,7 +271,9 @@ class Extractor {
       if (auto it = names.find(r); it != names.end()) return it->second;
       const HloInstruction& p = ins[r.ins];
       std::string nm;
-      if (kind_[r.ins] == Kind::kSource) {
+      // A value of another piece of the same region enters this one as a parameter.
+      const bool elsewhere = kind_[r.ins] == Kind::kCompute && group_of_[r.ins] != group;
+      if (kind_[r.ins] == Kind::kSource || elsewhere) {
         const HloShape* s = ShapeAt(p.shape, r.path);
         if (!s) return InvalidArgument(Where(p) + ": tuple index out of range of '" + p.name + "'");
         nm = p.name;
@@ -313,6 +346,7 @@ class Extractor {
   const HloImportOptions& opt_;
   std::vector<std::vector<int>> opnds_;
   std::vector<Kind> kind_;
+  std::vector<int> group_of_;  // the piece each compute instruction belongs to; -1 otherwise
 };
 
 }  // namespace

@@ -5,8 +5,12 @@
 #include <fstream>
 #include <sstream>
 
+#include <map>
+#include <random>
+
 #include "stitch/hlo/hlo_import.h"
 #include "stitch/ir/verifier.h"
+#include "stitch/reference/interpreter.h"
 
 namespace stitch {
 namespace {
@@ -161,6 +165,62 @@ TEST(HloExtract, MobileNetV2TrainingStep) {
   for (size_t k = 0; k < r->size(); ++k) {
     EXPECT_EQ((*again)[k].name, (*r)[k].name);
     EXPECT_EQ((*again)[k].nodes.size(), (*r)[k].nodes.size());
+  }
+}
+
+// A residual chain, the shape of a Transformer's memory-intensive region: every step reads the
+// stream and the input, so any cut has values crossing it.
+std::string ResidualChain(int steps) {
+  std::string text = "HloModule chain\nENTRY e {\n  x = f32[64] parameter(0)\n  h0 = f32[64] tanh(x)\n";
+  for (int k = 1; k <= steps; ++k) {
+    const std::string prev = "h" + std::to_string(k - 1), cur = std::to_string(k);
+    text += "  e" + cur + " = f32[64] exponential(" + prev + ")\n";
+    text += "  m" + cur + " = f32[64] multiply(e" + cur + ", x)\n";
+    text += "  h" + cur + " = f32[64] add(m" + cur + ", " + prev + ")\n";
+  }
+  return text + "  ROOT out = (f32[64], f32[64]) tuple(h" + std::to_string(steps) + ", h1)\n}\n";
+}
+
+TEST(HloExtract, LargeRegionsAreCutIntoPiecesThatComposeToTheWhole) {
+  const std::string text = ResidualChain(10);  // 31 compute instructions
+  HloImportOptions whole_options = Opts("chain.hlo");
+  whole_options.max_subgraph_instructions = 0;
+  StatusOr<std::vector<Graph>> whole = ExtractMemoryIntensiveSubgraphs(text, whole_options);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  ASSERT_EQ(whole->size(), 1u);
+  HloImportOptions cut_options = Opts("chain.hlo");
+  cut_options.max_subgraph_instructions = 4;
+  StatusOr<std::vector<Graph>> pieces = ExtractMemoryIntensiveSubgraphs(text, cut_options);
+  ASSERT_TRUE(pieces.ok()) << pieces.status().ToString();
+  ASSERT_EQ(pieces->size(), 8u);  // ceil(31 / 4)
+  for (const Graph& g : *pieces) {
+    CheckAndSummarise(g);
+    size_t computed = 0;
+    for (const Node& n : g.nodes) computed += n.op == OpCode::kParameter ? 0 : 1;
+    EXPECT_LE(computed, 4u) << g.name;
+  }
+
+  // Run the pieces in order, each reading the values earlier pieces computed by name, and
+  // compare with the whole region on the reference interpreter.
+  std::mt19937_64 rng(7);
+  const Tensor x = RandomTensor(whole->front().nodes[whole->front().Parameters()[0]].shape, rng);
+  std::map<std::string, Tensor> values = {{"x", x}};
+  for (const Graph& g : *pieces) {
+    std::vector<Tensor> args;
+    for (int p : g.Parameters()) {
+      ASSERT_TRUE(values.contains(g.nodes[p].name)) << g.name << " reads " << g.nodes[p].name;
+      args.push_back(values.at(g.nodes[p].name));
+    }
+    StatusOr<std::vector<Tensor>> out = Evaluate(g, args);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    for (size_t k = 0; k < g.outputs.size(); ++k) values[g.nodes[g.outputs[k]].name] = (*out)[k];
+  }
+  StatusOr<std::vector<Tensor>> expected = Evaluate(whole->front(), {x});
+  ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+  for (size_t k = 0; k < whole->front().outputs.size(); ++k) {
+    const std::string& name = whole->front().nodes[whole->front().outputs[k]].name;
+    ASSERT_TRUE(values.contains(name)) << name;
+    EXPECT_EQ(values.at(name).f, (*expected)[k].f) << name;
   }
 }
 

@@ -15,6 +15,13 @@ namespace stitch {
 struct HloImportOptions {
   GraphLimits limits;
   std::string source_name = "<hlo>";  // used in messages: "<source_name>:<line>"
+  // ExtractMemoryIntensiveSubgraphs splits a connected memory-intensive region of more HLO
+  // instructions than this into pieces of at most this many, consecutive in text order. In a
+  // Transformer the residual stream and the optimizer's global norm join every layer's
+  // elementwise work into one region of ~10^4 instructions, whose plan search and codegen
+  // take minutes; pieces of this size compile in seconds and lose only the fusion across
+  // their cuts. 0: no limit.
+  size_t max_subgraph_instructions = 1024;
 };
 
 // Imports every module in `text` (modules are separated by lines "// -----"); each
@@ -43,7 +50,9 @@ StatusOr<Graph> ImportHloModule(std::string_view text, const HloImportOptions& o
 // (elements of tuple parameters and of out-of-scope ops' tuple results become parameters of
 // their own); constants are copied into each subgraph that uses them. Graphs are named
 // "<module>.sg<k>" in the order of their first instruction in the text, parameters numbered
-// in order of first use. Returns INVALID_ARGUMENT for malformed text, RESOURCE_EXHAUSTED when
+// in order of first use. A region over options.max_subgraph_instructions is cut into pieces
+// of consecutive instructions; a value crossing a cut is an output of one piece and a
+// parameter of the other. Returns INVALID_ARGUMENT for malformed text, RESOURCE_EXHAUSTED when
 // a subgraph exceeds `options.limits`. Each returned graph passes Verify.
 StatusOr<std::vector<Graph>> ExtractMemoryIntensiveSubgraphs(std::string_view text,
                                                              const HloImportOptions& options = {});
