@@ -1,6 +1,7 @@
 #include "savings.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace stitch::daemon {
 
@@ -36,7 +37,14 @@ UsagePrice PriceUsage(const v1::CostEstimate& cost, v1::Fallback fallback,
       price.baseline = named;
     }
   }
-  price.modeled_per_call = std::max(0.0, baseline_seconds - cost.stitched_seconds());
+  // A model that could not price its plan (an estimate of +inf) credits nothing rather than
+  // an infinite saving: the better model stands in, and without one the saving is 0.
+  if (!std::isfinite(baseline_seconds)) {
+    baseline_seconds = cost.baseline_seconds();
+    price.baseline = "unreported";
+  }
+  const double modeled = baseline_seconds - cost.stitched_seconds();
+  price.modeled_per_call = std::isfinite(modeled) ? std::max(0.0, modeled) : 0.0;
   price.per_call = price.modeled_per_call;
   if (runtimes == nullptr) return price;
 

@@ -7,8 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
+#include "stitch/hlo/hlo_import.h"
 #include "stitch/plan/baseline_planner.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/gpu_device.h"
@@ -129,6 +131,45 @@ INSTANTIATE_TEST_SUITE_P(Suite, BaselineModelRow, ::testing::ValuesIn(kTable),
                          [](const ::testing::TestParamInfo<Expected>& info) {
                            return "id" + std::to_string(info.param.id);
                          });
+
+// Batch-norm backward over NHWC makes many sibling column reductions of one input. XLA's
+// fusion budget (8 reductions, 48 KiB of shared memory: BASELINE_SOURCES.md 1) splits them,
+// and its kernels always launch, so the model's plan must be finite, with at most 5 column
+// reductions per kernel.
+TEST(BaselineModels, ManySiblingColumnReductionsFitXlasFusionBudget) {
+  std::string text =
+      "HloModule bn_grad\nENTRY e {\n  x = f32[8192,256] parameter(0)\n"
+      "  zero = f32[] constant(0)\n";
+  std::string root = "  ROOT out = (";
+  std::string operands;
+  for (int k = 0; k < 8; ++k) {
+    const std::string n = std::to_string(k);
+    const std::string c = n + ".5";
+    text += "  c" + n + " = f32[] constant(" + c + ")\n";
+    text += "  b" + n + " = f32[8192,256] broadcast(c" + n + "), dimensions={}\n";
+    text += "  m" + n + " = f32[8192,256] multiply(x, b" + n + ")\n";
+    text += "  r" + n + " = f32[256] reduce(m" + n + ", zero), dimensions={0}, to_apply=add\n";
+    root += std::string(k ? ", " : "") + "f32[256]";
+    operands += std::string(k ? ", " : "") + "r" + n;
+  }
+  text =
+      "HloModule bn_grad\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+      "  ROOT s = f32[] add(a, b)\n}\n" +
+      text.substr(text.find("ENTRY")) + root + ") tuple(" + operands + ")\n}\n";
+  StatusOr<Graph> g = ImportHloModule(text);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const GpuDevice& a100 = *FindDevice("A100");
+  StatusOr<BaselinePlan> plan = PlanBaselineModel(BaselineCompiler::kXla, *g, a100);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const PlanCost cost = NewAnalyticalCostModel(a100)->Estimate(plan->graph, plan->plan);
+  EXPECT_TRUE(std::isfinite(cost.seconds)) << cost.seconds;
+  for (const KernelSpec& k : plan->plan.kernels) {
+    int reduces = 0;
+    for (int id : k.nodes) reduces += plan->graph.nodes[id].op == OpCode::kReduce ? 1 : 0;
+    EXPECT_LE(reduces, 5);
+    EXPECT_LE(k.mapping.shared_bytes, 48u * 1024u);
+  }
+}
 
 }  // namespace
 }  // namespace stitch::suite

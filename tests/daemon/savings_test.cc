@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace stitch::daemon {
 namespace {
 
@@ -35,10 +37,10 @@ TEST(SavingsTest, TheJobsFallbackPicksTheModelsBaseline) {
     const char* baseline;
     double saved;
   };
-  for (const Case& c : {Case{v1::FALLBACK_XLA, "xla", 30e-6},
-                        Case{v1::FALLBACK_INDUCTOR, "inductor", 20e-6},
-                        Case{v1::FALLBACK_EAGER, "eager", 80e-6},
-                        Case{v1::FALLBACK_UNSPECIFIED, "unreported", 20e-6}}) {
+  for (const Case& c :
+       {Case{v1::FALLBACK_XLA, "xla", 30e-6}, Case{v1::FALLBACK_INDUCTOR, "inductor", 20e-6},
+        Case{v1::FALLBACK_EAGER, "eager", 80e-6},
+        Case{v1::FALLBACK_UNSPECIFIED, "unreported", 20e-6}}) {
     const UsagePrice p = PriceUsage(cost, c.fallback, nullptr);
     EXPECT_EQ(p.baseline, c.baseline);
     EXPECT_FALSE(p.measured);
@@ -53,6 +55,18 @@ TEST(SavingsTest, ABundleWithoutTheNamedModelIsPricedAsUnreported) {
   const UsagePrice p = PriceUsage(cost, v1::FALLBACK_EAGER, nullptr);
   EXPECT_EQ(p.baseline, "unreported");
   EXPECT_DOUBLE_EQ(p.per_call, 20e-6);
+}
+
+TEST(SavingsTest, AnUnpricedPlanCreditsNothingInfinite) {
+  v1::CostEstimate cost = Cost();
+  cost.mutable_plans(1)->set_seconds(std::numeric_limits<double>::infinity());  // xla
+  UsagePrice p = PriceUsage(cost, v1::FALLBACK_XLA, nullptr);
+  EXPECT_EQ(p.baseline, "unreported");
+  EXPECT_DOUBLE_EQ(p.per_call, 20e-6);
+  cost.set_baseline_seconds(std::numeric_limits<double>::infinity());
+  p = PriceUsage(cost, v1::FALLBACK_XLA, nullptr);
+  EXPECT_EQ(p.per_call, 0);
+  EXPECT_EQ(p.modeled_per_call, 0);
 }
 
 TEST(SavingsTest, MeasuredTimesOnBothSidesReplaceTheModel) {

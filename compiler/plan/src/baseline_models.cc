@@ -39,6 +39,12 @@ int PerElementInFlight(const ThreadMapping& m, int scheduled_vector) {
   return std::max(m.load_bytes_in_flight_per_thread / std::max(scheduled_vector, 1), 1);
 }
 
+// FusionFitsInBudget (gpu_fusible.cc; BASELINE_SOURCES.md 1): at most 8 unnested reductions
+// per fusion, and a shared-memory estimate within 48 KiB per block, which the column emitter's
+// tile of 32 x 65 floats per output (32-bit elements, 2 per vector) fills at 5 outputs.
+constexpr int kXlaMaxReductionsPerFusion = 8;
+constexpr int kXlaMaxColumnReductionsPerFusion = (48 * 1024) / (4 * 32 * 65);
+
 // Loop fusion (launch_dimensions.cc, gpu_fusible.cc ComputeLoopFusionConfig): 128 threads
 // per block, unrolled (and vectorised) 4 or 2 elements per thread once the kernel has a
 // thread per element for every thread slot of the GPU, one block per 128 x unroll elements.
@@ -125,7 +131,12 @@ void XlaColumnReduceMapping(const Graph& g, KernelSpec& k) {
   m.column_tile_y = 32;
   m.launch.block = {32, 32, 1};
   m.launch.grid = {Blocks(CeilDiv(kept, 32 * vector)), 1, 1};
-  m.shared_bytes = static_cast<uint32_t>(8 * 32 * 32 * k.outputs.size());
+  // A float accumulator tile of 32 x (32 * vector + 1) per reduced output (padded against bank
+  // conflicts); side outputs of the fusion are written from registers.
+  const auto reduced = std::count_if(k.outputs.begin(), k.outputs.end(),
+                                     [&](int o) { return g.nodes[o].op == OpCode::kReduce; });
+  m.shared_bytes =
+      static_cast<uint32_t>(4 * 32 * (32 * vector + 1) * std::max<int64_t>(reduced, 1));
   m.block_barriers_per_item = 2;
   m.work_items = CeilDiv(kept, 32);
   m.load_bytes_in_flight_per_thread = per_element * static_cast<int>(vector);
@@ -134,6 +145,15 @@ void XlaColumnReduceMapping(const Graph& g, KernelSpec& k) {
 // Gives the kernels XLA's native emitters would run XLA's launch rules; row-stitched kernels
 // (Triton normalization fusions) keep the tiling the scheduler picked by cost, as XLA's
 // tiling search picks by its cost model.
+// XLA marks every kernel with its block size (nvvm.maxntid), so ptxas keeps the registers of
+// a thread within what a whole block may hold and spills the rest: its kernels always launch.
+void FitRegistersToBlock(ThreadMapping& m, const GpuDevice& d) {
+  const int64_t threads = RoundUp(std::max<int64_t>(m.launch.block_threads(), 1), 32);
+  const int64_t fit = (d.max_registers_per_block / threads) / 8 * 8;
+  m.registers_per_thread =
+      static_cast<int>(std::min<int64_t>(m.registers_per_thread, std::max<int64_t>(fit, 8)));
+}
+
 void ApplyXlaMappings(const Graph& g, FusionPlan& plan, const GpuDevice& d) {
   for (KernelSpec& k : plan.kernels) {
     switch (k.kind) {
@@ -150,6 +170,7 @@ void ApplyXlaMappings(const Graph& g, FusionPlan& plan, const GpuDevice& d) {
       case KernelKind::kGlobalStitch:
         break;
     }
+    FitRegistersToBlock(k.mapping, d);
   }
 }
 
@@ -176,6 +197,8 @@ StatusOr<BaselinePlan> PlanXlaModel(const Graph& g, const GpuDevice& device,
   FusionRules native;
   native.row_stitch = false;
   native.global_stitch = false;
+  native.max_reduces_per_kernel = kXlaMaxReductionsPerFusion;
+  native.max_column_reduces_per_kernel = kXlaMaxColumnReductionsPerFusion;
   STITCH_ASSIGN_OR_RETURN(out.plan, PlanWithRules(out.graph, device, native, "xla"));
   ApplyXlaMappings(out.graph, out.plan, device);
   if (!options.triton_normalization_fusion) return out;

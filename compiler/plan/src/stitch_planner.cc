@@ -407,8 +407,20 @@ class Planner {
     return Finish(std::move(spec));
   }
 
+  // Whether `spec` computes more reductions than the rules let one kernel hold.
+  bool OverReduceBudget(const KernelSpec& spec) const {
+    const int cap = spec.kind == KernelKind::kColumnReduce ? rules_.max_column_reduces_per_kernel
+                                                           : rules_.max_reduces_per_kernel;
+    if (cap <= 0 && rules_.max_reduces_per_kernel <= 0) return false;
+    const auto reduces = std::count_if(spec.nodes.begin(), spec.nodes.end(),
+                                       [&](int id) { return g_.nodes[id].op == OpCode::kReduce; });
+    return (cap > 0 && reduces > cap) ||
+           (rules_.max_reduces_per_kernel > 0 && reduces > rules_.max_reduces_per_kernel);
+  }
+
   // Schedules a kernel and prices it.
   std::optional<Kernel> Finish(KernelSpec spec) const {
+    if (OverReduceBudget(spec)) return std::nullopt;
     if (!ScheduleKernel(g_, spec, device_).ok()) return std::nullopt;
     Kernel k;
     // A reduce kernel is priced as what it will become: split over blocks, when cheaper.

@@ -39,6 +39,12 @@ struct FusionRules {
   // Grid-wide barriers: global_stitch kernels, and reductions split over the blocks of one
   // launch.
   bool global_stitch = true;
+  // Reductions one kernel may compute, and column reductions (0: any). A compiler with a
+  // fixed budget per fusion has such caps: XLA's FusionFitsInBudget allows 8 unnested
+  // reductions and 48 KiB of shared memory, which its column-reduction tile (32 x 65 floats
+  // per output) fills at 5 outputs.
+  int max_reduces_per_kernel = 0;
+  int max_column_reduces_per_kernel = 0;
 };
 
 struct StitchPlannerOptions {
