@@ -37,9 +37,8 @@ class RuntimeLedger {
   // merge, or nullopt when the key has none (the record carried no timings, or the ledger is
   // full).
   std::optional<v1::KernelRuntimes> Merge(const v1::UsageRecord& record,
-                                          const std::string& baseline,
-                                          const v1::CostEstimate& cost, const std::string& target,
-                                          double now_unix_seconds);
+                                          const std::string& baseline, const v1::CostEstimate& cost,
+                                          const std::string& target, double now_unix_seconds);
 
   // Returns the records changed since the previous call, and forgets that they changed.
   std::vector<v1::KernelRuntimes> TakeChanged();

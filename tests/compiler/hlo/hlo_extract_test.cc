@@ -3,10 +3,9 @@
 
 #include <chrono>
 #include <fstream>
-#include <sstream>
-
 #include <map>
 #include <random>
+#include <sstream>
 
 #include "stitch/hlo/hlo_import.h"
 #include "stitch/ir/verifier.h"
@@ -171,7 +170,8 @@ TEST(HloExtract, MobileNetV2TrainingStep) {
 // A residual chain, the shape of a Transformer's memory-intensive region: every step reads the
 // stream and the input, so any cut has values crossing it.
 std::string ResidualChain(int steps) {
-  std::string text = "HloModule chain\nENTRY e {\n  x = f32[64] parameter(0)\n  h0 = f32[64] tanh(x)\n";
+  std::string text =
+      "HloModule chain\nENTRY e {\n  x = f32[64] parameter(0)\n  h0 = f32[64] tanh(x)\n";
   for (int k = 1; k <= steps; ++k) {
     const std::string prev = "h" + std::to_string(k - 1), cur = std::to_string(k);
     text += "  e" + cur + " = f32[64] exponential(" + prev + ")\n";
