@@ -69,14 +69,15 @@ def png_size(path):
 def check_report(out):
     report = json.loads((out / "report.json").read_text())
     checks = report["prometheus"]
-    for flag in ("gpu_hours_agree", "compiles_agree", "requests_agree"):
+    for flag in ("gpu_hours_agree", "dashboard_agrees", "compiles_agree", "requests_agree"):
         if not checks[flag]:
             fail("%s is false: %s" % (flag, json.dumps(checks)))
     if report["saved_gpu_hours"] <= 0:
         fail("the replay saved nothing")
-    print("PASS Prometheus recorded %.4f GPU-h saved, %d compiles and %d requests: the "
-          "replay's own totals" % (checks["recorded_gpu_hours_saved"], checks["recorded_compiles"],
-                                   checks["recorded_requests"]))
+    print("PASS Prometheus recorded %.4f GPU-h saved (%d dashboard queries agree), %d compiles "
+          "and %d requests: the replay's own totals" % (
+              checks["recorded_gpu_hours_saved"], len(checks["dashboard_panels"]),
+              checks["recorded_compiles"], checks["recorded_requests"]))
 
     outcomes = report["outcomes"]
     if outcomes.get("compiled") != report["distinct_keys"]:
@@ -123,8 +124,14 @@ def check_plots(out, report):
     if any(b < a for a, b in zip(cumulative, cumulative[1:])):
         fail("the cumulative savings go down")
     ratios = [r for r in series["hit_ratio"] if not math.isnan(r)]
-    if not ratios or not all(0 <= r <= 1 for r in ratios) or ratios[-1] <= ratios[0]:
-        fail("the hit ratio should stay in [0, 1] and rise as the caches warm: %r" % ratios)
+    warmup = series["warmup_hit_ratio"]
+    if not ratios or not all(0 <= r <= 1 for r in ratios + warmup) or warmup[-1] <= warmup[0]:
+        fail("the hit ratio should stay in [0, 1] and rise as the caches warm: %r, %r"
+             % (ratios, warmup))
+    first_tasks = series["warmup_tasks"]
+    if first_tasks[0] != 1 or first_tasks[-1] != report["tasks"] or warmup[0] != 0:
+        fail("the warm-up should run from the first task (all compiled) to the last: %r, %r"
+             % (first_tasks, warmup))
     by_workload = series["saved_by_workload_gpu_hours"]
     if not close(sum(by_workload.values()), report["saved_gpu_hours"]):
         fail("savings by workload do not add up to the total")
