@@ -13,8 +13,9 @@
 // once per distinct graph, all at once, as a framework compiling a step would; invocations
 // count every occurrence. It answers each task with one JSON line on stdout: outcomes by
 // tier per distinct key, the keys, the modeled seconds per step of the stitched plans and of
-// every baseline, the steps, and the GPU seconds saved as the daemon will price them. Errors in a task line are answered as {"task": .., "error": ..}
-// and the driver goes on; it exits 0 at end of input.
+// every baseline, the steps, and the GPU seconds saved as the daemon will price them. Errors in a
+// task line are answered as {"task": .., "error": ..} and the driver goes on; it exits 0 at end of
+// input.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -248,9 +249,8 @@ int main(int argc, char** argv) {
   for (std::string line; std::getline(std::cin, line);) {
     if (line.empty()) continue;
     std::variant<Task, std::string> task = ParseTask(line);
-    json out = std::holds_alternative<Task>(task)
-                   ? driver.Run(std::get<Task>(task))
-                   : json{{"error", std::get<std::string>(task)}};
+    json out = std::holds_alternative<Task>(task) ? driver.Run(std::get<Task>(task))
+                                                  : json{{"error", std::get<std::string>(task)}};
     std::cout << out.dump() << std::endl;
   }
   return 0;
