@@ -15,7 +15,8 @@
  * Ownership: every object returned by a *_create or compile/lookup function belongs to the
  * caller and is released with the matching *_destroy / *_free function. Pointers returned
  * by stitch_result_* accessors point into the result and stay valid until
- * stitch_result_free; do not free them. Strings are NUL-terminated UTF-8.
+ * stitch_result_free; do not free them. Strings an admin call stores through a `char**`
+ * belong to the caller, who releases them with stitch_free. Strings are NUL-terminated UTF-8.
  *
  * NULL arguments never crash: compile/lookup functions answer a fallback result, other
  * functions return the documented error value.
@@ -171,6 +172,55 @@ int stitch_client_set_fallback(stitch_client* client, const char* fallback);
  * is NULL.
  */
 int stitch_client_flush_usage(stitch_client* client);
+
+/*
+ * The admin calls below (what `stitchctl stats`, `cache ls`, `cache get` and `runtimes` ask)
+ * wait at most 2000 ms for the daemon. Those that answer JSON store in `*json` a
+ * NUL-terminated JSON object allocated for the caller, who releases it with stitch_free. Its
+ * names and nesting are the response message's fields as named in the .proto files
+ * (proto/stitch/v1/), every field present, defaults included; 64-bit integers are JSON
+ * numbers, enums their value names, maps JSON objects, bytes base64 text.
+ */
+
+/* Releases a string the functions below stored in a `char**` (NULL is ignored). */
+void stitch_free(void* p);
+
+/*
+ * The daemon's counters and cache occupancy: a stitch.v1.StatsResponse as JSON, e.g.
+ * {"compiles": 3, "entries": 3, "hits_memory": 1, "invocations_reported": 700, ...}.
+ * Returns 0 and stores the JSON in `*json`; 1 when the daemon could not be reached or refused
+ * the call, storing in `*json` the reason as plain text, "<code name>: <message>" (e.g.
+ * "UNAVAILABLE: Stats at unix:///run/stitchd/stitchd.sock: ..."); -1 when `client` or `json`
+ * is NULL or memory runs out, with `*json` set to NULL (when `json` is not NULL).
+ */
+int stitch_client_stats(stitch_client* client, char** json);
+
+/*
+ * The daemon's cached entries, most recently used first, at most `limit` of them (0: 100): a
+ * stitch.v1.ListEntriesResponse as JSON, {"entries": [{"key": ..., "target": ...,
+ * "kernels": ..., "bytes": ..., "compile_seconds": ..., "plan": ...}, ...]}.
+ * Returns as stitch_client_stats does.
+ */
+int stitch_client_list_entries(stitch_client* client, uint32_t limit, char** json);
+
+/*
+ * The measured runtimes the daemon holds, most reported invocations first, at most `limit`
+ * keys (0: 100): a stitch.v1.ListRuntimesResponse as JSON, {"runtimes": [{"key": ...,
+ * "target": ..., "stitched": {"samples": ..., "seconds_sum": ..., ...}, "fallback":
+ * {"xla": {...}}, "modeled_stitched_seconds": ..., ...}, ...]}.
+ * Returns as stitch_client_stats does.
+ */
+int stitch_client_list_runtimes(stitch_client* client, uint32_t limit, char** json);
+
+/*
+ * Returns the daemon's cached bundle for `key` (64 hex digits) as a result, read with the
+ * stitch_result_* accessors and freed with stitch_result_free; never compiles and never uses
+ * the in-process cache. Its outcome is where the daemon found it (STITCH_HIT_MEMORY,
+ * STITCH_HIT_DISK, STITCH_HIT_CLUSTER), or STITCH_FALLBACK with the reason: "NOT_FOUND: ..."
+ * for a key the daemon does not hold, "INVALID_ARGUMENT: ..." for a NULL `client` or `key`.
+ * Returns NULL only when memory runs out.
+ */
+stitch_result* stitch_client_get_entry(stitch_client* client, const char* key);
 
 /*
  * Returns "hit_local", "hit_memory", "hit_disk", "hit_cluster", "compiled" or "fallback";

@@ -1,8 +1,15 @@
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -73,6 +80,118 @@ const stitch::v1::Kernel* KernelAt(const stitch_result* r, size_t index) {
   if (r == nullptr || r->result.bundle == nullptr) return nullptr;
   if (index >= static_cast<size_t>(r->result.bundle->kernels_size())) return nullptr;
   return &r->result.bundle->kernels(static_cast<int>(index));
+}
+
+// Admin answers as JSON: every field by its .proto name, defaults included, 64-bit integers
+// as numbers (proto3's canonical JSON mapping would quote them), so a ctypes caller needs no
+// protobuf runtime.
+std::string Base64(const std::string& bytes) {
+  static const char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);
+    uint32_t v = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
+    if (n > 1) v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    if (n > 2) v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 2]));
+    out += kDigits[(v >> 18) & 63];
+    out += kDigits[(v >> 12) & 63];
+    out += n > 1 ? kDigits[(v >> 6) & 63] : '=';
+    out += n > 2 ? kDigits[v & 63] : '=';
+  }
+  return out;
+}
+
+nlohmann::json MessageJson(const google::protobuf::Message& m);
+
+// The value of field `f` of `m`: its element `index` when the field is repeated.
+nlohmann::json FieldJson(const google::protobuf::Message& m,
+                         const google::protobuf::FieldDescriptor* f, int index) {
+  using FD = google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m.GetReflection();
+  const bool rep = f->is_repeated();
+  switch (f->cpp_type()) {
+    case FD::CPPTYPE_INT32:
+      return rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f);
+    case FD::CPPTYPE_INT64:
+      return rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f);
+    case FD::CPPTYPE_UINT32:
+      return rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f);
+    case FD::CPPTYPE_UINT64:
+      return rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f);
+    case FD::CPPTYPE_DOUBLE:
+      return rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f);
+    case FD::CPPTYPE_FLOAT:
+      return rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f);
+    case FD::CPPTYPE_BOOL:
+      return rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f);
+    case FD::CPPTYPE_ENUM:
+      return (rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name();
+    case FD::CPPTYPE_STRING: {
+      std::string value = rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
+      return f->type() == FD::TYPE_BYTES ? Base64(value) : value;
+    }
+    case FD::CPPTYPE_MESSAGE:
+      return MessageJson(rep ? r->GetRepeatedMessage(m, f, index) : r->GetMessage(m, f));
+  }
+  return nullptr;
+}
+
+nlohmann::json MessageJson(const google::protobuf::Message& m) {
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  nlohmann::json out = nlohmann::json::object();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (!f->is_repeated()) {
+      out[f->name()] = FieldJson(m, f, -1);
+      continue;
+    }
+    const int n = r->FieldSize(m, f);
+    if (f->is_map()) {
+      // Map entries are messages with fields `key` (1) and `value` (2).
+      nlohmann::json map = nlohmann::json::object();
+      for (int j = 0; j < n; ++j) {
+        const google::protobuf::Message& entry = r->GetRepeatedMessage(m, f, j);
+        const google::protobuf::Descriptor* e = entry.GetDescriptor();
+        nlohmann::json key = FieldJson(entry, e->field(0), -1);
+        map[key.is_string() ? key.get<std::string>() : key.dump()] =
+            FieldJson(entry, e->field(1), -1);
+      }
+      out[f->name()] = std::move(map);
+      continue;
+    }
+    nlohmann::json list = nlohmann::json::array();
+    for (int j = 0; j < n; ++j) list.push_back(FieldJson(m, f, j));
+    out[f->name()] = std::move(list);
+  }
+  return out;
+}
+
+// Stores a malloc'ed copy of `text` in `*out`; returns false when memory runs out.
+bool StoreString(const std::string& text, char** out) {
+  char* copy = static_cast<char*>(std::malloc(text.size() + 1));
+  if (copy == nullptr) return false;
+  std::memcpy(copy, text.data(), text.size() + 1);
+  *out = copy;
+  return true;
+}
+
+// Runs one admin call and stores its answer, as the header's admin functions describe.
+template <typename Call>
+int AdminJson(stitch_client* client, char** json, Call call) noexcept {
+  if (json != nullptr) *json = nullptr;
+  if (client == nullptr || json == nullptr) return -1;
+  try {
+    auto response = call(*client->client);
+    if (!response.ok()) return StoreString(response.status().ToString(), json) ? 1 : -1;
+    // Protobuf checks string fields are UTF-8; should one not be, it is replaced, not fatal.
+    const std::string text =
+        MessageJson(*response).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return StoreString(text, json) ? 0 : -1;
+  } catch (...) {
+    return -1;
+  }
 }
 
 }  // namespace
@@ -237,6 +356,54 @@ int stitch_client_flush_usage(stitch_client* client) {
     return client->client->FlushUsage().ok() ? 0 : 1;
   } catch (...) {
     return 1;
+  }
+}
+
+void stitch_free(void* p) { std::free(p); }
+
+int stitch_client_stats(stitch_client* client, char** json) {
+  return AdminJson(client, json, [](Client& c) { return c.Stats(); });
+}
+
+int stitch_client_list_entries(stitch_client* client, uint32_t limit, char** json) {
+  return AdminJson(client, json, [limit](Client& c) { return c.ListEntries(limit); });
+}
+
+int stitch_client_list_runtimes(stitch_client* client, uint32_t limit, char** json) {
+  return AdminJson(client, json, [limit](Client& c) { return c.ListRuntimes(limit); });
+}
+
+stitch_result* stitch_client_get_entry(stitch_client* client, const char* key) {
+  if (client == nullptr) return FallbackResult("INVALID_ARGUMENT: null stitch_client");
+  if (key == nullptr) return FallbackResult("INVALID_ARGUMENT: null key");
+  try {
+    stitch::StatusOr<stitch::v1::CompileResponse> entry = client->client->GetEntry(key);
+    if (!entry.ok()) return FallbackResult(entry.status().ToString().c_str());
+    Result r;
+    switch (entry->source()) {
+      case stitch::v1::CompileResponse::MEMORY:
+        r.outcome = Outcome::kMemory;
+        break;
+      case stitch::v1::CompileResponse::DISK:
+        r.outcome = Outcome::kDisk;
+        break;
+      case stitch::v1::CompileResponse::CLUSTER:
+        r.outcome = Outcome::kCluster;
+        break;
+      case stitch::v1::CompileResponse::COMPILED:
+        r.outcome = Outcome::kCompiled;
+        break;
+      default:
+        return FallbackResult("INTERNAL: the daemon answered GetEntry without a source");
+    }
+    r.key = entry->key();
+    r.bundle =
+        std::make_shared<const stitch::v1::KernelBundle>(std::move(*entry->mutable_bundle()));
+    return NewResult(std::move(r));
+  } catch (const std::exception& e) {
+    return FallbackResult("INTERNAL: ", e.what());
+  } catch (...) {
+    return FallbackResult("INTERNAL: unknown exception");
   }
 }
 

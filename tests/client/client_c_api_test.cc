@@ -1,5 +1,6 @@
 // The C ABI of stitch_client.h, used the way a ctypes caller would: handles, outcome,
-// bundle bytes, kernel accessors, NULL arguments and fail-open on a dead socket.
+// bundle bytes, kernel accessors, the admin calls' JSON, NULL arguments and fail-open on a
+// dead socket.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -243,6 +245,106 @@ TEST(ClientCApi, DeadSocketFallsBackWithinTheLookupDeadline) {
   std::filesystem::remove_all(dir);
 }
 
+// Takes the JSON or reason an admin call stored, and frees it as a caller must.
+std::string TakeString(char* s) {
+  std::string out = s == nullptr ? "" : s;
+  stitch_free(s);
+  return out;
+}
+
+TEST(ClientCApi, AdminCallsAnswerJson) {
+  ScriptedService service;
+  service.stats = [](v1::StatsResponse* s) {
+    s->set_version("0.1.0");
+    s->set_compiles(3);
+    s->set_hits_memory(1);
+    s->set_invocations_reported(uint64_t{1} << 40);  // past what a double holds exactly
+    s->set_uptime_seconds(1.5);
+    return grpc::Status::OK;
+  };
+  std::atomic<uint32_t> limit_seen{0};
+  service.list = [&](const v1::ListEntriesRequest& req, v1::ListEntriesResponse* resp) {
+    limit_seen = req.limit();
+    v1::EntrySummary* e = resp->add_entries();
+    e->set_key(std::string(64, 'a'));
+    e->set_kernels(2);
+    e->set_plan("plan \xc3\xa9");  // UTF-8 text goes through as it is
+    resp->add_entries()->set_key(std::string(64, 'b'));
+    return grpc::Status::OK;
+  };
+  service.get = [](const v1::GetEntryRequest& req, v1::CompileResponse* resp) {
+    if (req.key() != std::string(64, 'a')) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no entry for key " + req.key());
+    }
+    resp->set_source(v1::CompileResponse::DISK);
+    resp->set_key(req.key());
+    *resp->mutable_bundle() = MakeBundle(req.key(), 3);
+    return grpc::Status::OK;
+  };
+  ScriptedServer server(&service);
+  stitch_client* client = stitch_client_create(server.address().c_str(), 0, 0);
+  ASSERT_NE(client, nullptr);
+
+  char* json = nullptr;
+  ASSERT_EQ(stitch_client_stats(client, &json), 0);
+  nlohmann::json stats = nlohmann::json::parse(TakeString(json));
+  EXPECT_EQ(stats["version"], "0.1.0");
+  EXPECT_EQ(stats["compiles"], 3);
+  EXPECT_EQ(stats["hits_memory"], 1);
+  EXPECT_EQ(stats["invocations_reported"].get<uint64_t>(), uint64_t{1} << 40);
+  EXPECT_TRUE(stats["invocations_reported"].is_number_unsigned()) << "a number, not a string";
+  EXPECT_EQ(stats["uptime_seconds"], 1.5);
+  EXPECT_EQ(stats["runtime_keys"], 0) << "defaults are present";
+  EXPECT_EQ(stats.size(), static_cast<size_t>(v1::StatsResponse::descriptor()->field_count()));
+
+  ASSERT_EQ(stitch_client_list_entries(client, 5, &json), 0);
+  nlohmann::json list = nlohmann::json::parse(TakeString(json));
+  EXPECT_EQ(limit_seen.load(), 5u);
+  ASSERT_EQ(list["entries"].size(), 2u);
+  EXPECT_EQ(list["entries"][0]["key"], std::string(64, 'a'));
+  EXPECT_EQ(list["entries"][0]["kernels"], 2);
+  EXPECT_EQ(list["entries"][0]["plan"], "plan \xc3\xa9");
+  EXPECT_EQ(list["entries"][1]["kernels"], 0);
+
+  // The scripted service has no ListRuntimes: the daemon's refusal is the reason.
+  ASSERT_EQ(stitch_client_list_runtimes(client, 0, &json), 1);
+  std::string reason = TakeString(json);
+  EXPECT_EQ(reason.rfind("UNIMPLEMENTED", 0), 0u) << reason;
+  EXPECT_NE(reason.find("ListRuntimes"), std::string::npos) << reason;
+
+  stitch_result* r = stitch_client_get_entry(client, std::string(64, 'a').c_str());
+  ASSERT_EQ(stitch_result_outcome(r), STITCH_HIT_DISK) << stitch_result_reason(r);
+  EXPECT_STREQ(stitch_result_key(r), std::string(64, 'a').c_str());
+  EXPECT_EQ(stitch_result_kernel_count(r), 3u);
+  stitch_result_free(r);
+  r = stitch_client_get_entry(client, std::string(64, 'c').c_str());
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_FALLBACK);
+  EXPECT_EQ(std::string(stitch_result_reason(r)).rfind("NOT_FOUND", 0), 0u)
+      << stitch_result_reason(r);
+  stitch_result_free(r);
+  EXPECT_EQ(service.admin_calls.load(), 4);
+  stitch_client_destroy(client);
+}
+
+TEST(ClientCApi, AdminCallsToADeadSocketGiveTheReason) {
+  std::string dir = MakeTempDir();
+  stitch_client* client = stitch_client_create((dir + "/nobody.sock").c_str(), 0, 0);
+  ASSERT_NE(client, nullptr);
+  char* json = nullptr;
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(stitch_client_stats(client, &json), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500));
+  std::string reason = TakeString(json);
+  EXPECT_EQ(reason.rfind("UNAVAILABLE: Stats at ", 0), 0u) << reason;
+  stitch_result* r = stitch_client_get_entry(client, std::string(64, 'a').c_str());
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_FALLBACK);
+  EXPECT_EQ(std::string(stitch_result_reason(r)).rfind("UNAVAILABLE", 0), 0u)
+      << stitch_result_reason(r);
+  stitch_result_free(r);
+  stitch_client_destroy(client);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ClientCApi, NullArgumentsNeverCrash) {
   stitch_client* client = stitch_client_create(nullptr, -1, -1);  // all defaults
   ASSERT_NE(client, nullptr);
@@ -281,6 +383,22 @@ TEST(ClientCApi, NullArgumentsNeverCrash) {
   EXPECT_EQ(stitch_client_record_invocations(nullptr, "k", 1), -1);
   EXPECT_EQ(stitch_client_record_invocations(client, nullptr, 1), -1);
   EXPECT_EQ(stitch_client_flush_usage(nullptr), -1);
+
+  char* json = reinterpret_cast<char*>(&len);  // must be reset
+  EXPECT_EQ(stitch_client_stats(nullptr, &json), -1);
+  EXPECT_EQ(json, nullptr);
+  EXPECT_EQ(stitch_client_stats(client, nullptr), -1);
+  EXPECT_EQ(stitch_client_list_entries(nullptr, 0, &json), -1);
+  EXPECT_EQ(stitch_client_list_runtimes(client, 0, nullptr), -1);
+  for (stitch_result* f :
+       {stitch_client_get_entry(nullptr, "k"), stitch_client_get_entry(client, nullptr)}) {
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(stitch_result_outcome(f), STITCH_FALLBACK);
+    EXPECT_EQ(std::string(stitch_result_reason(f)).rfind("INVALID_ARGUMENT", 0), 0u)
+        << stitch_result_reason(f);
+    stitch_result_free(f);
+  }
+  stitch_free(nullptr);
   stitch_client_destroy(nullptr);
   stitch_client_destroy(client);
 }

@@ -1,0 +1,438 @@
+"""The stitchd client: compile and look up subgraphs on the node's daemon, report usage.
+
+Every compile and lookup is fail-open, as in the C++ client: when the daemon is absent, slow,
+overloaded or refuses the input, the call returns a :class:`Result` whose outcome is
+``"fallback"``, with the reason, within its deadline, and the job runs its framework's own
+kernels. No exception is raised for the daemon's failures; exceptions are for programming
+errors (an argument of the wrong type or value, a closed client).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import json
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, NamedTuple, Optional, Union
+
+from . import _lib
+
+DEFAULT_ADDRESS = "unix:///run/stitchd/stitchd.sock"
+DEFAULT_LOOKUP_DEADLINE_MS = 50
+DEFAULT_COMPILE_DEADLINE_MS = 10000
+
+#: What a job may run where stitchd's kernels are not used.
+FALLBACKS = ("xla", "inductor", "eager")
+
+Subgraph = Union[str, bytes, bytearray, memoryview, Any]
+"""HLO text (``str``), a serialized ``stitch.v1.Graph`` (bytes-like), or a protobuf message
+with ``SerializeToString`` (a generated ``stitch.v1.Graph``)."""
+
+
+class ClientClosedError(RuntimeError):
+    """A method was called on a :class:`Client` after :meth:`Client.close`."""
+
+
+class DaemonError(RuntimeError):
+    """An admin call (stats, entries, runtimes) the daemon did not answer.
+
+    Attributes:
+        code: the status code name, e.g. ``"UNAVAILABLE"``.
+        reason: ``"<code>: <message>"`` as the C ABI words it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = reason.split(":", 1)[0]
+
+
+class Kernel(NamedTuple):
+    """One kernel of a bundle: its entry point, PTX text, and cubin (``b""`` in PTX-only
+    mode)."""
+
+    name: str
+    ptx: str
+    cubin: bytes
+
+
+@dataclass(frozen=True)
+class Result:
+    """The answer to a compile or lookup.
+
+    Attributes:
+        outcome: where the bundle came from: ``"hit_local"`` (this process already had it),
+            ``"hit_memory"``, ``"hit_disk"``, ``"hit_cluster"``, ``"compiled"``, or
+            ``"fallback"`` (no bundle: run the framework's kernels).
+        key: the daemon's cache key (64 hex digits), ``""`` when unknown.
+        reason: for a fallback, ``"<code>: <message>"`` (``"UNAVAILABLE: ..."``,
+            ``"DEADLINE_EXCEEDED: ..."``, ``"NOT_FOUND: ..."`` for a lookup's miss,
+            ``"INVALID_ARGUMENT: ..."``); ``""`` otherwise.
+        kernels: the bundle's kernels, in launch order.
+        bundle: the serialized ``stitch.v1.KernelBundle`` (``b""`` for a fallback).
+    """
+
+    outcome: str
+    key: str = ""
+    reason: str = ""
+    kernels: List[Kernel] = field(default_factory=list)
+    bundle: bytes = b""
+
+    def __repr__(self) -> str:
+        if not self.ok:
+            return "Result(outcome='fallback', reason=%r)" % self.reason
+        return "Result(outcome=%r, key=%r, kernels=%d, bundle=%d bytes)" % (
+            self.outcome, self.key, len(self.kernels), len(self.bundle))
+
+    @property
+    def ok(self) -> bool:
+        """True when the result has a bundle (the outcome is not ``"fallback"``)."""
+        return self.outcome != "fallback"
+
+    @property
+    def code(self) -> str:
+        """The status code name of a fallback's reason (``"UNAVAILABLE"``), ``""`` otherwise."""
+        return self.reason.split(":", 1)[0] if self.reason else ""
+
+
+def _read_result(handle: Any) -> Result:
+    """Copies a stitch_result into a Result and frees it."""
+    lib = _lib.lib()
+    if not handle:  # out of memory in the library
+        return Result("fallback", reason="RESOURCE_EXHAUSTED: the client library ran out of memory")
+    try:
+        outcome = _lib.OUTCOME_NAMES.get(lib.stitch_result_outcome(handle), "fallback")
+        key = (lib.stitch_result_key(handle) or b"").decode()
+        reason = (lib.stitch_result_reason(handle) or b"").decode("utf-8", errors="replace")
+        size = ctypes.c_size_t(0)
+        data = lib.stitch_result_bundle(handle, ctypes.byref(size))
+        bundle = ctypes.string_at(data, size.value) if data else b""
+        kernels = []
+        for i in range(lib.stitch_result_kernel_count(handle)):
+            name = (lib.stitch_result_kernel_name(handle, i) or b"").decode()
+            ptx = (lib.stitch_result_kernel_ptx(handle, i) or b"").decode("utf-8", errors="replace")
+            size = ctypes.c_size_t(0)
+            cubin = lib.stitch_result_kernel_cubin(handle, i, ctypes.byref(size))
+            kernels.append(Kernel(name, ptx, ctypes.string_at(cubin, size.value) if cubin else b""))
+        return Result(outcome, key, reason, kernels, bundle)
+    finally:
+        lib.stitch_result_free(handle)
+
+
+def _encode_subgraph(subgraph: Subgraph) -> "tuple[bool, bytes]":
+    """Returns (is_hlo, payload) for a compile or lookup argument."""
+    if isinstance(subgraph, str):
+        return True, subgraph.encode("utf-8")
+    if isinstance(subgraph, (bytes, bytearray, memoryview)):
+        return False, bytes(subgraph)
+    serialize = getattr(subgraph, "SerializeToString", None)
+    if callable(serialize):
+        return False, serialize()
+    raise TypeError("a subgraph is HLO text (str), a serialized stitch.v1.Graph (bytes) or a "
+                    "protobuf message, not %s" % type(subgraph).__name__)
+
+
+def _check_target(target: Optional[str]) -> Optional[bytes]:
+    if target is None:
+        return None
+    if not isinstance(target, str):
+        raise TypeError("target is a str such as 'sm_90', or None for the daemon's")
+    return target.encode()
+
+
+def _check_key(key: str) -> bytes:
+    if not isinstance(key, str):
+        raise TypeError("key is a str (the result's key), not %s" % type(key).__name__)
+    return key.encode()
+
+
+def _check_count(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("%s is an int, not %s" % (name, type(value).__name__))
+    if value < 0 or value >= 1 << 64:
+        raise ValueError("%s must be in [0, 2**64), got %d" % (name, value))
+    return value
+
+
+class Client:
+    """A client of the node's stitchd. Thread-safe; use one per process.
+
+    ``address`` is ``"unix:///path"``, a socket path starting with ``/``, or ``"host:port"``.
+    No connection is made until the first call. Compiles wait at most
+    ``compile_deadline_ms``, lookups ``lookup_deadline_ms``, admin calls and usage flushes
+    2000 ms. ``fallback`` names what the job runs without stitchd (``"xla"``,
+    ``"inductor"``, ``"eager"``), which the daemon prices its savings against.
+
+    Use it as a context manager, or call :meth:`close`; a client that is garbage-collected
+    unclosed is released then.
+    """
+
+    def __init__(self, address: Union[str, "os.PathLike[str]"] = DEFAULT_ADDRESS,
+                 lookup_deadline_ms: int = DEFAULT_LOOKUP_DEADLINE_MS,
+                 compile_deadline_ms: int = DEFAULT_COMPILE_DEADLINE_MS,
+                 fallback: Optional[str] = None, async_workers: int = 4) -> None:
+        address = os.fspath(address)
+        if not isinstance(address, str):
+            raise TypeError("address is a str")
+        for name, value in (("lookup_deadline_ms", lookup_deadline_ms),
+                            ("compile_deadline_ms", compile_deadline_ms),
+                            ("async_workers", async_workers)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError("%s is an int" % name)
+            if value <= 0 or value > 2**31 - 1:
+                raise ValueError("%s must be positive, got %d" % (name, value))
+        self._address = address
+        lib = _lib.lib()
+        handle = lib.stitch_client_create(address.encode(), lookup_deadline_ms,
+                                          compile_deadline_ms)
+        if not handle:
+            raise MemoryError("stitch_client_create failed")
+        self._handle = handle
+        self._async_workers = async_workers
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        # Calls in flight hold the handle; close() waits for them before destroying it.
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
+        self._finalizer = weakref.finalize(self, lib.stitch_client_destroy, handle)
+        if fallback is not None:
+            self.set_fallback(fallback)
+
+    # --- lifetime --------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """The daemon address this client was created with."""
+        return self._address
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def close(self) -> None:
+        """Waits for asynchronous compiles and calls in flight, then releases the client.
+        Results already returned stay valid. Closing twice does nothing."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        with self._cond:
+            self._cond.wait_for(lambda: self._in_flight == 0)
+        self._finalizer()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "stitch.Client(%r%s)" % (self._address, ", closed" if self._closed else "")
+
+    def _acquire(self) -> Any:
+        with self._cond:
+            if self._closed:
+                raise ClientClosedError("this stitch.Client is closed")
+            self._in_flight += 1
+            return self._handle
+
+    def _release(self) -> None:
+        with self._cond:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._cond.notify_all()
+
+    # --- compile and lookup ----------------------------------------------------------------
+
+    def _run(self, subgraph: Subgraph, target: Optional[str], lookup: bool) -> Result:
+        is_hlo, payload = _encode_subgraph(subgraph)
+        target_b = _check_target(target)
+        lib = _lib.lib()
+        if is_hlo:
+            fn = lib.stitch_client_lookup_hlo if lookup else lib.stitch_client_compile_hlo
+        else:
+            fn = lib.stitch_client_lookup_graph if lookup else lib.stitch_client_compile_graph
+        handle = self._acquire()
+        try:
+            result = fn(handle, payload, len(payload), target_b)
+        finally:
+            self._release()
+        return _read_result(result)
+
+    def compile(self, subgraph: Subgraph, target: Optional[str] = None) -> Result:
+        """Returns the bundle for ``subgraph``, compiling it on a miss, within the compile
+        deadline.
+
+        ``subgraph`` is one HLO module as text (``str``), a serialized ``stitch.v1.Graph``
+        (``bytes``), or a protobuf message with ``SerializeToString``. ``target``
+        (``"sm_80"``, ``"sm_90"``) defaults to the daemon's. Never raises for the daemon's
+        failures: those are a ``"fallback"`` Result with the reason.
+        """
+        return self._run(subgraph, target, lookup=False)
+
+    def lookup(self, subgraph: Subgraph, target: Optional[str] = None) -> Result:
+        """Like :meth:`compile`, but never compiles: answers from this process's bundles or
+        the daemon's caches within the lookup deadline. A miss is a fallback whose reason
+        starts with ``"NOT_FOUND"``."""
+        return self._run(subgraph, target, lookup=True)
+
+    def compile_async(self, subgraph: Subgraph,
+                      target: Optional[str] = None) -> "concurrent.futures.Future[Result]":
+        """Starts :meth:`compile` on the client's worker threads; the future's result is the
+        Result (a fallback on the daemon's failures, never an exception from them).
+
+        The arguments are checked now: a wrong type raises here, not in the future.
+        """
+        _encode_subgraph(subgraph)
+        _check_target(target)
+        with self._cond:
+            if self._closed:
+                raise ClientClosedError("this stitch.Client is closed")
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self._async_workers, thread_name_prefix="stitch-compile")
+            return self._executor.submit(self.compile, subgraph, target)
+
+    def get_entry(self, key: str) -> Result:
+        """Returns the daemon's cached bundle for ``key`` (never compiles, never answers from
+        this process's bundles): outcome ``"hit_memory"``/``"hit_disk"``/``"hit_cluster"``,
+        or a fallback with ``"NOT_FOUND: ..."`` for a key the daemon does not hold."""
+        key_b = _check_key(key)
+        handle = self._acquire()
+        try:
+            result = _lib.lib().stitch_client_get_entry(handle, key_b)
+        finally:
+            self._release()
+        return _read_result(result)
+
+    # --- usage and measured times ----------------------------------------------------------
+
+    def record_invocations(self, key: str, invocations: int) -> None:
+        """Adds ``invocations`` launches of the bundle ``key`` to the pending usage batch
+        (sent by :meth:`flush_usage`)."""
+        key_b = _check_key(key)
+        _check_count("invocations", invocations)
+        handle = self._acquire()
+        try:
+            rc = _lib.lib().stitch_client_record_invocations(handle, key_b, invocations)
+        finally:
+            self._release()
+        if rc != 0:
+            raise ValueError("stitch_client_record_invocations refused key %r" % key)
+
+    def record_time(self, key: str, kernels: str, seconds: float, samples: int = 1) -> None:
+        """Adds measured GPU time to the pending usage batch: ``seconds`` summed over
+        ``samples`` invocations of the subgraph ``key``, for the bundle's kernels
+        (``kernels="stitched"``) or the job's own (``"fallback"``).
+
+        Raises ValueError for an empty key, zero samples, or seconds that are negative or not
+        finite; nothing is recorded then.
+        """
+        key_b = _check_key(key)
+        if kernels not in _lib.TIMED_KERNELS:
+            raise ValueError("kernels is 'stitched' or 'fallback', not %r" % (kernels,))
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError("seconds is a float")
+        _check_count("samples", samples)
+        handle = self._acquire()
+        try:
+            rc = _lib.lib().stitch_client_record_time(handle, key_b, _lib.TIMED_KERNELS[kernels],
+                                                      float(seconds), samples)
+        finally:
+            self._release()
+        if rc != 0:
+            raise ValueError("invalid measured time: key %r, %r s over %d sample(s)"
+                             % (key, seconds, samples))
+
+    def should_time_fallback(self) -> bool:
+        """True on one call in 100: a job calls it once per step and, when True, also runs
+        and times its fallback kernels that step (:meth:`record_time` with
+        ``kernels="fallback"``)."""
+        handle = self._acquire()
+        try:
+            return bool(_lib.lib().stitch_client_should_time_fallback(handle) == 1)
+        finally:
+            self._release()
+
+    def set_fallback(self, fallback: Optional[str]) -> None:
+        """Says what the job runs where stitchd's kernels are not used: ``"xla"``,
+        ``"inductor"``, ``"eager"``, or None for not said. Later usage reports carry it."""
+        if fallback is not None and fallback not in FALLBACKS:
+            raise ValueError("fallback is one of %s or None, not %r" % (", ".join(FALLBACKS),
+                                                                       fallback))
+        handle = self._acquire()
+        try:
+            rc = _lib.lib().stitch_client_set_fallback(
+                handle, None if fallback is None else fallback.encode())
+        finally:
+            self._release()
+        if rc != 0:
+            raise ValueError("stitch_client_set_fallback refused %r" % (fallback,))
+
+    def flush_usage(self) -> bool:
+        """Sends the pending usage batch within 2000 ms. Returns True on success (also when
+        nothing was pending), False when the daemon could not be reached or refused it; the
+        batch is then kept for the next flush."""
+        handle = self._acquire()
+        try:
+            return bool(_lib.lib().stitch_client_flush_usage(handle) == 0)
+        finally:
+            self._release()
+
+    # --- admin calls -----------------------------------------------------------------------
+
+    def _admin(self, call: str, *args: int) -> Dict[str, Any]:
+        out = ctypes.c_void_p()
+        handle = self._acquire()
+        try:
+            rc = getattr(_lib.lib(), call)(handle, *args, ctypes.byref(out))
+        finally:
+            self._release()
+        text = _lib.take_string(out)
+        if rc == 0:
+            value: Dict[str, Any] = json.loads(text)
+            return value
+        if rc == 1:
+            raise DaemonError(text)
+        raise MemoryError("%s failed" % call)
+
+    def stats(self) -> Dict[str, Any]:
+        """Returns the daemon's counters and cache occupancy, as ``stitchctl stats --json``
+        prints them: the fields of ``stitch.v1.StatsResponse`` by name (``compiles``,
+        ``hits_memory``, ``entries``, ``invocations_reported``, ``runtime_keys``, ...).
+
+        Raises DaemonError when the daemon does not answer within 2000 ms or refuses.
+        """
+        return self._admin("stitch_client_stats")
+
+    def list_entries(self, limit: int = 100) -> List[Dict[str, Any]]:
+        """Returns the daemon's cached entries, most recently used first (at most ``limit``):
+        dicts with ``key``, ``target``, ``kernels``, ``bytes``, ``compile_seconds``,
+        ``plan``. Raises DaemonError as :meth:`stats` does."""
+        entries: List[Dict[str, Any]] = self._admin(
+            "stitch_client_list_entries", _check_limit(limit))["entries"]
+        return entries
+
+    def list_runtimes(self, limit: int = 100) -> List[Dict[str, Any]]:
+        """Returns the measured runtimes the daemon holds, most reported invocations first
+        (at most ``limit`` keys): ``stitch.v1.KernelRuntimes`` as dicts (``key``,
+        ``target``, ``stitched`` and per-baseline ``fallback`` timing summaries, the
+        modeled seconds, ``invocations``). Raises DaemonError as :meth:`stats` does."""
+        runtimes: List[Dict[str, Any]] = self._admin(
+            "stitch_client_list_runtimes", _check_limit(limit))["runtimes"]
+        return runtimes
+
+
+def _check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError("limit is an int")
+    if limit <= 0 or limit >= 1 << 32:
+        raise ValueError("limit must be positive, got %d" % limit)
+    return limit

@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""The Python package `stitch` against a real stitchd.
+
+  client_test.py --stitchd PATH [--library PATH | --installed] [unittest arguments]
+
+With --library, the package is imported from the repository's python/ folder and loads the
+given libstitch_client.so (through STITCH_CLIENT_LIBRARY). With --installed, the package must
+come installed into the running interpreter with its own bundled library (install_test.sh runs
+this file so, from a fresh virtualenv). The test starts one stitchd in a temporary directory,
+on a Unix socket and a TCP port, and stops it at the end. Standard library only.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+SOURCE_DIR = pathlib.Path(__file__).resolve().parents[2]
+HLO_DIR = SOURCE_DIR / "testdata" / "corpus" / "hlo" / "extracted"
+
+ARGS = argparse.Namespace()
+DAEMON = {}  # process, tmp, socket, tcp, metrics_port
+stitch = None  # the package, imported in main()
+
+
+def hlo(name):
+    return (HLO_DIR / name).read_text()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_daemon():
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="stitch-py-"))
+    data = tmp / "data"
+    sock = tmp / "s.sock"
+    log = open(tmp / "stitchd.log", "w")
+    process = subprocess.Popen(
+        [ARGS.stitchd, "--data-dir", str(data), "--socket", str(sock),
+         "--grpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+         "--workers", "2", "--log-level", "warn"],
+        stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError("stitchd exited with %s: %s" % (
+                process.returncode, (tmp / "stitchd.log").read_text()[-2000:]))
+        try:
+            info = json.loads((data / "stitchd.json").read_text())
+            if info.get("pid") == process.pid:
+                DAEMON.update(process=process, tmp=tmp, socket="unix://" + str(sock),
+                              tcp="127.0.0.1:%d" % info["grpc_port"],
+                              metrics_port=info["metrics_port"])
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("stitchd did not serve within 60 s")
+
+
+def stop_daemon():
+    process = DAEMON.get("process")
+    if process is not None and process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if "tmp" in DAEMON:
+        shutil.rmtree(DAEMON["tmp"], ignore_errors=True)
+
+
+def setUpModule():
+    start_daemon()
+
+
+def tearDownModule():
+    stop_daemon()
+
+
+def run_cli(*args, check=True):
+    """Runs `python -m stitch ARGS` with this interpreter and package; returns the process."""
+    env = dict(os.environ)
+    if not ARGS.installed:
+        env["PYTHONPATH"] = str(SOURCE_DIR / "python")
+    done = subprocess.run([sys.executable, "-m", "stitch", *args], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=tempfile.gettempdir())
+    if check and done.returncode != 0:
+        raise AssertionError("python -m stitch %s: exit %d\n%s%s" % (
+            " ".join(args), done.returncode, done.stdout, done.stderr))
+    return done
+
+
+class PackageTest(unittest.TestCase):
+    def test_package_and_library(self):
+        lib_path = stitch._lib.library_path()
+        self.assertTrue((pathlib.Path(stitch.__file__).parent / "py.typed").is_file())
+        if ARGS.installed:
+            self.assertNotIn(str(SOURCE_DIR / "python"), stitch.__file__,
+                             "the installed package, not the source tree's")
+            self.assertEqual(lib_path.parent, pathlib.Path(stitch.__file__).resolve().parent,
+                             "the bundled library")
+        nm = shutil.which("nm")
+        if nm is None:
+            self.skipTest("no nm to list the library's symbols")
+        out = subprocess.run([nm, "-D", "--defined-only", str(lib_path)], capture_output=True,
+                             text=True, check=True).stdout
+        symbols = [line.split()[-1] for line in out.splitlines() if line.strip()]
+        exported = [s for s in symbols if not s.startswith("stitch_")]
+        self.assertIn("stitch_client_compile_hlo", symbols)
+        self.assertIn("stitch_client_stats", symbols)
+        # Only the C ABI (and the version node the script defines, if listed).
+        self.assertEqual([s for s in exported if s not in ("VERS_1.0",)], [])
+
+
+class ClientTest(unittest.TestCase):
+    def test_compile_then_lookup_over_unix_socket(self):
+        module = hlo("layernorm_fwd_2d1_f32.hlo")
+        with stitch.Client(DAEMON["socket"]) as client:
+            r = client.compile(module)
+            self.assertEqual(r.outcome, "compiled", r.reason)
+            self.assertTrue(r.ok)
+            self.assertEqual(r.reason, "")
+            self.assertEqual(len(r.key), 64)
+            self.assertGreater(len(r.bundle), 0)
+            self.assertGreater(len(r.kernels), 0)
+            for k in r.kernels:
+                self.assertIsInstance(k, stitch.Kernel)
+                name, ptx, cubin = k  # a (name, ptx, cubin) tuple
+                self.assertIn(".entry " + name, ptx)
+                self.assertIsInstance(cubin, bytes)
+            again = client.lookup(module)
+            self.assertEqual(again.outcome, "hit_local", again.reason)
+            self.assertEqual(again.key, r.key)
+        # Another client (another job) finds it in the daemon's memory tier, by its own key.
+        with stitch.Client(DAEMON["socket"], lookup_deadline_ms=2000) as other:
+            hit = other.lookup(module)
+            self.assertEqual(hit.outcome, "hit_memory", hit.reason)
+            self.assertEqual(hit.key, r.key)
+            self.assertEqual([k.name for k in hit.kernels], [k.name for k in r.kernels])
+            self.assertEqual(hit.bundle, r.bundle)
+            entry = other.get_entry(r.key)
+            self.assertEqual(entry.outcome, "hit_memory", entry.reason)
+            self.assertEqual(entry.bundle, r.bundle)
+            missing = other.get_entry("0" * 64)
+            self.assertEqual(missing.outcome, "fallback")
+            self.assertEqual(missing.code, "NOT_FOUND", missing.reason)
+            self.assertIn(r.key, [e["key"] for e in other.list_entries()])
+
+    def test_tcp_and_a_lookup_miss(self):
+        with stitch.Client(DAEMON["tcp"], lookup_deadline_ms=2000) as client:
+            miss = client.lookup(hlo("layernorm_fwd_4d3_f32.hlo"))
+            self.assertEqual(miss.outcome, "fallback")
+            self.assertTrue(miss.reason.startswith("NOT_FOUND"), miss.reason)
+            self.assertFalse(miss.ok)
+            self.assertEqual((miss.kernels, miss.bundle, miss.key), ([], b"", ""))
+            r = client.compile(hlo("layernorm_fwd_4d3_f32.hlo"), target="sm_80")
+            self.assertEqual(r.outcome, "compiled", r.reason)
+            self.assertEqual(client.stats()["target"] != "", True)
+
+    def test_compile_async(self):
+        names = ["layernorm_fwd_4d12_f32.hlo", "bn_stats_reduce_mof_f16.hlo",
+                 "convert_into_reduce_bf16_1024x8192.hlo"]
+        with stitch.Client(DAEMON["socket"]) as client:
+            futures = [client.compile_async(hlo(n)) for n in names]
+            for f in futures:
+                self.assertIsInstance(f, concurrent.futures.Future)
+            results = [f.result(timeout=60) for f in futures]
+            for n, r in zip(names, results):
+                self.assertIn(r.outcome, ("compiled", "hit_memory"), "%s: %s" % (n, r.reason))
+                self.assertGreater(len(r.kernels), 0)
+            self.assertEqual(len({r.key for r in results}), len(names))
+            # A failure is a fallback in the future too, not an exception.
+            bad = client.compile_async("HloModule broken\nENTRY e {").result(timeout=60)
+            self.assertEqual(bad.outcome, "fallback")
+            with self.assertRaises(TypeError):
+                client.compile_async(42)
+
+    def test_usage_measured_times_and_stats(self):
+        module = hlo("rmsnorm_diamond_f32.hlo")
+        with stitch.Client(DAEMON["socket"], fallback="xla") as client:
+            r = client.compile(module)
+            self.assertTrue(r.ok, r.reason)
+            before = client.stats()
+            client.record_invocations(r.key, 700)
+            client.record_time(r.key, "stitched", 5 * 20e-6, samples=5)
+            client.record_time(r.key, "fallback", 4 * 45e-6, samples=4)
+            self.assertTrue(client.flush_usage())
+            self.assertTrue(client.flush_usage(), "nothing pending is a success")
+            stats = client.stats()
+            self.assertEqual(stats["invocations_reported"] - before["invocations_reported"], 700)
+            self.assertGreaterEqual(stats["runtime_keys"], 1)
+            self.assertIsInstance(stats["invocations_reported"], int)
+            self.assertGreater(stats["gpu_seconds_saved"], 0)
+            runtimes = {rt["key"]: rt for rt in client.list_runtimes()}
+            self.assertIn(r.key, runtimes)
+            rt = runtimes[r.key]
+            self.assertEqual(rt["stitched"]["samples"], 5)
+            self.assertEqual(rt["fallback"]["xla"]["samples"], 4)
+            self.assertAlmostEqual(rt["stitched"]["seconds_sum"], 100e-6)
+            self.assertEqual(rt["invocations"], 700)
+            # should_time_fallback samples one call in 100.
+            sampled = sum(client.should_time_fallback() for _ in range(300))
+            self.assertEqual(sampled, 3)
+        csv = run_cli("runtimes", "--daemon", DAEMON["socket"], "--csv").stdout.splitlines()
+        self.assertEqual(csv[0].split(",")[:3], ["key", "target", "kernels"])
+        rows = [line.split(",") for line in csv[1:] if line.startswith(r.key)]
+        self.assertEqual(sorted(row[2] for row in rows), ["stitched", "xla"])
+        self.assertEqual({row[9] for row in rows}, {"700"})
+
+    def test_malformed_input_falls_back(self):
+        with stitch.Client(DAEMON["socket"]) as client:
+            r = client.compile("HloModule broken\nENTRY e { ROOT x = f32[4] nonsense( }\n")
+            self.assertEqual(r.outcome, "fallback")
+            self.assertEqual(r.code, "INVALID_ARGUMENT", r.reason)
+            g = client.compile(b"\xff\xff\xff\xff not a graph")
+            self.assertEqual(g.outcome, "fallback")
+            self.assertEqual(g.code, "INVALID_ARGUMENT", g.reason)
+            empty = client.compile("")
+            self.assertEqual(empty.code, "INVALID_ARGUMENT", empty.reason)
+
+    def test_daemon_down_falls_back_within_the_deadline(self):
+        with tempfile.TemporaryDirectory(prefix="stitch-py-") as tmp:
+            for address in (os.path.join(tmp, "nobody.sock"), "127.0.0.1:%d" % free_port()):
+                with stitch.Client(address, lookup_deadline_ms=50,
+                                   compile_deadline_ms=300) as client:
+                    start = time.monotonic()
+                    r = client.lookup(hlo("layernorm_fwd_2d1_f32.hlo"))
+                    self.assertLess(time.monotonic() - start, 0.5)
+                    self.assertEqual(r.outcome, "fallback")
+                    self.assertIn(r.code, ("UNAVAILABLE", "DEADLINE_EXCEEDED"), r.reason)
+                    start = time.monotonic()
+                    r = client.compile(hlo("layernorm_fwd_2d1_f32.hlo"))
+                    self.assertLess(time.monotonic() - start, 1.0)
+                    self.assertEqual(r.code, "UNAVAILABLE", r.reason)
+                    self.assertEqual(client.compile_async("HloModule m").result(10).outcome,
+                                     "fallback")
+                    client.record_invocations("k" * 64, 3)
+                    self.assertFalse(client.flush_usage(), "kept for the next flush")
+                    with self.assertRaises(stitch.DaemonError) as caught:
+                        client.stats()
+                    self.assertEqual(caught.exception.code, "UNAVAILABLE")
+
+    def test_programmer_errors_raise(self):
+        client = stitch.Client(DAEMON["socket"])
+        with self.assertRaises(TypeError):
+            client.compile(42)
+        with self.assertRaises(TypeError):
+            client.compile("HloModule m", target=90)
+        with self.assertRaises(ValueError):
+            client.record_time("k", "stitched", -1.0)
+        with self.assertRaises(ValueError):
+            client.record_time("k", "stitched", 1e-5, samples=0)
+        with self.assertRaises(ValueError):
+            client.record_time("k", "cudnn", 1e-5)
+        with self.assertRaises(ValueError):
+            client.set_fallback("tensorrt")
+        with self.assertRaises(ValueError):
+            client.record_invocations("k", -1)
+        with self.assertRaises(ValueError):
+            stitch.Client(DAEMON["socket"], lookup_deadline_ms=0)
+        client.set_fallback("inductor")
+        client.set_fallback(None)
+        client.close()
+        client.close()
+        self.assertTrue(client.closed)
+        with self.assertRaises(stitch.ClientClosedError):
+            client.compile("HloModule m")
+        with self.assertRaises(stitch.ClientClosedError):
+            client.stats()
+
+
+class CommandLineTest(unittest.TestCase):
+    def test_stats_json(self):
+        stats = json.loads(run_cli("stats", "--daemon", DAEMON["socket"], "--json").stdout)
+        self.assertIn("compiles", stats)
+        self.assertIn("runtime_keys", stats)
+        self.assertEqual(list(stats), sorted(stats), "keys sorted, as stitchctl prints them")
+        text = run_cli("stats", "--daemon", DAEMON["socket"]).stdout
+        self.assertIn("version: \"", text)
+
+    def test_compile_lookup_and_cache(self):
+        path = str(HLO_DIR / "layernorm_fwd_4d3_f16_convert.hlo")
+        out = run_cli("compile", path, "--daemon", DAEMON["socket"]).stdout.split()
+        self.assertIn(out[0], ("compiled", "hit_memory"))
+        key = out[1]
+        self.assertEqual(len(key), 64)
+        self.assertIn("kernel(s)", out)
+        j = json.loads(run_cli("lookup", path, "--daemon", DAEMON["tcp"], "--json").stdout)
+        self.assertEqual((j["source"], j["key"]), ("hit_memory", key))
+        self.assertGreater(j["kernels"][0]["ptx_bytes"], 0)
+        listing = run_cli("cache", "ls", "--daemon", DAEMON["socket"]).stdout
+        self.assertIn(key, listing)
+        with tempfile.TemporaryDirectory() as tmp:
+            bundle = os.path.join(tmp, "b.pb")
+            got = run_cli("cache", "get", key, "--daemon", DAEMON["socket"], "--out", bundle)
+            self.assertIn("wrote", got.stdout)
+            self.assertGreater(os.path.getsize(bundle), 0)
+
+    def test_failures_exit_1_with_one_line(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = os.path.join(tmp, "bad.hlo")
+            pathlib.Path(bad).write_text("HloModule bad\nENTRY e { nonsense }\n")
+            done = run_cli("compile", bad, "--daemon", DAEMON["socket"], check=False)
+            self.assertEqual(done.returncode, 1)
+            self.assertEqual(len(done.stderr.strip().splitlines()), 1, done.stderr)
+            self.assertIn("INVALID_ARGUMENT", done.stderr)
+            down = run_cli("stats", "--daemon", os.path.join(tmp, "nobody.sock"), check=False)
+            self.assertEqual(down.returncode, 1)
+            self.assertIn("UNAVAILABLE", down.stderr)
+
+
+def main():
+    global stitch
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stitchd", required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--library", help="a built libstitch_client.so (source-tree package)")
+    source.add_argument("--installed", action="store_true",
+                        help="use the package installed into this interpreter")
+    args, rest = parser.parse_known_args()
+    ARGS.__dict__.update(vars(args))
+    if not os.access(args.stitchd, os.X_OK):
+        print("FAIL: stitchd not found at %r" % args.stitchd)
+        sys.exit(1)
+    if args.installed:
+        os.environ.pop("STITCH_CLIENT_LIBRARY", None)
+    else:
+        sys.path.insert(0, str(SOURCE_DIR / "python"))
+        os.environ["STITCH_CLIENT_LIBRARY"] = os.path.abspath(args.library)
+    import stitch as package  # noqa: E402 (the path is chosen above)
+    import stitch._lib  # noqa: F401,E402
+    stitch = package
+    print("stitch package: %s, library: %s" % (stitch.__file__, stitch._lib.library_path()))
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
