@@ -222,6 +222,8 @@ class InductorRewriter : public GraphRewriter {
     int x = Mapped(n.operands[0]);
     const std::vector<int64_t> in = ShapeOf(x).dims;
     const std::vector<int64_t> dims = Sorted(n.dimensions);
+    // A reduce over no dimensions is a copy of its input: nothing to split.
+    if (dims.empty()) return Copy(n);
     ReduceShape shape = Classify(in, dims);
     const int64_t numel = n.shape.elements();
     const int64_t rnumel = numel > 0 ? ShapeOf(x).elements() / numel : 0;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <random>
 
 #include "stitch/driver/compile.h"
@@ -58,9 +59,14 @@ void Mutate(Graph& g, std::mt19937_64& rng) {
 }
 
 TEST(GraphMutation, NeverCrashesVerifierOrCompiler) {
+  // STITCH_TEST_SEED replays a run; the seed is flushed before anything can crash.
+  const char* replay = std::getenv("STITCH_TEST_SEED");
   const uint64_t seed =
-      static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+      replay != nullptr && *replay != '\0'
+          ? std::strtoull(replay, nullptr, 10)
+          : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   std::printf("graph mutation: seed %llu\n", static_cast<unsigned long long>(seed));
+  std::fflush(stdout);
   std::mt19937_64 rng(seed);
   int accepted = 0, rejected = 0;
   for (int i = 0; i < 300; ++i) {

@@ -171,6 +171,18 @@ TEST(XlaReductionRewrites, OneMiddleRunIsABatchedColumnReductionLeftAlone) {
   EXPECT_EQ(Reduces(XlaReductionRewrites(scalar)), Reduces(scalar));
 }
 
+// Found by GraphMutation.NeverCrashesVerifierOrCompiler: a reduce over no dimensions read the
+// last reduced dimension of an empty list.
+TEST(InductorSplitReductions, AReduceOverNoDimensionsIsLeftAlone) {
+  std::mt19937_64 rng(3);
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{}, {4096, 64}}) {
+    const Graph g = OneReduce(DType::kF32, dims, {}, ReduceKind::kSum);
+    const Graph rewritten = InductorSplitReductions(g, 132);
+    EXPECT_EQ(Reduces(rewritten), Reduces(g));
+    ExpectSameValues(g, rewritten, rng);
+  }
+}
+
 TEST(InductorSplitFactor, FollowsInductorsRulesOnAnH100) {
   constexpr int kSms = 132;
   // Enough outputs, or short rows: no split.
