@@ -171,5 +171,26 @@ TEST(BaselineModels, ManySiblingColumnReductionsFitXlasFusionBudget) {
   }
 }
 
+// Found by GraphMutation.NeverCrashesVerifierOrCompiler: a row reduction of empty rows gave
+// XLA's row mapping zero threads per row, and a division by zero.
+TEST(BaselineModels, EmptyRowsGetALaunchableXlaPlan) {
+  const char* text = R"(HloModule empty_rows
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[64,0] parameter(0)
+  zero = f32[] constant(0)
+  ROOT r = f32[64] reduce(x, zero), dimensions={1}, to_apply=add
+})";
+  StatusOr<Graph> g = ImportHloModule(text);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  StatusOr<BaselinePlan> plan = PlanBaselineModel(BaselineCompiler::kXla, *g, *FindDevice("A100"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  for (const KernelSpec& k : plan->plan.kernels) EXPECT_GE(k.mapping.launch.block_threads(), 1u);
+}
+
 }  // namespace
 }  // namespace stitch::suite

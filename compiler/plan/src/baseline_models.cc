@@ -78,8 +78,8 @@ void XlaRowReduceMapping(const Graph& g, KernelSpec& k) {
   int64_t threads_per_row = 0;
   int64_t vector = 1;
   int64_t per_thread = 1;
-  if (n < 32 && 32 % std::max<int64_t>(n, 1) != 0) {
-    threads_per_row = 1;  // elemental: a thread loops over its row
+  if (n == 0 || (n < 32 && 32 % n != 0)) {
+    threads_per_row = 1;  // elemental: a thread loops over its row (of nothing, for n = 0)
     per_thread = n;
   } else if (IsPowerOfTwo(n) && n <= 32 * multi_row_vector) {
     vector = std::min<int64_t>(n, multi_row_vector);
