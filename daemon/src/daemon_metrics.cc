@@ -336,21 +336,24 @@ void DaemonMetrics::SetCacheStats(const std::string& tier, double entries, doubl
 std::map<std::string, double> DaemonMetrics::PersistentTotals() const {
   std::map<std::string, double> totals = {{kCompiles, compiles_ok_->Value()},
                                           {kCompileSecondsSaved, compile_seconds_saved_->Value()}};
-  const auto save = [&](const char* name, const metrics::Family<metrics::Counter>& family,
-                        const char* label) {
+  // Each child is saved as "<prefix>.<its `label` value>"; `prefix` names the total.
+  const auto save = [&](const metrics::Family<metrics::Counter>& family, const char* label,
+                        const auto& prefix) {
     family.ForEach([&](const metrics::Labels& labels, const metrics::Counter& c) {
-      std::string saved_as = std::string(name) + "." + labels.at(label);
-      if (labels.contains("basis") && labels.at("basis") == "measured") {
-        saved_as = std::string(kGpuSecondsSavedMeasured) + "." + labels.at(label);
-      }
-      totals[saved_as] = c.Value();
+      totals[std::string(prefix(labels)) + "." + labels.at(label)] = c.Value();
     });
   };
-  save(kGpuSecondsSaved, gpu_seconds_saved_, "baseline");
-  save(kModelGpuSecondsSaved, model_gpu_seconds_saved_, "baseline");
-  save(kGpuSecondsLost, gpu_seconds_lost_, "baseline");
-  save(kInvocations, invocations_, "baseline");
-  save(kMeasuredSamples, measured_samples_, "kernels");
+  const auto named = [](const char* name) {
+    return [name](const metrics::Labels&) { return name; };
+  };
+  // The measured part of the savings is saved apart from the modeled one.
+  save(gpu_seconds_saved_, "baseline", [](const metrics::Labels& labels) {
+    return labels.at("basis") == "measured" ? kGpuSecondsSavedMeasured : kGpuSecondsSaved;
+  });
+  save(model_gpu_seconds_saved_, "baseline", named(kModelGpuSecondsSaved));
+  save(gpu_seconds_lost_, "baseline", named(kGpuSecondsLost));
+  save(invocations_, "baseline", named(kInvocations));
+  save(measured_samples_, "kernels", named(kMeasuredSamples));
   return totals;
 }
 
