@@ -1,0 +1,88 @@
+"""Executors: what launches a region's bundle on the tensors' device.
+
+The backend looks an executor up by device type (``"cuda"``, ``"cpu"``). The CUDA executor
+launches through ``stitch.cuda``'s loader on PyTorch's current stream; a device type without
+an executor runs PyTorch's own code for every region. Tests register a host executor that
+runs the compiler's kernels on its emulator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class RegionKernels:
+    """What an executor needs to run one region.
+
+    Attributes:
+        key: the daemon's cache key.
+        target: the GPU target the bundle was compiled for (``"sm_90"``).
+        bundle: the serialized ``stitch.v1.KernelBundle``.
+        hlo: the region's signature (HLO text), from which the bundle was compiled.
+        outputs: (shape, dtype) of each output, in order.
+    """
+
+    key: str
+    target: str
+    bundle: bytes
+    hlo: str
+    outputs: Tuple[Tuple[Tuple[int, ...], torch.dtype], ...]
+
+
+class Executor:
+    """Launches bundles on one device type. Subclasses override all three methods."""
+
+    def device_target(self, device: torch.device) -> Optional[str]:
+        """The target to compile for on ``device`` (``"sm_90"``), or None for the daemon's."""
+        raise NotImplementedError
+
+    def check(self, target: str, device: torch.device) -> Optional[str]:
+        """Returns None when a bundle for ``target`` runs on ``device``, else why not."""
+        raise NotImplementedError
+
+    def run(self, kernels: RegionKernels, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """Launches the region on contiguous ``inputs`` and returns its outputs. Raises on
+        failure; the region then runs PyTorch's code."""
+        raise NotImplementedError
+
+
+class CudaExecutor(Executor):
+    """Launches bundles on CUDA tensors through ``stitch.cuda.Loader``, on PyTorch's current
+    stream, so the kernels order with the framework's own. Thread-safe."""
+
+    def __init__(self, loader: Any = None) -> None:
+        from .. import cuda
+        self._cuda = cuda
+        self._loader = loader if loader is not None else cuda.Loader()
+        self._programs: Dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def device_target(self, device: torch.device) -> Optional[str]:
+        major, minor = torch.cuda.get_device_capability(device)
+        return "sm_%d%d" % (major, minor)
+
+    def check(self, target: str, device: torch.device) -> Optional[str]:
+        try:
+            self._cuda.check_target(target, torch.cuda.get_device_capability(device),
+                                    has_cubin=False)
+        except self._cuda.LoaderError as e:
+            return str(e)
+        return None
+
+    def run(self, kernels: RegionKernels, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        with self._lock:
+            program = self._programs.get(kernels.key)
+            if program is None:
+                program = self._loader.load(kernels.bundle)
+                self._programs[kernels.key] = program
+        device = inputs[0].device
+        outputs = [torch.empty(shape, dtype=dtype, device=device)
+                   for shape, dtype in kernels.outputs]
+        self._loader.launch(program, list(inputs), outputs,
+                            stream=torch.cuda.current_stream(device).cuda_stream)
+        return outputs

@@ -1,0 +1,170 @@
+"""Partitioning of an ATen FX graph into the memory-intensive regions stitchd compiles.
+
+A node joins a region when the lowering has it (``_lowering.LOWERINGS``), its shapes are
+static and its dtypes are ones stitchd compiles. PyTorch's own ``CapabilityBasedPartitioner``
+groups the supported nodes into the largest regions that create no cycle through the nodes
+left out; regions with no arithmetic (views and copies only) are left to PyTorch, since a
+kernel for them saves nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupport
+
+from . import _lowering
+
+# Ops left to PyTorch by design, not counted as fallbacks: matrix products, convolutions and
+# gathers, which its libraries run better than a memory-intensive kernel would, and random
+# numbers, so that a stitched model draws the same ones as eager.
+FRAMEWORK_OPS = frozenset({
+    "mm", "addmm", "bmm", "baddbmm", "matmul", "convolution", "convolution_backward",
+    "_convolution", "cudnn_convolution", "embedding", "embedding_dense_backward", "linear",
+    "addbmm", "dot", "mv", "index_select", "gather", "scatter", "scatter_add", "index",
+    "index_put", "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+    "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
+    "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
+    "rand", "rand_like", "randn", "randn_like", "bernoulli", "randint", "normal", "uniform",
+})
+
+# Ops that only move or copy data: a region of these alone is not worth a kernel.
+DATA_MOVEMENT_OPS = frozenset({
+    "view", "_unsafe_view", "_reshape_alias", "reshape", "unsqueeze", "squeeze", "transpose", "permute", "t",
+    "expand", "expand_as", "broadcast_in_dim", "clone", "alias", "detach", "lift_fresh_copy",
+    "contiguous", "slice", "cat", "_to_copy", "convert_element_type", "to", "full", "full_like",
+    "zeros_like", "ones_like", "scalar_tensor", "zeros", "ones",
+})
+
+
+def _packet_name(node: torch.fx.Node) -> str:
+    target = node.target
+    packet = getattr(target, "overloadpacket", None)
+    return getattr(packet, "__name__", "") if packet is not None else getattr(target, "__name__", "")
+
+
+def _tensor_inputs(node: torch.fx.Node) -> List[torch.fx.Node]:
+    return [a for a in node.all_input_nodes if _lowering.static_meta(a) is not None
+            or _lowering.has_dynamic_shape(a)]
+
+
+def why_not_supported(node: torch.fx.Node) -> Optional[Tuple[str, str]]:
+    """Returns None when ``node`` may join a region, else (kind, explanation) with kind one of
+    "framework" (left to the framework by design), "unsupported_op", "dynamic_shape" or
+    "dtype"."""
+    if node.op != "call_function":
+        return ("framework", "not an op")
+    if node.target is operator.getitem:
+        return ("framework", "an element of a tuple")
+    name = _packet_name(node)
+    if name in FRAMEWORK_OPS:
+        return ("framework", _lowering.op_name(node))
+    if _lowering.lowering_for(node) is None:
+        return ("unsupported_op", "unsupported op %s" % _lowering.op_name(node))
+    for v in [node] + _tensor_inputs(node):
+        if _lowering.has_dynamic_shape(v):
+            return ("dynamic_shape", "%s has a dynamic shape" % v.name)
+        meta = _lowering.static_meta(v)
+        if meta is None:
+            return ("dynamic_shape", "%s has no static shape" % v.name)
+        if meta[1] not in _lowering.DTYPES:
+            return ("dtype", "%s has dtype %s" % (v.name, meta[1]))
+    return None
+
+
+class _RegionSupport(OperatorSupport):
+    def is_node_supported(self, submodules: Dict[str, torch.nn.Module],
+                          node: torch.fx.Node) -> bool:
+        return why_not_supported(node) is None
+
+
+@dataclasses.dataclass
+class Partitioning:
+    """A graph with its regions fused into submodules.
+
+    Attributes:
+        graph_module: the graph; each region is a ``call_module`` of ``regions[i]``.
+        regions: the names of the region submodules, in graph order.
+        left_out: for each node left to the framework for a reason other than "framework":
+            (kind, explanation), in graph order.
+    """
+
+    graph_module: torch.fx.GraphModule
+    regions: List[str]
+    left_out: List[Tuple[str, str]]
+
+
+def partition(graph_module: torch.fx.GraphModule) -> Partitioning:
+    """Fuses the memory-intensive regions of ``graph_module`` (whose nodes carry shape
+    metadata) into submodules. The result is a function of the graph alone: the same graph
+    gives the same regions in the same order."""
+    left_out = []
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function":
+            reason = why_not_supported(node)
+            if reason is not None and reason[0] != "framework":
+                left_out.append(reason)
+    partitioner = CapabilityBasedPartitioner(graph_module, _RegionSupport(),
+                                             allows_single_node_partition=True)
+    order = {node: i for i, node in enumerate(graph_module.graph.nodes)}
+    worth = [p for p in partitioner.propose_partitions()
+             if any(_packet_name(n) not in DATA_MOVEMENT_OPS for n in p.nodes)]
+    for p in worth:
+        # In graph order, which is topological: the fuser copies nodes in the order given,
+        # and a set's order would change the region's text from one run to the next.
+        p.nodes = dict.fromkeys(sorted(p.nodes, key=order.__getitem__))
+    worth.sort(key=lambda p: order[next(iter(p.nodes))])
+    fused = partitioner.fuse_partitions(worth)
+    regions = _name_regions(fused)
+    _carry_metadata(fused)
+    return Partitioning(fused, regions, left_out)
+
+
+def _name_regions(gm: torch.fx.GraphModule) -> List[str]:
+    """Renames the fused submodules ``region0``, ``region1``, ... in graph order (the
+    partitioner numbers them in an order of its own)."""
+    calls = [n for n in gm.graph.nodes
+             if n.op == "call_module" and str(n.target).startswith("fused_")]
+    modules = [getattr(gm, n.target) for n in calls]
+    for n in calls:
+        delattr(gm, n.target)
+    names = []
+    for i, (n, module) in enumerate(zip(calls, modules)):
+        n.target = "region%d" % i
+        setattr(gm, n.target, module)
+        names.append(n.target)
+    gm.recompile()
+    return names
+
+
+def _carry_metadata(gm: torch.fx.GraphModule) -> None:
+    """Gives the nodes fusion made the shapes of the nodes they stand for: each region's
+    placeholders those of its call's arguments, and the getitems of a region's results
+    those of the region's outputs. Fusion copies neither."""
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and node.target.startswith("region"):
+            sub = getattr(gm, node.target)
+            placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+            for placeholder, arg in zip(placeholders, node.args):
+                if isinstance(arg, torch.fx.Node) and not _has_meta(placeholder):
+                    placeholder.meta.update(arg.meta)
+            out = [n for n in sub.graph.nodes if n.op == "output"][0].args[0]
+            if not isinstance(out, (tuple, list)) and isinstance(out, torch.fx.Node):
+                node.meta.update(out.meta)
+        elif (node.op == "call_function" and node.target is operator.getitem
+              and isinstance(node.args[0], torch.fx.Node)
+              and node.args[0].op == "call_module" and not _has_meta(node)):
+            sub = getattr(gm, node.args[0].target, None)
+            if sub is None:
+                continue
+            out = [n for n in sub.graph.nodes if n.op == "output"][0].args[0]
+            if isinstance(out, (tuple, list)) and isinstance(out[node.args[1]], torch.fx.Node):
+                node.meta.update(out[node.args[1]].meta)
+
+
+def _has_meta(node: torch.fx.Node) -> bool:
+    return "val" in node.meta or "tensor_meta" in node.meta

@@ -1,0 +1,98 @@
+"""What a backend fused, what it left to PyTorch, and why: the user's view of a compile."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import threading
+from typing import Dict, List, Tuple
+
+LOG = logging.getLogger("stitch.torch")
+
+# Why a region, or an op, ran on PyTorch's own kernels.
+DAEMON = "daemon"                  # the daemon gave no bundle (down, slow, refused)
+UNSUPPORTED_OP = "unsupported_op"  # an op the lowering does not know: left out of every region
+DYNAMIC_SHAPE = "dynamic_shape"    # symbolic sizes, or a call whose shapes differ from the trace
+DTYPE = "dtype"                    # an element type stitchd does not compile
+LOWERING = "lowering"              # the region could not be written as HLO
+ARCH_MISMATCH = "arch_mismatch"    # the bundle's target cannot run on the tensors' device
+NO_EXECUTOR = "no_executor"        # nothing launches kernels on the tensors' device
+LAUNCH_ERROR = "launch_error"      # the launch failed; PyTorch's code ran instead
+
+REASONS = (DAEMON, UNSUPPORTED_OP, DYNAMIC_SHAPE, DTYPE, LOWERING, ARCH_MISMATCH, NO_EXECUTOR,
+           LAUNCH_ERROR)
+
+
+@dataclasses.dataclass
+class RegionInfo:
+    """One memory-intensive region of a compiled graph.
+
+    Attributes:
+        name: ``"<graph>.<submodule>"``, e.g. ``"forward0.fused_3"``.
+        ops: the region's ops, in graph order.
+        hlo: the signature sent to the daemon (HLO text); ``""`` when it could not be written.
+        key: the daemon's cache key, ``""`` without a bundle.
+        outcome: the daemon's answer (``"compiled"``, ``"hit_memory"``, ...), or
+            ``"fallback"``.
+        reason: why the region runs on PyTorch, ``""`` when it runs stitched kernels.
+        kernels: the number of kernels of its bundle.
+    """
+
+    name: str
+    ops: List[str]
+    hlo: str = ""
+    key: str = ""
+    outcome: str = "fallback"
+    reason: str = ""
+    kernels: int = 0
+
+    @property
+    def stitched(self) -> bool:
+        """True when the region has a bundle to launch."""
+        return self.outcome != "fallback"
+
+
+class Report:
+    """Counts and explanations, shared by every graph one backend compiles.
+
+    ``fallbacks`` counts events by reason: each region or op left to PyTorch at compile time
+    counts once, and each call of a stitched region that ran PyTorch's code instead counts
+    once. ``stitched_calls`` counts calls that launched stitched kernels. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.regions: List[RegionInfo] = []
+        self.fallbacks: Dict[str, int] = collections.Counter()
+        self.details: List[Tuple[str, str]] = []  # (reason, explanation), oldest first
+        self.stitched_calls = 0
+
+    def fallback(self, reason: str, explanation: str) -> None:
+        """Counts one fallback and logs its explanation at debug level."""
+        assert reason in REASONS, reason
+        with self._lock:
+            self.fallbacks[reason] += 1
+            if len(self.details) < 10000:
+                self.details.append((reason, explanation))
+        LOG.debug("fallback (%s): %s", reason, explanation)
+
+    def add_region(self, region: RegionInfo) -> None:
+        with self._lock:
+            self.regions.append(region)
+
+    def count_stitched_call(self) -> None:
+        with self._lock:
+            self.stitched_calls += 1
+
+    def summary(self) -> str:
+        """A table of the regions and the fallback counts, for people."""
+        lines = ["%-28s %-11s %3s %5s  %s" % ("region", "outcome", "ops", "kern", "reason")]
+        for r in self.regions:
+            lines.append("%-28s %-11s %3d %5d  %s" % (r.name, r.outcome, len(r.ops), r.kernels,
+                                                      r.reason))
+        lines.append("stitched calls: %d" % self.stitched_calls)
+        for reason in REASONS:
+            if self.fallbacks.get(reason):
+                lines.append("fallbacks (%s): %d" % (reason, self.fallbacks[reason]))
+        return "\n".join(lines)

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""stitch.torch against a real stitchd, with Debian's PyTorch and torchvision.
+
+  torch_test.py --stitchd PATH --stitchctl PATH --library PATH [unittest arguments]
+
+Each model is compiled by ``stitch.torch.optimize`` (torch.fx.symbolic_trace, then
+AOTAutograd's forward and backward graphs). Its regions are compiled by the daemon, and run on
+the compiler's host emulator through the test-only EmulatorExecutor, since CI has no GPU. The
+outputs and gradients must match PyTorch eager within the compiler's own tolerance. The
+fallback tests check that the framework's result comes back with a counted reason. Inputs and
+weights are random from a seed that is printed, and replayed from STITCH_TEST_SEED.
+"""
+
+import argparse
+import copy
+import math
+import os
+import pathlib
+import sys
+import time
+import unittest
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SOURCE_DIR = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(SOURCE_DIR / "python"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+ARGS = argparse.Namespace()
+DAEMON = None
+SEED = int(os.environ.get("STITCH_TEST_SEED", int(time.time()) % 100000))
+
+# The compiler's tolerance for f32 outputs (compiler/reference/src/tensor_compare.cc: relative
+# to max(|expected|, the RMS of the expected tensor, 1)), four times over for outputs that
+# come out of long sums, as OutputTolerance allows, and once more for each graph the value
+# crossed (the forward, then the backward).
+F32_TOLERANCE = 1e-5
+
+
+def max_relative_error(expected, actual):
+    """The compiler's error measure (tensor_compare.cc) on two tensors."""
+    e, a = expected.detach().double(), actual.detach().double()
+    floor = max(1.0, float(e[torch.isfinite(e)].pow(2).mean().sqrt()) if e.numel() else 0.0)
+    return float(((a - e).abs() / e.abs().clamp(min=floor)).max()) if e.numel() else 0.0
+
+
+# -- the models --------------------------------------------------------------------------------
+class LayerNormGeluMlp(nn.Module):
+    """A Transformer's MLP block: pre-LayerNorm, GELU, residual."""
+
+    def __init__(self, hidden=64, ffn=256):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+        self.up = nn.Linear(hidden, ffn)
+        self.down = nn.Linear(ffn, hidden)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(self.norm(x))))
+
+
+class BertLayer(nn.Module):
+    """One BERT encoder layer, post-LayerNorm, with an additive attention mask."""
+
+    def __init__(self, hidden=64, heads=4, ffn=128, dropout=0.1):
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+        self.attention_out = nn.Linear(hidden, hidden)
+        self.attention_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.intermediate = nn.Linear(hidden, ffn)
+        self.output = nn.Linear(ffn, hidden)
+        self.output_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.dropout = nn.Dropout(dropout)
+
+    def split_heads(self, x):
+        return x.view(x.size(0), x.size(1), self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, mask):
+        q, k, v = (self.split_heads(f(x)) for f in (self.query, self.key, self.value))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
+        scores = scores + (1.0 - mask[:, None, None, :]) * -10000.0
+        probs = self.dropout(scores.softmax(dim=-1))
+        context = (probs @ v).transpose(1, 2).reshape(x.shape)
+        x = self.attention_norm(x + self.dropout(self.attention_out(context)))
+        return self.output_norm(x + self.dropout(self.output(F.gelu(self.intermediate(x)))))
+
+
+def resnet_block():
+    """torchvision's ResNet BasicBlock: conv-BN-ReLU-conv-BN, residual, ReLU."""
+    from torchvision.models.resnet import BasicBlock
+    return BasicBlock(16, 16)
+
+
+class CumsumBlock(nn.Module):
+    """Elementwise work on both sides of an op stitch does not lower (cumsum)."""
+
+    def forward(self, x):
+        return torch.tanh(torch.cumsum(torch.exp(x) * 0.5, dim=-1)) + x
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def make_backend(client=None, capability=(9, 0), **options):
+    import stitch.torch
+    from emulator_executor import EmulatorExecutor
+    executor = EmulatorExecutor(ARGS.stitchctl, capability)
+    client = client or stitch.Client(DAEMON.socket, compile_deadline_ms=300000)
+    return stitch.torch.StitchBackend(client=client, executors={"cpu": executor},
+                                      **options), executor
+
+
+def run_step(model, inputs):
+    """One forward and backward: returns the output and the gradients of the inputs that
+    require them and of the parameters, in a fixed order."""
+    inputs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    out = model(*inputs)
+    weights = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+    (out * weights).sum().backward()
+    grads = [x.grad for x in inputs if x.grad is not None]
+    grads += [p.grad for _, p in sorted(model.named_parameters())]
+    return out.detach(), grads
+
+
+class Case:
+    def __init__(self, name, module, inputs):
+        self.name, self.module, self.inputs = name, module, inputs
+
+
+def cases():
+    g = torch.Generator().manual_seed(SEED)
+    torch.manual_seed(SEED)
+    mask = torch.ones(2, 16)
+    mask[1, 12:] = 0
+    bert = BertLayer().eval()  # dropout off, so eager and stitched draw no random numbers
+    return [
+        Case("mlp", LayerNormGeluMlp(), [torch.randn(4, 8, 64, generator=g)]),
+        Case("bert_layer", bert, [torch.randn(2, 16, 64, generator=g), mask]),
+        Case("resnet_block", resnet_block(), [torch.randn(2, 16, 8, 8, generator=g)]),
+    ]
+
+
+# -- tests ---------------------------------------------------------------------------------------
+class FxPathTest(unittest.TestCase):
+    """Each model: stable partitioning, regions that compile, and stitched regions executed on
+    the emulator that match eager, forward and backward."""
+
+    maxDiff = None
+
+    def check_model(self, case):
+        import stitch.torch
+        eager = copy.deepcopy(case.module)
+        backend, executor = make_backend()
+        stitched = stitch.torch.optimize(case.module, backend=backend)
+        expected_out, expected_grads = run_step(eager, case.inputs)
+        out, grads = run_step(stitched, case.inputs)
+        report = backend.report
+        print("\n[%s] seed %d\n%s" % (case.name, SEED, report.summary()))
+
+        self.assertGreater(len(report.regions), 0)
+        for region in report.regions:
+            self.assertIn(region.outcome, ("compiled", "hit_memory", "hit_disk", "hit_local"),
+                          "%s: %s" % (region.name, region.reason))
+            self.assertEqual(len(region.key), 64)
+            self.assertGreater(region.kernels, 0)
+        self.assertEqual(dict(report.fallbacks), {}, report.details)
+        # Every region of the forward and the backward ran stitched, once.
+        self.assertEqual(report.stitched_calls, len(report.regions))
+        self.assertEqual(len(executor.runs), len(report.regions))
+        for run in executor.runs:
+            self.assertTrue(run["report"]["pass"], run)
+        self.assertTrue(any(r.name.startswith("backward") for r in report.regions),
+                        "the backward graph has regions")
+
+        error = max_relative_error(expected_out, out)
+        self.assertLessEqual(error, 4 * F32_TOLERANCE, "%s output" % case.name)
+        self.assertEqual(len(grads), len(expected_grads))
+        for i, (e, a) in enumerate(zip(expected_grads, grads)):
+            self.assertIsNotNone(a, "gradient %d" % i)
+            error = max_relative_error(e, a)
+            self.assertLessEqual(error, 8 * F32_TOLERANCE, "%s gradient %d" % (case.name, i))
+        return report
+
+    def check_stable(self, index, report):
+        """A second compile of the same model, made again from the seed, partitions
+        identically: same signatures, keys and order."""
+        import stitch
+        import stitch.torch
+        backend = stitch.torch.StitchBackend(
+            client=stitch.Client(DAEMON.socket, compile_deadline_ms=300000), executors={})
+        case = cases()[index]
+        stitch.torch.optimize(case.module, backend=backend)(
+            *[x.clone().requires_grad_(x.is_floating_point()) for x in case.inputs]
+        ).sum().backward()
+        self.assertEqual([(r.name, r.hlo, r.key) for r in backend.report.regions],
+                         [(r.name, r.hlo, r.key) for r in report.regions])
+        # The second compile found every signature in the daemon's cache.
+        self.assertTrue(all(r.outcome.startswith("hit") for r in backend.report.regions))
+
+    def test_mlp_block(self):
+        report = self.check_model(cases()[0])
+        self.check_stable(0, report)
+        ops = [op for r in report.regions for op in r.ops]
+        # The LayerNorm's statistics and the GELU's erf are stitched; the matmuls are not.
+        self.assertIn("aten.erf.default", ops)
+        self.assertTrue(any("var" in op or "sum" in op for op in ops))
+        self.assertFalse(any(op.startswith("aten.mm") for op in ops))
+
+    def test_bert_layer(self):
+        report = self.check_model(cases()[1])
+        self.check_stable(1, report)
+        ops = [op for r in report.regions for op in r.ops]
+        self.assertIn("aten.exp.default", ops)  # the softmax
+        self.assertFalse(any(op.startswith("aten.bmm") for op in ops))
+
+    def test_resnet_block(self):
+        report = self.check_model(cases()[2])
+        self.check_stable(2, report)
+        ops = [op for r in report.regions for op in r.ops]
+        self.assertFalse(any("convolution" in op for op in ops))
+
+    def test_backend_entry_point(self):
+        """stitch.torch.backend's signature, as torch.compile calls it: (GraphModule,
+        example inputs)."""
+        case = cases()[0]
+        backend, executor = make_backend()
+        gm = torch.fx.symbolic_trace(copy.deepcopy(case.module))
+        compiled = backend(gm, case.inputs)
+        out = compiled(*case.inputs)
+        self.assertLessEqual(max_relative_error(case.module(*case.inputs), out),
+                             4 * F32_TOLERANCE)
+        self.assertGreater(backend.report.stitched_calls, 0)
+
+
+class FallbackTest(unittest.TestCase):
+    """Each way a region cannot run stitched gives PyTorch's own result and a counted reason."""
+
+    def eager_and_stitched(self, module, inputs, backend):
+        import stitch.torch
+        expected = module(*inputs).detach()
+        out = stitch.torch.optimize(copy.deepcopy(module), backend=backend)(*inputs).detach()
+        return expected, out
+
+    def test_daemon_down(self):
+        import stitch
+        dead = stitch.Client("unix://" + str(pathlib.Path(DAEMON.tmp) / "nobody.sock"),
+                             compile_deadline_ms=2000)
+        backend, executor = make_backend(client=dead)
+        case = cases()[0]
+        expected, out = self.eager_and_stitched(case.module, case.inputs, backend)
+        self.assertLessEqual(max_relative_error(expected, out), F32_TOLERANCE)
+        report = backend.report
+        self.assertGreater(report.fallbacks["daemon"], 0)
+        self.assertEqual(report.fallbacks["daemon"], len(report.regions))
+        self.assertTrue(all(r.reason.startswith("UNAVAILABLE") for r in report.regions),
+                        [r.reason for r in report.regions])
+        self.assertEqual(report.stitched_calls, 0)
+        self.assertEqual(executor.runs, [])
+
+    def test_unsupported_op(self):
+        backend, executor = make_backend()
+        x = torch.randn(4, 32, generator=torch.Generator().manual_seed(SEED))
+        expected, out = self.eager_and_stitched(CumsumBlock(), [x], backend)
+        self.assertLessEqual(max_relative_error(expected, out), 4 * F32_TOLERANCE)
+        report = backend.report
+        self.assertEqual(report.fallbacks["unsupported_op"], 1, report.details)
+        self.assertIn("aten.cumsum", " ".join(d for _, d in report.details))
+        # The work around it is still stitched.
+        self.assertGreater(report.stitched_calls, 0)
+        self.assertTrue(all("cumsum" not in op for r in report.regions for op in r.ops))
+
+    def test_dynamic_shape(self):
+        import stitch.torch
+        backend, executor = make_backend()
+        case = cases()[0]
+        module = copy.deepcopy(case.module)
+        stitched = stitch.torch.optimize(module, backend=backend)
+        stitched(*case.inputs)
+        calls = backend.report.stitched_calls
+        other = torch.randn(3, 8, 64, generator=torch.Generator().manual_seed(SEED + 1))
+        out = stitched(other).detach()
+        self.assertTrue(torch.equal(out, module(other).detach()), "the module's own result")
+        self.assertEqual(backend.report.fallbacks["dynamic_shape"], 1)
+        self.assertEqual(backend.report.stitched_calls, calls, "nothing stitched for it")
+
+    def test_region_guard_on_shapes(self):
+        """A region called with inputs other than the trace's runs its own FX code."""
+        import stitch.torch
+        backend, executor = make_backend()
+        case = cases()[0]
+        stitch.torch.optimize(copy.deepcopy(case.module), backend=backend)(*case.inputs)
+        regions = [m for _, gm in backend.graphs for m in gm.modules()
+                   if isinstance(m, stitch.torch.StitchedRegion)]
+        self.assertGreater(len(regions), 0)
+        runs = len(executor.runs)
+        args = [torch.zeros(spec[:-1], dtype=torch.float64) for spec in regions[0]._inputs]
+        try:
+            regions[0](*args)
+        except Exception:  # the region's own code may reject them, as eager would
+            pass
+        self.assertEqual(backend.report.fallbacks["dynamic_shape"], 1)
+        self.assertEqual(len(executor.runs), runs, "nothing launched")
+
+    def test_arch_mismatch(self):
+        backend, executor = make_backend(capability=(8, 0), target="sm_90")
+        case = cases()[0]
+        expected, out = self.eager_and_stitched(case.module, case.inputs, backend)
+        self.assertLessEqual(max_relative_error(expected, out), F32_TOLERANCE)
+        report = backend.report
+        self.assertTrue(all(r.stitched for r in report.regions), "the daemon compiled them")
+        self.assertEqual(report.fallbacks["arch_mismatch"], len(report.regions))
+        self.assertIn("sm_90", " ".join(d for _, d in report.details))
+        self.assertEqual(executor.runs, [], "nothing launched")
+
+    def test_no_executor_for_the_device(self):
+        import stitch
+        import stitch.torch
+        backend = stitch.torch.StitchBackend(
+            client=stitch.Client(DAEMON.socket, compile_deadline_ms=300000))
+        case = cases()[0]
+        expected, out = self.eager_and_stitched(case.module, case.inputs, backend)
+        self.assertLessEqual(max_relative_error(expected, out), F32_TOLERANCE)
+        self.assertEqual(backend.report.fallbacks["no_executor"], len(backend.report.regions))
+
+
+def main():
+    global DAEMON
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stitchd", required=True)
+    parser.add_argument("--stitchctl", required=True)
+    parser.add_argument("--library", required=True)
+    known, rest = parser.parse_known_args()
+    ARGS.__dict__.update(vars(known))
+    os.environ["STITCH_CLIENT_LIBRARY"] = known.library
+    print("torch %s, seed %d (STITCH_TEST_SEED replays it)" % (torch.__version__, SEED))
+    from stitchd_process import StitchdProcess
+    DAEMON = StitchdProcess(known.stitchd).start()
+    try:
+        program = unittest.main(module=__name__, argv=[sys.argv[0]] + rest, exit=False,
+                                verbosity=2)
+    finally:
+        DAEMON.stop()
+    result = program.result
+    sys.exit(0 if result.wasSuccessful() and not result.skipped else 1)
+
+
+if __name__ == "__main__":
+    main()
