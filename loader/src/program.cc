@@ -1,0 +1,146 @@
+// The device-independent half of the loader: target strings, the image choice, bundle
+// validation, and the report-once wrapper around Open.
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "stitch/loader/kernel_loader.h"
+
+namespace stitch::loader {
+
+const char* ImageKindName(ImageKind kind) { return kind == ImageKind::kCubin ? "cubin" : "ptx"; }
+
+StatusOr<ComputeCapability> ParseTarget(std::string_view target) {
+  constexpr std::string_view kPrefix = "sm_";
+  const auto bad = [&] {
+    return InvalidArgument("malformed target \"" + std::string(target) +
+                           "\" (expected sm_ followed by digits, e.g. sm_90)");
+  };
+  if (target.substr(0, kPrefix.size()) != kPrefix) return bad();
+  const std::string_view digits = target.substr(kPrefix.size());
+  // Two digits at least: the last is the minor version, the rest the major.
+  if (digits.size() < 2 || digits.size() > 4) return bad();
+  int value = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return bad();
+    value = value * 10 + (c - '0');
+  }
+  return ComputeCapability{value / 10, value % 10};
+}
+
+namespace {
+
+std::string SmName(ComputeCapability cc) {
+  return "sm_" + std::to_string(cc.major) + std::to_string(cc.minor);
+}
+
+bool NotNewer(ComputeCapability a, ComputeCapability b) {
+  return a.major < b.major || (a.major == b.major && a.minor <= b.minor);
+}
+
+}  // namespace
+
+StatusOr<ImageKind> ChooseImage(std::string_view target, bool has_cubin, ComputeCapability device,
+                                int device_ordinal) {
+  STITCH_ASSIGN_OR_RETURN(ComputeCapability want, ParseTarget(target));
+  // A cubin runs only on its own major architecture, on the same or a later minor revision.
+  if (has_cubin && want.major == device.major && want.minor <= device.minor) {
+    return ImageKind::kCubin;
+  }
+  // PTX is forward-compatible: the driver JIT compiles it for any newer device.
+  if (NotNewer(want, device)) return ImageKind::kPtx;
+  const std::string who =
+      device_ordinal < 0 ? "the device" : "device " + std::to_string(device_ordinal);
+  return FailedPrecondition("bundle targets " + std::string(target) + " but " + who + " is " +
+                            SmName(device));
+}
+
+StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
+  std::shared_ptr<Program> p(new Program());
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return InvalidArgument("bundle of " + std::to_string(bytes.size()) +
+                           " bytes is over protobuf's 2 GiB limit");
+  }
+  if (!p->bundle_.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return InvalidArgument("bundle bytes do not parse as a stitch.v1.KernelBundle (" +
+                           std::to_string(bytes.size()) + " bytes)");
+  }
+  const v1::KernelBundle& b = p->bundle_;
+  STITCH_RETURN_IF_ERROR(ParseTarget(b.target()).status());
+  if (b.kernels_size() == 0) return InvalidArgument("bundle has no kernels");
+  int max_input = -1, max_output = -1;
+  bool all_cubin = true;
+  for (int k = 0; k < b.kernels_size(); ++k) {
+    const v1::Kernel& kernel = b.kernels(k);
+    const std::string who = "kernel " + std::to_string(k) + " (" + kernel.name() + ")";
+    if (kernel.name().empty()) return InvalidArgument(who + " has no name");
+    if (kernel.ptx().empty() && kernel.cubin().empty()) {
+      return InvalidArgument(who + " has neither PTX nor cubin");
+    }
+    all_cubin = all_cubin && !kernel.cubin().empty();
+    const v1::LaunchDims& d = kernel.launch();
+    if (d.grid_x() == 0 || d.grid_y() == 0 || d.grid_z() == 0 || d.block_x() == 0 ||
+        d.block_y() == 0 || d.block_z() == 0) {
+      return InvalidArgument(who + " has a zero launch dimension");
+    }
+    const uint64_t threads = uint64_t{d.block_x()} * uint64_t{d.block_y()} * uint64_t{d.block_z()};
+    if (threads > 1024) {
+      return InvalidArgument(who + " has " + std::to_string(threads) +
+                             " threads per block (at most 1024)");
+    }
+    for (int i = 0; i < kernel.params_size(); ++i) {
+      const v1::KernelParam& param = kernel.params(i);
+      const std::string which = who + " parameter " + std::to_string(i);
+      if (param.index() < 0) {
+        return InvalidArgument(which + " has negative index " + std::to_string(param.index()));
+      }
+      switch (param.role()) {
+        case v1::KernelParam::INPUT:
+          max_input = std::max(max_input, param.index());
+          break;
+        case v1::KernelParam::OUTPUT:
+          max_output = std::max(max_output, param.index());
+          break;
+        case v1::KernelParam::TEMPORARY:
+          if (param.index() >= b.temporaries_size()) {
+            return InvalidArgument(which + " names temporary " + std::to_string(param.index()) +
+                                   " but the bundle has " + std::to_string(b.temporaries_size()));
+          }
+          break;
+        default:
+          return InvalidArgument(which + " has no valid role (" +
+                                 std::to_string(static_cast<int>(param.role())) + ")");
+      }
+    }
+  }
+  p->num_inputs_ = max_input + 1;
+  p->num_outputs_ = max_output + 1;
+  p->has_cubin_ = all_cubin;
+  static std::atomic<uint64_t> serial{0};
+  p->cache_key_ = b.key().empty() ? "#" + std::to_string(++serial) : b.key();
+  return std::shared_ptr<const Program>(std::move(p));
+}
+
+StatusOr<std::unique_ptr<KernelLoader>> OpenReportingOnce(
+    const LoaderOptions& options, const std::function<void(const Status&)>& report) {
+  static std::mutex mu;
+  static std::map<std::string, Status>* failures = new std::map<std::string, Status>;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = failures->find(options.driver_library); it != failures->end()) return it->second;
+  StatusOr<std::unique_ptr<KernelLoader>> loader = KernelLoader::Open(options);
+  if (loader.ok()) return loader;
+  failures->emplace(options.driver_library, loader.status());
+  if (report) {
+    report(loader.status());
+  } else {
+    std::fprintf(stderr, "stitch: the CUDA kernel loader is unavailable: %s\n",
+                 loader.status().ToString().c_str());
+  }
+  return loader.status();
+}
+
+}  // namespace stitch::loader

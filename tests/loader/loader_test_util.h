@@ -1,0 +1,157 @@
+// Shared by the loader's tests: bundles built in code, and the stand-in driver
+// (fake_cuda_driver.cc) loaded in-process to read back what the loader asked of it.
+#pragma once
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stitch/v1/kernel_bundle.pb.h"
+
+namespace stitch::loader::testing {
+
+using Role = v1::KernelParam::Role;
+
+// Returns the PTX (or, with `cubin`, a fake cubin: the ELF magic then the same text) of a
+// kernel named `name` taking `params` pointer parameters, as the fake driver reads it.
+inline std::string Image(const std::string& name, int params, bool cubin = false) {
+  std::string text = ".version 8.0\n.target sm_90\n.visible .entry " + name + "(";
+  for (int i = 0; i < params; ++i) {
+    text += (i ? ", " : "") + std::string(".param .u64 p") + std::to_string(i);
+  }
+  text += ")\n{\n  ret;\n}\n";
+  return cubin ? "\x7f"
+                 "ELF " +
+                     text
+               : text;
+}
+
+// Appends a kernel of `block` threads on a 4-block grid taking `params` (plus the workspace
+// pointer when `workspace` is nonzero).
+inline v1::Kernel* AddKernel(v1::KernelBundle& b, const std::string& name,
+                             const std::vector<std::pair<Role, int>>& params,
+                             uint64_t workspace = 0, bool cubin = false, uint32_t block = 128) {
+  v1::Kernel* k = b.add_kernels();
+  k->set_name(name);
+  const int count = static_cast<int>(params.size()) + (workspace ? 1 : 0);
+  k->set_ptx(Image(name, count));
+  if (cubin) k->set_cubin(Image(name, count, true));
+  v1::LaunchDims* d = k->mutable_launch();
+  d->set_grid_x(4);
+  d->set_grid_y(1);
+  d->set_grid_z(1);
+  d->set_block_x(block);
+  d->set_block_y(1);
+  d->set_block_z(1);
+  for (const auto& [role, index] : params) {
+    v1::KernelParam* p = k->add_params();
+    p->set_role(role);
+    p->set_index(index);
+  }
+  k->set_workspace_bytes(workspace);
+  return k;
+}
+
+// A bundle of two kernels: `scale` reads input 0 into temporary 0, `add` reads input 1 and
+// the temporary and writes output 0.
+inline v1::KernelBundle TwoKernelBundle(const std::string& key = "k2") {
+  v1::KernelBundle b;
+  b.set_key(key);
+  b.set_target("sm_90");
+  v1::TempBuffer* t = b.add_temporaries();
+  t->set_bytes(3000);
+  t->set_alignment(16);
+  AddKernel(b, "scale", {{v1::KernelParam::INPUT, 0}, {v1::KernelParam::TEMPORARY, 0}});
+  AddKernel(
+      b, "add",
+      {{v1::KernelParam::INPUT, 1}, {v1::KernelParam::TEMPORARY, 0}, {v1::KernelParam::OUTPUT, 0}});
+  return b;
+}
+
+#ifdef STITCH_FAKE_LOADER_DRIVER
+// The stand-in driver's control and inspection functions.
+class FakeDriver {
+ public:
+  static FakeDriver& Get() {
+    static FakeDriver* f = new FakeDriver;
+    return *f;
+  }
+  static const char* Path() { return STITCH_FAKE_LOADER_DRIVER; }
+
+  // Every recorded line starting with `prefix`.
+  std::vector<std::string> Events(const std::string& prefix = "") const {
+    std::vector<std::string> out;
+    std::istringstream in(events_());
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(prefix, 0) == 0) out.push_back(line);
+    }
+    return out;
+  }
+  void Reset() const { reset_(); }
+  void SetCc(int major, int minor) const { set_cc_(major, minor); }
+  void SetContext(int id) const { set_context_(id); }
+  void SetInitResult(int r) const { set_init_(r); }
+  int LiveAllocations() const { return live_allocations_(); }
+  int LiveModules() const { return live_modules_(); }
+
+ private:
+  FakeDriver() {
+    lib_ = dlopen(Path(), RTLD_NOW | RTLD_LOCAL);
+    if (lib_ == nullptr) {
+      ADD_FAILURE() << "cannot load " << Path() << ": " << dlerror();
+      std::abort();
+    }
+    Bind("stitch_fake_loader_events", events_);
+    Bind("stitch_fake_loader_reset", reset_);
+    Bind("stitch_fake_loader_set_cc", set_cc_);
+    Bind("stitch_fake_loader_set_context", set_context_);
+    Bind("stitch_fake_loader_set_init_result", set_init_);
+    Bind("stitch_fake_loader_live_allocations", live_allocations_);
+    Bind("stitch_fake_loader_live_modules", live_modules_);
+  }
+  template <typename Fn>
+  void Bind(const char* name, Fn& fn) {
+    fn = reinterpret_cast<Fn>(dlsym(lib_, name));
+    if (fn == nullptr) {
+      ADD_FAILURE() << Path() << " lacks " << name;
+      std::abort();
+    }
+  }
+
+  void* lib_ = nullptr;
+  const char* (*events_)() = nullptr;
+  void (*reset_)() = nullptr;
+  void (*set_cc_)(int, int) = nullptr;
+  void (*set_context_)(int) = nullptr;
+  void (*set_init_)(int) = nullptr;
+  int (*live_allocations_)() = nullptr;
+  int (*live_modules_)() = nullptr;
+};
+#endif  // STITCH_FAKE_LOADER_DRIVER
+
+// The key=value fields of one event line.
+inline std::map<std::string, std::string> Fields(const std::string& line) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(line);
+  for (std::string word; in >> word;) {
+    const size_t eq = word.find('=');
+    if (eq != std::string::npos) out[word.substr(0, eq)] = word.substr(eq + 1);
+  }
+  return out;
+}
+
+// The comma-separated numbers of a field ("1,2,3").
+inline std::vector<uint64_t> Numbers(const std::string& field) {
+  std::vector<uint64_t> out;
+  std::istringstream in(field);
+  for (std::string n; std::getline(in, n, ',');) out.push_back(std::stoull(n));
+  return out;
+}
+
+}  // namespace stitch::loader::testing
