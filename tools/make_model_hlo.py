@@ -5,7 +5,7 @@ Each module is one whole training step of a randomly initialised model, written
 here with flax.linen: forward pass, loss, backward pass (jax.grad) and an optax
 optimizer update.  The HLO is JAX's *pre-optimization* module (what
 `jax.jit(step).lower(...)` hands to XLA), with two rewrites so that stitchd's
-extractor sees one flat entry computation (see `inline_calls` below):
+extractor sees one flat entry computation (`stitch.jax.inline_calls`, in python/stitch):
 
   * every nested `jit` (jnp helpers such as `_where`, `clip`, `_reduce_max`,
     flax/optax internals) is inlined instead of becoming an HLO `call`;
@@ -39,7 +39,10 @@ step on the CPU (slow for the big ones).
 Setup (once, from the repository root; Python 3.11):
 
     python3 -m venv .venv-models
-    .venv-models/bin/pip install "jax[cpu]==0.10.2" "flax==0.12.8" "optax==0.2.8"
+    .venv-models/bin/pip install -r tools/requirements-models.txt
+
+(scripts/setup does this; the pins, jax[cpu] 0.10.2, flax 0.12.8 and optax 0.2.8, are kept in
+tools/requirements-models.txt alone.)
 
 Generate all four modules, the cost figures and the subgraph counts:
 
@@ -83,130 +86,14 @@ import jax.numpy as jnp
 import flax
 import flax.linen as nn
 import optax
-from jax._src import core as jax_core
-from jax._src.random import prng as jax_prng
-from jax._src.random import threefry2x32 as jax_threefry
+
+# The flattening of nested jits lives in the stitch package (stitch.jax uses it for every job's
+# signatures); this script imports it from the source tree.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from stitch.jax import inline_calls  # noqa: E402
 
 F32 = jnp.float32
 I32 = jnp.int32
-
-
-# --------------------------------------------------------------------------
-# Flattening nested jits into one entry computation
-# --------------------------------------------------------------------------
-
-# Primitives whose body is another jaxpr that JAX would lower to an HLO `call`.
-_CALL_JAXPR_PARAM = {
-    "jit": "jaxpr",
-    "pjit": "jaxpr",
-    "closed_call": "call_jaxpr",
-    "core_call": "call_jaxpr",
-    "remat": "jaxpr",
-    "checkpoint": "jaxpr",
-    "custom_jvp_call": "call_jaxpr",
-    "custom_vjp_call": "call_jaxpr",
-}
-
-# PRNG primitives on typed key arrays.  JAX lowers them through nested jits
-# (threefry_random_bits, _threefry_fold_in, ...) that end up as HLO calls, so
-# they are replaced by their uint32 implementations here; keys are carried as
-# their raw uint32[..., 2] data.
-_KEY_PRIMS = {"random_wrap", "random_unwrap", "random_bits", "random_fold_in",
-              "random_split", "random_seed", "threefry2x32"}
-
-
-def _is_key(aval) -> bool:
-    return jax.dtypes.issubdtype(getattr(aval, "dtype", None), jax.dtypes.prng_key)
-
-
-def _eval_key_prim(eqn, invals):
-    name = eqn.primitive.name
-    p = eqn.params
-    if name == "threefry2x32":
-        # Out of line in JAX (a call; on CPU a rolled while loop): use the same
-        # hash, inline and unrolled, as JAX's generic (GPU) lowering does.
-        return jax_threefry._threefry2x32_lowering(*invals, use_rolled_loops=False)
-    if name in ("random_wrap", "random_unwrap"):
-        return [invals[0]]
-    if name == "random_seed":
-        return [jax_prng.random_seed_impl_base(invals[0], impl=p["impl"])]
-    kaval = eqn.invars[0].aval
-    impl = kaval.dtype._impl
-    if name == "random_bits":
-        return [jax_prng.random_bits_impl_base(impl, invals[0], kaval.ndim,
-                                               bit_width=p["bit_width"], shape=p["shape"])]
-    if name == "random_fold_in":
-        return [jax_prng.random_fold_in_impl_base(impl, invals[0], invals[1], kaval.shape)]
-    if name == "random_split":
-        return [jax_prng.random_split_impl_base(impl, invals[0], kaval.ndim, shape=p["shape"])]
-    raise NotImplementedError(name)
-
-
-def _needs_flattening(jaxpr) -> bool:
-    return any(e.primitive.name in _CALL_JAXPR_PARAM or e.primitive.name in _KEY_PRIMS
-               for e in jaxpr.eqns)
-
-
-def _eval_flattened(jaxpr, consts, *args):
-    """Evaluates `jaxpr` under the current trace, splicing in every call body."""
-    env: dict[Any, Any] = {}
-
-    def read(v):
-        return v.val if isinstance(v, jax_core.Literal) else env[v]
-
-    for v, c in zip(jaxpr.constvars, consts):
-        env[v] = c
-    for v, a in zip(jaxpr.invars, args):
-        env[v] = a
-    for eqn in jaxpr.eqns:
-        invals = [read(v) for v in eqn.invars]
-        name = eqn.primitive.name
-        key = _CALL_JAXPR_PARAM.get(name)
-        if key is not None and key in eqn.params:
-            inner = eqn.params[key]
-            if isinstance(inner, jax_core.ClosedJaxpr):
-                outs = _eval_flattened(inner.jaxpr, inner.consts, *invals)
-            else:
-                outs = _eval_flattened(inner, (), *invals)
-        elif name in _KEY_PRIMS:
-            outs = _eval_key_prim(eqn, invals)
-        else:
-            if any(_is_key(v.aval) for v in eqn.invars):
-                raise NotImplementedError(
-                    f"primitive {name} on a PRNG key array is not handled by inline_calls")
-            params = eqn.primitive.get_bind_params(eqn.params)
-            with eqn.ctx.manager:
-                outs = eqn.primitive.bind(*invals, **params)
-            if not eqn.primitive.multiple_results:
-                outs = [outs]
-        for v, o in zip(eqn.outvars, outs):
-            env[v] = o
-    return [read(v) for v in jaxpr.outvars]
-
-
-def inline_calls(fn: Callable, name: str, max_rounds: int = 8) -> Callable:
-    """Returns fn with all nested jit/call bodies (and PRNG helpers) inlined.
-
-    Each round re-traces the previous jaxpr, splicing call bodies in; the PRNG
-    implementations bring in new jits, so rounds repeat until none is left.
-    """
-
-    def flat_fn(*args):
-        leaves, treedef = jax.tree_util.tree_flatten(args)
-        closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-        for _ in range(max_rounds):
-            if not _needs_flattening(closed.jaxpr):
-                break
-            closed = jax.make_jaxpr(
-                partial(_eval_flattened, closed.jaxpr, closed.consts))(*leaves)
-        else:
-            raise RuntimeError("inline_calls: nested calls remain after "
-                               f"{max_rounds} rounds")
-        outs = _eval_flattened(closed.jaxpr, closed.consts, *leaves)
-        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
-
-    flat_fn.__name__ = name  # becomes the HloModule name (with a "jit_" prefix)
-    return flat_fn
 
 
 # --------------------------------------------------------------------------

@@ -36,6 +36,7 @@ extern "C" {
 
 typedef struct stitch_client stitch_client;
 typedef struct stitch_result stitch_result;
+typedef struct stitch_extraction stitch_extraction;
 
 /* Where a result's bundle came from. The values are stable (ctypes code may use them). */
 typedef enum stitch_outcome {
@@ -221,6 +222,54 @@ int stitch_client_list_runtimes(stitch_client* client, uint32_t limit, char** js
  * Returns NULL only when memory runs out.
  */
 stitch_result* stitch_client_get_entry(stitch_client* client, const char* key);
+
+/*
+ * Extraction: the daemon splits HLO text into its memory-intensive subgraphs, the signatures
+ * a job then passes to stitch_client_compile_graph / stitch_client_lookup_graph. Unlike
+ * compile and lookup this is not fail-open (there is nothing to fall back to): a failure is
+ * an extraction with no graphs and a non-empty error.
+ *
+ * Returns the subgraphs of `len` bytes of HLO text at `hlo_text` (one or more modules, not
+ * necessarily NUL-terminated), waiting at most the compile deadline, as an extraction the
+ * caller frees with stitch_extraction_free; NULL only when memory runs out.
+ */
+stitch_extraction* stitch_client_extract_hlo(stitch_client* client, const char* hlo_text,
+                                             size_t len);
+
+/*
+ * Returns "" when the extraction succeeded (possibly with zero graphs), else why it failed as
+ * "<gRPC code name>: <message>": "INVALID_ARGUMENT: ..." naming the line for text that is not
+ * HLO or for NULL or empty arguments, "RESOURCE_EXHAUSTED: ..." for a subgraph past the
+ * daemon's limits, "UNAVAILABLE: ..." or "DEADLINE_EXCEEDED: ..." when the daemon did not
+ * answer. A static "INVALID_ARGUMENT: ..." string for a NULL `extraction`.
+ */
+const char* stitch_extraction_error(const stitch_extraction* extraction);
+
+/* Returns the number of subgraphs, in extraction order; 0 on failure or for NULL. */
+size_t stitch_extraction_count(const stitch_extraction* extraction);
+
+/*
+ * Returns subgraph `index`'s name, "<module>.sg<k>", or NULL when `index` is out of range.
+ */
+const char* stitch_extraction_name(const stitch_extraction* extraction, size_t index);
+
+/*
+ * Returns subgraph `index` as a serialized stitch.v1.Graph (the bytes
+ * stitch_client_compile_graph takes) and stores its size in `*len` (when `len` is not NULL).
+ * Returns NULL, with *len = 0, when `index` is out of range.
+ */
+const void* stitch_extraction_graph(const stitch_extraction* extraction, size_t index, size_t* len);
+
+/*
+ * Return subgraph `index`'s number of nodes (parameters and constants included), of
+ * parameters, and of outputs; 0 when `index` is out of range.
+ */
+size_t stitch_extraction_node_count(const stitch_extraction* extraction, size_t index);
+size_t stitch_extraction_parameter_count(const stitch_extraction* extraction, size_t index);
+size_t stitch_extraction_output_count(const stitch_extraction* extraction, size_t index);
+
+/* Releases `extraction` and everything its accessors returned (NULL is ignored). */
+void stitch_extraction_free(stitch_extraction* extraction);
 
 /*
  * Returns "hit_local", "hit_memory", "hit_disk", "hit_cluster", "compiled" or "fallback";

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "stitch/client/client.h"
 #include "stitch_client.h"
@@ -25,6 +26,19 @@ struct stitch_result {
   // Serialized on first request: most callers only read kernels.
   mutable std::once_flag serialize_once;
   mutable std::string serialized;
+};
+
+struct stitch_extraction {
+  // "" on success; the accessors return pointers into these, valid until the free.
+  std::string error;
+  std::vector<std::string> names;
+  std::vector<std::string> graphs;  // serialized stitch.v1.Graph
+  struct Summary {
+    size_t nodes = 0;
+    size_t parameters = 0;
+    size_t outputs = 0;
+  };
+  std::vector<Summary> summaries;
 };
 
 namespace {
@@ -406,6 +420,86 @@ stitch_result* stitch_client_get_entry(stitch_client* client, const char* key) {
     return FallbackResult("INTERNAL: unknown exception");
   }
 }
+
+stitch_extraction* stitch_client_extract_hlo(stitch_client* client, const char* hlo_text,
+                                             size_t len) {
+  auto* out = new (std::nothrow) stitch_extraction;
+  if (out == nullptr) return nullptr;
+  try {
+    if (client == nullptr) {
+      out->error = "INVALID_ARGUMENT: null stitch_client";
+    } else if (hlo_text == nullptr && len > 0) {
+      out->error = "INVALID_ARGUMENT: null input";
+    } else if (len == 0) {
+      out->error = "INVALID_ARGUMENT: empty input";
+    } else {
+      stitch::StatusOr<std::vector<stitch::v1::Graph>> graphs =
+          client->client->Extract(std::string_view(hlo_text, len));
+      if (!graphs.ok()) {
+        out->error = graphs.status().ToString();
+        return out;
+      }
+      for (const stitch::v1::Graph& g : *graphs) {
+        out->names.push_back(g.name());
+        out->graphs.push_back(g.SerializeAsString());
+        stitch_extraction::Summary summary;
+        summary.nodes = static_cast<size_t>(g.nodes_size());
+        summary.outputs = static_cast<size_t>(g.outputs_size());
+        summary.parameters = static_cast<size_t>(std::count_if(
+            g.nodes().begin(), g.nodes().end(),
+            [](const stitch::v1::Node& n) { return n.op() == stitch::v1::PARAMETER; }));
+        out->summaries.push_back(summary);
+      }
+    }
+    return out;
+  } catch (...) {
+    // Out of memory part-way: the caller sees a failure, never a partial list.
+    delete out;
+    return nullptr;
+  }
+}
+
+const char* stitch_extraction_error(const stitch_extraction* extraction) {
+  if (extraction == nullptr) return "INVALID_ARGUMENT: null stitch_extraction";
+  return extraction->error.c_str();
+}
+
+size_t stitch_extraction_count(const stitch_extraction* extraction) {
+  return extraction == nullptr ? 0 : extraction->graphs.size();
+}
+
+const char* stitch_extraction_name(const stitch_extraction* extraction, size_t index) {
+  if (extraction == nullptr || index >= extraction->names.size()) return nullptr;
+  return extraction->names[index].c_str();
+}
+
+const void* stitch_extraction_graph(const stitch_extraction* extraction, size_t index,
+                                    size_t* len) {
+  if (extraction == nullptr || index >= extraction->graphs.size()) {
+    if (len != nullptr) *len = 0;
+    return nullptr;
+  }
+  const std::string& bytes = extraction->graphs[index];
+  if (len != nullptr) *len = bytes.size();
+  return bytes.data();
+}
+
+size_t stitch_extraction_node_count(const stitch_extraction* extraction, size_t index) {
+  if (extraction == nullptr || index >= extraction->summaries.size()) return 0;
+  return extraction->summaries[index].nodes;
+}
+
+size_t stitch_extraction_parameter_count(const stitch_extraction* extraction, size_t index) {
+  if (extraction == nullptr || index >= extraction->summaries.size()) return 0;
+  return extraction->summaries[index].parameters;
+}
+
+size_t stitch_extraction_output_count(const stitch_extraction* extraction, size_t index) {
+  if (extraction == nullptr || index >= extraction->summaries.size()) return 0;
+  return extraction->summaries[index].outputs;
+}
+
+void stitch_extraction_free(stitch_extraction* extraction) { delete extraction; }
 
 const char* stitch_outcome_name(stitch_outcome outcome) {
   switch (outcome) {

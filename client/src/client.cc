@@ -225,9 +225,12 @@ struct Client::Impl final : internal::ForkLockable {
                                               std::string* digest);
   Result Unary(bool lookup, const v1::CompileRequest& request, std::chrono::milliseconds deadline);
   void StartAsync(const v1::CompileRequest& request, std::function<void(Result)> done);
+  // Calls `method` within `deadline` (options.admin_deadline when unset) and returns its
+  // response, or its error as a Status naming `name` and the address.
   template <typename Request, typename Response>
   StatusOr<Response> Admin(const char* name, StubMethod<Request, Response> method,
-                           const Request& request);
+                           const Request& request,
+                           std::optional<std::chrono::milliseconds> deadline = std::nullopt);
 
   void LockForFork() override;
   void UnlockAfterFork() override;
@@ -410,13 +413,14 @@ void Client::Impl::StartAsync(const v1::CompileRequest& request, std::function<v
 
 template <typename Request, typename Response>
 StatusOr<Response> Client::Impl::Admin(const char* name, StubMethod<Request, Response> method,
-                                       const Request& request) {
+                                       const Request& request,
+                                       std::optional<std::chrono::milliseconds> deadline) {
   try {
     grpc::Status error;
     std::shared_ptr<Connection> c = GetConnection(&error);
     if (c == nullptr) return ToStatus(error, name, address);
     grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(options.admin_deadline));
+    context.set_deadline(DeadlineAfter(deadline.value_or(options.admin_deadline)));
     Response response;
     grpc::Status status = (c->stub.get()->*method)(&context, request, &response);
     if (!status.ok()) return ToStatus(status, name, address);
@@ -539,6 +543,19 @@ StatusOr<v1::ListRuntimesResponse> Client::ListRuntimes(uint32_t limit) {
   v1::ListRuntimesRequest request;
   request.set_limit(limit);
   return impl_->Admin("ListRuntimes", &Stub::ListRuntimes, request);
+}
+
+StatusOr<std::vector<v1::Graph>> Client::Extract(std::string_view hlo_text) {
+  v1::ExtractRequest request;
+  request.set_hlo_text(std::string(hlo_text));
+  // Extracting a whole training step is seconds of parsing on the daemon, like a compile.
+  StatusOr<v1::ExtractResponse> response =
+      impl_->Admin("Extract", &Stub::Extract, request, impl_->options.compile_deadline);
+  if (!response.ok()) return response.status();
+  std::vector<v1::Graph> graphs;
+  graphs.reserve(static_cast<size_t>(response->graphs_size()));
+  for (v1::Graph& g : *response->mutable_graphs()) graphs.push_back(std::move(g));
+  return graphs;
 }
 
 }  // namespace stitch::client

@@ -83,6 +83,10 @@ class KernelResolver {
   // Keys this node is waiting on another node to compile.
   size_t waiting() const { return poller_.pending(); }
 
+  // Returns the node limits every graph this daemon accepts must stay within; extraction
+  // applies the same ones, so that an extracted signature is never refused by Compile.
+  const GraphLimits& limits() const { return options_.limits; }
+
  private:
   struct Prepared;
   StatusOr<Prepared> Prepare(const v1::CompileRequest& request);

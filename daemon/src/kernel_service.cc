@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "savings.h"
+#include "stitch/hlo/hlo_import.h"
+#include "stitch/ir/graph_proto.h"
 #include "stitch/rpc/grpc_status.h"
 
 namespace stitch::daemon {
@@ -271,6 +273,54 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ListRuntimes(grpc::CallbackServerCo
   for (v1::KernelRuntimes& r : runtimes_.Top(limit)) *response->add_runtimes() = std::move(r);
   metrics_.CountRequest("ListRuntimes", RequestResult::kOk);
   return FinishNow(context, grpc::Status::OK);
+}
+
+namespace {
+
+// Extraction fails only on its input: a subgraph past the node limits keeps its
+// RESOURCE_EXHAUSTED (the job may split its program differently), every other failure is
+// text the daemon cannot read, whatever code the parser chose.
+Status ExtractionError(const Status& s) {
+  if (s.code() == StatusCode::kResourceExhausted) return s;
+  return InvalidArgument(s.message());
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* KernelServiceImpl::Extract(grpc::CallbackServerContext* context,
+                                                     const v1::ExtractRequest* request,
+                                                     v1::ExtractResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  pending_.fetch_add(1);
+  // `request` and `response` stay valid until Finish, so the task reads and fills them in
+  // place.
+  const bool queued = pool_.TrySubmit([this, reactor, request, response] {
+    HloImportOptions options;
+    options.limits = resolver_.limits();
+    options.source_name = "request";
+    StatusOr<std::vector<Graph>> graphs =
+        ExtractMemoryIntensiveSubgraphs(request->hlo_text(), options);
+    Status status = graphs.ok() ? Status::Ok() : ExtractionError(graphs.status());
+    if (status.ok()) {
+      response->mutable_graphs()->Reserve(static_cast<int>(graphs->size()));
+      for (const Graph& g : *graphs) *response->add_graphs() = ToProto(g);
+      metrics_.CountRequest("Extract", RequestResult::kOk);
+    } else {
+      spdlog::info("Extract rejected: {}", status.message());
+      metrics_.CountRequest("Extract", status.code() == StatusCode::kResourceExhausted
+                                           ? RequestResult::kFallback
+                                           : RequestResult::kError);
+    }
+    reactor->Finish(rpc::ToGrpcStatus(status));
+    pending_.fetch_sub(1);
+  });
+  if (!queued) {
+    metrics_.CountRequest("Extract", RequestResult::kFallback);
+    reactor->Finish(rpc::ToGrpcStatus(
+        ResourceExhausted("the compile queue is full; retry the extraction later")));
+    pending_.fetch_sub(1);
+  }
+  return reactor;
 }
 
 }  // namespace stitch::daemon

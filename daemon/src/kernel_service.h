@@ -1,5 +1,6 @@
 // stitch.v1.KernelService on gRPC's callback API. Handlers never block a gRPC thread on a
-// compile: hits and errors finish inline, compiles finish from the compile pool.
+// compile or an extraction: hits and errors finish inline, compiles and extractions finish
+// from the compile pool.
 //
 // Thread-safety: gRPC calls the handlers concurrently; the service holds no mutable state
 // of its own beyond what KernelResolver, the store and the metrics guard.
@@ -57,6 +58,12 @@ class KernelServiceImpl final : public KernelServiceBase {
   grpc::ServerUnaryReactor* ListRuntimes(grpc::CallbackServerContext* context,
                                          const v1::ListRuntimesRequest* request,
                                          v1::ListRuntimesResponse* response) override;
+  // Extracts the request's HLO text on the compile pool (parsing a training step takes
+  // seconds of CPU, too long for a gRPC thread); answers RESOURCE_EXHAUSTED when the pool's
+  // queue is full.
+  grpc::ServerUnaryReactor* Extract(grpc::CallbackServerContext* context,
+                                    const v1::ExtractRequest* request,
+                                    v1::ExtractResponse* response) override;
 
   // Requests whose answer waits for a compile; a draining daemon waits for this to reach
   // zero before it stops the server.

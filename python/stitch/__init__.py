@@ -15,6 +15,9 @@ Compiles and lookups are fail-open: a daemon that is down, slow or refuses the i
 Result with outcome "fallback" and the reason, never an exception. The package wraps
 libstitch_client.so (the C ABI of stitch_client.h) with ctypes; ``python -m stitch`` runs the
 everyday stitchctl verbs.
+
+``stitch.jax`` gives a jitted JAX function's signatures (``Client.extract`` of its HLO) and
+pre-warms the daemon's cache with them; it imports JAX, ``import stitch`` does not.
 """
 
 from .client import (
@@ -27,7 +30,11 @@ from .client import (
     DaemonError,
     Kernel,
     Result,
+    Signature,
 )
+
+# The kernel loader (stitch.cuda): importing it is cheap, it opens the driver only when used.
+from . import cuda  # noqa: E402,F401
 
 __version__ = "0.1.0"
 
@@ -41,4 +48,5 @@ __all__ = [
     "DaemonError",
     "Kernel",
     "Result",
+    "Signature",
 ]

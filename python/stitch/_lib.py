@@ -39,8 +39,13 @@ class ResultHandle(ctypes.Structure):
     """Opaque ``stitch_result``."""
 
 
+class ExtractionHandle(ctypes.Structure):
+    """Opaque ``stitch_extraction``."""
+
+
 ClientPtr = ctypes.POINTER(ClientHandle)
 ResultPtr = ctypes.POINTER(ResultHandle)
+ExtractionPtr = ctypes.POINTER(ExtractionHandle)
 
 _c_size_p = ctypes.POINTER(ctypes.c_size_t)
 _c_void_pp = ctypes.POINTER(ctypes.c_void_p)
@@ -78,7 +83,47 @@ _SIGNATURES = {
     "stitch_client_list_runtimes": (ctypes.c_int, [ClientPtr, ctypes.c_uint32, _c_void_pp]),
     "stitch_free": (None, [ctypes.c_void_p]),
     "stitch_outcome_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "stitch_client_extract_hlo": (ExtractionPtr, [ClientPtr, ctypes.c_char_p, ctypes.c_size_t]),
+    "stitch_extraction_error": (ctypes.c_char_p, [ExtractionPtr]),
+    "stitch_extraction_count": (ctypes.c_size_t, [ExtractionPtr]),
+    "stitch_extraction_name": (ctypes.c_char_p, [ExtractionPtr, ctypes.c_size_t]),
+    "stitch_extraction_graph": (ctypes.c_void_p, [ExtractionPtr, ctypes.c_size_t, _c_size_p]),
+    "stitch_extraction_node_count": (ctypes.c_size_t, [ExtractionPtr, ctypes.c_size_t]),
+    "stitch_extraction_parameter_count": (ctypes.c_size_t, [ExtractionPtr, ctypes.c_size_t]),
+    "stitch_extraction_output_count": (ctypes.c_size_t, [ExtractionPtr, ctypes.c_size_t]),
+    "stitch_extraction_free": (None, [ExtractionPtr]),
 }
+
+
+
+# The kernel loader's C ABI (stitch_loader.h, compiled into the same library), for stitch.cuda.
+class LoaderHandle(ctypes.Structure):
+    """Opaque ``stitch_loader``."""
+
+
+class ProgramHandle(ctypes.Structure):
+    """Opaque ``stitch_program``."""
+
+
+LoaderPtr = ctypes.POINTER(LoaderHandle)
+ProgramPtr = ctypes.POINTER(ProgramHandle)
+_c_uint64_p = ctypes.POINTER(ctypes.c_uint64)
+
+_SIGNATURES.update({
+    "stitch_loader_open": (LoaderPtr, [ctypes.c_char_p, _c_void_pp]),
+    "stitch_loader_close": (None, [LoaderPtr]),
+    "stitch_loader_load": (ProgramPtr, [LoaderPtr, ctypes.c_char_p, ctypes.c_size_t, _c_void_pp]),
+    "stitch_program_free": (None, [ProgramPtr]),
+    "stitch_program_num_inputs": (ctypes.c_int, [ProgramPtr]),
+    "stitch_program_num_outputs": (ctypes.c_int, [ProgramPtr]),
+    "stitch_program_key": (ctypes.c_char_p, [ProgramPtr]),
+    "stitch_program_target": (ctypes.c_char_p, [ProgramPtr]),
+    "stitch_loader_launch": (
+        ctypes.c_int, [LoaderPtr, ProgramPtr, _c_uint64_p, ctypes.c_size_t, _c_uint64_p,
+                       ctypes.c_size_t, ctypes.c_size_t, _c_void_pp]),
+    "stitch_loader_check_target": (
+        ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, _c_void_pp]),
+})
 
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None

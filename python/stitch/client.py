@@ -37,7 +37,8 @@ class ClientClosedError(RuntimeError):
 
 
 class DaemonError(RuntimeError):
-    """An admin call (stats, entries, runtimes) the daemon did not answer.
+    """An admin call (stats, entries, runtimes) or an extraction the daemon did not answer
+    or refused.
 
     Attributes:
         code: the status code name, e.g. ``"UNAVAILABLE"``.
@@ -96,6 +97,61 @@ class Result:
     def code(self) -> str:
         """The status code name of a fallback's reason (``"UNAVAILABLE"``), ``""`` otherwise."""
         return self.reason.split(":", 1)[0] if self.reason else ""
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One memory-intensive subgraph the daemon extracted: what a job compiles or looks up.
+
+    A Signature can be passed to :meth:`Client.compile`, :meth:`Client.lookup` and
+    :meth:`Client.compile_async` as it is (it serializes to its graph).
+
+    Attributes:
+        name: ``"<module>.sg<k>"``, unique within one extraction.
+        graph: the serialized ``stitch.v1.Graph``.
+        nodes: the graph's node count (parameters and constants included).
+        parameters: its parameter count (values produced outside the subgraph).
+        outputs: its output count.
+    """
+
+    name: str
+    graph: bytes
+    nodes: int = 0
+    parameters: int = 0
+    outputs: int = 0
+
+    def __repr__(self) -> str:
+        return "Signature(%r, nodes=%d, parameters=%d, outputs=%d, graph=%d bytes)" % (
+            self.name, self.nodes, self.parameters, self.outputs, len(self.graph))
+
+    def SerializeToString(self) -> bytes:  # noqa: N802 (the protobuf method's name)
+        """Returns the serialized ``stitch.v1.Graph``, as a protobuf message would."""
+        return self.graph
+
+
+def _read_extraction(handle: Any) -> List[Signature]:
+    """Copies a stitch_extraction into Signatures and frees it; raises DaemonError when the
+    extraction failed."""
+    lib = _lib.lib()
+    if not handle:
+        raise MemoryError("stitch_client_extract_hlo ran out of memory")
+    try:
+        error = (lib.stitch_extraction_error(handle) or b"").decode("utf-8", errors="replace")
+        if error:
+            raise DaemonError(error)
+        signatures = []
+        for i in range(lib.stitch_extraction_count(handle)):
+            size = ctypes.c_size_t(0)
+            data = lib.stitch_extraction_graph(handle, i, ctypes.byref(size))
+            signatures.append(Signature(
+                name=(lib.stitch_extraction_name(handle, i) or b"").decode(),
+                graph=ctypes.string_at(data, size.value) if data else b"",
+                nodes=lib.stitch_extraction_node_count(handle, i),
+                parameters=lib.stitch_extraction_parameter_count(handle, i),
+                outputs=lib.stitch_extraction_output_count(handle, i)))
+        return signatures
+    finally:
+        lib.stitch_extraction_free(handle)
 
 
 def _read_result(handle: Any) -> Result:
@@ -311,6 +367,27 @@ class Client:
         finally:
             self._release()
         return _read_result(result)
+
+    def extract(self, hlo_text: str) -> List[Signature]:
+        """Returns the memory-intensive subgraphs of ``hlo_text`` (one or more HLO modules, as
+        ``jax.jit(f).lower(...).as_text(dialect="hlo")`` prints them), split by the daemon,
+        in extraction order; an empty list when the text has no memory-intensive work.
+
+        Waits at most the compile deadline. Not fail-open, as there is nothing to fall back
+        to: raises DaemonError with code ``"INVALID_ARGUMENT"`` (naming the line) for text
+        that is not HLO or is empty, ``"RESOURCE_EXHAUSTED"`` for a subgraph past the
+        daemon's limits, ``"UNAVAILABLE"`` or ``"DEADLINE_EXCEEDED"`` when the daemon does
+        not answer. Raises TypeError when ``hlo_text`` is not a str.
+        """
+        if not isinstance(hlo_text, str):
+            raise TypeError("hlo_text is a str, not %s" % type(hlo_text).__name__)
+        payload = hlo_text.encode("utf-8")
+        handle = self._acquire()
+        try:
+            extraction = _lib.lib().stitch_client_extract_hlo(handle, payload, len(payload))
+        finally:
+            self._release()
+        return _read_extraction(extraction)
 
     # --- usage and measured times ----------------------------------------------------------
 

@@ -44,11 +44,13 @@ class ScriptedService final : public v1::KernelService::Service {
   std::function<grpc::Status(v1::StatsResponse*)> stats;
   std::function<grpc::Status(const v1::ListEntriesRequest&, v1::ListEntriesResponse*)> list;
   std::function<grpc::Status(const v1::GetEntryRequest&, v1::CompileResponse*)> get;
+  std::function<grpc::Status(const v1::ExtractRequest&, v1::ExtractResponse*)> extract;
 
   std::atomic<int> compile_calls{0};
   std::atomic<int> lookup_calls{0};
   std::atomic<int> usage_calls{0};
   std::atomic<int> admin_calls{0};
+  std::atomic<int> extract_calls{0};
 
   // Every request the usage and compile handlers saw, in arrival order.
   std::vector<v1::ReportUsageRequest> UsageRequests() {
@@ -97,6 +99,11 @@ class ScriptedService final : public v1::KernelService::Service {
                         v1::CompileResponse* response) override {
     ++admin_calls;
     return get ? get(*request, response) : Unscripted();
+  }
+  grpc::Status Extract(grpc::ServerContext*, const v1::ExtractRequest* request,
+                       v1::ExtractResponse* response) override {
+    ++extract_calls;
+    return extract ? extract(*request, response) : Unscripted();
   }
 
  private:

@@ -223,6 +223,35 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(sorted(row[2] for row in rows), ["stitched", "xla"])
         self.assertEqual({row[9] for row in rows}, {"700"})
 
+    def test_extract_then_compile_and_look_up_the_signatures(self):
+        text = hlo("batchnorm_grad_op.hlo") + "\n// -----\n" + hlo("rmsnorm_diamond_f32.hlo")
+        with stitch.Client(DAEMON["socket"]) as client:
+            sigs = client.extract(text)
+            self.assertGreaterEqual(len(sigs), 2, sigs)
+            self.assertEqual(len({s.name for s in sigs}), len(sigs), "names are unique")
+            for s in sigs:
+                self.assertIsInstance(s, stitch.Signature)
+                self.assertRegex(s.name, r"\.sg\d+$")
+                self.assertGreater(s.nodes, s.parameters)
+                self.assertGreater(s.parameters, 0)
+                self.assertGreater(s.outputs, 0)
+            self.assertEqual(client.extract(text), sigs, "extraction is deterministic")
+            # A Signature is a compile argument as it is, and as its graph bytes.
+            results = [client.compile(s) for s in sigs]
+            for s, r in zip(sigs, results):
+                self.assertIn(r.outcome, ("compiled", "hit_memory"), "%s: %s" % (s.name, r.reason))
+        with stitch.Client(DAEMON["socket"], lookup_deadline_ms=2000) as other:
+            for s, r in zip(sigs, results):
+                hit = other.lookup(s.graph)
+                self.assertEqual(hit.outcome, "hit_memory", hit.reason)
+                self.assertEqual(hit.key, r.key)
+            with self.assertRaises(stitch.DaemonError) as caught:
+                other.extract("HloModule m\nENTRY e {\n  ROOT x = f32[4] add(y, y)\n}\n")
+            self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
+            self.assertIn("request:3", caught.exception.reason)
+            with self.assertRaises(TypeError):
+                other.extract(b"HloModule m")
+
     def test_malformed_input_falls_back(self):
         with stitch.Client(DAEMON["socket"]) as client:
             r = client.compile("HloModule broken\nENTRY e { ROOT x = f32[4] nonsense( }\n")

@@ -24,6 +24,8 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "stitch/base/status.h"
 #include "stitch/v1/kernel_service.pb.h"
@@ -123,6 +125,14 @@ class Client {
   StatusOr<v1::ListEntriesResponse> ListEntries(uint32_t limit);
   StatusOr<v1::CompileResponse> GetEntry(const std::string& key);
   StatusOr<v1::ListRuntimesResponse> ListRuntimes(uint32_t limit);
+
+  // Returns the memory-intensive subgraphs of `hlo_text` (one or more HLO modules), split by
+  // the daemon in extraction order, each named "<module>.sg<k>": the signatures to pass to
+  // Compile or Lookup as CompileRequest::graph. Waits at most options.compile_deadline. Not
+  // fail-open (there is nothing to fall back to): returns INVALID_ARGUMENT naming the line
+  // for text that is not HLO, RESOURCE_EXHAUSTED for a subgraph past the daemon's limits or
+  // a full queue, and the transport's error when the daemon cannot be reached.
+  StatusOr<std::vector<v1::Graph>> Extract(std::string_view hlo_text);
 
  private:
   struct Impl;

@@ -1,0 +1,213 @@
+// The Extract RPC of a real stitchd process through the real client library: the daemon's
+// extraction equals the library's, malformed text names its line, and every answer is counted.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stitch/client/client.h"
+#include "stitch/hlo/hlo_import.h"
+#include "stitch/ir/graph_proto.h"
+#include "support/command.h"
+#include "support/daemon_requests.h"
+#include "support/stitchd_process.h"
+
+namespace stitch::testing {
+namespace {
+
+using client::Client;
+using client::ClientOptions;
+using client::Outcome;
+using std::chrono::milliseconds;
+
+std::string CorpusFile(const std::string& relative) {
+  return ReadFile(std::string(STITCH_CORPUS_DIR) + "/" + relative);
+}
+
+// What the daemon answers for `text`, computed in this process with the daemon's options.
+std::vector<v1::Graph> LibraryExtraction(const std::string& text) {
+  HloImportOptions o;
+  o.source_name = "request";
+  StatusOr<std::vector<Graph>> graphs = ExtractMemoryIntensiveSubgraphs(text, o);
+  EXPECT_TRUE(graphs.ok()) << graphs.status().ToString();
+  std::vector<v1::Graph> out;
+  if (graphs.ok()) {
+    for (const Graph& g : *graphs) out.push_back(ToProto(g));
+  }
+  return out;
+}
+
+class StitchdExtractTest : public ::testing::Test {
+ protected:
+  DaemonPaths Paths() const {
+    return {dir_.path() + "/data", dir_.path() + "/stitchd.sock", dir_.path() + "/stitchd.log"};
+  }
+  // Generous deadlines: a loaded 2-core CI machine must fail only on a wrong answer.
+  static ClientOptions Options(const StitchdProcess& d) {
+    ClientOptions o;
+    o.address = d.address();
+    o.local_cache_entries = 0;
+    o.compile_deadline = milliseconds(120000);
+    o.admin_deadline = milliseconds(5000);
+    return o;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(StitchdExtractTest, CorpusModelGivesTheLibrarysGraphsInOrder) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(Options(d));
+  const std::string text = CorpusFile("hlo/real_models/mobilenet_v2_pytorchxla_train_bs96.hlo");
+
+  StatusOr<std::vector<v1::Graph>> graphs = c.Extract(text);
+  ASSERT_TRUE(graphs.ok()) << graphs.status().ToString();
+  const std::vector<v1::Graph> expected = LibraryExtraction(text);
+  ASSERT_GT(expected.size(), 100u) << "a MobileNetV2 training step has ~150 subgraphs";
+  ASSERT_EQ(graphs->size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ((*graphs)[i].name(), expected[i].name());
+    EXPECT_EQ((*graphs)[i].SerializeAsString(), expected[i].SerializeAsString())
+        << "graph " << i << " (" << expected[i].name() << ") differs";
+  }
+}
+
+TEST_F(StitchdExtractTest, SeveralModulesComeInTextOrderAndTheirGraphsCompile) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(Options(d));
+  const std::string first = CorpusFile("hlo/extracted/layernorm_fwd_2d1_f32.hlo");
+  const std::string second = CorpusFile("hlo/extracted/batchnorm_training_op.hlo");
+  const std::string text = first + "\n// -----\n" + second;
+
+  StatusOr<std::vector<v1::Graph>> graphs = c.Extract(text);
+  ASSERT_TRUE(graphs.ok()) << graphs.status().ToString();
+  const std::vector<v1::Graph> expected = LibraryExtraction(text);
+  ASSERT_EQ(graphs->size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ((*graphs)[i].SerializeAsString(), expected[i].SerializeAsString()) << i;
+  }
+  // The first module's subgraphs, then the second's: the same graphs as extracting each
+  // alone, the names aside (numbering runs on across the text, so names stay unique).
+  std::vector<v1::Graph> alone = LibraryExtraction(first);
+  const size_t first_count = alone.size();
+  const std::vector<v1::Graph> of_second = LibraryExtraction(second);
+  ASSERT_GT(first_count, 0u);
+  ASSERT_FALSE(of_second.empty());
+  alone.insert(alone.end(), of_second.begin(), of_second.end());
+  ASSERT_EQ(graphs->size(), alone.size());
+  std::vector<std::string> names;
+  for (size_t i = 0; i < alone.size(); ++i) {
+    v1::Graph got = (*graphs)[i];
+    names.push_back(got.name());
+    got.clear_name();
+    alone[i].clear_name();
+    EXPECT_EQ(got.SerializeAsString(), alone[i].SerializeAsString())
+        << "graph " << i << " is not the " << (i < first_count ? "first" : "second") << " module's";
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::unique(names.begin(), names.end()), names.end()) << "names are unique";
+
+  // An extracted signature is what Compile takes: the smallest one compiles.
+  const v1::Graph& smallest = *std::min_element(
+      graphs->begin(), graphs->end(),
+      [](const v1::Graph& a, const v1::Graph& b) { return a.nodes_size() < b.nodes_size(); });
+  v1::CompileRequest request;
+  *request.mutable_graph() = smallest;
+  client::Result r = c.Compile(request);
+  EXPECT_EQ(r.outcome, Outcome::kCompiled) << r.reason;
+}
+
+TEST_F(StitchdExtractTest, MalformedTextIsInvalidArgumentNamingTheLineAndIsCounted) {
+  StitchdProcess d(Paths());
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(Options(d));
+
+  StatusOr<std::vector<v1::Graph>> bad = c.Extract(
+      "HloModule broken\n"
+      "ENTRY e {\n"
+      "  a = f32[4] parameter(0)\n"
+      "  ROOT b = f32[4] add(a, missing)\n"
+      "}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("request:4"), std::string::npos) << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("missing"), std::string::npos) << bad.status().ToString();
+
+  StatusOr<std::vector<v1::Graph>> not_hlo = c.Extract("this is not HLO");
+  ASSERT_FALSE(not_hlo.ok());
+  EXPECT_EQ(not_hlo.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(not_hlo.status().message().find("request:1"), std::string::npos)
+      << not_hlo.status().ToString();
+
+  // A module of matrix multiplies only has no memory-intensive subgraph.
+  StatusOr<std::vector<v1::Graph>> none = c.Extract(
+      "HloModule only_dot\n"
+      "ENTRY e {\n"
+      "  a = f32[4,8] parameter(0)\n"
+      "  b = f32[8,4] parameter(1)\n"
+      "  ROOT d = f32[4,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "}\n");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->empty());
+
+  // Still serving, and the metrics count each answer under the Extract method.
+  EXPECT_TRUE(d.alive());
+  int status = 0;
+  const std::string body = RunCommand(
+      "curl -sS http://127.0.0.1:" + std::to_string(d.metrics_port()) + "/metrics", &status);
+  ASSERT_EQ(status, 0) << "curl failed; run scripts/setup";
+  EXPECT_NE(body.find("stitch_requests_total{method=\"Extract\",result=\"error\"} 2"),
+            std::string::npos)
+      << body;
+  EXPECT_NE(body.find("stitch_requests_total{method=\"Extract\",result=\"ok\"} 1"),
+            std::string::npos)
+      << body;
+}
+
+TEST_F(StitchdExtractTest, FullQueueAnswersResourceExhausted) {
+  StitchdProcess d(Paths(), {"--workers", "1", "--max-queue", "1"});
+  ASSERT_TRUE(d.started()) << d.log();
+  // A long compile holds the only worker; extractions then queue behind it, one at most.
+  client::Result compiled;
+  std::thread compile([&] {
+    Client c(Options(d));
+    compiled = c.Compile(LongChainRequest(150, 1024));
+  });
+  Client watcher(Options(d));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < give_up) {
+    StatusOr<v1::StatsResponse> s = watcher.Stats();
+    if (s.ok() && s->compiles_in_flight() == 1) break;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  const std::string text = CorpusFile("hlo/extracted/layernorm_fwd_2d1_f32.hlo");
+  constexpr int kRequests = 4;
+  std::vector<StatusOr<std::vector<v1::Graph>>> results(
+      kRequests, StatusOr<std::vector<v1::Graph>>(Internal("not run")));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      Client c(Options(d));
+      results[static_cast<size_t>(i)] = c.Extract(text);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  compile.join();
+  EXPECT_TRUE(compiled.ok()) << compiled.reason;
+  int ok = 0, exhausted = 0;
+  for (const StatusOr<std::vector<v1::Graph>>& r : results) {
+    ok += r.ok();
+    exhausted += !r.ok() && r.status().code() == StatusCode::kResourceExhausted;
+  }
+  EXPECT_GE(ok, 1) << "the queued extraction runs after the compile";
+  EXPECT_GE(exhausted, 1);
+  EXPECT_EQ(ok + exhausted, kRequests);
+}
+
+}  // namespace
+}  // namespace stitch::testing
