@@ -16,13 +16,15 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from stitchd_process import StitchdProcess  # noqa: E402
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parents[2]
 HLO_DIR = SOURCE_DIR / "testdata" / "corpus" / "hlo" / "extracted"
@@ -43,46 +45,14 @@ def free_port():
 
 
 def start_daemon():
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="stitch-py-"))
-    data = tmp / "data"
-    sock = tmp / "s.sock"
-    log = open(tmp / "stitchd.log", "w")
-    process = subprocess.Popen(
-        [ARGS.stitchd, "--data-dir", str(data), "--socket", str(sock),
-         "--grpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-         "--workers", "2", "--log-level", "warn"],
-        stdout=log, stderr=subprocess.STDOUT)
-    log.close()
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError("stitchd exited with %s: %s" % (
-                process.returncode, (tmp / "stitchd.log").read_text()[-2000:]))
-        try:
-            info = json.loads((data / "stitchd.json").read_text())
-            if info.get("pid") == process.pid:
-                DAEMON.update(process=process, tmp=tmp, socket="unix://" + str(sock),
-                              tcp="127.0.0.1:%d" % info["grpc_port"],
-                              metrics_port=info["metrics_port"])
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("stitchd did not serve within 60 s")
+    process = StitchdProcess(ARGS.stitchd).start()
+    DAEMON.update(process=process, tmp=process.tmp, socket=process.socket, tcp=process.tcp,
+                  metrics_port=process.metrics_port)
 
 
 def stop_daemon():
-    process = DAEMON.get("process")
-    if process is not None and process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    if "tmp" in DAEMON:
-        shutil.rmtree(DAEMON["tmp"], ignore_errors=True)
+    if "process" in DAEMON:
+        DAEMON["process"].stop()
 
 
 def setUpModule():

@@ -505,8 +505,7 @@ def _slice_backward(e: Emitter, node: Any, arg: Callable, shape: Any,
                     dtype: torch.dtype) -> Value:
     # The gradient of a slice: the slice's gradient padded with zeros back to the input's size.
     grad = arg(0)
-    dim, start, end, step = (node.args[2] % len(shape), node.args[3], node.args[4],
-                             node.args[5])
+    dim, start, step = node.args[2] % len(shape), node.args[3], node.args[5]
     size = shape[dim]
     start = max(0, min(size, start + size if start < 0 else start))
     taken = grad.shape[dim]
