@@ -17,10 +17,22 @@
 # that own the libraries `ldd` lists for the binaries, so the image gets security updates
 # through apt like any other, and it checks that nothing else is needed.
 #
-#   docker run --rm -p 7070:7070 -p 9464:9464 stitchd:0.1.0
+#   docker run --rm -p 127.0.0.1:7070:7070 -p 9464:9464 stitchd:0.1.0
 #
 # serves on the default ports with the cache in /var/lib/stitchd and the socket in /run/stitchd
-# (mount volumes there to keep or share them); arguments replace that default command.
+# (mount volumes there to keep or share them). The default command listens on 0.0.0.0:7070
+# inside the container (stitchd's own default is loopback, which no -p reaches); only an
+# explicit -p publishes it, and without TLS it is plaintext: publish it on loopback as above,
+# or serve mutual TLS. Arguments replace the whole default command, so repeat its flags:
+#
+#   docker run --rm -p 7070:7070 -p 9464:9464 -v "$PWD/tls:/etc/stitchd/tls:ro" stitchd:0.1.0 \
+#     --data-dir /var/lib/stitchd --socket /run/stitchd/stitchd.sock --grpc-listen 0.0.0.0:7070 \
+#     --tls-cert-file /etc/stitchd/tls/tls.crt --tls-key-file /etc/stitchd/tls/tls.key \
+#     --tls-client-ca-file /etc/stitchd/tls/ca.crt --grpc-require-tls
+#
+# with the PEM files readable by uid 10001 (the server certificate naming the host clients
+# dial; clients present a certificate that ca.crt verifies). `--config FILE` with the same keys
+# (deploy/k8s/configmap.yaml) does the same.
 
 ARG DEBIAN_IMAGE=debian:bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
@@ -118,4 +130,4 @@ ENV HOME=/var/lib/stitchd
 USER 10001:10001
 EXPOSE 7070 9464
 ENTRYPOINT ["/usr/local/bin/stitchd"]
-CMD ["--data-dir", "/var/lib/stitchd", "--socket", "/run/stitchd/stitchd.sock"]
+CMD ["--data-dir", "/var/lib/stitchd", "--socket", "/run/stitchd/stitchd.sock", "--grpc-listen", "0.0.0.0:7070"]

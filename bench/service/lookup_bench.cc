@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "stitch/client/client.h"
+#include "support/daemon_requests.h"
 #include "support/redis_cluster.h"
 #include "support/stitchd_process.h"
 
@@ -27,26 +28,7 @@ using stitch::client::Client;
 using stitch::client::ClientOptions;
 using stitch::client::Outcome;
 using Clock = std::chrono::steady_clock;
-
-std::string SoftmaxHlo(int rows, int cols) {
-  std::string r = std::to_string(rows), c = std::to_string(cols), rc = r + "," + c;
-  return "HloModule softmax_" + r + "x" + c +
-         "\nmax_f {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT m = f32[] "
-         "maximum(a, b)\n}\nadd_f {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT "
-         "s = f32[] add(a, b)\n}\nENTRY main {\n p = f32[" +
-         rc +
-         "] parameter(0)\n lo = f32[] "
-         "constant(-3e38)\n m = f32[" +
-         r +
-         "] reduce(p, lo), dimensions={1}, to_apply=max_f\n"
-         " mb = f32[" +
-         rc + "] broadcast(m), dimensions={0}\n s = f32[" + rc + "] subtract(p, mb)\n e = f32[" +
-         rc +
-         "] exponential(s)\n z = f32[] constant(0)\n sum "
-         "= f32[" +
-         r + "] reduce(e, z), dimensions={1}, to_apply=add_f\n sb = f32[" + rc +
-         "] broadcast(sum), dimensions={0}\n ROOT d = f32[" + rc + "] divide(e, sb)\n}\n";
-}
+using stitch::testing::SoftmaxHlo;
 
 stitch::v1::CompileRequest Request(int rows, int cols) {
   stitch::v1::CompileRequest r;

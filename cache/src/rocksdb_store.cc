@@ -10,7 +10,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -89,6 +93,55 @@ void ChooseCompression(rocksdb::ColumnFamilyOptions& cf) {
   cf.bottommost_compression = dense;
 }
 
+// RocksDB's own log, sent to the daemon's log instead of a LOG file in the cache directory.
+// On a full disk a LOG file fails like any other write, and RocksDB 7.8 aborts the process
+// when it appends to a log file whose previous append failed; the daemon's log does not live
+// on the cache's disk. RocksDB's routine INFO lines (flushes, compactions) become debug lines.
+class RocksLogger final : public rocksdb::Logger {
+ public:
+  explicit RocksLogger(std::string path)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL), path_(std::move(path)) {}
+
+  using rocksdb::Logger::Logv;
+
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
+  }
+
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    spdlog::level::level_enum to = spdlog::level::debug;
+    switch (level) {
+      case rocksdb::InfoLogLevel::DEBUG_LEVEL:
+        to = spdlog::level::trace;
+        break;
+      case rocksdb::InfoLogLevel::WARN_LEVEL:
+        to = spdlog::level::warn;
+        break;
+      case rocksdb::InfoLogLevel::ERROR_LEVEL:
+        to = spdlog::level::err;
+        break;
+      case rocksdb::InfoLogLevel::FATAL_LEVEL:
+        to = spdlog::level::critical;
+        break;
+      default:
+        break;
+    }
+    if (!spdlog::should_log(to)) return;
+    char line[2048];
+    const int n = std::vsnprintf(line, sizeof(line), format, ap);
+    if (n < 0) return;
+    spdlog::log(to, "rocksdb {}: {}", path_, line);
+  }
+
+ private:
+  const std::string path_;
+};
+
+// After a write fails, the store stops writing and retries at most this often; each retry
+// first asks RocksDB to resume from its background error (a full disk stops the database).
+constexpr std::chrono::seconds kWriteRetryInterval{1};
+
 class RocksDbStoreImpl final : public RocksDbStore {
  public:
   RocksDbStoreImpl(RocksDbOptions options, std::unique_ptr<rocksdb::DB> db,
@@ -133,8 +186,7 @@ class RocksDbStoreImpl final : public RocksDbStore {
       return FromRocks(it->status(), "cannot scan the LRU index of " + options_.path);
     }
     if (bad.Count() > 0) {
-      STITCH_RETURN_IF_ERROR(
-          FromRocks(db_->Write(rocksdb::WriteOptions(), &bad), "cannot write " + options_.path));
+      STITCH_RETURN_IF_ERROR(FromRocks(Write(&bad), "cannot write " + options_.path));
     }
     return EvictLocked();
   }
@@ -197,8 +249,8 @@ class RocksDbStoreImpl final : public RocksDbStore {
       projected -= meta_.find(it->second)->second.size;
       victims.push_back(it);
     }
-    STITCH_RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
-                                     "cannot write " + std::string(key) + " to " + options_.path));
+    STITCH_RETURN_IF_ERROR(
+        FromRocks(Write(&batch), "cannot write " + std::string(key) + " to " + options_.path));
 
     for (const auto& v : victims) {
       meta_.erase(meta_.find(v->second));
@@ -280,6 +332,7 @@ class RocksDbStoreImpl final : public RocksDbStore {
     s.capacity_bytes = options_.capacity_bytes;
     s.evictions = evictions_;
     s.corrupt = corrupt_;
+    s.write_errors = write_errors_.load();
     return s;
   }
 
@@ -312,8 +365,7 @@ class RocksDbStoreImpl final : public RocksDbStore {
       AppendLittleEndian(bits, std::bit_cast<uint64_t>(value), 8);
       STITCH_RETURN_IF_ERROR(FromRocks(batch.Put(counters_, name, bits), "cache batch"));
     }
-    return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
-                     "cannot write counters to " + options_.path);
+    return FromRocks(Write(&batch), "cannot write counters to " + options_.path);
   }
 
   StatusOr<std::vector<v1::KernelRuntimes>> LoadRuntimes() const override {
@@ -347,8 +399,7 @@ class RocksDbStoreImpl final : public RocksDbStore {
       STITCH_RETURN_IF_ERROR(FromRocks(
           batch.Put(runtimes_, AsSlice(record.key()), record.SerializeAsString()), "cache batch"));
     }
-    return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
-                     "cannot write runtimes to " + options_.path);
+    return FromRocks(Write(&batch), "cannot write runtimes to " + options_.path);
   }
 
   Status Close() override {
@@ -373,6 +424,44 @@ class RocksDbStoreImpl final : public RocksDbStore {
   }
 
  private:
+  // Writes `batch` to the WAL (not fsynced) and the memtables; every write of the store goes
+  // through here. A failed write is counted; after one, later writes fail at once, without
+  // touching RocksDB, until kWriteRetryInterval has passed; then DB::Resume() clears RocksDB's
+  // background error (it flushes the memtables to a new WAL, so it fails while the disk is
+  // still full) and the write is tried again. Returns the write's status, or the first failure
+  // while writes are suspended.
+  rocksdb::Status Write(rocksdb::WriteBatch* batch) {
+    std::lock_guard lock(write_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    rocksdb::Status s;
+    if (writes_failing_.load()) {
+      if (now < retry_at_) {
+        ++write_errors_;
+        return failure_;
+      }
+      s = db_->Resume();
+    }
+    if (s.ok()) s = db_->Write(rocksdb::WriteOptions(), batch);
+    if (s.ok()) {
+      if (writes_failing_.exchange(false)) {
+        spdlog::warn("cache: writes to {} succeed again, after {} failed writes", options_.path,
+                     write_errors_.load() - errors_at_failure_);
+      }
+      return s;
+    }
+    ++write_errors_;
+    retry_at_ = now + kWriteRetryInterval;
+    if (!writes_failing_.exchange(true)) {
+      failure_ = s;
+      errors_at_failure_ = write_errors_.load() - 1;
+      spdlog::error(
+          "cache: cannot write to {}: {}; new bundles are kept in memory only, and "
+          "writes are retried every {}s",
+          options_.path, s.ToString(), kWriteRetryInterval.count());
+    }
+    return s;
+  }
+
   Status ClosedError() const { return Unavailable("cache at " + options_.path + " is closed"); }
 
   // Marks `key` most recently used, in memory and on disk. A lost update only ages the
@@ -381,9 +470,12 @@ class RocksDbStoreImpl final : public RocksDbStore {
     std::lock_guard lock(mu_);
     const auto it = meta_.find(key);
     if (it == meta_.end() || it->second.seq + 1 == next_seq_) return;
+    // While writes fail, a hit does not add a failed write of its own (nor a log line).
+    if (writes_failing_.load()) return;
     const Meta meta{next_seq_, it->second.size};
-    const rocksdb::Status s =
-        db_->Put(rocksdb::WriteOptions(), lru_, AsSlice(key), EncodeMeta(meta));
+    rocksdb::WriteBatch batch;
+    rocksdb::Status s = batch.Put(lru_, AsSlice(key), EncodeMeta(meta));
+    if (s.ok()) s = Write(&batch);
     if (!s.ok()) {
       spdlog::warn("cache: cannot record use of {} in {}: {}", key, options_.path, s.ToString());
       return;
@@ -420,8 +512,7 @@ class RocksDbStoreImpl final : public RocksDbStore {
     STITCH_RETURN_IF_ERROR(FromRocks(batch.Delete(entries_, AsSlice(key)), "cache batch"));
     STITCH_RETURN_IF_ERROR(FromRocks(batch.Delete(lru_, AsSlice(key)), "cache batch"));
     STITCH_RETURN_IF_ERROR(
-        FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
-                  "cannot erase " + std::string(key) + " from " + options_.path));
+        FromRocks(Write(&batch), "cannot erase " + std::string(key) + " from " + options_.path));
     const auto it = meta_.find(key);
     if (it != meta_.end()) {
       bytes_ -= it->second.size;
@@ -442,8 +533,7 @@ class RocksDbStoreImpl final : public RocksDbStore {
       projected -= meta_.find(it->second)->second.size;
     }
     if (batch.Count() == 0) return Status::Ok();
-    STITCH_RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
-                                     "cannot evict from " + options_.path));
+    STITCH_RETURN_IF_ERROR(FromRocks(Write(&batch), "cannot evict from " + options_.path));
     for (auto v = order_.begin(); v != it;) {
       meta_.erase(meta_.find(v->second));
       v = order_.erase(v);
@@ -474,6 +564,14 @@ class RocksDbStoreImpl final : public RocksDbStore {
   uint64_t next_seq_ = 1;
   uint64_t evictions_ = 0;
   uint64_t corrupt_ = 0;
+
+  // The write-failure state Write keeps. Acquired after mu_ where both are held.
+  std::mutex write_mu_;
+  std::atomic<bool> writes_failing_{false};
+  std::atomic<uint64_t> write_errors_{0};
+  uint64_t errors_at_failure_ = 0;
+  std::chrono::steady_clock::time_point retry_at_;
+  rocksdb::Status failure_;  // the write error that started the failure
 };
 
 }  // namespace
@@ -486,8 +584,8 @@ StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(const RocksDbOptions&
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
-  db_options.keep_log_file_num = 4;
-  db_options.max_log_file_size = 8 << 20;
+  db_options.info_log = std::make_shared<RocksLogger>(options.path);
+  db_options.info_log_level = rocksdb::InfoLogLevel::INFO_LEVEL;
 
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);

@@ -75,10 +75,12 @@ StoreStats TieredStore::Stats() const {
   StoreStats out = LargestLocalTier().Stats();
   out.evictions = 0;
   out.corrupt = 0;
+  out.write_errors = 0;
   for (const auto& t : tiers_) {
     const StoreStats s = t->Stats();
     out.evictions += s.evictions;
     out.corrupt += s.corrupt;
+    out.write_errors += s.write_errors;
   }
   return out;
 }

@@ -65,6 +65,19 @@ stitch_client* stitch_client_create(const char* address, int lookup_deadline_ms,
                                     int compile_deadline_ms);
 
 /*
+ * Like stitch_client_create, for a daemon whose TCP port serves TLS. `ca_file` (PEM)
+ * verifies the daemon's certificate (NULL or "": the system's roots); `cert_file` and
+ * `key_file` (PEM, both or neither) are this client's certificate for a daemon that
+ * requires one (mutual TLS). Unix socket addresses ignore the files. The files are read
+ * here; one that cannot be read makes every call a fallback whose reason starts with
+ * "FAILED_PRECONDITION" and names it.
+ * Returns NULL only when memory runs out. Release with stitch_client_destroy.
+ */
+stitch_client* stitch_client_create_tls(const char* address, int lookup_deadline_ms,
+                                        int compile_deadline_ms, const char* ca_file,
+                                        const char* cert_file, const char* key_file);
+
+/*
  * Releases `client` (NULL is ignored). Waits for its in-flight calls, each bounded by its
  * deadline. Results obtained from it stay valid.
  */

@@ -230,6 +230,29 @@ stitch_client* stitch_client_create(const char* address, int lookup_deadline_ms,
   }
 }
 
+stitch_client* stitch_client_create_tls(const char* address, int lookup_deadline_ms,
+                                        int compile_deadline_ms, const char* ca_file,
+                                        const char* cert_file, const char* key_file) {
+  try {
+    ClientOptions options;
+    if (address != nullptr && address[0] != '\0') options.address = address;
+    if (lookup_deadline_ms > 0) {
+      options.lookup_deadline = std::chrono::milliseconds(lookup_deadline_ms);
+    }
+    if (compile_deadline_ms > 0) {
+      options.compile_deadline = std::chrono::milliseconds(compile_deadline_ms);
+    }
+    if (ca_file != nullptr) options.tls_ca_file = ca_file;
+    if (cert_file != nullptr) options.tls_cert_file = cert_file;
+    if (key_file != nullptr) options.tls_key_file = key_file;
+    auto handle = std::make_unique<stitch_client>();
+    handle->client = std::make_unique<Client>(std::move(options));
+    return handle.release();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 void stitch_client_destroy(stitch_client* client) { delete client; }
 
 stitch_result* stitch_client_compile_hlo(stitch_client* client, const char* hlo_text, size_t len,

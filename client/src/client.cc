@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -183,13 +186,67 @@ ForkState& Fork() {
   return *state;
 }
 
+// How the channel authenticates the daemon (and itself), from ClientOptions' tls_* fields.
+struct ChannelSecurity {
+  bool tls = false;
+  grpc::SslCredentialsOptions ssl;
+  std::string server_name;  // overrides the name the daemon's certificate must carry
+  grpc::Status error;       // a TLS file that could not be read: every call fails with it
+};
+
+// Returns `path`'s contents, or a FAILED_PRECONDITION status naming `field` and the path.
+grpc::Status ReadTlsFile(const char* field, const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, std::string("ClientOptions::") +
+                                                                   field + ": cannot read " + path +
+                                                                   ": " + std::strerror(errno));
+  }
+  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (out->empty()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        std::string("ClientOptions::") + field + ": " + path + " is empty");
+  }
+  return grpc::Status::OK;
+}
+
+// Returns the security of a channel to `address`: TLS for a TCP address when a CA or a
+// client certificate is configured, plaintext for unix sockets (local, guarded by the
+// socket's mode) and otherwise.
+ChannelSecurity LoadChannelSecurity(const ClientOptions& o, const std::string& address) {
+  ChannelSecurity s;
+  const bool unix_socket =
+      address.rfind("unix:", 0) == 0 || address.rfind("unix-abstract:", 0) == 0;
+  if (unix_socket || (o.tls_ca_file.empty() && o.tls_cert_file.empty())) return s;
+  s.tls = true;
+  s.server_name = o.tls_server_name;
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    s.error = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                           "ClientOptions: tls_cert_file and tls_key_file go together (" +
+                               (o.tls_cert_file.empty() ? o.tls_key_file : o.tls_cert_file) +
+                               " is alone)");
+    return s;
+  }
+  if (!o.tls_ca_file.empty()) {
+    s.error = ReadTlsFile("tls_ca_file", o.tls_ca_file, &s.ssl.pem_root_certs);
+    if (!s.error.ok()) return s;
+  }
+  if (!o.tls_cert_file.empty()) {
+    s.error = ReadTlsFile("tls_cert_file", o.tls_cert_file, &s.ssl.pem_cert_chain);
+    if (!s.error.ok()) return s;
+    s.error = ReadTlsFile("tls_key_file", o.tls_key_file, &s.ssl.pem_private_key);
+  }
+  return s;
+}
+
 // The channel and stub of the process that made them; never destroyed in another process.
 struct Connection {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<Stub> stub;
 };
 
-std::shared_ptr<Connection> MakeConnection(const std::string& address) {
+std::shared_ptr<Connection> MakeConnection(const std::string& address,
+                                           const ChannelSecurity& security) {
   pid_t unset = 0;
   g_origin_pid.compare_exchange_strong(unset, getpid());
   grpc::ChannelArguments args;
@@ -199,7 +256,10 @@ std::shared_ptr<Connection> MakeConnection(const std::string& address) {
   // The daemon is node-local: an http_proxy meant for the outside world must not apply.
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
   auto* conn = new Connection;
-  conn->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!security.server_name.empty()) args.SetSslTargetNameOverride(security.server_name);
+  conn->channel = grpc::CreateCustomChannel(
+      address,
+      security.tls ? grpc::SslCredentials(security.ssl) : grpc::InsecureChannelCredentials(), args);
   conn->stub = v1::KernelService::NewStub(conn->channel);
   pid_t owner = getpid();
   return std::shared_ptr<Connection>(conn, [owner](Connection* c) {
@@ -217,7 +277,7 @@ struct Client::Impl final : internal::ForkLockable {
   ~Impl();
 
   // Returns this process's connection, or null with `error` set in a process forked from
-  // one that used gRPC.
+  // one that used gRPC, or when the TLS files could not be read.
   std::shared_ptr<Connection> GetConnection(grpc::Status* error);
   // Returns the in-process cache's entry for `request`, and its digest in `digest` ("" when
   // the cache is off).
@@ -237,6 +297,7 @@ struct Client::Impl final : internal::ForkLockable {
 
   ClientOptions options;
   std::string address;
+  ChannelSecurity security;            // read once, at construction
   std::shared_ptr<BundleCache> cache;  // null when disabled; shared with calls in flight
   std::atomic<int> fallback{v1::FALLBACK_UNSPECIFIED};  // options.fallback, or SetFallback's
 
@@ -268,7 +329,9 @@ void MergeUsage(v1::UsageRecord& into, const v1::UsageRecord& from) {
 }  // namespace
 
 Client::Impl::Impl(ClientOptions opts)
-    : options(std::move(opts)), address(internal::NormalizeAddress(options.address)) {
+    : options(std::move(opts)),
+      address(internal::NormalizeAddress(options.address)),
+      security(LoadChannelSecurity(options, address)) {
   if (options.local_cache_entries > 0) {
     cache = std::make_shared<BundleCache>(options.local_cache_entries);
   }
@@ -307,9 +370,13 @@ std::shared_ptr<Connection> Client::Impl::GetConnection(grpc::Status* error) {
     *error = grpc::Status(grpc::StatusCode::UNAVAILABLE, kForkedMessage);
     return nullptr;
   }
+  if (!security.error.ok()) {
+    *error = security.error;
+    return nullptr;
+  }
   std::lock_guard<std::mutex> lock(conn_mu);
   if (conn == nullptr) {
-    conn = MakeConnection(address);
+    conn = MakeConnection(address, security);
     conn_pid = getpid();
   }
   return conn;

@@ -141,8 +141,7 @@ int ExportFromDataDir(const CacheTransferArgs& args) {
 }
 
 int ExportFromDaemon(const CacheTransferArgs& args) {
-  client::ClientOptions options;
-  options.address = DaemonAddress(args.daemon);
+  client::ClientOptions options = DaemonClientOptions(args.daemon);
   options.local_cache_entries = 0;
   // One GetEntry carries a whole bundle, often several MiB.
   options.admin_deadline = std::chrono::seconds(60);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "stitch/client/client.h"
 #include "stitch/plan/target.h"
 
 namespace stitch::ctl {
@@ -68,6 +69,21 @@ int RunWarm(const WarmArgs& args);
 
 // Returns the gRPC target for a --daemon flag: a path starting with '/' is a Unix socket.
 std::string DaemonAddress(const std::string& flag);
+
+// The --tls-ca, --tls-cert, --tls-key and --tls-server-name flags of every command that
+// talks to a stitchd, for a "host:port" whose daemon serves TLS (ClientOptions' tls_*
+// fields); empty leaves TLS off.
+struct DaemonTls {
+  std::string ca;
+  std::string cert;
+  std::string key;
+  std::string server_name;
+};
+// Returns the process's TLS flags; main() fills them while parsing the command line.
+DaemonTls& DaemonTlsFlags();
+
+// Returns client options for a --daemon flag: its address and the TLS flags.
+client::ClientOptions DaemonClientOptions(const std::string& daemon);
 
 struct RunArgs {
   std::string file;

@@ -15,8 +15,7 @@ namespace stitch::ctl {
 namespace {
 
 client::Client MakeClient(const std::string& daemon) {
-  client::ClientOptions o;
-  o.address = DaemonAddress(daemon);
+  client::ClientOptions o = DaemonClientOptions(daemon);
   o.local_cache_entries = 0;  // a one-shot tool asks the daemon every time
   return client::Client(o);
 }
@@ -53,6 +52,22 @@ std::string DaemonAddress(const std::string& flag) {
   // A bare path is a Unix socket; anything else is a gRPC target as given.
   if (!flag.empty() && flag[0] == '/') return "unix://" + flag;
   return flag;
+}
+
+DaemonTls& DaemonTlsFlags() {
+  static DaemonTls flags;
+  return flags;
+}
+
+client::ClientOptions DaemonClientOptions(const std::string& daemon) {
+  client::ClientOptions o;
+  o.address = DaemonAddress(daemon);
+  const DaemonTls& tls = DaemonTlsFlags();
+  o.tls_ca_file = tls.ca;
+  o.tls_cert_file = tls.cert;
+  o.tls_key_file = tls.key;
+  o.tls_server_name = tls.server_name;
+  return o;
 }
 
 int RunCompileOnDaemon(const CompileArgs& args) {

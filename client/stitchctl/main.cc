@@ -20,6 +20,19 @@ void AddTargetOption(CLI::App* command, TargetField& field) {
           ")");
 }
 
+// Adds the TLS flags of a command that talks to a stitchd (DaemonTls).
+void AddTlsOptions(CLI::App* command) {
+  stitch::ctl::DaemonTls& tls = stitch::ctl::DaemonTlsFlags();
+  command->add_option("--tls-ca", tls.ca, "PEM CA that verifies a host:port daemon's certificate");
+  auto* cert = command->add_option("--tls-cert", tls.cert,
+                                   "PEM client certificate, for a daemon that requires one");
+  auto* key = command->add_option("--tls-key", tls.key, "PEM key of --tls-cert");
+  cert->needs(key);
+  key->needs(cert);
+  command->add_option("--tls-server-name", tls.server_name,
+                      "Name the daemon's certificate must carry, if not the address's host");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,6 +111,8 @@ int main(int argc, char** argv) {
   auto* e = app.add_subcommand("extract", "Write the memory-intensive subgraphs of an HLO module");
   e->add_option("module", extract.module, "HLO module text")->required();
   e->add_option("--out", extract.out_dir, "Output directory")->required();
+
+  for (CLI::App* command : {c, st, ls, get, rt, exp, w}) AddTlsOptions(command);
 
   KeyArgs key;
   auto* k = app.add_subcommand("key", "Print a graph's cache key and its components");

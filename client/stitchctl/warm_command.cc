@@ -142,8 +142,7 @@ int RunWarm(const WarmArgs& args) {
   StatusOr<std::vector<Graph>> graphs = ExtractMemoryIntensiveSubgraphs(*text, import);
   if (!graphs.ok()) return Fail(graphs.status().ToString());
 
-  client::ClientOptions options;
-  options.address = DaemonAddress(args.daemon);
+  client::ClientOptions options = DaemonClientOptions(args.daemon);
   options.local_cache_entries = 0;  // every answer must come from the daemon's cache
   options.compile_deadline = std::chrono::seconds(args.timeout_seconds);
   client::Client c(options);

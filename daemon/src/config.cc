@@ -219,6 +219,9 @@ const char* TypeName(std::string_view key) {
       {"socket_mode", "MODE"},
       {"grpc_listen", "HOST:PORT"},
       {"metrics_listen", "HOST:PORT"},
+      {"tls_cert_file", "PATH"},
+      {"tls_key_file", "PATH"},
+      {"tls_client_ca_file", "PATH"},
       {"workers", "N"},
       {"max_queue", "N"},
       {"target", "SM"},
@@ -236,6 +239,12 @@ const char* TypeName(std::string_view key) {
       {"runtime_records_max", "N"},
       {"metrics_top_keys", "N"},
       {"cluster_breaker_failures", "N"},
+      {"max_graph_nodes", "N"},
+      {"max_tensor_rank", "N"},
+      {"max_tensor_elements", "N"},
+      {"max_usage_records", "N"},
+      {"max_list_entries", "N"},
+      {"max_concurrent_streams", "N"},
   };
   for (const auto& [k, name] : kNames) {
     if (k == key) return name;
@@ -274,6 +283,36 @@ Error ApplyBounded(std::string_view t, DaemonConfig& c) {
 template <uint32_t DaemonConfig::*Field>
 std::string ShowUnsigned(const DaemonConfig& c) {
   return std::to_string(c.*Field);
+}
+// The same for counts that need 64 bits.
+template <uint64_t DaemonConfig::*Field, uint64_t Min, uint64_t Max>
+Error ApplyBounded64(std::string_view t, DaemonConfig& c) {
+  uint64_t v = 0;
+  if (!ParseUnsigned(t, &v) || v < Min || v > Max) {
+    return "expected an integer in " + std::to_string(Min) + ".." + std::to_string(Max) + ", got " +
+           Quoted(t);
+  }
+  c.*Field = v;
+  return std::nullopt;
+}
+template <uint64_t DaemonConfig::*Field>
+std::string ShowUnsigned64(const DaemonConfig& c) {
+  return std::to_string(c.*Field);
+}
+// Sizes, with units, within Min..Max bytes.
+template <uint64_t DaemonConfig::*Field, uint64_t Min, uint64_t Max>
+Error ApplySizeBounded(std::string_view t, DaemonConfig& c) {
+  uint64_t v = 0;
+  if (Error e = ParseSize(t, &v)) return e;
+  if (v < Min || v > Max) {
+    return "expected a size in " + FormatSize(Min) + ".." + FormatSize(Max) + ", got " + Quoted(t);
+  }
+  c.*Field = v;
+  return std::nullopt;
+}
+template <uint64_t DaemonConfig::*Field>
+std::string ShowSize(const DaemonConfig& c) {
+  return FormatSize(c.*Field);
 }
 
 Error ApplyClusterNodes(std::string_view t, DaemonConfig& c) {
@@ -325,6 +364,17 @@ const std::vector<OptionSpec>& Options() {
          return std::nullopt;
        },
        [](const DaemonConfig& c) { return c.grpc_listen; }},
+      {"tls_cert_file", "PEM certificate chain of TLS on grpc_listen; \"\" serves plaintext TCP",
+       false, true, ApplyText<&DaemonConfig::tls_cert_file>,
+       ShowText<&DaemonConfig::tls_cert_file>},
+      {"tls_key_file", "PEM private key of tls_cert_file", false, true,
+       ApplyText<&DaemonConfig::tls_key_file>, ShowText<&DaemonConfig::tls_key_file>},
+      {"tls_client_ca_file", "PEM CA of client certificates; set: TCP clients need one (mTLS)",
+       false, true, ApplyText<&DaemonConfig::tls_client_ca_file>,
+       ShowText<&DaemonConfig::tls_client_ca_file>},
+      {"grpc_require_tls", "Refuse to start when grpc_listen would serve plaintext TCP", true,
+       false, [](std::string_view t, DaemonConfig& c) { return ParseBool(t, &c.grpc_require_tls); },
+       [](const DaemonConfig& c) { return std::string(c.grpc_require_tls ? "true" : "false"); }},
       {"metrics_listen", "host:port serving /metrics and /healthz; \"\" disables it", false, true,
        [](std::string_view t, DaemonConfig& c) -> Error {
          if (Error e = ValidateListen(t)) return e;
@@ -472,6 +522,29 @@ const std::vector<OptionSpec>& Options() {
       {"metrics_top_keys", "Most-measured keys exported per key on /metrics", false, false,
        ApplyBounded<&DaemonConfig::metrics_top_keys, 0, 1000>,
        ShowUnsigned<&DaemonConfig::metrics_top_keys>},
+      // Input limits. Rank and elements may only go below the compiler's defaults
+      // (GraphLimits), which limits_test checks the defaults here against.
+      {"max_graph_nodes", "Nodes of one graph (and its outputs); larger graphs are refused", false,
+       false, ApplyBounded<&DaemonConfig::max_graph_nodes, 1, 1000000>,
+       ShowUnsigned<&DaemonConfig::max_graph_nodes>},
+      {"max_tensor_rank", "Dimensions of any one tensor of a graph, 1..8", false, false,
+       ApplyBounded<&DaemonConfig::max_tensor_rank, 1, 8>,
+       ShowUnsigned<&DaemonConfig::max_tensor_rank>},
+      {"max_tensor_elements", "Elements of any one tensor of a graph, up to 2^34", false, false,
+       ApplyBounded64<&DaemonConfig::max_tensor_elements, 1, uint64_t{1} << 34>,
+       ShowUnsigned64<&DaemonConfig::max_tensor_elements>},
+      {"max_hlo_text_bytes", "HLO text of one Compile, Lookup or Extract request, up to 256MiB",
+       false, false, ApplySizeBounded<&DaemonConfig::max_hlo_text_bytes, 1, uint64_t{256} << 20>,
+       ShowSize<&DaemonConfig::max_hlo_text_bytes>},
+      {"max_usage_records", "Records of one ReportUsage request", false, false,
+       ApplyBounded<&DaemonConfig::max_usage_records, 1, 1000000>,
+       ShowUnsigned<&DaemonConfig::max_usage_records>},
+      {"max_list_entries", "Entries of one ListEntries or ListRuntimes answer", false, false,
+       ApplyBounded<&DaemonConfig::max_list_entries, 1, 1000000>,
+       ShowUnsigned<&DaemonConfig::max_list_entries>},
+      {"max_concurrent_streams", "Calls in flight per client connection; more wait their turn",
+       false, false, ApplyBounded<&DaemonConfig::max_concurrent_streams, 1, 65536>,
+       ShowUnsigned<&DaemonConfig::max_concurrent_streams>},
   };
   return kOptions;
 }
@@ -608,6 +681,32 @@ Status ReadYamlFile(const std::string& file, std::map<std::string, RawValue>* ou
   return Status::Ok();
 }
 
+// ---- checks across keys ------------------------------------------------------------------
+
+// The TLS keys' combinations; the files themselves are read and parsed when the daemon
+// starts (a config printed or checked elsewhere need not hold the secrets).
+Status CheckTls(const DaemonConfig& config) {
+  if (!config.tls_cert_file.empty() && config.tls_key_file.empty()) {
+    return InvalidArgument("--tls-key-file: required with --tls-cert-file (" +
+                           config.tls_cert_file + ")");
+  }
+  if (config.tls_cert_file.empty() && !config.tls_key_file.empty()) {
+    return InvalidArgument("--tls-cert-file: required with --tls-key-file (" + config.tls_key_file +
+                           ")");
+  }
+  if (config.tls_cert_file.empty() && !config.tls_client_ca_file.empty()) {
+    return InvalidArgument(
+        "--tls-client-ca-file: needs --tls-cert-file and --tls-key-file (clients are verified "
+        "only over TLS)");
+  }
+  if (config.grpc_require_tls && !config.grpc_listen.empty() && config.tls_cert_file.empty()) {
+    return InvalidArgument("--grpc-require-tls: grpc_listen " + Quoted(config.grpc_listen) +
+                           " would serve plaintext TCP; set tls_cert_file and tls_key_file, or "
+                           "grpc_listen \"\" to serve the unix socket alone");
+  }
+  return Status::Ok();
+}
+
 // ---- YAML output ------------------------------------------------------------------------
 
 std::string YamlScalar(const std::string& value, bool quote) {
@@ -676,12 +775,13 @@ StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const E
   std::deque<std::string> split_flags;  // storage for rewritten arguments; must not move
   std::vector<std::string> flag_text(specs.size());
   std::vector<CLI::Option*> flag_options(specs.size());
-  bool ptx_only_flag = false;
+  // One value per boolean flag; a deque, so the references CLI11 keeps stay valid.
+  std::deque<bool> bool_flags(specs.size(), false);
   for (size_t i = 0; i < specs.size(); ++i) {
     const OptionSpec& spec = specs[i];
     const std::string flag = FlagName(spec.key);
     if (spec.is_bool_flag) {
-      flag_options[i] = app.add_flag(flag, ptx_only_flag, spec.help);
+      flag_options[i] = app.add_flag(flag, bool_flags[i], spec.help);
       continue;
     }
     std::string shown =
@@ -750,7 +850,7 @@ StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const E
   for (size_t i = 0; i < specs.size(); ++i) {
     if (flag_options[i]->empty()) continue;
     const std::string text =
-        specs[i].is_bool_flag ? (ptx_only_flag ? "true" : "false") : flag_text[i];
+        specs[i].is_bool_flag ? (bool_flags[i] ? "true" : "false") : flag_text[i];
     STITCH_RETURN_IF_ERROR(apply(specs[i], RawValue{text, FlagName(specs[i].key)}));
   }
 
@@ -770,6 +870,8 @@ StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const E
         "--cluster-secret-file: required with --cluster-nodes (entries shared by the cluster "
         "carry an HMAC under this secret)");
   }
+
+  STITCH_RETURN_IF_ERROR(CheckTls(config));
 
   if (config.workers == 0) {
     config.workers = std::clamp(std::thread::hardware_concurrency(), 1u, kMaxWorkers);

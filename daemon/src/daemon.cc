@@ -26,6 +26,7 @@
 #include "stitch/ir/key.h"
 #include "stitch/metrics/http_server.h"
 #include "stitch/metrics/process_metrics.h"
+#include "tls_credentials.h"
 
 namespace stitch::daemon {
 namespace {
@@ -126,9 +127,18 @@ Status DaemonImpl::Init() {
   ro.ptx_only = config_.ptx_only;
   // A holder that keeps renewing for this long is stuck; its waiters compile themselves.
   ro.cluster_wait = std::chrono::milliseconds(config_.cluster_lease_ms) * 20;
+  ro.limits.max_nodes = config_.max_graph_nodes;
+  ro.limits.max_rank = static_cast<int>(config_.max_tensor_rank);
+  ro.limits.max_elements_per_tensor = static_cast<int64_t>(config_.max_tensor_elements);
+  ro.max_hlo_text_bytes = config_.max_hlo_text_bytes;
   resolver_ = std::make_unique<KernelResolver>(ro, *store_, *pool_, *metrics_, cluster_.get());
+  ServiceInfo info;
+  info.version = STITCH_VERSION;
+  info.target = config_.target;
+  info.limits.max_usage_records = config_.max_usage_records;
+  info.limits.max_list_entries = config_.max_list_entries;
   service_ = std::make_unique<KernelServiceImpl>(*resolver_, *store_, *pool_, *metrics_, *runtimes_,
-                                                 ServiceInfo{STITCH_VERSION, config_.target});
+                                                 std::move(info));
   STITCH_RETURN_IF_ERROR(StartGrpc());
   STITCH_RETURN_IF_ERROR(StartMetrics());
   serving_ = true;
@@ -167,11 +177,20 @@ Status DaemonImpl::StartGrpc() {
     builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
   }
   if (!config_.grpc_listen.empty()) {
-    builder.AddListeningPort(config_.grpc_listen, grpc::InsecureServerCredentials(), &grpc_port_);
+    // The unix socket above stays plaintext: it is local, guarded by its mode. TCP gets TLS
+    // (and client certificates) when configured; the files are checked before binding.
+    STITCH_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> tcp_credentials,
+                            TcpServerCredentials(config_));
+    builder.AddListeningPort(config_.grpc_listen, tcp_credentials, &grpc_port_);
+    spdlog::info("grpc tcp {}: {}", config_.grpc_listen, TcpSecurityName(TcpSecurityOf(config_)));
   }
   int max_bytes = static_cast<int>(std::min<uint64_t>(config_.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
+  // Advertised in HTTP/2 SETTINGS, so a client queues its calls past it on that connection
+  // until one finishes, rather than having them refused.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(config_.max_concurrent_streams));
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_) {
@@ -204,6 +223,8 @@ void DaemonImpl::RefreshCacheGauges() {
     metrics_->SetCacheStats(std::string(cache::TierName(tier)), static_cast<double>(s.entries),
                             static_cast<double>(s.bytes), static_cast<double>(s.capacity_bytes),
                             static_cast<double>(s.evictions), static_cast<double>(s.corrupt));
+    metrics_->SetCacheWriteErrors(std::string(cache::TierName(tier)),
+                                  static_cast<double>(s.write_errors));
   }
   if (cluster_) metrics_->SetClusterStats(cluster_->ClusterStats());
   metrics_->SetRuntimeRecords(runtimes_->Top(config_.metrics_top_keys), runtimes_->size(),

@@ -147,6 +147,10 @@ DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& ver
       &registry.AddGauge("stitch_compile_queue_depth", "Compiles waiting for a worker thread.")
            .Add();
   in_flight_ = &registry.AddGauge("stitch_compiles_in_flight", "Compiles running now.").Add();
+  write_errors_ = &registry.AddCounter(
+      "stitch_cache_write_errors_total",
+      "Cache writes that failed (a full disk, I/O errors), by cache tier; the bundle is still "
+      "answered and kept in the tiers that took it.");
   compiles_ok_ = &compiles_.Add({{"result", "ok"}});
   compiles_failed_ = &compiles_.Add({{"result", "error"}});
   compile_seconds_saved_ =
@@ -331,6 +335,11 @@ void DaemonMetrics::SetCacheStats(const std::string& tier, double entries, doubl
   ev.Increment(std::max(0.0, evictions - ev.Value()));
   metrics::Counter& co = corrupt_.Add(labels);
   co.Increment(std::max(0.0, corrupt - co.Value()));
+}
+
+void DaemonMetrics::SetCacheWriteErrors(const std::string& tier, double write_errors) {
+  metrics::Counter& c = write_errors_->Add({{"tier", tier}});
+  c.Increment(std::max(0.0, write_errors - c.Value()));
 }
 
 std::map<std::string, double> DaemonMetrics::PersistentTotals() const {

@@ -61,6 +61,9 @@ class DaemonMetrics : public cache::ClusterObserver {
   // Cache occupancy gauges for `tier` ("memory", "disk").
   void SetCacheStats(const std::string& tier, double entries, double bytes, double capacity,
                      double evictions, double corrupt);
+  // Sets the count of writes to `tier` that failed (a full disk, I/O errors) since the store
+  // was opened.
+  void SetCacheWriteErrors(const std::string& tier, double write_errors);
 
   // The persistent totals, by the names they are saved under.
   std::map<std::string, double> PersistentTotals() const;
@@ -87,6 +90,7 @@ class DaemonMetrics : public cache::ClusterObserver {
   metrics::Family<metrics::Gauge>& cache_capacity_;
   metrics::Family<metrics::Counter>& evictions_;
   metrics::Family<metrics::Counter>& corrupt_;
+  metrics::Family<metrics::Counter>* write_errors_ = nullptr;
   metrics::Histogram* lookup_seconds_;
   metrics::Histogram* compile_seconds_;
   metrics::Gauge* queue_depth_;

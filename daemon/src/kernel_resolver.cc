@@ -33,20 +33,17 @@ Status AsInvalidArgument(const Status& s) {
   return InvalidArgument(s.message());
 }
 
-StatusOr<Graph> GraphOf(const v1::CompileRequest& request, const GraphLimits& limits) {
+StatusOr<Graph> GraphOf(const v1::CompileRequest& request, const HloImportOptions& options) {
   switch (request.subgraph_case()) {
     case v1::CompileRequest::kGraph: {
       StatusOr<Graph> g = FromProto(request.graph());
       if (!g.ok()) return AsInvalidArgument(g.status());
-      Status verified = Verify(*g, limits);
+      Status verified = Verify(*g, options.limits);
       if (!verified.ok()) return AsInvalidArgument(verified);
       return g;
     }
     case v1::CompileRequest::kHloText: {
-      HloImportOptions o;
-      o.limits = limits;
-      o.source_name = "request";
-      StatusOr<Graph> g = ImportHloModule(request.hlo_text(), o);
+      StatusOr<Graph> g = ImportHloModule(request.hlo_text(), options);
       if (!g.ok()) return AsInvalidArgument(g.status());
       return g;
     }
@@ -89,6 +86,14 @@ KernelResolver::~KernelResolver() { StopWaiting(); }
 
 void KernelResolver::StopWaiting() { poller_.Stop(); }
 
+HloImportOptions KernelResolver::HloOptions() const {
+  HloImportOptions o;
+  o.limits = options_.limits;
+  o.max_text_bytes = options_.max_hlo_text_bytes;
+  o.source_name = "request";
+  return o;
+}
+
 const KernelResolver::Profile& KernelResolver::ProfileFor(const Target& target, bool ptx_only) {
   std::lock_guard lock(profiles_mu_);
   auto [it, inserted] = profiles_.try_emplace({target.name(), ptx_only});
@@ -111,7 +116,7 @@ StatusOr<KernelResolver::Prepared> KernelResolver::Prepare(const v1::CompileRequ
     STITCH_ASSIGN_OR_RETURN(target, Target::Parse(request.target()));
   }
   Prepared p;
-  STITCH_ASSIGN_OR_RETURN(p.graph, GraphOf(request, options_.limits));
+  STITCH_ASSIGN_OR_RETURN(p.graph, GraphOf(request, HloOptions()));
   p.profile = &ProfileFor(target, options_.ptx_only || request.ptx_only());
   p.key = ComputeKey(p.graph, p.profile->key_context);
   return p;

@@ -31,6 +31,7 @@
 #include "stitch/cache/cluster_store.h"
 #include "stitch/cache/tiered_store.h"
 #include "stitch/driver/compile.h"
+#include "stitch/hlo/hlo_import.h"
 #include "stitch/ir/graph.h"
 #include "stitch/ir/key.h"
 #include "stitch/plan/target.h"
@@ -43,6 +44,8 @@ struct ResolverOptions {
   std::string salt;
   bool ptx_only = false;
   GraphLimits limits;
+  // The longest HLO text a request may carry (max_hlo_text_bytes).
+  size_t max_hlo_text_bytes = kMaxHloTextBytes;
   // With a cluster tier: the longest a flight waits for another node's compile before it
   // compiles itself, even while the holder keeps renewing its lease.
   std::chrono::milliseconds cluster_wait{std::chrono::minutes(10)};
@@ -86,6 +89,10 @@ class KernelResolver {
   // Returns the node limits every graph this daemon accepts must stay within; extraction
   // applies the same ones, so that an extracted signature is never refused by Compile.
   const GraphLimits& limits() const { return options_.limits; }
+
+  // Returns the options every HLO text from a request is read with: the graph limits, the
+  // text limit, and "request" naming the source in messages.
+  HloImportOptions HloOptions() const;
 
  private:
   struct Prepared;

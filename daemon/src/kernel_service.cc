@@ -14,16 +14,16 @@
 namespace stitch::daemon {
 namespace {
 
-// A ReportUsage batch past these is a client bug, not a workload.
-constexpr int kMaxUsageRecords = 100000;
+// A usage record past these is a client bug, not a workload.
 constexpr uint64_t kMaxInvocationsPerRecord = uint64_t{1} << 40;
 // A memory-intensive subgraph that takes a minute per invocation is not a measurement.
 constexpr double kMaxMeasuredSecondsPerCall = 60;
 constexpr uint32_t kDefaultListLimit = 100;
-constexpr uint32_t kMaxListLimit = 100000;
+// Keys are SHA-256 digests in lowercase hex.
+constexpr size_t kKeyHexDigits = 64;
 
 bool IsHexKey(const std::string& key) {
-  return key.size() == 64 && std::all_of(key.begin(), key.end(), [](char c) {
+  return key.size() == kKeyHexDigits && std::all_of(key.begin(), key.end(), [](char c) {
            return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
          });
 }
@@ -68,9 +68,10 @@ std::string InvalidTiming(const v1::MeasuredTime& t, const char* side) {
 }
 
 // Returns what is wrong with a usage batch, naming the record, or "" when it is well formed.
-std::string InvalidUsage(const v1::ReportUsageRequest& request) {
-  if (request.records_size() > kMaxUsageRecords) {
-    return "a usage batch holds at most " + std::to_string(kMaxUsageRecords) + " records";
+std::string InvalidUsage(const v1::ReportUsageRequest& request, uint32_t max_records) {
+  if (static_cast<uint32_t>(request.records_size()) > max_records) {
+    return "usage batch has " + std::to_string(request.records_size()) +
+           " records, over the limit of " + std::to_string(max_records) + " (max_usage_records)";
   }
   for (const v1::UsageRecord& r : request.records()) {
     const std::string record = "usage record for '" + r.key().substr(0, 80) + "': ";
@@ -159,7 +160,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Lookup(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* KernelServiceImpl::ReportUsage(grpc::CallbackServerContext* context,
                                                          const v1::ReportUsageRequest* request,
                                                          v1::ReportUsageResponse* response) {
-  const std::string invalid = InvalidUsage(*request);
+  const std::string invalid = InvalidUsage(*request, info_.limits.max_usage_records);
   if (!invalid.empty()) {
     metrics_.CountRequest("ReportUsage", RequestResult::kError);
     return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, invalid));
@@ -226,11 +227,15 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Stats(grpc::CallbackServerContext* 
   return FinishNow(context, grpc::Status::OK);
 }
 
+uint32_t KernelServiceImpl::ListLimit(uint32_t requested) const {
+  const uint32_t wanted = requested == 0 ? kDefaultListLimit : requested;
+  return std::min(wanted, info_.limits.max_list_entries);
+}
+
 grpc::ServerUnaryReactor* KernelServiceImpl::ListEntries(grpc::CallbackServerContext* context,
                                                          const v1::ListEntriesRequest* request,
                                                          v1::ListEntriesResponse* response) {
-  uint32_t limit =
-      request->limit() == 0 ? kDefaultListLimit : std::min(request->limit(), kMaxListLimit);
+  const uint32_t limit = ListLimit(request->limit());
   for (const cache::EntryInfo& e : store_.List(limit)) {
     v1::EntrySummary& s = *response->add_entries();
     s.set_key(e.key);
@@ -248,8 +253,11 @@ grpc::ServerUnaryReactor* KernelServiceImpl::GetEntry(grpc::CallbackServerContex
                                                       v1::CompileResponse* response) {
   if (!IsHexKey(request->key())) {
     metrics_.CountRequest("GetEntry", RequestResult::kError);
-    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                           "a key is 64 lowercase hex digits"));
+    return FinishNow(
+        context,
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     "a key is 64 lowercase hex digits, got '" + request->key().substr(0, 80) +
+                         "' (" + std::to_string(request->key().size()) + " characters)"));
   }
   StatusOr<std::optional<cache::Hit>> hit = store_.Get(request->key());
   if (!hit.ok()) return FinishNow(context, rpc::ToGrpcStatus(hit.status()));
@@ -268,8 +276,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::GetEntry(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* KernelServiceImpl::ListRuntimes(grpc::CallbackServerContext* context,
                                                           const v1::ListRuntimesRequest* request,
                                                           v1::ListRuntimesResponse* response) {
-  const uint32_t limit =
-      request->limit() == 0 ? kDefaultListLimit : std::min(request->limit(), kMaxListLimit);
+  const uint32_t limit = ListLimit(request->limit());
   for (v1::KernelRuntimes& r : runtimes_.Top(limit)) *response->add_runtimes() = std::move(r);
   metrics_.CountRequest("ListRuntimes", RequestResult::kOk);
   return FinishNow(context, grpc::Status::OK);
@@ -295,9 +302,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Extract(grpc::CallbackServerContext
   // `request` and `response` stay valid until Finish, so the task reads and fills them in
   // place.
   const bool queued = pool_.TrySubmit([this, reactor, request, response] {
-    HloImportOptions options;
-    options.limits = resolver_.limits();
-    options.source_name = "request";
+    HloImportOptions options = resolver_.HloOptions();
     StatusOr<std::vector<Graph>> graphs =
         ExtractMemoryIntensiveSubgraphs(request->hlo_text(), options);
     Status status = graphs.ok() ? Status::Ok() : ExtractionError(graphs.status());

@@ -19,10 +19,20 @@
 namespace stitch::daemon {
 
 // What Stats reports besides the metrics.
+// The service's own limits on requests (the graph and HLO limits are the resolver's).
+struct ServiceLimits {
+  // Records of one ReportUsage request (max_usage_records); more is INVALID_ARGUMENT.
+  uint32_t max_usage_records = 100000;
+  // Entries of one ListEntries or ListRuntimes answer (max_list_entries); a larger requested
+  // limit is capped, since `stitchctl cache export` asks for everything with UINT32_MAX.
+  uint32_t max_list_entries = 100000;
+};
+
 struct ServiceInfo {
   std::string version;
   std::string target;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  ServiceLimits limits;
 };
 
 // Compile and Lookup take raw bytes: a payload that is not a CompileRequest at all gets
@@ -70,6 +80,9 @@ class KernelServiceImpl final : public KernelServiceBase {
   int pending() const { return pending_.load(); }
 
  private:
+  // Returns how many entries a list request for `requested` (0: the default 100) gets: at
+  // most info_.limits.max_list_entries.
+  uint32_t ListLimit(uint32_t requested) const;
   grpc::ServerUnaryReactor* Resolve(const char* method, grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
                                     bool compile_on_miss);

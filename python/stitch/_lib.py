@@ -53,6 +53,9 @@ _c_void_pp = ctypes.POINTER(ctypes.c_void_p)
 # name: (restype, argtypes)
 _SIGNATURES = {
     "stitch_client_create": (ClientPtr, [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]),
+    "stitch_client_create_tls": (
+        ClientPtr, [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
+                    ctypes.c_char_p, ctypes.c_char_p]),
     "stitch_client_destroy": (None, [ClientPtr]),
     "stitch_client_compile_hlo": (
         ResultPtr, [ClientPtr, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p]),

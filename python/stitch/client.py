@@ -222,6 +222,12 @@ class Client:
     2000 ms. ``fallback`` names what the job runs without stitchd (``"xla"``,
     ``"inductor"``, ``"eager"``), which the daemon prices its savings against.
 
+    For a ``"host:port"`` whose daemon serves TLS, ``tls_ca`` names the PEM file that
+    verifies the daemon's certificate (``None``: the system's roots), and ``tls_cert`` and
+    ``tls_key`` (both or neither) this client's certificate, for a daemon that requires one
+    (mutual TLS). Unix socket addresses ignore them. A file that cannot be read makes every
+    call fall back with a ``FAILED_PRECONDITION`` reason naming it.
+
     Use it as a context manager, or call :meth:`close`; a client that is garbage-collected
     unclosed is released then.
     """
@@ -229,10 +235,21 @@ class Client:
     def __init__(self, address: Union[str, "os.PathLike[str]"] = DEFAULT_ADDRESS,
                  lookup_deadline_ms: int = DEFAULT_LOOKUP_DEADLINE_MS,
                  compile_deadline_ms: int = DEFAULT_COMPILE_DEADLINE_MS,
-                 fallback: Optional[str] = None, async_workers: int = 4) -> None:
+                 fallback: Optional[str] = None, async_workers: int = 4,
+                 tls_ca: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 tls_cert: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 tls_key: Optional[Union[str, "os.PathLike[str]"]] = None) -> None:
         address = os.fspath(address)
         if not isinstance(address, str):
             raise TypeError("address is a str")
+        tls = {}
+        for name, value in (("tls_ca", tls_ca), ("tls_cert", tls_cert), ("tls_key", tls_key)):
+            value = None if value is None else os.fspath(value)
+            if value is not None and not isinstance(value, str):
+                raise TypeError("%s is a str path or None" % name)
+            tls[name] = value
+        if (tls["tls_cert"] is None) != (tls["tls_key"] is None):
+            raise ValueError("tls_cert and tls_key go together")
         for name, value in (("lookup_deadline_ms", lookup_deadline_ms),
                             ("compile_deadline_ms", compile_deadline_ms),
                             ("async_workers", async_workers)):
@@ -242,8 +259,13 @@ class Client:
                 raise ValueError("%s must be positive, got %d" % (name, value))
         self._address = address
         lib = _lib.lib()
-        handle = lib.stitch_client_create(address.encode(), lookup_deadline_ms,
-                                          compile_deadline_ms)
+        if any(v is not None for v in tls.values()):
+            handle = lib.stitch_client_create_tls(
+                address.encode(), lookup_deadline_ms, compile_deadline_ms,
+                *(None if v is None else v.encode() for v in tls.values()))
+        else:
+            handle = lib.stitch_client_create(address.encode(), lookup_deadline_ms,
+                                              compile_deadline_ms)
         if not handle:
             raise MemoryError("stitch_client_create failed")
         self._handle = handle

@@ -91,7 +91,10 @@ TEST(ConfigTest, DefaultsForRoot) {
   EXPECT_EQ(c.data_dir, "/var/lib/stitchd");
   EXPECT_EQ(c.socket_path, "/run/stitchd/stitchd.sock");
   EXPECT_EQ(c.socket_mode, 0666u);
-  EXPECT_EQ(c.grpc_listen, "0.0.0.0:7070");
+  // TCP is loopback-only unless configured: anyone reaching the port could make it compile.
+  EXPECT_EQ(c.grpc_listen, "127.0.0.1:7070");
+  EXPECT_EQ(c.tls_cert_file, "");
+  EXPECT_FALSE(c.grpc_require_tls);
   EXPECT_EQ(c.metrics_listen, "0.0.0.0:9464");
   EXPECT_EQ(c.memory_cache_bytes, uint64_t{256} << 20);
   EXPECT_EQ(c.disk_cache_bytes, uint64_t{10} << 30);
@@ -520,6 +523,62 @@ TEST(ClusterConfigTest, BadClusterSettingsNameTheKey) {
   EXPECT_TRUE(Contains(ParseError({"--cluster-key-prefix", "a{b}"}), "braces"));
   EXPECT_TRUE(Contains(ParseError({"--cluster-read-timeout-ms", "0"}), "1..60000"));
   EXPECT_TRUE(Contains(ParseError({"--cluster-lease-ms", "soon"}), "'soon'"));
+}
+
+}  // namespace
+}  // namespace stitch::daemon
+
+namespace stitch::daemon {
+namespace {
+
+TEST(TlsConfigTest, FlagsAndFileSetTls) {
+  TempDir dir;
+  const std::string file = dir.Write("t.yaml",
+                                     "grpc_listen: \"0.0.0.0:7070\"\n"
+                                     "tls_cert_file: /etc/stitchd/tls/tls.crt\n"
+                                     "tls_key_file: /etc/stitchd/tls/tls.key\n"
+                                     "grpc_require_tls: true\n");
+  const DaemonConfig c = ParseOk(
+      {"--target", "sm_80", "--config", file, "--tls-client-ca-file", "/etc/stitchd/tls/ca.crt"});
+  EXPECT_EQ(c.tls_cert_file, "/etc/stitchd/tls/tls.crt");
+  EXPECT_EQ(c.tls_key_file, "/etc/stitchd/tls/tls.key");
+  EXPECT_EQ(c.tls_client_ca_file, "/etc/stitchd/tls/ca.crt");
+  EXPECT_TRUE(c.grpc_require_tls);
+  // --print-config shows the paths (the files are not read here) and reads back the same.
+  const std::string yaml = ToYaml(c);
+  EXPECT_TRUE(Contains(yaml, "tls_key_file: \"/etc/stitchd/tls/tls.key\"\n"));
+  EXPECT_TRUE(Contains(yaml, "grpc_require_tls: true\n"));
+  const DaemonConfig again = ParseOk({"--config", dir.Write("again.yaml", yaml)});
+  EXPECT_EQ(again.tls_client_ca_file, c.tls_client_ca_file);
+  EXPECT_TRUE(again.grpc_require_tls);
+  EXPECT_EQ(ToYaml(again), yaml);
+  // The boolean flags are independent of each other.
+  const DaemonConfig flags = ParseOk({"--target", "sm_80", "--grpc-require-tls", "--grpc-listen="});
+  EXPECT_TRUE(flags.grpc_require_tls);
+  EXPECT_FALSE(flags.ptx_only);
+  EXPECT_FALSE(ParseOk({"--target", "sm_80", "--config", file, "--grpc-require-tls=false"})
+                   .grpc_require_tls);
+}
+
+TEST(TlsConfigTest, IncompleteTlsSettingsNameTheKey) {
+  EXPECT_TRUE(Contains(ParseError({"--tls-cert-file", "/c.pem"}),
+                       "--tls-key-file: required with --tls-cert-file"));
+  EXPECT_TRUE(Contains(ParseError({"--tls-key-file", "/k.pem"}),
+                       "--tls-cert-file: required with --tls-key-file"));
+  EXPECT_TRUE(Contains(ParseError({"--tls-client-ca-file", "/ca.pem"}), "--tls-client-ca-file"));
+}
+
+TEST(TlsConfigTest, RequireTlsRefusesPlaintextTcp) {
+  const std::string message = ParseError({"--grpc-require-tls", "--grpc-listen", "0.0.0.0:7070"});
+  EXPECT_TRUE(Contains(message, "--grpc-require-tls"));
+  EXPECT_TRUE(Contains(message, "'0.0.0.0:7070' would serve plaintext TCP"));
+  // The default listener is TCP too, so the key alone refuses it.
+  EXPECT_TRUE(Contains(ParseError({"--grpc-require-tls"}), "'127.0.0.1:7070'"));
+  // With TLS files, or without a TCP listener, there is nothing to refuse.
+  EXPECT_TRUE(ParseOk({"--target", "sm_80", "--grpc-require-tls", "--tls-cert-file", "/c.pem",
+                       "--tls-key-file", "/k.pem"})
+                  .grpc_require_tls);
+  EXPECT_EQ(ParseOk({"--target", "sm_80", "--grpc-require-tls", "--grpc-listen="}).grpc_listen, "");
 }
 
 }  // namespace

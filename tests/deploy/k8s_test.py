@@ -15,11 +15,17 @@
 - checks that the pieces agree: the socket and data paths of the config with the DaemonSet's
   hostPath volumes and the job pod's mount and address, the listen ports with the container,
   Service, probe and PodMonitor ports, the selectors with the pod labels, the overlay's secret
-  file paths with the Secret's keys and mount, the PrometheusRule with
-  deploy/prometheus/rules/*.yml and its generator, the grace period with drain_seconds, the
-  memory limit with the cache size, and the Dockerfile with the DaemonSet;
+  file paths with the Secret's keys and mount, and in the base and the overlay alike the TLS
+  files with their Secret and mount (mutual TLS on, plaintext TCP refused, the files neither
+  group-writable nor readable by others, placeholders rather than PEM committed, probes httpGet
+  /healthz on the metrics port), the PrometheusRule with deploy/prometheus/rules/*.yml and its
+  generator, the grace period with drain_seconds, the memory limit with the cache size, and
+  the Dockerfile with the DaemonSet (its CMD listening on every interface of the container, on
+  an EXPOSEd port);
 - runs the real daemon's parser on both configs (paths moved to a temporary directory): the
-  DaemonSet's own args plus --print-config must exit 0, so a misspelt key fails.
+  DaemonSet's own args plus --print-config must exit 0, so a misspelt key fails; each config
+  without its TLS files must be refused (grpc_require_tls); and each must refuse to start with
+  the committed TLS Secret's placeholders in its TLS files.
 
 Needs PyYAML (python3-yaml) for the python3 that runs it, and kubernetes-validate in the
 virtualenv whose bin directory --python-tools names (scripts/setup installs both); a missing one
@@ -38,12 +44,16 @@ import tempfile
 
 from deploy_checks import CheckFailed, CheckRunner
 
-# The oldest Kubernetes the manifests are for (gRPC probes are GA from 1.27, the Service's
-# internalTrafficPolicy from 1.26), and "latest": the newest schemas kubernetes-validate ships.
+# The oldest Kubernetes the manifests are for (the Service's internalTrafficPolicy is GA from
+# 1.26), and "latest": the newest schemas kubernetes-validate ships.
 KUBERNETES_VERSIONS = ("1.29", "latest")
 
 # The user the image creates and the DaemonSet runs as.
 STITCHD_UID = 10001
+
+# The keys of TLS on the gRPC TCP port: on in the base and every overlay, plaintext refused.
+TLS_FILE_KEYS = ("tls_cert_file", "tls_key_file", "tls_client_ca_file")
+TLS_KEYS = TLS_FILE_KEYS + ("grpc_require_tls",)
 
 # Memory a compile worker may take, on top of the memory cache (for the limit check).
 WORKER_BYTES = 256 << 20
@@ -600,23 +610,23 @@ class Runner(CheckRunner):
                 if ports.get(name) != port:
                     problems.append("%s: %s port %d but container port %r is %r"
                                     % (variant, key, port, name, ports.get(name)))
-            grpc_port = parse_listen(config["grpc_listen"], "grpc_listen")[1]
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 p = ctr.get(probe)
                 if not p:
-                    if probe != "startupProbe":
-                        problems.append("%s: no %s" % (variant, probe))
+                    problems.append("%s: no %s" % (variant, probe))
                     continue
-                if "grpc" not in p:
-                    problems.append("%s: %s is not a grpc probe of the daemon's health service"
-                                    % (variant, probe))
-                elif p["grpc"].get("port") != grpc_port:
-                    problems.append("%s: %s checks port %s, not the gRPC port %d"
-                                    % (variant, probe, p["grpc"].get("port"), grpc_port))
-                if (p.get("grpc") or {}).get("service"):
-                    problems.append("%s: %s asks for service %r; stitchd reports the server's "
-                                    "overall health (service \"\")" % (variant, probe,
-                                                                       p["grpc"]["service"]))
+                # The gRPC port serves TLS only (check_tls) and the kubelet's grpc probes speak
+                # plaintext; the metrics port's /healthz reports the same serving state.
+                get = p.get("httpGet") or {}
+                port = get.get("port")
+                port = ports.get(port) if isinstance(port, str) else port
+                handlers = sorted(k for k in ("grpc", "httpGet", "tcpSocket", "exec") if k in p)
+                if handlers != ["httpGet"] or port != ports.get("metrics") or \
+                        get.get("path") != "/healthz" or get.get("scheme", "HTTP") != "HTTP":
+                    problems.append("%s: %s is %s; it must be an httpGet of /healthz on the "
+                                    "metrics port: the gRPC port serves TLS only, which the "
+                                    "kubelet's grpc probes do not speak"
+                                    % (variant, probe, json.dumps(p, sort_keys=True)))
             svc = self.find(objects, "Service", "stitchd")
             svc_ports = {p.get("name"): p for p in svc["spec"].get("ports") or []}
             for name in ("grpc", "metrics"):
@@ -728,60 +738,113 @@ class Runner(CheckRunner):
                             "set: %s)" % sorted(k for k in base_config if k.startswith("cluster_")))
         if not config.get("cluster_nodes"):
             problems.append("overlays/cluster: cluster_nodes is not set")
-        # Apart from the cluster tier the overlay's file is the base's.
+        # Apart from the cluster tier the overlay's file is the base's (TLS included).
         rest = {k: v for k, v in config.items() if not k.startswith("cluster_")}
         if rest != base_config:
             diff = sorted(k for k in set(rest) | set(base_config)
                           if rest.get(k) != base_config.get(k))
             problems.append("overlays/cluster: stitchd.yaml differs from the base's in %s; only "
                             "cluster_* keys may differ" % diff)
-        spec = self.pod_spec(self.overlay)
-        ctr = container(spec, "stitchd")
-        secrets = {o["metadata"]["name"]: o for o in self.overlay if o["kind"] == "Secret"}
-        security = spec.get("securityContext") or {}
         for key in ("cluster_password_file", "cluster_secret_file"):
-            path = config.get(key)
-            if not path:
-                problems.append("overlays/cluster: %s is not set" % key)
-                continue
-            found = self.mounted_file(spec, ctr, path)
-            if not found:
-                problems.append("overlays/cluster: %s %s is not a file any volume of the "
-                                "container puts there" % (key, path))
-                continue
-            mount, volume, kind, source, item = found
-            if kind != "secret":
-                problems.append("overlays/cluster: %s comes from a %s, not a Secret" % (key, kind))
-                continue
-            if not mount.get("readOnly"):
-                problems.append("overlays/cluster: the volume holding %s is not mounted "
-                                "read-only" % key)
-            secret = secrets.get(source.get("name") or source.get("secretName"))
-            if secret is None:
-                problems.append("overlays/cluster: %s is from Secret %r, which the overlay does "
-                                "not render" % (key, source.get("name") or
-                                                source.get("secretName")))
-                continue
-            keys = set(secret.get("stringData") or {}) | set(secret.get("data") or {})
-            if item["key"] not in keys:
-                problems.append("overlays/cluster: %s is key %r of Secret %s, which has %s"
-                                % (key, item["key"], secret["metadata"]["name"], sorted(keys)))
-            mode = item.get("mode", source.get("defaultMode",
-                                               (volume.get("projected") or {}).get("defaultMode",
-                                                                                    0o644)))
-            if mode & 0o027:
-                problems.append("overlays/cluster: %s has mode %o: group-writable or readable by "
-                                "others" % (key, mode))
-            if mode & 0o040 and security.get("fsGroup") != security.get("runAsGroup"):
-                problems.append("overlays/cluster: %s is group-readable, but the pod's fsGroup "
-                                "is not the daemon's group" % key)
-            placeholder = (secret.get("stringData") or {}).get("secret")
-            if item["key"] == "secret" and placeholder is not None and len(placeholder) >= 16:
+            item, secret = self.check_secret_file("overlays/cluster", self.overlay, config, key,
+                                                  problems)
+            placeholder = ((secret or {}).get("stringData") or {}).get("secret")
+            if item and item["key"] == "secret" and placeholder is not None and \
+                    len(placeholder) >= 16:
                 problems.append("overlays/cluster: the committed HMAC secret is %d bytes; keep "
                                 "a placeholder under 16 bytes, which stitchd refuses, so that no "
                                 "usable secret is committed" % len(placeholder))
         if problems:
             raise CheckFailed("\n".join(problems))
+
+    def check_secret_file(self, variant, objects, config, key, problems):
+        """Checks that the file `key` of a variant's config is a key of a Secret that variant
+        renders, mounted read-only and readable by the daemon alone; returns (item, Secret),
+        None where not found."""
+        spec = self.pod_spec(objects)
+        ctr = container(spec, "stitchd")
+        secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
+        security = spec.get("securityContext") or {}
+        path = config.get(key)
+        if not path:
+            problems.append("%s: %s is not set" % (variant, key))
+            return None, None
+        found = self.mounted_file(spec, ctr, path)
+        if not found:
+            problems.append("%s: %s %s is not a file any volume of the "
+                            "container puts there" % (variant, key, path))
+            return None, None
+        mount, volume, kind, source, item = found
+        if kind != "secret":
+            problems.append("%s: %s comes from a %s, not a Secret" % (variant, key, kind))
+            return None, None
+        if not mount.get("readOnly"):
+            problems.append("%s: the volume holding %s is not mounted "
+                            "read-only" % (variant, key))
+        secret = secrets.get(source.get("name") or source.get("secretName"))
+        if secret is None:
+            problems.append("%s: %s is from Secret %r, which is not rendered"
+                            % (variant, key, source.get("name") or source.get("secretName")))
+            return None, None
+        keys = set(secret.get("stringData") or {}) | set(secret.get("data") or {})
+        if item["key"] not in keys:
+            problems.append("%s: %s is key %r of Secret %s, which has %s"
+                            % (variant, key, item["key"], secret["metadata"]["name"],
+                               sorted(keys)))
+        mode = item.get("mode", source.get("defaultMode",
+                                           (volume.get("projected") or {}).get("defaultMode",
+                                                                                0o644)))
+        if mode & 0o027:
+            problems.append("%s: %s has mode %o: group-writable or readable by "
+                            "others" % (variant, key, mode))
+        if mode & 0o040 and security.get("fsGroup") != security.get("runAsGroup"):
+            problems.append("%s: %s is group-readable, but the pod's fsGroup "
+                            "is not the daemon's group" % (variant, key))
+        return item, secret
+
+    # --- TLS on the gRPC TCP port --------------------------------------------------------------
+
+    def check_tls(self):
+        """Every variant serves mutual TLS on the gRPC TCP port from a mounted Secret and
+        refuses plaintext TCP; the committed Secret holds placeholders, not PEM."""
+        problems, summary = [], []
+        for variant, objects in self.variants():
+            config = self.config(objects)
+            if config.get("grpc_require_tls") is not True:
+                problems.append("%s: grpc_require_tls is %r, not true: plaintext TCP must be "
+                                "refused" % (variant, config.get("grpc_require_tls")))
+            names = set()
+            for key in TLS_FILE_KEYS:
+                item, secret = self.check_secret_file(variant, objects, config, key, problems)
+                if secret:
+                    names.add(secret["metadata"]["name"])
+                if item and secret and secret.get("type") not in ("Opaque", "kubernetes.io/tls"):
+                    problems.append("%s: %s is in a Secret of type %r"
+                                    % (variant, key, secret.get("type")))
+                value = ((secret or {}).get("stringData") or {}).get((item or {}).get("key"))
+                if value is None and (secret or {}).get("data") and item:
+                    problems.append("%s: Secret %s holds %s as base64 data; keep the committed "
+                                    "placeholder in stringData" % (variant,
+                                                                   secret["metadata"]["name"],
+                                                                   item["key"]))
+                elif value is not None and "-----BEGIN" in value:
+                    problems.append("%s: the committed %s holds PEM; keep a placeholder, which "
+                                    "stitchd refuses, so that no usable key or certificate is "
+                                    "committed" % (variant, key))
+            host = parse_listen(config.get("grpc_listen", ""), "grpc_listen")[0]
+            if host not in ("127.0.0.1", "[::1]", "localhost") and \
+                    not config.get("tls_cert_file"):
+                problems.append("%s: grpc_listen %s reaches beyond the node without TLS"
+                                % (variant, config.get("grpc_listen")))
+            if not config.get("tls_client_ca_file"):
+                problems.append("%s: tls_client_ca_file is not set: any client that reaches the "
+                                "port could make the node compile (mutual TLS)" % variant)
+            summary.append("%s: mutual TLS from Secret %s, plaintext TCP refused"
+                           % (variant, ", ".join(sorted(names))))
+        if problems:
+            raise CheckFailed("\n".join(problems))
+        for line in summary:
+            print("  " + line)
 
     # --- policies ----------------------------------------------------------------------------
 
@@ -958,8 +1021,66 @@ class Runner(CheckRunner):
                                         % (variant, key, got, value))
                 print("  %s: stitchd --print-config accepts it (%d keys, node_name %s)"
                       % (variant, len(self.config(objects)), printed.get("node_name")))
+                if self.config(objects).get("grpc_require_tls") is not True:
+                    problems.append("%s: grpc_require_tls is not true, so stitchd would serve "
+                                    "plaintext TCP without its TLS files" % variant)
+                else:
+                    # The same config with its TLS files taken away must not serve plaintext.
+                    bare = re.sub(r"(?m)^(%s):.*$" % "|".join(TLS_FILE_KEYS), "", text)
+                    config_path.write_text(bare)
+                    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, timeout=60)
+                    if p.returncode == 0 or "--grpc-require-tls" not in p.stderr or \
+                            "plaintext TCP" not in p.stderr:
+                        problems.append("%s: without its TLS files stitchd should refuse to "
+                                        "serve plaintext TCP; it exited %d:\n%s"
+                                        % (variant, p.returncode, (p.stderr + p.stdout).strip()))
+                    else:
+                        print("  %s: without the TLS files stitchd refuses: %s"
+                              % (variant, p.stderr.strip()))
+                self.check_placeholders_refused(variant, objects, text, cmd, tmp, problems)
         if problems:
             raise CheckFailed("\n".join(problems))
+
+    def check_placeholders_refused(self, variant, objects, text, cmd, tmp, problems):
+        """Starts the daemon (not --print-config) on the config with the committed Secrets'
+        values in its TLS files, on loopback ports: it must refuse to start, naming a TLS key,
+        so that an unedited copy of the manifests never serves."""
+        config = self.config(objects)
+        spec = self.pod_spec(objects)
+        ctr = container(spec, "stitchd")
+        replace = {"grpc_listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0"}
+        for key in TLS_FILE_KEYS:
+            if not config.get(key):
+                return  # check_tls says so
+            found = self.mounted_file(spec, ctr, config[key])
+            secret = next((o for o in objects if o["kind"] == "Secret" and found and
+                           o["metadata"]["name"] == found[3].get("name")), None)
+            value = ((secret or {}).get("stringData") or {}).get(found[4]["key"]) \
+                if found else None
+            if value is None:
+                return  # check_tls says so
+            replace[key] = tmp / ("placeholder-" + key)
+            replace[key].write_text(value)
+        for key, value in replace.items():
+            text = re.sub(r"(?m)^%s:.*$" % key, '%s: "%s"' % (key, value), text)
+        config_path = tmp / "stitchd.yaml"
+        config_path.write_text(text)
+        run = [a for a in cmd if a != "--print-config"]
+        try:
+            p = subprocess.run(run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               timeout=30)
+        except subprocess.TimeoutExpired:
+            problems.append("%s: with the committed TLS Secret's placeholders stitchd started "
+                            "and served for 30 s; they must be refused" % variant)
+            return
+        if p.returncode == 0 or not any(k in p.stderr for k in TLS_FILE_KEYS):
+            problems.append("%s: with the committed TLS Secret's placeholders stitchd should "
+                            "refuse to start, naming the TLS key; it exited %d:\n%s"
+                            % (variant, p.returncode, (p.stderr + p.stdout).strip()))
+        else:
+            print("  %s: with the committed TLS placeholders stitchd refuses: %s"
+                  % (variant, p.stderr.strip().splitlines()[-1]))
 
     # --- the Dockerfile ------------------------------------------------------------------------
 
@@ -1008,6 +1129,33 @@ class Runner(CheckRunner):
             program = None  # the shell form would not pass the pod's args to stitchd
         if not program or os.path.basename(program) != "stitchd":
             problems.append("Dockerfile: the ENTRYPOINT is not [\"…/stitchd\"] (exec form)")
+        # stitchd's own grpc_listen default is loopback, which `docker run -p` cannot reach:
+        # the image's CMD names an address of every interface of the container, on a port it
+        # EXPOSEs.
+        cmds = re.findall(r"(?m)^CMD\s+(.*)$", text)
+        try:
+            cmd = [str(a) for a in json.loads(cmds[-1])] if cmds else []
+        except ValueError:
+            cmd = None
+        listen = None
+        for i, a in enumerate(cmd or []):
+            if a == "--grpc-listen" and i + 1 < len(cmd):
+                listen = cmd[i + 1]
+            elif a.startswith("--grpc-listen="):
+                listen = a[len("--grpc-listen="):]
+        if cmd is None:
+            problems.append("Dockerfile: the CMD is not a JSON list (exec form)")
+        elif listen is None:
+            problems.append("Dockerfile: the CMD does not set --grpc-listen; stitchd's default "
+                            "is loopback, which no published port reaches")
+        else:
+            try:
+                host, port = parse_listen(listen, "the CMD's --grpc-listen")
+                if host not in ("0.0.0.0", "[::]", "") or port not in exposed:
+                    problems.append("Dockerfile: the CMD's --grpc-listen %s is not every "
+                                    "interface on an EXPOSEd port" % listen)
+            except CheckFailed as e:
+                problems.append("Dockerfile: %s" % e)
         config = self.config(self.base)
         for d in (config["data_dir"], os.path.dirname(config["socket"])):
             if not re.search(r"install -d -o %d -g %d[^\n]*\s%s\b"
@@ -1040,6 +1188,8 @@ class Runner(CheckRunner):
         self.check("ports: config, container, probes, Service, PodMonitor", self.check_ports)
         self.check("selectors and labels", self.check_selectors)
         self.check("the overlay's secret files, Secret and mount", self.check_cluster_secret)
+        self.check("TLS in base and overlay: files, Secret, mount; plaintext TCP refused",
+                   self.check_tls)
         self.check("DaemonSet policy: grace period, updates, security, resources",
                    self.check_daemonset_policy)
         self.check("stitchd --print-config on the DaemonSet's args and ConfigMap",

@@ -284,6 +284,76 @@ class ClientTest(unittest.TestCase):
             client.stats()
 
 
+def make_certificates(directory):
+    """A CA, a server certificate for 127.0.0.1 and localhost, and a client certificate of
+    the CA, made with the openssl command line; returns {name: path}."""
+    d = pathlib.Path(directory)
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def openssl(*args):
+        subprocess.run(["openssl", *args], cwd=d, check=True, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+
+    openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "30",
+            "-subj", "/CN=stitch python test CA")
+    for name, ext in (("server", "subjectAltName=DNS:localhost,IP:127.0.0.1"),
+                      ("client", "extendedKeyUsage=clientAuth")):
+        (d / (name + ".ext")).write_text(ext + "\n")
+        openssl("req", *key, "-keyout", name + ".key", "-out", name + ".csr", "-subj",
+                "/CN=" + name)
+        openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "30", "-out", name + ".pem", "-extfile",
+                name + ".ext")
+    return {n: str(d / n) for n in ("ca.pem", "server.pem", "server.key", "client.pem",
+                                    "client.key")}
+
+
+class TlsTest(unittest.TestCase):
+    """stitch.Client's tls_* arguments against a daemon that requires client certificates."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="stitch-py-tls-")
+        cls.certs = make_certificates(cls.tmp)
+        cls.daemon = StitchdProcess(ARGS.stitchd, extra_args=(
+            "--tls-cert-file", cls.certs["server.pem"], "--tls-key-file",
+            cls.certs["server.key"], "--tls-client-ca-file", cls.certs["ca.pem"],
+            "--grpc-require-tls")).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_client_certificate_is_accepted(self):
+        c = self.certs
+        with stitch.Client(self.daemon.tcp, tls_ca=c["ca.pem"], tls_cert=c["client.pem"],
+                           tls_key=pathlib.Path(c["client.key"])) as client:
+            r = client.compile(hlo("layernorm_fwd_4d3_f32.hlo"), target="sm_80")
+            self.assertIn(r.outcome, ("compiled", "hit_memory"), r.reason)
+            self.assertNotEqual(client.stats()["target"], "")
+
+    def test_without_a_client_certificate_the_call_falls_back(self):
+        for kwargs in ({"tls_ca": self.certs["ca.pem"]}, {}):
+            with stitch.Client(self.daemon.tcp, **kwargs) as client:
+                r = client.compile(hlo("layernorm_fwd_4d3_f32.hlo"), target="sm_80")
+                self.assertEqual(r.outcome, "fallback")
+                self.assertTrue(r.reason.startswith("UNAVAILABLE"), (kwargs, r.reason))
+                with self.assertRaises(stitch.DaemonError):
+                    client.stats()
+
+    def test_unreadable_files_and_half_a_key_pair(self):
+        missing = os.path.join(self.tmp, "missing.pem")
+        with stitch.Client(self.daemon.tcp, tls_ca=missing) as client:
+            r = client.compile(hlo("layernorm_fwd_4d3_f32.hlo"), target="sm_80")
+            self.assertTrue(r.reason.startswith("FAILED_PRECONDITION"), r.reason)
+            self.assertIn(missing, r.reason)
+        with self.assertRaises(ValueError):
+            stitch.Client(self.daemon.tcp, tls_cert=self.certs["client.pem"])
+        with self.assertRaises(TypeError):
+            stitch.Client(self.daemon.tcp, tls_ca=3)
+
+
 class CommandLineTest(unittest.TestCase):
     def test_stats_json(self):
         stats = json.loads(run_cli("stats", "--daemon", DAEMON["socket"], "--json").stdout)

@@ -13,8 +13,11 @@ import time
 class StitchdProcess:
     """One stitchd. ``socket`` and ``tcp`` are client addresses once started."""
 
-    def __init__(self, stitchd, workers=2, extra_args=()):
+    def __init__(self, stitchd, workers=2, extra_args=(), directory=None):
         self.stitchd = str(stitchd)
+        # A caller-owned directory (data dir, socket and log inside) is reused by every
+        # start and kept by stop(), so that a restart finds what the last run left there.
+        self.directory = pathlib.Path(directory) if directory is not None else None
         self.workers = workers
         self.extra_args = list(extra_args)
         self.process = None
@@ -25,9 +28,9 @@ class StitchdProcess:
     def start(self, timeout=60):
         """Starts the daemon and waits until it has written its ports; raises with the tail of
         its log when it exits or does not serve in time."""
-        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="stitchd-py-"))
+        self.tmp = self.directory or pathlib.Path(tempfile.mkdtemp(prefix="stitchd-py-"))
         data, sock = self.tmp / "data", self.tmp / "s.sock"
-        with open(self.tmp / "stitchd.log", "w") as log:
+        with open(self.tmp / "stitchd.log", "a" if self.directory else "w") as log:
             self.process = subprocess.Popen(
                 [self.stitchd, "--data-dir", str(data), "--socket", str(sock),
                  "--grpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
@@ -56,7 +59,8 @@ class StitchdProcess:
         return (self.tmp / "stitchd.log").read_text() if self.tmp else ""
 
     def stop(self):
-        """Stops the daemon (SIGTERM, then SIGKILL after 30 s) and removes its directory."""
+        """Stops the daemon (SIGTERM, then SIGKILL after 30 s) and removes its directory, unless
+        the caller owns it."""
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -64,5 +68,12 @@ class StitchdProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.tmp is not None:
+        if self.tmp is not None and self.directory is None:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def kill(self):
+        """Sends SIGKILL and reaps the process, leaving everything it wrote where it was."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        if self.process is not None:
+            self.process.wait()

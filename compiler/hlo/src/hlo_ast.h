@@ -64,9 +64,6 @@ struct HloModule {
 
 // Limits that keep a hostile text from exhausting the stack or memory.
 inline constexpr int kMaxNesting = 64;
-// Texts beyond this are refused before parsing: no real HLO dump comes near it, and it bounds
-// the parser's memory.
-inline constexpr size_t kMaxTextBytes = size_t{256} << 20;
 
 // Parses one module chunk of text. `first_line` is the line number of the chunk's first line
 // in the whole file, so messages point at the original file. Returns INVALID_ARGUMENT with

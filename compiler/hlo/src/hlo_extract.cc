@@ -353,10 +353,7 @@ class Extractor {
 
 StatusOr<std::vector<Graph>> ExtractMemoryIntensiveSubgraphs(std::string_view text,
                                                              const HloImportOptions& options) {
-  if (text.size() > hlo::kMaxTextBytes) {
-    return ResourceExhausted(options.source_name + ": HLO text of " + std::to_string(text.size()) +
-                             " bytes is over the limit");
-  }
+  STITCH_RETURN_IF_ERROR(hlo::CheckTextSize(text, options));
   STITCH_ASSIGN_OR_RETURN(std::vector<hlo::HloModule> modules,
                           hlo::ParseHloModules(text, options.source_name));
   std::vector<Graph> graphs;

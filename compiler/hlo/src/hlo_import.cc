@@ -1,16 +1,24 @@
 // Public entry points of the HLO text importer.
 #include "stitch/hlo/hlo_import.h"
 
+#include <algorithm>
+
 #include "hlo_ast.h"
 #include "hlo_lower.h"
 
 namespace stitch {
+
+Status hlo::CheckTextSize(std::string_view text, const HloImportOptions& options) {
+  const size_t limit = std::min(options.max_text_bytes, kMaxHloTextBytes);
+  if (text.size() <= limit) return Status::Ok();
+  return ResourceExhausted(options.source_name + ": HLO text of " + std::to_string(text.size()) +
+                           " bytes is over the limit of " + std::to_string(limit) +
+                           " (max_hlo_text_bytes)");
+}
+
 StatusOr<std::vector<Graph>> ImportHloModules(std::string_view text,
                                               const HloImportOptions& options) {
-  if (text.size() > hlo::kMaxTextBytes) {
-    return ResourceExhausted(options.source_name + ": HLO text of " + std::to_string(text.size()) +
-                             " bytes is over the limit of " + std::to_string(hlo::kMaxTextBytes));
-  }
+  STITCH_RETURN_IF_ERROR(hlo::CheckTextSize(text, options));
   STITCH_ASSIGN_OR_RETURN(std::vector<hlo::HloModule> modules,
                           hlo::ParseHloModules(text, options.source_name));
   std::vector<Graph> graphs;

@@ -299,7 +299,7 @@ StatusOr<Graph> Lowerer::Run(const HloComputation& comp, const std::string& grap
   if (static_cast<int64_t>(pruned.nodes.size()) > opt_.limits.max_nodes) {
     return ResourceExhausted(opt_.source_name + ": graph '" + graph_name + "' has " +
                              std::to_string(pruned.nodes.size()) + " nodes, over the limit of " +
-                             std::to_string(opt_.limits.max_nodes));
+                             std::to_string(opt_.limits.max_nodes) + " (max_graph_nodes)");
   }
   Status st = Verify(pruned, opt_.limits);
   if (!st.ok()) return st.WithContext(opt_.source_name + ": graph '" + graph_name + "'");
@@ -310,7 +310,9 @@ Status Lowerer::CheckBudget() const {
   int64_t cap = opt_.limits.max_nodes * 2 + 1000;
   if (static_cast<int64_t>(g_.nodes.size()) > cap) {
     return ResourceExhausted(opt_.source_name + ": module '" + m_.name + "' expands to more than " +
-                             std::to_string(cap) + " nodes (fusions inlined)");
+                             std::to_string(cap) +
+                             " nodes (fusions inlined), over the limit of twice max_graph_nodes "
+                             "plus 1000");
   }
   return Status::Ok();
 }

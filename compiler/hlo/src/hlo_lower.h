@@ -25,6 +25,11 @@ StatusOr<Graph> LowerComputation(const HloModule& m, const HloComputation& comp,
 // fusions) a body that is in scope. Otherwise returns why not; UNIMPLEMENTED names the op.
 Status CheckInScope(const HloModule& m, const HloInstruction& ins, const std::string& source);
 
+// Returns OK when `text` is within options.max_text_bytes (and kMaxHloTextBytes), else
+// RESOURCE_EXHAUSTED "<source>: HLO text of N bytes is over the limit of M
+// (max_hlo_text_bytes)". Both entry points check it before parsing anything.
+Status CheckTextSize(std::string_view text, const HloImportOptions& options);
+
 // True for ops that never compute (plumbing and pure layout changes of one value).
 bool IsDataMovementOnly(std::string_view opcode);
 

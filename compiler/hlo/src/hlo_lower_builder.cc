@@ -181,7 +181,8 @@ StatusOr<Shape> Lowerer::ArrayShape(const HloShape& s, const std::string& where)
   r.dims = s.dims;
   if (static_cast<int>(r.dims.size()) > opt_.limits.max_rank) {
     return ResourceExhausted(where + ": rank " + std::to_string(r.dims.size()) +
-                             " is over the limit of " + std::to_string(opt_.limits.max_rank));
+                             " is over the limit of " + std::to_string(opt_.limits.max_rank) +
+                             " (max_tensor_rank)");
   }
   int64_t e = 1;
   for (int64_t d : r.dims) {
@@ -191,7 +192,10 @@ StatusOr<Shape> Lowerer::ArrayShape(const HloShape& s, const std::string& where)
     e *= d;
   }
   if (e > opt_.limits.max_elements_per_tensor) {
-    return ResourceExhausted(where + ": " + s.ToString() + " has more elements than the limit");
+    return ResourceExhausted(where + ": " + s.ToString() + " has " + std::to_string(e) +
+                             " elements, over the limit of " +
+                             std::to_string(opt_.limits.max_elements_per_tensor) +
+                             " (max_tensor_elements)");
   }
   return r;
 }

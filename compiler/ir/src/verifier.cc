@@ -9,10 +9,16 @@
 namespace stitch {
 namespace {
 
+// Names come from the request and are echoed into messages and logs, so a long one is cut.
+constexpr size_t kMaxNameInMessage = 80;
+
 std::string NodeRef(const Graph& g, int i) {
   const Node& n = g.nodes[i];
   std::string s = "node " + std::to_string(i);
-  if (!n.name.empty()) s += " '" + n.name + "'";
+  if (!n.name.empty()) {
+    s += " '" + n.name.substr(0, kMaxNameInMessage) +
+         (n.name.size() > kMaxNameInMessage ? "...'" : "'");
+  }
   s += " (" + std::string(OpCodeName(n.op)) + ")";
   if (!n.source.empty()) s += " at " + n.source;
   return s;
@@ -26,14 +32,18 @@ std::string Dims(const std::vector<int64_t>& d) {
 
 bool KnownDType(DType t) { return DTypeBytes(t) != 0; }
 
+// Every limit's message says "over the limit of <value> (<name>)", the name being the
+// GraphLimits field's key in stitchd's configuration, so that an operator can find the knob.
+constexpr const char* kOverTheLimit = "over the limit of ";
+
 // Checks dtype, rank and dims of a declared shape; returns the rule broken or "".
 std::string CheckShape(const Shape& s, const GraphLimits& limits) {
   if (!KnownDType(s.dtype)) {
     return "unknown dtype " + std::to_string(static_cast<int>(s.dtype));
   }
   if (s.rank() > limits.max_rank) {
-    return "rank " + std::to_string(s.rank()) + " exceeds the limit " +
-           std::to_string(limits.max_rank);
+    return "rank " + std::to_string(s.rank()) + " is " + kOverTheLimit +
+           std::to_string(limits.max_rank) + " (max_tensor_rank)";
   }
   int64_t n = 1;
   for (int64_t d : s.dims) {
@@ -47,8 +57,8 @@ std::string CheckShape(const Shape& s, const GraphLimits& limits) {
     return "byte size of " + Dims(s.dims) + " overflows 64 bits";
   }
   if (n > limits.max_elements_per_tensor) {
-    return "element count " + std::to_string(n) + " exceeds the limit " +
-           std::to_string(limits.max_elements_per_tensor);
+    return s.ToString() + " has " + std::to_string(n) + " elements, " + kOverTheLimit +
+           std::to_string(limits.max_elements_per_tensor) + " (max_tensor_elements)";
   }
   return "";
 }
@@ -344,7 +354,7 @@ Status CheckNodeLocally(const Graph& g, int i, const GraphLimits& limits) {
   std::string shape_error = CheckShape(n.shape, limits);
   if (!shape_error.empty()) {
     Status s = Rule(g, i, shape_error);
-    bool over_limit = shape_error.find("exceeds the limit") != std::string::npos;
+    bool over_limit = shape_error.find(kOverTheLimit) != std::string::npos;
     return over_limit ? ResourceExhausted(s.message()) : s;
   }
   int arity = Arity(n.op);
@@ -410,8 +420,15 @@ Status CheckParameters(const Graph& g) {
 
 Status Verify(const Graph& g, const GraphLimits& limits) {
   if (static_cast<int64_t>(g.nodes.size()) > limits.max_nodes) {
-    return ResourceExhausted("graph has " + std::to_string(g.nodes.size()) +
-                             " nodes, over the limit of " + std::to_string(limits.max_nodes));
+    return ResourceExhausted("graph has " + std::to_string(g.nodes.size()) + " nodes, " +
+                             kOverTheLimit + std::to_string(limits.max_nodes) +
+                             " (max_graph_nodes)");
+  }
+  // Outputs may repeat nodes, so only this bounds their list (and the kernels' arguments).
+  if (static_cast<int64_t>(g.outputs.size()) > limits.max_nodes) {
+    return ResourceExhausted("graph has " + std::to_string(g.outputs.size()) + " outputs, " +
+                             kOverTheLimit + std::to_string(limits.max_nodes) +
+                             " (max_graph_nodes)");
   }
   if (g.nodes.empty()) return InvalidArgument("graph has no nodes");
   if (g.outputs.empty()) return InvalidArgument("graph has no outputs");

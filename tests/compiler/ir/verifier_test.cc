@@ -104,11 +104,52 @@ TEST(Verifier, EnforcesConfiguredLimits) {
   g.outputs = {x};
   GraphLimits limits;
   limits.max_nodes = 50;
-  ExpectError(g, StatusCode::kResourceExhausted, "over the limit of 50", limits);
+  ExpectError(g, StatusCode::kResourceExhausted,
+              "graph has 101 nodes, over the limit of 50 (max_graph_nodes)", limits);
 
   GraphLimits small;
   small.max_elements_per_tensor = 4;
-  ExpectError(g, StatusCode::kResourceExhausted, "exceeds the limit", small);
+  ExpectError(g, StatusCode::kResourceExhausted,
+              "f32[8] has 8 elements, over the limit of 4 (max_tensor_elements)", small);
+}
+
+// Each limit admits a graph exactly at it and refuses one past it, naming the limit.
+TEST(Verifier, LimitsAdmitTheLimitAndRefuseOnePast) {
+  Graph g;
+  int p = Param(g, {DType::kF32, {2, 3, 4}}, 0);
+  g.outputs = {Binary(g, OpCode::kAdd, p, p)};
+  GraphLimits at;
+  at.max_nodes = 2;
+  at.max_rank = 3;
+  at.max_elements_per_tensor = 24;
+  EXPECT_TRUE(Verify(g, at).ok()) << Verify(g, at).ToString();
+
+  GraphLimits nodes = at;
+  nodes.max_nodes = 1;
+  ExpectError(g, StatusCode::kResourceExhausted,
+              "graph has 2 nodes, over the limit of 1 (max_graph_nodes)", nodes);
+  GraphLimits rank = at;
+  rank.max_rank = 2;
+  ExpectError(g, StatusCode::kResourceExhausted,
+              "node 0 'p0' (parameter): rank 3 is over the limit of 2 (max_tensor_rank)", rank);
+  GraphLimits elements = at;
+  elements.max_elements_per_tensor = 23;
+  ExpectError(g, StatusCode::kResourceExhausted,
+              "f32[2,3,4] has 24 elements, over the limit of 23 (max_tensor_elements)", elements);
+
+  // A name from the request is cut short in messages, which go into the daemon's log.
+  g.nodes[0].name = std::string(100000, 'n');
+  ExpectError(g, StatusCode::kResourceExhausted,
+              "node 0 '" + std::string(80, 'n') + "...' (parameter): rank 3 is over", rank);
+  EXPECT_LT(Verify(g, rank).message().size(), 200u);
+  g.nodes[0].name = "p0";
+
+  // Outputs may repeat a node, so their count is bounded too.
+  g.outputs = {1, 1};
+  EXPECT_TRUE(Verify(g, at).ok()) << Verify(g, at).ToString();
+  g.outputs = {1, 1, 1};
+  ExpectError(g, StatusCode::kResourceExhausted,
+              "graph has 3 outputs, over the limit of 2 (max_graph_nodes)", at);
 }
 
 TEST(Verifier, RejectsParameterGapsAndBadAttributes) {

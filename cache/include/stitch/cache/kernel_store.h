@@ -42,6 +42,7 @@ struct StoreStats {
   uint64_t capacity_bytes = 0;  // the bound past which least-recently-used entries go
   uint64_t evictions = 0;       // entries evicted for space since the store was opened
   uint64_t corrupt = 0;         // entries dropped for a bad digest, version or encoding
+  uint64_t write_errors = 0;    // writes that did not reach the medium (a full disk, I/O errors)
 };
 
 // A line of `stitchctl cache ls`.

@@ -14,6 +14,12 @@
 // when the directory cannot be created or the database cannot be opened (another process
 // holding it included), naming the path; I/O failures later are UNAVAILABLE (DATA_LOSS when
 // RocksDB reports its own files corrupt).
+//
+// A failed write (a full disk) is logged once and counted (StoreStats::write_errors); later
+// writes fail at once without touching the database, except for one try a second, which
+// first calls DB::Resume() to clear RocksDB's background error, so the store writes again as
+// soon as there is space. Reads keep working meanwhile. RocksDB's own log goes to the
+// process's log (spdlog), not to a LOG file in the store's directory.
 #pragma once
 
 #include <cstdint>

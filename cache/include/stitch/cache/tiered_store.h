@@ -32,7 +32,8 @@ class TieredStore : public KernelStore {
   Status Erase(std::string_view key) override;
   // Lists the last (largest) tier this node holds; the cluster tier cannot be enumerated.
   std::vector<EntryInfo> List(size_t limit) const override;
-  // Returns the stats of the tier List reads, with evictions and corrupt summed over tiers.
+  // Returns the stats of the tier List reads, with evictions, corrupt and write_errors summed
+  // over tiers.
   StoreStats Stats() const override;
 
   // Copies `hit`, found by a lookup of its own tier, into every tier above that tier (a

@@ -67,6 +67,18 @@ struct ClientOptions {
   // ShouldTimeFallback answers true on one step in this many (0: never). Running the
   // fallback costs the job what stitching saves, so it is sampled, not routine.
   uint32_t fallback_timing_period = 100;
+  // TLS for a "host:port" address, used when tls_ca_file or tls_cert_file is set; unix
+  // socket addresses ignore these (the daemon's socket is local and plaintext). PEM files,
+  // read when the Client is made; one that cannot be read makes every call fall back with
+  // FAILED_PRECONDITION naming it.
+  std::string tls_ca_file;  // verifies the daemon's certificate; "" uses the system's roots
+  // This client's certificate and key, for a daemon that requires them (mutual TLS); both or
+  // neither.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // The name the daemon's certificate must carry, when it differs from the address's host
+  // (e.g. dialling a node IP whose certificate names the Service).
+  std::string tls_server_name;
 };
 
 // Whose kernels a measured time is for.

@@ -18,6 +18,8 @@
 //   files        cluster_password_file and cluster_secret_file name files whose contents
 //                (less one trailing newline) are the secret, e.g. a mounted Kubernetes
 //                Secret; --print-config shows the paths, never the contents.
+//                tls_cert_file, tls_key_file and tls_client_ca_file name PEM files in the
+//                same way; they are read and checked when the daemon starts, not here.
 //
 // Thread-safety: the functions are reentrant; ParseCommandLine may load the CUDA driver to
 // resolve target "auto", so call it once, early in main().
@@ -51,8 +53,20 @@ struct DaemonConfig {
   std::string socket_path;
   // So unprivileged clients on the node can connect.
   uint32_t socket_mode = 0666;
-  // TCP host:port of the gRPC service; "" disables; port 0 picks a free one.
-  std::string grpc_listen = "0.0.0.0:7070";
+  // TCP host:port of the gRPC service; "" disables; port 0 picks a free one. Loopback by
+  // default: anyone who can reach the port can make the node compile, so listening on other
+  // interfaces is a deliberate setting, normally together with the tls_* keys below.
+  std::string grpc_listen = "127.0.0.1:7070";
+  // TLS on the TCP listener (never on the unix socket, which stays local and plaintext).
+  // PEM files, e.g. a mounted Kubernetes Secret, read once at start (not reloaded); a
+  // certificate needs its key and vice versa. "" serves plaintext TCP.
+  std::string tls_cert_file;  // the server's certificate chain
+  std::string tls_key_file;   // its private key (unencrypted)
+  // CA bundle of the client certificates; when set, clients must present a certificate it
+  // verifies (mutual TLS). Needs tls_cert_file.
+  std::string tls_client_ca_file;
+  // Refuse plaintext TCP: start-up fails when grpc_listen is set without tls_cert_file.
+  bool grpc_require_tls = false;
   // host:port of /metrics and /healthz; "" disables.
   std::string metrics_listen = "0.0.0.0:9464";
   uint64_t memory_cache_bytes = uint64_t{256} << 20;
@@ -97,6 +111,28 @@ struct DaemonConfig {
   // The most-measured keys exported one by one (stitch_key_seconds_per_call); bounded so a
   // node's series count stays small.
   uint32_t metrics_top_keys = 20;
+
+  // Limits on every request's input (README "Limits"); a request past one is refused with a
+  // message naming the key, its value and the request's figure. The graph limits default to
+  // the compiler's GraphLimits (stitch/ir/graph.h), and may only lower its rank and element
+  // ceilings.
+  // Nodes of one graph, and entries of its output list.
+  uint32_t max_graph_nodes = 20000;
+  // Dimensions of any one tensor, 1..8.
+  uint32_t max_tensor_rank = 8;
+  // Elements of any one tensor, 1..2^34.
+  uint64_t max_tensor_elements = uint64_t{1} << 34;
+  // HLO text of one Compile, Lookup or Extract request, at most 256MiB (kMaxHloTextBytes);
+  // max_message_bytes bounds it as well.
+  uint64_t max_hlo_text_bytes = uint64_t{256} << 20;
+  // Records of one ReportUsage request.
+  uint32_t max_usage_records = 100000;
+  // Entries of one ListEntries or ListRuntimes answer; a larger requested limit is capped.
+  uint32_t max_list_entries = 100000;
+  // Calls in flight on one client connection (HTTP/2 streams); the client queues further
+  // calls until one finishes. A gRPC channel is one connection.
+  uint32_t max_concurrent_streams = 100;
+
   // The YAML file read, if any; informational, not written by ToYaml.
   std::string config_file;
 };

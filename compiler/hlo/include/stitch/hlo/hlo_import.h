@@ -12,8 +12,15 @@
 
 namespace stitch {
 
+// The most HLO text the importer reads: no real HLO dump comes near it, and it bounds the
+// parser's memory. HloImportOptions::max_text_bytes may lower it, never raise it.
+inline constexpr size_t kMaxHloTextBytes = size_t{256} << 20;
+
 struct HloImportOptions {
   GraphLimits limits;
+  // Texts longer than min(this, kMaxHloTextBytes) are refused before parsing, with
+  // RESOURCE_EXHAUSTED naming max_hlo_text_bytes (stitchd's key for it).
+  size_t max_text_bytes = kMaxHloTextBytes;
   std::string source_name = "<hlo>";  // used in messages: "<source_name>:<line>"
   // ExtractMemoryIntensiveSubgraphs splits a connected memory-intensive region of more HLO
   // instructions than this into pieces of at most this many, consecutive in text order. In a
@@ -34,7 +41,7 @@ struct HloImportOptions {
 // Returns UNIMPLEMENTED naming the first out-of-scope op and its line
 // ("unsupported op 'dot' (instruction 'dot.3') at foo.hlo:12"), or for element types, dynamic
 // shapes and reducers stitch lacks; INVALID_ARGUMENT with "<source_name>:<line>" for text that
-// is not valid HLO; RESOURCE_EXHAUSTED past `options.limits` or for texts over 256 MiB.
+// is not valid HLO; RESOURCE_EXHAUSTED past `options.limits` or options.max_text_bytes.
 // Every graph returned passes Verify.
 StatusOr<std::vector<Graph>> ImportHloModules(std::string_view text,
                                               const HloImportOptions& options = {});
@@ -53,7 +60,8 @@ StatusOr<Graph> ImportHloModule(std::string_view text, const HloImportOptions& o
 // in order of first use. A region over options.max_subgraph_instructions is cut into pieces
 // of consecutive instructions; a value crossing a cut is an output of one piece and a
 // parameter of the other. Returns INVALID_ARGUMENT for malformed text, RESOURCE_EXHAUSTED when
-// a subgraph exceeds `options.limits`. Each returned graph passes Verify.
+// a subgraph exceeds `options.limits` or the text options.max_text_bytes. Each returned graph
+// passes Verify.
 StatusOr<std::vector<Graph>> ExtractMemoryIntensiveSubgraphs(std::string_view text,
                                                              const HloImportOptions& options = {});
 

@@ -139,9 +139,18 @@ struct Node {
   std::string source;
 };
 
+// The size limits every graph from outside must stay within (Verify, the HLO importer). They
+// bound the work and memory one request can cost, not what the compiler could handle. Each
+// is a key of stitchd's configuration, named in the messages of graphs past it.
 struct GraphLimits {
+  // Nodes of a graph, and entries of its output list (outputs may repeat nodes):
+  // max_graph_nodes. A graph past it is refused whole; the HLO importer also stops a module
+  // whose inlined fusions expand past twice this plus 1000 nodes.
   int64_t max_nodes = 20000;
+  // Elements of any one tensor, parameter, intermediate or output: max_tensor_elements.
+  // 2^34 elements is 64 GiB of f32, more than any GPU holds.
   int64_t max_elements_per_tensor = int64_t{1} << 34;
+  // Dimensions of any one tensor: max_tensor_rank.
   int max_rank = 8;
 };
 
