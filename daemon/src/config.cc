@@ -47,6 +47,43 @@ using Error = std::optional<std::string>;
 
 std::string Quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF). --print-config writes YAML, whose emitter replaces anything else with U+FFFD, so
+// a value that is not UTF-8 could not be read back as itself.
+bool IsUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b0 = static_cast<unsigned char>(s[i]);
+    if (b0 < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t length = 0;
+    unsigned char lo = 0x80;
+    unsigned char hi = 0xBF;
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+      length = 2;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+      length = 3;
+      if (b0 == 0xE0) lo = 0xA0;
+      if (b0 == 0xED) hi = 0x9F;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+      length = 4;
+      if (b0 == 0xF0) lo = 0x90;
+      if (b0 == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (i + length > s.size()) return false;
+    for (size_t k = 1; k < length; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
 std::string Lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -224,6 +261,10 @@ const char* TypeName(std::string_view key) {
       {"tls_client_ca_file", "PATH"},
       {"workers", "N"},
       {"max_queue", "N"},
+      {"compile_isolation", "process|thread"},
+      {"compile_cpu_seconds", "SECONDS"},
+      {"compile_timeout_seconds", "SECONDS"},
+      {"negative_cache_seconds", "SECONDS"},
       {"target", "SM"},
       {"salt", "TEXT"},
       {"log_format", "FORMAT"},
@@ -421,6 +462,68 @@ const std::vector<OptionSpec>& Options() {
          return std::nullopt;
        },
        [](const DaemonConfig& c) { return std::to_string(c.max_queue); }},
+      {"compile_isolation",
+       "Where compiles run: process (supervised worker processes with the limits below) or "
+       "thread (in stitchd itself, unprotected)",
+       false, true,
+       [](std::string_view t, DaemonConfig& c) -> Error {
+         if (t != "process" && t != "thread") {
+           return "expected process or thread, got " + Quoted(t);
+         }
+         c.compile_isolation = t;
+         return std::nullopt;
+       },
+       [](const DaemonConfig& c) { return c.compile_isolation; }},
+      {"compile_cpu_seconds", "CPU seconds one compile may use in its worker, 1..86400", false,
+       false,
+       [](std::string_view t, DaemonConfig& c) -> Error {
+         uint32_t v = 0;
+         if (!ParseUnsigned(t, &v) || v < 1 || v > 86400) {
+           return "expected an integer in 1..86400, got " + Quoted(t);
+         }
+         c.compile_cpu_seconds = v;
+         return std::nullopt;
+       },
+       [](const DaemonConfig& c) { return std::to_string(c.compile_cpu_seconds); }},
+      {"compile_memory_bytes", "Address space of a compile worker, e.g. 8GiB (at least 256MiB)",
+       false, false,
+       [](std::string_view t, DaemonConfig& c) -> Error {
+         uint64_t v = 0;
+         if (Error e = ParseSize(t, &v)) return e;
+         if (v < (uint64_t{256} << 20)) return "must be at least 256MiB, got " + Quoted(t);
+         c.compile_memory_bytes = v;
+         return std::nullopt;
+       },
+       [](const DaemonConfig& c) { return FormatSize(c.compile_memory_bytes); }},
+      {"compile_timeout_seconds", "Wall-clock seconds one compile may take, 1..86400", false, false,
+       [](std::string_view t, DaemonConfig& c) -> Error {
+         uint32_t v = 0;
+         if (!ParseUnsigned(t, &v) || v < 1 || v > 86400) {
+           return "expected an integer in 1..86400, got " + Quoted(t);
+         }
+         c.compile_timeout_seconds = v;
+         return std::nullopt;
+       },
+       [](const DaemonConfig& c) { return std::to_string(c.compile_timeout_seconds); }},
+      {"negative_cache_seconds",
+       "How long a failed compile's error answers its key without compiling; 0 disables", false,
+       false,
+       [](std::string_view t, DaemonConfig& c) -> Error {
+         uint32_t v = 0;
+         if (!ParseUnsigned(t, &v) || v > 86400) {
+           return "expected an integer in 0..86400, got " + Quoted(t);
+         }
+         c.negative_cache_seconds = v;
+         return std::nullopt;
+       },
+       [](const DaemonConfig& c) { return std::to_string(c.negative_cache_seconds); }},
+      {"compile_fault_injection",
+       "TEST ONLY: graphs named stitch.fault.abort/spin/oom/sleep crash their compile worker", true,
+       false,
+       [](std::string_view t, DaemonConfig& c) { return ParseBool(t, &c.compile_fault_injection); },
+       [](const DaemonConfig& c) {
+         return std::string(c.compile_fault_injection ? "true" : "false");
+       }},
       {"target", "GPU architecture such as sm_80, sm_90 or sm_90a, or auto (device 0, else sm_90)",
        false, false,
        [](std::string_view t, DaemonConfig& c) -> Error {
@@ -836,6 +939,7 @@ StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const E
   bool socket_given = false;
   bool data_dir_given = false;
   auto apply = [&](const OptionSpec& spec, const RawValue& raw) -> Status {
+    if (!IsUtf8(raw.text)) return InvalidArgument(raw.where + ": the value is not valid UTF-8");
     if (Error e = spec.apply(raw.text, config)) return InvalidArgument(raw.where + ": " + *e);
     if (std::string_view(spec.key) == "socket") socket_given = true;
     if (std::string_view(spec.key) == "data_dir") data_dir_given = true;

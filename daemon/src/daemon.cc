@@ -15,6 +15,7 @@
 
 #include "cluster_tier.h"
 #include "compile_pool.h"
+#include "compile_worker.h"
 #include "daemon_metrics.h"
 #include "kernel_resolver.h"
 #include "kernel_service.h"
@@ -78,6 +79,8 @@ class DaemonImpl : public Daemon {
   metrics::Registry registry_;
   std::unique_ptr<DaemonMetrics> metrics_;
   std::unique_ptr<RuntimeLedger> runtimes_;
+  // Declared before the pool, so that it outlives every compile task.
+  std::unique_ptr<CompileWorkers> workers_;
   std::unique_ptr<CompilePool> pool_;
   std::unique_ptr<KernelResolver> resolver_;
   std::unique_ptr<KernelServiceImpl> service_;
@@ -120,6 +123,28 @@ Status DaemonImpl::Init() {
   registry_.AddCollectHook([this] { RefreshCacheGauges(); });
   LoadSaved();
 
+  if (config_.compile_isolation == "process") {
+    if (config_.compile_worker_executable.empty()) {
+      return FailedPrecondition(
+          "compile_isolation process needs the stitchd executable to run workers of; set "
+          "compile_isolation: thread to compile in this process");
+    }
+    CompileWorkerLimits limits;
+    limits.cpu_seconds = config_.compile_cpu_seconds;
+    limits.memory_bytes = config_.compile_memory_bytes;
+    limits.wall_seconds = config_.compile_timeout_seconds;
+    limits.fault_injection = config_.compile_fault_injection;
+    if (limits.fault_injection) {
+      spdlog::warn(
+          "compile_fault_injection is on: graphs named stitch.fault.* crash their "
+          "compile worker (a test setting)");
+    }
+    workers_ = std::make_unique<CompileWorkers>(config_.compile_worker_executable, limits,
+                                                config_.workers);
+  } else if (config_.compile_isolation != "thread") {
+    return InvalidArgument("compile_isolation: expected process or thread, got " +
+                           config_.compile_isolation);
+  }
   pool_ = std::make_unique<CompilePool>(config_.workers, config_.max_queue);
   ResolverOptions ro;
   ro.default_target = *target;
@@ -131,6 +156,8 @@ Status DaemonImpl::Init() {
   ro.limits.max_rank = static_cast<int>(config_.max_tensor_rank);
   ro.limits.max_elements_per_tensor = static_cast<int64_t>(config_.max_tensor_elements);
   ro.max_hlo_text_bytes = config_.max_hlo_text_bytes;
+  ro.workers = workers_.get();
+  ro.negative_ttl = std::chrono::seconds(config_.negative_cache_seconds);
   resolver_ = std::make_unique<KernelResolver>(ro, *store_, *pool_, *metrics_, cluster_.get());
   ServiceInfo info;
   info.version = STITCH_VERSION;

@@ -197,6 +197,23 @@ DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& ver
                        "Waits that ended in a compile here: the lease holder let go without an "
                        "entry, ran past the lease time, or the cluster stopped answering.")
            .Add();
+  compile_failures_ = &registry.AddCounter(
+      "stitch_compile_failures_total",
+      "Failed compiles by kind: crash (the worker died), cpu_limit, memory_limit, timeout "
+      "(wall clock), error (the compiler's own error).");
+  for (const char* kind : {"crash", "cpu_limit", "memory_limit", "timeout", "error"}) {
+    compile_failures_->Add({{"kind", kind}});
+  }
+  worker_restarts_ = &registry
+                          .AddCounter("stitch_compile_worker_restarts_total",
+                                      "Compile worker processes started again after one died "
+                                      "or was killed.")
+                          .Add();
+  negative_cache_hits_ =
+      &registry
+           .AddCounter("stitch_negative_cache_hits_total",
+                       "Requests answered with a remembered compile failure, without compiling.")
+           .Add();
   registry.AddGauge("stitch_build_info", "Build information; the value is always 1.")
       .Add({{"version", version}, {"compiler_version", compiler_version}, {"target", target}})
       .Set(1);
@@ -210,6 +227,14 @@ DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& ver
 void DaemonMetrics::CountLeaseWait() { lease_waits_->Increment(); }
 
 void DaemonMetrics::CountLeaseTakeover() { lease_takeovers_->Increment(); }
+
+void DaemonMetrics::CountCompileFailure(const char* kind) {
+  compile_failures_->Add({{"kind", kind}}).Increment();
+}
+
+void DaemonMetrics::CountWorkerRestart() { worker_restarts_->Increment(); }
+
+void DaemonMetrics::CountNegativeCacheHit() { negative_cache_hits_->Increment(); }
 
 void DaemonMetrics::OnCall(std::string_view operation, double seconds, const Status&) {
   cluster_seconds_.Add({{"operation", std::string(operation)}}).Observe(seconds);

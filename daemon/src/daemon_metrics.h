@@ -51,6 +51,12 @@ class DaemonMetrics : public cache::ClusterObserver {
   // Counts a flight that compiled after all: the lease holder let go without an entry, ran
   // past the lease time, or the cluster stopped answering.
   void CountLeaseTakeover();
+  // Counts a failed compile of `kind` (CompileFailureKindName: "crash", "cpu_limit", ...).
+  void CountCompileFailure(const char* kind);
+  // Counts a compile worker started again after its predecessor died or was killed.
+  void CountWorkerRestart();
+  // Counts a request answered from the negative cache, without compiling.
+  void CountNegativeCacheHit();
   // Records one cluster round trip (cache::ClusterObserver).
   void OnCall(std::string_view operation, double seconds, const Status& status) override;
   // Sets the cluster tier's counters and breaker state from the store's own counts.
@@ -116,6 +122,9 @@ class DaemonMetrics : public cache::ClusterObserver {
   metrics::Counter* cluster_writes_;
   metrics::Counter* lease_waits_;
   metrics::Counter* lease_takeovers_;
+  metrics::Family<metrics::Counter>* compile_failures_;
+  metrics::Counter* worker_restarts_;
+  metrics::Counter* negative_cache_hits_;
 };
 
 }  // namespace stitch::daemon

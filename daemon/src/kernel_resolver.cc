@@ -4,12 +4,11 @@
 
 #include <chrono>
 
+#include "request_graph.h"
 #include "stitch/cache/entry.h"
 #include "stitch/driver/bundle.h"
 #include "stitch/driver/compile.h"
 #include "stitch/hlo/hlo_import.h"
-#include "stitch/ir/graph_proto.h"
-#include "stitch/ir/verifier.h"
 
 namespace stitch::daemon {
 
@@ -23,34 +22,6 @@ namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Every failure to turn the payload into a valid graph is the caller's input, whatever
-// code the importer chose (RESOURCE_EXHAUSTED for size limits, UNIMPLEMENTED for an op
-// outside stitch's scope): the job cannot retry its way out of it.
-Status AsInvalidArgument(const Status& s) {
-  if (s.ok()) return s;
-  return InvalidArgument(s.message());
-}
-
-StatusOr<Graph> GraphOf(const v1::CompileRequest& request, const HloImportOptions& options) {
-  switch (request.subgraph_case()) {
-    case v1::CompileRequest::kGraph: {
-      StatusOr<Graph> g = FromProto(request.graph());
-      if (!g.ok()) return AsInvalidArgument(g.status());
-      Status verified = Verify(*g, options.limits);
-      if (!verified.ok()) return AsInvalidArgument(verified);
-      return g;
-    }
-    case v1::CompileRequest::kHloText: {
-      StatusOr<Graph> g = ImportHloModule(request.hlo_text(), options);
-      if (!g.ok()) return AsInvalidArgument(g.status());
-      return g;
-    }
-    case v1::CompileRequest::SUBGRAPH_NOT_SET:
-      break;
-  }
-  return InvalidArgument("the request carries neither a graph nor hlo_text");
 }
 
 }  // namespace
@@ -116,7 +87,7 @@ StatusOr<KernelResolver::Prepared> KernelResolver::Prepare(const v1::CompileRequ
     STITCH_ASSIGN_OR_RETURN(target, Target::Parse(request.target()));
   }
   Prepared p;
-  STITCH_ASSIGN_OR_RETURN(p.graph, GraphOf(request, HloOptions()));
+  STITCH_ASSIGN_OR_RETURN(p.graph, GraphOfRequest(request, HloOptions()));
   p.profile = &ProfileFor(target, options_.ptx_only || request.ptx_only());
   p.key = ComputeKey(p.graph, p.profile->key_context);
   return p;
@@ -161,6 +132,11 @@ void KernelResolver::Resolve(std::string_view request_bytes, bool compile_on_mis
     metrics_.ObserveLookupSeconds(SecondsSince(start));
     done(Resolution{
         NotFound("no cached kernels for key " + prepared->key.hex), {}, prepared->key.hex, {}});
+    return;
+  }
+  if (std::optional<Status> failed = NegativeHit(prepared->key.hex)) {
+    metrics_.CountNegativeCacheHit();
+    done(Resolution{*failed, {}, prepared->key.hex, {}});
     return;
   }
   auto shared = std::make_shared<Prepared>(std::move(*prepared));
@@ -291,19 +267,66 @@ bool KernelResolver::CheckCluster(const std::shared_ptr<Prepared>& prepared,
   return true;
 }
 
+std::optional<Status> KernelResolver::NegativeHit(const std::string& key) {
+  std::lock_guard lock(failures_mu_);
+  auto it = failures_.find(key);
+  if (it == failures_.end()) return std::nullopt;
+  if (std::chrono::steady_clock::now() >= it->second.until) {
+    failures_.erase(it);
+    return std::nullopt;
+  }
+  return it->second.status;
+}
+
+void KernelResolver::RememberFailure(const std::string& key, const Status& status) {
+  // UNAVAILABLE is the node's fault (no worker could be started), not the graph's.
+  if (options_.negative_ttl.count() <= 0 || status.code() == StatusCode::kUnavailable) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(failures_mu_);
+  // Bounded by the keys that failed within one TTL; expired entries go when the map grows.
+  if (failures_.size() >= 4096) {
+    std::erase_if(failures_, [&](const auto& entry) { return entry.second.until <= now; });
+  }
+  failures_[key] =
+      Failure{Status(status.code(), status.message() + " (this key is not compiled again for " +
+                                        std::to_string(options_.negative_ttl.count()) + " s)"),
+              now + options_.negative_ttl};
+}
+
 Resolution KernelResolver::CompileNow(const Prepared& p) {
   const std::string& key = p.key.hex;
   auto start = std::chrono::steady_clock::now();
   const CompileOptions& options = p.profile->options;
-  StatusOr<CompileResult> result = CompileVerifiedGraph(p.graph, p.key, options);
-  double seconds = SecondsSince(start);
-  metrics_.ObserveCompile(seconds, result.ok());
-  if (!result.ok()) {
-    spdlog::warn("compile failed key={} graph={}: {}", key, p.graph.name,
-                 result.status().ToString());
-    return Resolution{result.status(), {}, key, {}};
+  Status failed;
+  CompileFailureKind kind = CompileFailureKind::kNone;
+  std::shared_ptr<v1::KernelBundle> bundle;
+  if (options_.workers != nullptr) {
+    WorkerCompileResult r = options_.workers->Compile(p.graph, p.key, options);
+    if (r.worker_restarted) metrics_.CountWorkerRestart();
+    if (r.status.ok()) {
+      bundle = std::make_shared<v1::KernelBundle>(std::move(r.bundle));
+    } else {
+      failed = r.status;
+      kind = r.kind;
+    }
+  } else {
+    StatusOr<CompileResult> result = CompileVerifiedGraph(p.graph, p.key, options);
+    if (result.ok()) {
+      bundle = std::make_shared<v1::KernelBundle>(ToBundle(*result, options));
+    } else {
+      failed = result.status();
+      kind = CompileFailureKind::kError;
+    }
   }
-  auto bundle = std::make_shared<v1::KernelBundle>(ToBundle(*result, options));
+  double seconds = SecondsSince(start);
+  metrics_.ObserveCompile(seconds, bundle != nullptr);
+  if (bundle == nullptr) {
+    metrics_.CountCompileFailure(CompileFailureKindName(kind));
+    spdlog::warn("compile failed key={} graph={} kind={}: {}", key, p.graph.name,
+                 CompileFailureKindName(kind), failed.ToString());
+    RememberFailure(key, failed);
+    return Resolution{failed, {}, key, {}};
+  }
   cache::SealBundle(*bundle);
   Status stored = store_.Put(key, bundle);
   if (!stored.ok()) spdlog::error("cache write failed for {}: {}", key, stored.ToString());

@@ -10,6 +10,10 @@
 // answering. A request never waits past its own
 // deadline: the client falls back, and the flight still lands in the cache.
 //
+// A compile that fails (the compiler's error, or its worker's crash or limit) is remembered
+// for `negative_ttl`: requests for the key within it get that error at once, so that a graph
+// that kills its worker cannot keep the node compiling it.
+//
 // Thread-safety: Resolve may be called from any thread. `done` runs exactly once: inline on
 // the caller's thread when the answer needs no compile, else on a compile-pool or poller
 // thread.
@@ -20,9 +24,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "compile_pool.h"
+#include "compile_worker.h"
 #include "daemon_metrics.h"
 #include "key_memo.h"
 #include "poller.h"
@@ -49,6 +55,12 @@ struct ResolverOptions {
   // With a cluster tier: the longest a flight waits for another node's compile before it
   // compiles itself, even while the holder keeps renewing its lease.
   std::chrono::milliseconds cluster_wait{std::chrono::minutes(10)};
+  // Where compiles run: worker processes (must outlive the resolver), or this process's
+  // compile-pool threads when null (compile_isolation: thread).
+  CompileWorkers* workers = nullptr;
+  // How long a failed compile's error answers repeat requests for its key without compiling
+  // (negative_cache_seconds); zero compiles every request again.
+  std::chrono::seconds negative_ttl{60};
 };
 
 // The answer to one request.
@@ -121,6 +133,10 @@ class KernelResolver {
   bool CheckCluster(const std::shared_ptr<Prepared>& prepared,
                     std::chrono::steady_clock::time_point give_up_at);
   Resolution CompileNow(const Prepared& prepared);
+  // Returns the remembered error of a failed compile of `key` while its TTL lasts.
+  std::optional<Status> NegativeHit(const std::string& key);
+  // Remembers that compiling `key` failed with `status`.
+  void RememberFailure(const std::string& key, const Status& status);
 
   ResolverOptions options_;
   cache::TieredStore& store_;
@@ -132,6 +148,12 @@ class KernelResolver {
   KeyMemo memo_{1 << 16};
   std::mutex profiles_mu_;
   std::map<std::pair<std::string, bool>, Profile> profiles_;
+  struct Failure {
+    Status status;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::mutex failures_mu_;
+  std::map<std::string, Failure> failures_;  // the negative cache, by key
 };
 
 }  // namespace stitch::daemon

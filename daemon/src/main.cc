@@ -4,7 +4,9 @@
 
 #include <csignal>
 #include <cstdio>
+#include <string_view>
 
+#include "compile_worker_main.h"
 #include "daemon.h"
 #include "logging.h"
 #include "stitch/daemon/config.h"
@@ -26,6 +28,10 @@ sigset_t BlockStopSignals() {
 
 int main(int argc, char** argv) {
   using namespace stitch::daemon;
+  // A compile worker (compile_worker.h) is stitchd exec'd by stitchd with this first argument.
+  if (argc > 1 && std::string_view(argv[1]) == "--compile-worker") {
+    return RunCompileWorker(argc, argv);
+  }
   sigset_t stop_signals = BlockStopSignals();
   // A client that disconnects mid-write must not kill the daemon.
   std::signal(SIGPIPE, SIG_IGN);
@@ -39,6 +45,8 @@ int main(int argc, char** argv) {
     std::fputs(args->exit_message.c_str(), stdout);
     return args->exit_code;
   }
+  // Workers run this very binary; /proc/self/exe names it even after a reinstall moved it.
+  args->config.compile_worker_executable = "/proc/self/exe";
   const DaemonConfig& config = args->config;
   stitch::Status logging = InitLogging(config.log_format, config.log_level);
   if (!logging.ok()) {

@@ -374,6 +374,40 @@ TEST(ConfigTest, PtxOnlyFlag) {
   EXPECT_FALSE(ParseOk({"--target", "sm_80", "--config", file, "--ptx-only=false"}).ptx_only);
 }
 
+TEST(ConfigTest, CompileIsolationKeys) {
+  // Defaults: isolated, generous limits, a short negative TTL, no fault injection.
+  const DaemonConfig d = ParseOk({});
+  EXPECT_EQ(d.compile_isolation, "process");
+  EXPECT_EQ(d.compile_cpu_seconds, 300u);
+  EXPECT_EQ(d.compile_memory_bytes, uint64_t{8} << 30);
+  EXPECT_EQ(d.compile_timeout_seconds, 600u);
+  EXPECT_EQ(d.negative_cache_seconds, 60u);
+  EXPECT_FALSE(d.compile_fault_injection);
+
+  const DaemonConfig c =
+      ParseOk({"--compile-isolation", "thread", "--compile-cpu-seconds", "5",
+               "--compile-memory-bytes", "1GiB", "--compile-timeout-seconds", "7",
+               "--negative-cache-seconds", "0", "--compile-fault-injection"});
+  EXPECT_EQ(c.compile_isolation, "thread");
+  EXPECT_EQ(c.compile_cpu_seconds, 5u);
+  EXPECT_EQ(c.compile_memory_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(c.compile_timeout_seconds, 7u);
+  EXPECT_EQ(c.negative_cache_seconds, 0u);
+  EXPECT_TRUE(c.compile_fault_injection);
+
+  TempDir dir;
+  const std::string yaml = ToYaml(c);
+  EXPECT_TRUE(Contains(yaml, "compile_memory_bytes: 1GiB\n")) << yaml;
+  const DaemonConfig r = ParseOk({"--config", dir.Write("isolation.yaml", yaml)});
+  EXPECT_EQ(ToYaml(r), yaml);
+
+  EXPECT_TRUE(
+      Contains(ParseError({"--compile-isolation", "fork"}), "expected process or thread, got"));
+  EXPECT_TRUE(Contains(ParseError({"--compile-cpu-seconds", "0"}), "1..86400"));
+  EXPECT_TRUE(Contains(ParseError({"--compile-memory-bytes", "1MiB"}), "at least 256MiB"));
+  EXPECT_TRUE(Contains(ParseError({"--compile-timeout-seconds", "0"}), "1..86400"));
+}
+
 TEST(ConfigTest, ToYamlRoundTrips) {
   DaemonConfig c;
   c.data_dir = "/srv/stitchd data";
@@ -416,6 +450,25 @@ TEST(ConfigTest, ToYamlRoundTrips) {
   EXPECT_EQ(ToYaml(r), yaml);
   EXPECT_TRUE(Contains(yaml, "disk_cache_bytes: 5TiB\n"));
   EXPECT_TRUE(Contains(yaml, "socket_mode: \"0640\"\n"));
+}
+
+// Found by fuzz/config_fuzzer: a data_dir with bytes that are not UTF-8 was accepted, and
+// --print-config wrote each as U+FFFD, so the printed config read back as another one (here
+// its default socket path grew past the unix limit). Such values are refused up front.
+TEST(ConfigTest, ValuesMustBeUtf8) {
+  TempDir dir;
+  const std::string file = dir.Write("latin1.yaml", "data_dir: /var/lib/caf\xe9\n");
+  const std::string message = ParseError({"--config", file});
+  EXPECT_TRUE(Contains(message, file + ":1: data_dir"));
+  EXPECT_TRUE(Contains(message, "not valid UTF-8"));
+  EXPECT_TRUE(Contains(ParseError({"--salt", "\xc0\xaf"}), "--salt: the value is not valid UTF-8"));
+  EXPECT_TRUE(Contains(ParseError({"--salt", "\xed\xa0\x80"}), "not valid UTF-8"));  // surrogate
+
+  const std::string utf8 = dir.Write("utf8.yaml", "data_dir: /var/lib/café\nsalt: \"µs 🙂\"\n");
+  const DaemonConfig c = ParseOk({"--config", utf8});
+  EXPECT_EQ(c.data_dir, "/var/lib/café");
+  const std::string printed = dir.Write("printed.yaml", ToYaml(c));
+  EXPECT_EQ(ToYaml(ParseOk({"--config", printed})), ToYaml(c));
 }
 
 TEST(ConfigTest, PrintConfigPrintsTheResolvedYaml) {

@@ -142,6 +142,9 @@ class LimitsTest : public ::testing::Test {
         "64KiB",
         "--max-concurrent-streams",
         std::to_string(kMaxStreams),
+        // This test runs the daemon inside its own binary, which cannot serve as a worker.
+        "--compile-isolation",
+        "thread",
     });
     ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
     StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(parsed->config);

@@ -76,6 +76,23 @@ struct DaemonConfig {
   uint32_t workers = 0;
   // Compiles waiting beyond this are refused with RESOURCE_EXHAUSTED.
   uint32_t max_queue = 256;
+  // Where compiles run: "process", supervised worker processes (README "Compiles are
+  // isolated"), or "thread", the compile pool's threads in stitchd itself.
+  std::string compile_isolation = "process";
+  // Per-compile limits of a worker: CPU seconds (RLIMIT_CPU), address space (RLIMIT_AS) and
+  // wall-clock seconds (the supervisor kills the worker).
+  uint32_t compile_cpu_seconds = 300;
+  uint64_t compile_memory_bytes = uint64_t{8} << 30;
+  uint32_t compile_timeout_seconds = 600;
+  // How long a failed compile's error answers requests for its key; 0 disables.
+  uint32_t negative_cache_seconds = 60;
+  // Test only: graphs named stitch.fault.{abort,spin,oom,sleep} make their worker abort,
+  // spin, allocate without bound or sleep. Off by default; never set it in production.
+  bool compile_fault_injection = false;
+  // Not a configuration key: the executable workers run, which must be stitchd (it serves
+  // --compile-worker). main() sets it to stitchd itself; empty with compile_isolation
+  // process makes Daemon::Start fail.
+  std::string compile_worker_executable;
   // "sm_80", "sm_90", ... or "auto"; after ParseCommandLine never "auto": the GPU of device 0,
   // or sm_90 when there is none.
   std::string target = "auto";
