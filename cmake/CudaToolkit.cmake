@@ -1,6 +1,8 @@
 # Finds the parts of the CUDA toolkit stitchd uses: ptxas, nvJitLink and libdevice.
 # Everything is optional: without them the compiler works in PTX-only mode.
-# Sets STITCH_PTXAS, STITCH_LIBDEVICE, STITCH_NVJITLINK_LIBRARY, STITCH_NVJITLINK_INCLUDE.
+# Sets STITCH_PTXAS, STITCH_LIBDEVICE, STITCH_NVJITLINK_LIBRARY, STITCH_NVJITLINK_INCLUDE, and
+# STITCH_CUDA_DRIVER_INCLUDE (the folder of cuda.h, which the kernel loader and gpu_bench need
+# to build; they open the driver itself with dlopen at run time).
 # -DSTITCH_WITH_CUDA_TOOLKIT=OFF ignores an installed toolkit (to build and test PTX-only mode).
 option(STITCH_WITH_CUDA_TOOLKIT "Use the CUDA toolkit when one is installed" ON)
 if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
@@ -18,7 +20,8 @@ endif()
 list(APPEND _stitch_cuda_roots /usr/local/cuda)
 if(NOT STITCH_WITH_CUDA_TOOLKIT)
   set(_stitch_cuda_roots /nonexistent)
-  foreach(v STITCH_PTXAS STITCH_LIBDEVICE STITCH_NVJITLINK_LIBRARY STITCH_NVJITLINK_INCLUDE)
+  foreach(v STITCH_PTXAS STITCH_LIBDEVICE STITCH_NVJITLINK_LIBRARY STITCH_NVJITLINK_INCLUDE
+            STITCH_CUDA_DRIVER_INCLUDE)
     unset(${v} CACHE)
   endforeach()
 endif()
@@ -30,6 +33,8 @@ find_library(STITCH_NVJITLINK_LIBRARY nvJitLink HINTS ${_stitch_cuda_roots}
              PATH_SUFFIXES lib64 lib NO_DEFAULT_PATH)
 find_path(STITCH_NVJITLINK_INCLUDE nvJitLink.h HINTS ${_stitch_cuda_roots}
           PATH_SUFFIXES include NO_DEFAULT_PATH)
+find_path(STITCH_CUDA_DRIVER_INCLUDE cuda.h HINTS ${_stitch_cuda_roots}
+          PATH_SUFFIXES include NO_DEFAULT_PATH)
 
 if(STITCH_PTXAS OR STITCH_NVJITLINK_LIBRARY)
   message(STATUS "stitchd: CUDA toolkit found (ptxas: ${STITCH_PTXAS}, nvJitLink: "
@@ -38,7 +43,8 @@ else()
   message(STATUS "stitchd: no CUDA toolkit found; building in PTX-only mode "
                  "(no cubin, math without libdevice)")
 endif()
-foreach(v STITCH_PTXAS STITCH_LIBDEVICE STITCH_NVJITLINK_LIBRARY STITCH_NVJITLINK_INCLUDE)
+foreach(v STITCH_PTXAS STITCH_LIBDEVICE STITCH_NVJITLINK_LIBRARY STITCH_NVJITLINK_INCLUDE
+          STITCH_CUDA_DRIVER_INCLUDE)
   if(NOT ${v})
     set(${v} "")
   endif()

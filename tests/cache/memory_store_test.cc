@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -188,6 +189,61 @@ TEST(MemoryStoreTest, ConcurrentGetPutEraseKeepsTheBound) {
   uint64_t listed_bytes = 0;
   for (const EntryInfo& e : listed) listed_bytes += e.bytes;
   EXPECT_EQ(listed_bytes, s.bytes);
+}
+
+// A hit is the stored bundle itself, shared with every other reader: the service serializes
+// it into answers (which writes protobuf's cached sizes) and lists it while other threads
+// replace, evict and erase the same key. Under TSan (scripts/sanitize tsan) a write to a
+// shared bundle, or an access outside the store's lock, fails this test; in every build each
+// reader must see one complete, correctly sealed version.
+TEST(MemoryStoreTest, SharedHitsAreReadConcurrentlyWhileTheKeyIsReplaced) {
+  constexpr int kVersions = 4;
+  std::vector<BundlePtr> versions;
+  std::vector<std::string> encoded;
+  for (int v = 0; v < kVersions; ++v) {
+    versions.push_back(
+        Sealed("hot", 300 + 100 * static_cast<size_t>(v), "plan v" + std::to_string(v)));
+    encoded.push_back(versions.back()->SerializeAsString());
+  }
+  // Room for about two versions, so replacing also evicts the filler entries.
+  auto store = NewMemoryStore(2 * versions.back()->ByteSizeLong() + 200);
+  ASSERT_TRUE(store->Put("hot", versions[0]).ok());
+  std::atomic<int> wrong{0};
+  std::atomic<uint64_t> reads{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) + 100);
+      for (int i = 0; i < 3000; ++i) {
+        if (t < 4) {
+          StatusOr<std::optional<Hit>> got = store->Get("hot");
+          if (!got.ok()) ++wrong;
+          if (!got.ok() || !got->has_value()) continue;
+          const v1::KernelBundle& b = *(*got)->bundle;
+          const std::string bytes = b.SerializeAsString();
+          if (std::find(encoded.begin(), encoded.end(), bytes) == encoded.end()) ++wrong;
+          if (!CheckSealed(b).ok() || b.ByteSizeLong() != bytes.size()) ++wrong;
+          ++reads;
+        } else if (t == 4) {
+          const auto v = rng() % kVersions;
+          if (!store->Put("hot", versions[v]).ok()) ++wrong;
+          if (!store
+                   ->Put("filler" + std::to_string(i % 3), Sealed("filler" + std::to_string(i % 3)))
+                   .ok())
+            ++wrong;
+          if (i % 50 == 0 && !store->Erase("hot").ok()) ++wrong;
+        } else {
+          for (const EntryInfo& e : store->List(8)) {
+            if (e.key == "hot" && e.plan.rfind("plan v", 0) != 0) ++wrong;
+          }
+          if (store->Stats().bytes > store->Stats().capacity_bytes) ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(reads.load(), 0u);
 }
 
 }  // namespace

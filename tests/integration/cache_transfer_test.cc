@@ -11,6 +11,7 @@
 
 #include "stitch/client/client.h"
 #include "support/command.h"
+#include "support/daemon_client.h"
 #include "support/stitchd_process.h"
 
 namespace stitch::testing {
@@ -42,20 +43,7 @@ Outcome RunCtl(const std::string& args) { return RunStitchctl(args); }
 
 class CacheTransferTest : public ::testing::Test {
  protected:
-  DaemonPaths Node(const std::string& name) const {
-    return {dir_.path() + "/" + name, dir_.path() + "/" + name + ".sock",
-            dir_.path() + "/" + name + ".log"};
-  }
-  // Generous deadlines: a loaded 2-core CI machine must fail only on a wrong answer.
-  static ClientOptions Options(const StitchdProcess& d) {
-    ClientOptions o;
-    o.address = d.address();
-    o.local_cache_entries = 0;
-    o.lookup_deadline = milliseconds(5000);
-    o.compile_deadline = milliseconds(120000);
-    o.admin_deadline = milliseconds(5000);
-    return o;
-  }
+  DaemonPaths Node(const std::string& name) const { return dir_.Daemon(name); }
   static uint64_t Compiles(Client& c) {
     StatusOr<v1::StatsResponse> s = c.Stats();
     EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -73,7 +61,7 @@ TEST_F(CacheTransferTest, ExportedEntriesHitFromDiskOnAnotherNodeByteForByte) {
   {
     StitchdProcess d(a);
     ASSERT_TRUE(d.started()) << d.log();
-    Client c(Options(d));
+    Client c(PatientClientOptions(d));
     for (const std::string& g : kGraphs) {
       client::Result r = c.Compile(CorpusRequest(g));
       ASSERT_EQ(r.outcome, client::Outcome::kCompiled) << g << ": " << r.reason;
@@ -103,7 +91,7 @@ TEST_F(CacheTransferTest, ExportedEntriesHitFromDiskOnAnotherNodeByteForByte) {
     EXPECT_NE(o.out.find("imported 2 entries"), std::string::npos) << o.out;
     StitchdProcess d(n);
     ASSERT_TRUE(d.started()) << d.log();
-    Client c(Options(d));
+    Client c(PatientClientOptions(d));
     for (size_t i = 0; i < kGraphs.size(); ++i) {
       client::Result r = c.Lookup(CorpusRequest(kGraphs[i]));
       ASSERT_EQ(r.outcome, client::Outcome::kDisk) << kGraphs[i] << ": " << r.reason;
@@ -125,7 +113,7 @@ TEST_F(CacheTransferTest, TamperedArchiveIsRefusedNamingTheEntryAndImportsNothin
   {
     StitchdProcess d(a);
     ASSERT_TRUE(d.started()) << d.log();
-    Client c(Options(d));
+    Client c(PatientClientOptions(d));
     for (const std::string& g : kGraphs) ASSERT_TRUE(c.Compile(CorpusRequest(g)).ok()) << g;
     Outcome o = RunCtl("cache export " + archive + " --daemon " + a.socket);
     ASSERT_EQ(o.exit_code, 0) << o.out;
@@ -149,7 +137,7 @@ TEST_F(CacheTransferTest, TamperedArchiveIsRefusedNamingTheEntryAndImportsNothin
 
   StitchdProcess d(b);
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   StatusOr<v1::StatsResponse> stats = c.Stats();
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   EXPECT_EQ(stats->entries(), 0u);
@@ -186,7 +174,7 @@ TEST_F(CacheTransferTest, WarmCompilesEverySubgraphOnceThenFindsThemAllCached) {
   EXPECT_NE(progress.find("[6/6] "), std::string::npos) << progress;
   EXPECT_EQ(progress.find('\r'), std::string::npos) << progress;
 
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   const uint64_t compiles = Compiles(c);
   EXPECT_GE(compiles, 1u);
 

@@ -12,6 +12,7 @@
 #include "stitch/hlo/hlo_import.h"
 #include "stitch/ir/graph_proto.h"
 #include "support/command.h"
+#include "support/daemon_client.h"
 #include "support/daemon_requests.h"
 #include "support/stitchd_process.h"
 
@@ -42,18 +43,7 @@ std::vector<v1::Graph> LibraryExtraction(const std::string& text) {
 
 class StitchdExtractTest : public ::testing::Test {
  protected:
-  DaemonPaths Paths() const {
-    return {dir_.path() + "/data", dir_.path() + "/stitchd.sock", dir_.path() + "/stitchd.log"};
-  }
-  // Generous deadlines: a loaded 2-core CI machine must fail only on a wrong answer.
-  static ClientOptions Options(const StitchdProcess& d) {
-    ClientOptions o;
-    o.address = d.address();
-    o.local_cache_entries = 0;
-    o.compile_deadline = milliseconds(120000);
-    o.admin_deadline = milliseconds(5000);
-    return o;
-  }
+  DaemonPaths Paths() const { return dir_.Daemon(); }
 
   TempDir dir_;
 };
@@ -61,7 +51,7 @@ class StitchdExtractTest : public ::testing::Test {
 TEST_F(StitchdExtractTest, CorpusModelGivesTheLibrarysGraphsInOrder) {
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   const std::string text = CorpusFile("hlo/real_models/mobilenet_v2_pytorchxla_train_bs96.hlo");
 
   StatusOr<std::vector<v1::Graph>> graphs = c.Extract(text);
@@ -79,7 +69,7 @@ TEST_F(StitchdExtractTest, CorpusModelGivesTheLibrarysGraphsInOrder) {
 TEST_F(StitchdExtractTest, SeveralModulesComeInTextOrderAndTheirGraphsCompile) {
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   const std::string first = CorpusFile("hlo/extracted/layernorm_fwd_2d1_f32.hlo");
   const std::string second = CorpusFile("hlo/extracted/batchnorm_training_op.hlo");
   const std::string text = first + "\n// -----\n" + second;
@@ -125,7 +115,7 @@ TEST_F(StitchdExtractTest, SeveralModulesComeInTextOrderAndTheirGraphsCompile) {
 TEST_F(StitchdExtractTest, MalformedTextIsInvalidArgumentNamingTheLineAndIsCounted) {
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
 
   StatusOr<std::vector<v1::Graph>> bad = c.Extract(
       "HloModule broken\n"
@@ -175,10 +165,10 @@ TEST_F(StitchdExtractTest, FullQueueAnswersResourceExhausted) {
   // A long compile holds the only worker; extractions then queue behind it, one at most.
   client::Result compiled;
   std::thread compile([&] {
-    Client c(Options(d));
+    Client c(PatientClientOptions(d));
     compiled = c.Compile(LongChainRequest(150, 1024));
   });
-  Client watcher(Options(d));
+  Client watcher(PatientClientOptions(d));
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < give_up) {
     StatusOr<v1::StatsResponse> s = watcher.Stats();
@@ -192,7 +182,7 @@ TEST_F(StitchdExtractTest, FullQueueAnswersResourceExhausted) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kRequests; ++i) {
     threads.emplace_back([&, i] {
-      Client c(Options(d));
+      Client c(PatientClientOptions(d));
       results[static_cast<size_t>(i)] = c.Extract(text);
     });
   }

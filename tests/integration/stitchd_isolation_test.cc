@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "stitch/client/client.h"
+#include "support/daemon_client.h"
 #include "support/daemon_requests.h"
 #include "support/stitchd_process.h"
 
@@ -36,19 +37,7 @@ double Failures(const StitchdProcess& d, const std::string& kind) {
 
 class StitchdIsolationTest : public ::testing::Test {
  protected:
-  DaemonPaths Paths(const std::string& name) const {
-    return {dir_.path() + "/" + name, dir_.path() + "/" + name + ".sock",
-            dir_.path() + "/" + name + ".log"};
-  }
-  static ClientOptions Options(const StitchdProcess& d) {
-    ClientOptions o;
-    o.address = d.address();
-    o.local_cache_entries = 0;
-    o.lookup_deadline = milliseconds(5000);
-    o.compile_deadline = milliseconds(120000);
-    o.admin_deadline = milliseconds(5000);
-    return o;
-  }
+  DaemonPaths Paths(const std::string& name) const { return dir_.Daemon(name); }
 
   TempDir dir_;
 };
@@ -58,7 +47,7 @@ TEST_F(StitchdIsolationTest, FaultsCostOneRequestAndAreRememberedAndCountedByKin
                                      "--compile-memory-bytes", "2GiB", "--compile-timeout-seconds",
                                      "30", "--negative-cache-seconds", "60"});
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   const v1::CompileRequest good = HloRequest(SoftmaxHlo(4, 32));
   client::Result first = c.Compile(good);
   ASSERT_EQ(first.outcome, Outcome::kCompiled) << first.reason;
@@ -119,12 +108,12 @@ TEST_F(StitchdIsolationTest, ACompilePastItsWallClockLimitIsKilledWhileHitsAreSe
   StitchdProcess d(Paths("timeout"),
                    {"--compile-fault-injection", "--compile-timeout-seconds", "3"});
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   const v1::CompileRequest good = HloRequest(SoftmaxHlo(4, 32));
   ASSERT_EQ(c.Compile(good).outcome, Outcome::kCompiled);
   // A compile that sleeps past the wall-clock limit, while hits go on being served.
   auto slept = std::async(std::launch::async, [&] {
-    Client other(Options(d));
+    Client other(PatientClientOptions(d));
     return other.Compile(FaultRequest("sleep", 5));
   });
   for (int i = 0; i < 20; ++i) {
@@ -147,7 +136,7 @@ TEST_F(StitchdIsolationTest, ACompilePastItsWallClockLimitIsKilledWhileHitsAreSe
 TEST_F(StitchdIsolationTest, AFailureIsRememberedOnlyForItsTtl) {
   StitchdProcess d(Paths("ttl"), {"--compile-fault-injection", "--negative-cache-seconds", "1"});
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   EXPECT_EQ(c.Compile(FaultRequest("abort", 2)).outcome, Outcome::kFallback);
   EXPECT_EQ(c.Compile(FaultRequest("abort", 2)).outcome, Outcome::kFallback);
   EXPECT_EQ(ScrapeMetric(d, "stitch_negative_cache_hits_total"), 1);
@@ -166,7 +155,7 @@ TEST_F(StitchdIsolationTest, FaultGraphsCompileNormallyWithoutTheTestHook) {
   // The hook is off by default: a graph named like a fault is an ordinary graph.
   StitchdProcess d(Paths("nohook"));
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   client::Result r = c.Compile(FaultRequest("abort", 2));
   EXPECT_EQ(r.outcome, Outcome::kCompiled) << r.reason;
   EXPECT_EQ(Failures(d, "crash"), 0);
@@ -180,7 +169,7 @@ TEST_F(StitchdIsolationTest, WorkerBundlesEqualInThreadBundles) {
   for (int i = 0; i < 2; ++i) {
     StitchdProcess d(Paths(modes[i]), {"--compile-isolation", modes[i]});
     ASSERT_TRUE(d.started()) << d.log();
-    Client c(Options(d));
+    Client c(PatientClientOptions(d));
     client::Result r = c.Compile(request);
     ASSERT_EQ(r.outcome, Outcome::kCompiled) << modes[i] << ": " << r.reason;
     bundles[i] = *r.bundle;

@@ -18,6 +18,7 @@
 #include "stitch/ir/graph_proto.h"
 #include "stitch/plan/target.h"
 #include "stitch/v1/kernel_service.grpc.pb.h"
+#include "support/daemon_client.h"
 #include "support/daemon_requests.h"
 #include "support/stitchd_process.h"
 
@@ -36,20 +37,7 @@ std::string CorpusFile(const std::string& relative) {
 
 class StitchdTest : public ::testing::Test {
  protected:
-  DaemonPaths Paths() const {
-    return {dir_.path() + "/data", dir_.path() + "/stitchd.sock", dir_.path() + "/stitchd.log"};
-  }
-  // Integration tests run on a loaded 2-core CI machine: deadlines generous enough that
-  // only a wrong answer, not a slow one, fails them.
-  static ClientOptions Options(const StitchdProcess& d) {
-    ClientOptions o;
-    o.address = d.address();
-    o.local_cache_entries = 0;
-    o.lookup_deadline = milliseconds(5000);
-    o.compile_deadline = milliseconds(120000);
-    o.admin_deadline = milliseconds(5000);
-    return o;
-  }
+  DaemonPaths Paths() const { return dir_.Daemon(); }
   static v1::StatsResponse StatsOf(Client& c) {
     StatusOr<v1::StatsResponse> s = c.Stats();
     EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -65,7 +53,7 @@ TEST_F(StitchdTest, CompiledThenMemoryHitThenDiskHitAfterRestart) {
   {
     StitchdProcess d(Paths());
     ASSERT_TRUE(d.started()) << d.log();
-    Client c(Options(d));
+    Client c(PatientClientOptions(d));
     client::Result first = c.Compile(request);
     ASSERT_EQ(first.outcome, Outcome::kCompiled) << first.reason;
     ASSERT_EQ(first.key.size(), 64u);
@@ -87,7 +75,7 @@ TEST_F(StitchdTest, CompiledThenMemoryHitThenDiskHitAfterRestart) {
   }
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   client::Result third = c.Compile(request);
   ASSERT_EQ(third.outcome, Outcome::kDisk) << third.reason;
   EXPECT_EQ(third.key, key);
@@ -110,7 +98,7 @@ TEST_F(StitchdTest, ThirtyTwoConcurrentIdenticalRequestsCompileOnce) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kRequests; ++i) {
     threads.emplace_back([&, i] {
-      Client c(Options(d));
+      Client c(PatientClientOptions(d));
       start.arrive_and_wait();
       results[static_cast<size_t>(i)] = c.Compile(request);
     });
@@ -123,7 +111,7 @@ TEST_F(StitchdTest, ThirtyTwoConcurrentIdenticalRequestsCompileOnce) {
     compiled += r.outcome == Outcome::kCompiled;
   }
   EXPECT_GE(compiled, 1);
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   EXPECT_EQ(StatsOf(c).compiles(), 1u);
 }
 
@@ -150,7 +138,7 @@ TEST_F(StitchdTest, SecondDaemonOnTheSameSocketOrDataDirRefusesToStart) {
   EXPECT_NE(third.log().find(Paths().data_dir), std::string::npos) << third.log();
 
   // The first daemon still serves.
-  Client c(Options(first));
+  Client c(PatientClientOptions(first));
   EXPECT_TRUE(c.Stats().ok());
   EXPECT_TRUE(first.alive());
 }
@@ -212,7 +200,7 @@ grpc::Status CallRaw(const std::string& address, const std::string& method,
 TEST_F(StitchdTest, BadInputIsInvalidArgumentAndLeavesTheDaemonServing) {
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
 
   std::mt19937 rng(12345);
   std::string garbage(4096, '\0');
@@ -271,7 +259,7 @@ ENTRY main {
 TEST_F(StitchdTest, MetricsEndpointPassesPromtoolAndCountsRequests) {
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   v1::CompileRequest request = HloRequest(SoftmaxHlo(64, 128));
   ASSERT_TRUE(c.Compile(request).ok());
   ASSERT_TRUE(c.Lookup(request).ok());
@@ -306,7 +294,7 @@ TEST_F(StitchdTest, MetricsEndpointPassesPromtoolAndCountsRequests) {
 TEST_F(StitchdTest, CompilePastItsDeadlineStillLandsInTheCache) {
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   v1::CompileRequest request = LongChainRequest(100, 1024);
   client::Result late = c.Compile(request, milliseconds(20));
   EXPECT_EQ(late.outcome, Outcome::kFallback);
@@ -331,7 +319,7 @@ TEST_F(StitchdTest, FullCompileQueueAnswersResourceExhausted) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kRequests; ++i) {
     threads.emplace_back([&, i] {
-      Client c(Options(d));
+      Client c(PatientClientOptions(d));
       start.arrive_and_wait();
       results[static_cast<size_t>(i)] = c.Compile(LongChainRequest(40 + i, 256));
     });
@@ -345,7 +333,7 @@ TEST_F(StitchdTest, FullCompileQueueAnswersResourceExhausted) {
   EXPECT_GE(ok, 1);
   EXPECT_GE(exhausted, 1);
   EXPECT_EQ(ok + exhausted, kRequests);
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   EXPECT_EQ(StatsOf(c).rejected(), static_cast<uint64_t>(exhausted));
 }
 
@@ -356,7 +344,7 @@ TEST_F(StitchdTest, SigtermDrainsAnInFlightCompile) {
     // compile landing, not about how fast it is.
     StitchdProcess d(Paths(), {"--drain-seconds", "120"});
     ASSERT_TRUE(d.started()) << d.log();
-    Client c(Options(d));
+    Client c(PatientClientOptions(d));
     std::future<client::Result> pending = c.CompileAsync(request);
     // Wait until the compile runs, then ask the daemon to stop.
     auto end = steady_clock::now() + std::chrono::seconds(30);
@@ -371,7 +359,7 @@ TEST_F(StitchdTest, SigtermDrainsAnInFlightCompile) {
   }
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   EXPECT_EQ(c.Lookup(request).outcome, Outcome::kDisk);
 }
 
@@ -384,7 +372,7 @@ TEST_F(StitchdTest, MultiMebibyteMessagesGoThrough) {
     n.set_name(std::string(320 << 10, 'n'));
   }
   ASSERT_GT(request.ByteSizeLong(), 6u << 20);
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   client::Result r = c.Compile(request);
   EXPECT_EQ(r.outcome, Outcome::kCompiled) << r.reason;
 }
@@ -392,7 +380,7 @@ TEST_F(StitchdTest, MultiMebibyteMessagesGoThrough) {
 TEST_F(StitchdTest, UsageReportsCreditTheCostModelsSavings) {
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   client::Result r = c.Compile(HloRequest(SoftmaxHlo(128, 768)));
   ASSERT_TRUE(r.ok()) << r.reason;
   c.RecordInvocations(r.key, 1000);
@@ -421,7 +409,7 @@ TEST_F(StitchdTest, EachJobsFallbackPricesItsSavingsUnderItsOwnLabel) {
     ASSERT_TRUE(d.started()) << d.log();
     for (v1::Fallback fallback :
          {v1::FALLBACK_XLA, v1::FALLBACK_INDUCTOR, v1::FALLBACK_EAGER, v1::FALLBACK_UNSPECIFIED}) {
-      ClientOptions o = Options(d);
+      ClientOptions o = PatientClientOptions(d);
       o.fallback = fallback;
       Client c(o);
       client::Result r = c.Compile(request);
@@ -454,7 +442,7 @@ TEST_F(StitchdTest, EachJobsFallbackPricesItsSavingsUnderItsOwnLabel) {
   ASSERT_TRUE(d.started()) << d.log();
   EXPECT_NEAR(ScrapeMetric(d, "stitch_gpu_seconds_saved_total{baseline=\"xla\",basis=\"modeled\"}"),
               1000 * (seconds["xla"] - shipped), 1e-9 + 1e-6 * seconds["xla"] * 1000);
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   EXPECT_EQ(StatsOf(c).invocations_reported(), 4000u);
 }
 
@@ -468,7 +456,7 @@ TEST_F(StitchdTest, MeasuredTimesReplaceTheModelAndSurviveARestart) {
   {
     StitchdProcess d(Paths());
     ASSERT_TRUE(d.started()) << d.log();
-    ClientOptions o = Options(d);
+    ClientOptions o = PatientClientOptions(d);
     o.fallback = v1::FALLBACK_XLA;
     Client c(o);
     client::Result a = c.Compile(HloRequest(SoftmaxHlo(128, 768)));
@@ -529,7 +517,7 @@ TEST_F(StitchdTest, MeasuredTimesReplaceTheModelAndSurviveARestart) {
   }
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   EXPECT_NEAR(StatsOf(c).gpu_seconds_saved_measured(), 0.03, 1e-9);
   EXPECT_NEAR(StatsOf(c).gpu_seconds_lost(), 0.06, 1e-9);
   StatusOr<v1::ListRuntimesResponse> list = c.ListRuntimes(10);
@@ -671,7 +659,7 @@ ENTRY main {
 TEST_F(StitchdTest, EveryAcceptedTargetGetsAnnotatedKernelsAndCosts) {
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
-  Client c(Options(d));
+  Client c(PatientClientOptions(d));
   for (const Target& target : Target::Supported()) {
     SCOPED_TRACE(target.name());
     v1::CompileRequest request = HloRequest(kBatchNormStatisticsHlo);

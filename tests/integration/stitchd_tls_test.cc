@@ -117,9 +117,7 @@ class StitchdTlsTest : public ::testing::Test {
 
   static std::string Cert(const std::string& name) { return certs_->Path(name); }
 
-  DaemonPaths Paths() const {
-    return {dir_.path() + "/data", dir_.path() + "/stitchd.sock", dir_.path() + "/stitchd.log"};
-  }
+  DaemonPaths Paths() const { return dir_.Daemon(); }
 
   // A daemon whose TCP port serves TLS with the server certificate, requiring client
   // certificates of the test CA when `mutual`.

@@ -24,6 +24,12 @@ namespace stitch::testing {
 
 inline std::string StitchdBinary() { return std::string(STITCH_BINARY_DIR) + "/daemon/stitchd"; }
 
+struct DaemonPaths {
+  std::string data_dir;
+  std::string socket;
+  std::string log;
+};
+
 // A directory under /tmp (socket paths must stay under 108 bytes), removed at destruction.
 class TempDir {
  public:
@@ -37,14 +43,14 @@ class TempDir {
   }
   const std::string& path() const { return path_; }
 
+  // Returns the files of a daemon called `name` inside this directory: data dir <name>/,
+  // socket <name>.sock, log <name>.log. Different names never share a file.
+  DaemonPaths Daemon(const std::string& name = "stitchd") const {
+    return {path_ + "/" + name, path_ + "/" + name + ".sock", path_ + "/" + name + ".log"};
+  }
+
  private:
   std::string path_;
-};
-
-struct DaemonPaths {
-  std::string data_dir;
-  std::string socket;
-  std::string log;
 };
 
 // Runs stitchd with `args` (after the binary name), stderr into `log`. Returns the pid.

@@ -13,6 +13,8 @@
 #include <new>
 #include <utility>
 
+#include "fiber_sanitizer.h"
+
 namespace stitch::emu {
 namespace {
 
@@ -67,10 +69,14 @@ struct Worker {
   ctx::fiber sched;  // the scheduler's continuation while this worker runs
   ThreadState* thread = nullptr;
   bool abandoned = false;
+  // This fiber's stack, and the scheduler's side of the last switch, for the sanitizers.
+  FiberContext self;
+  FiberContext scheduler;
 
   Worker() : fiber() {}
   ~Worker() {
     if (!abandoned) fiber.~fiber();
+    DestroyFiberContext(self);
     if (map != nullptr) munmap(map, map_bytes);
   }
 
@@ -83,20 +89,37 @@ struct Worker {
   }
 
   static ctx::fiber Main(Worker* w, ctx::fiber&& sched) {
+    EndSwitch(w->self, &w->scheduler);
     w->sched = std::move(sched);
     while (ThreadState* t = w->thread) {
       w->owner->entry_(w->owner->args_);
       t->status = ThreadStatus::kExited;
-      w->sched = std::move(w->sched).resume();
+      w->SwitchToScheduler();
     }
+    BeginSwitch(w->self, w->scheduler, /*self_ends=*/true);
     return std::move(w->sched);
+  }
+
+  // Called on the scheduler's stack: runs this fiber until it switches back.
+  void SwitchToFiber() {
+    CaptureThreadContext(scheduler);
+    BeginSwitch(scheduler, self);
+    fiber = std::move(fiber).resume();
+    EndSwitch(scheduler, nullptr);
+  }
+
+  // Called on this fiber's stack: suspends it and returns to the scheduler.
+  void SwitchToScheduler() {
+    BeginSwitch(self, scheduler);
+    sched = std::move(sched).resume();
+    EndSwitch(self, &scheduler);
   }
 
   // Lets an idle worker return from Main so that its fiber ends normally.
   void Finish() {
     if (abandoned || !fiber) return;
     thread = nullptr;
-    fiber = std::move(fiber).resume();
+    SwitchToFiber();
   }
 };
 
@@ -139,6 +162,7 @@ Worker* BlockScheduler::NewWorker() {
   ctx::stack_context sctx;
   sctx.size = size;
   sctx.sp = static_cast<char*>(bottom) + size;
+  CreateFiberContext(w->self, bottom, size);
   Worker* raw = w.get();
   w->fiber =
       ctx::fiber(std::allocator_arg, ctx::preallocated(sctx.sp, sctx.size, sctx), KeepStack{},
@@ -209,7 +233,7 @@ void BlockScheduler::Resume(ThreadState* t) {
   }
   Worker* w = t->worker;
   tls_current = t;
-  w->fiber = std::move(w->fiber).resume();
+  w->SwitchToFiber();
   tls_current = nullptr;
   if (!w->CanaryIntact()) {
     // Neighbouring stacks may be damaged: the launch is abandoned as a whole.
@@ -227,10 +251,7 @@ void BlockScheduler::Resume(ThreadState* t) {
   }
 }
 
-void BlockScheduler::Yield(ThreadState* t) {
-  Worker* w = t->worker;
-  w->sched = std::move(w->sched).resume();
-}
+void BlockScheduler::Yield(ThreadState* t) { t->worker->SwitchToScheduler(); }
 
 void BlockScheduler::Fail(ThreadState* t, const std::string& message) {
   if (error_.empty()) {
