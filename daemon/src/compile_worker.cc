@@ -26,6 +26,11 @@
 #include "stitch/ir/graph_proto.h"
 #include "stitch/plan/target.h"
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#include <sanitizer/common_interface_defs.h>
+#define STITCH_SANITIZER_SHADOW 1
+#endif
+
 extern char** environ;
 
 namespace stitch::daemon {
@@ -147,6 +152,41 @@ std::string SignalName(int sig) {
   ssize_t ignored = ::write(2, kMessage, sizeof kMessage - 1);
   static_cast<void>(ignored);
   ::_exit(kExitOutOfMemory);
+}
+
+// The bytes of address space this process has mapped (/proc/self/statm), 0 when unknown.
+uint64_t MappedBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long pages = 0;
+  const int read = std::fscanf(f, "%llu", &pages);
+  std::fclose(f);
+  return read == 1 ? pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
+}
+
+#if defined(STITCH_SANITIZER_SHADOW)
+// A sanitizer dies with its own report when an allocation fails; at the address-space limit
+// that is an out-of-memory, and the worker says so in the supervisor's terms.
+void OnSanitizerDeath() {
+  rlimit as{};
+  constexpr uint64_t kSlack = uint64_t{256} << 20;
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY &&
+      MappedBytes() + kSlack >= as.rlim_cur) {
+    ::_exit(kExitOutOfMemory);
+  }
+}
+#endif
+
+// Limits the address space to `memory_bytes`. ASan and TSan reserve terabytes of shadow at
+// start, so under them the limit is what is mapped by then plus `memory_bytes`.
+void LimitAddressSpace(uint64_t memory_bytes) {
+  uint64_t limit = memory_bytes;
+#if defined(STITCH_SANITIZER_SHADOW)
+  limit += MappedBytes();
+  __sanitizer_set_death_callback(OnSanitizerDeath);
+#endif
+  rlimit as{limit, limit};
+  ::setrlimit(RLIMIT_AS, &as);
 }
 
 // Gives the next compile `cpu_seconds` more CPU seconds than this process has used so far.
@@ -278,10 +318,7 @@ int RunCompileWorker(int argc, char** argv) {
   ::signal(SIGINT, SIG_IGN);
   // A daemon killed outright takes its workers with it, even one stuck in a compile.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (memory_bytes > 0) {
-    rlimit as{memory_bytes, memory_bytes};
-    ::setrlimit(RLIMIT_AS, &as);
-  }
+  if (memory_bytes > 0) LimitAddressSpace(memory_bytes);
   // No core files: a crashing compile should not fill the node's disk.
   rlimit core{0, 0};
   ::setrlimit(RLIMIT_CORE, &core);

@@ -59,7 +59,10 @@ void Poller::Run() {
     auto next = std::min_element(items_.begin(), items_.end(),
                                  [](const Item& a, const Item& b) { return a.due < b.due; });
     if (std::chrono::steady_clock::now() < next->due) {
-      changed_.wait_until(lock, next->due);
+      // A copy: the wait re-reads its deadline after waking, and an Add meanwhile may have
+      // moved the items.
+      const auto due = next->due;
+      changed_.wait_until(lock, due);
       continue;
     }
     Item item = std::move(*next);

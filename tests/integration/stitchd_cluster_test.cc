@@ -141,7 +141,7 @@ TEST_F(StitchdClusterTest, OneNodeCompilesTheOthersHitTheClusterThenTheirDisk) {
     Client c(Options(*a));
     for (const auto& r : requests) {
       client::Result got = c.Compile(r);
-      ASSERT_EQ(got.outcome, Outcome::kCompiled) << got.reason;
+      ASSERT_EQ(got.outcome, Outcome::kCompiled) << got.reason << "\n" << a->log();
       digests[got.key] = got.bundle->digest();
     }
     EXPECT_EQ(ScrapeMetric(*a, "stitch_cluster_writes_total"), 4);

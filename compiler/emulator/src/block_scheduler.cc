@@ -193,6 +193,7 @@ bool BlockScheduler::MapSlab(uint32_t stacks) {
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (map == MAP_FAILED) return false;
   mprotect(map, page, PROT_NONE);
+  ClearStackMarks(static_cast<uint8_t*>(map) + page, bytes - page);
   slab_.base = static_cast<uint8_t*>(map) + page;
   slab_.bytes = bytes;
   slab_.stride = stride;
@@ -215,6 +216,7 @@ void BlockScheduler::ReleaseSlab() {
   }
   std::erase_if(idle_, [](const Worker* w) { return w->canary != nullptr; });
   workers_ = std::move(keep);
+  ClearStackMarks(slab_.base, slab_.bytes - PageSize());
   munmap(slab_.base - PageSize(), slab_.bytes);
   slab_ = Slab{};
 }
@@ -253,12 +255,19 @@ void BlockScheduler::Resume(ThreadState* t) {
 
 void BlockScheduler::Yield(ThreadState* t) { t->worker->SwitchToScheduler(); }
 
-void BlockScheduler::Fail(ThreadState* t, const std::string& message) {
+void BlockScheduler::Fail(ThreadState* t, std::string&& message) {
   if (error_.empty()) {
     error_ = message.rfind("deadlock", 0) == 0
                  ? message
                  : "error in block " + BlockName(t->ctaid) + ": " + message;
   }
+  // The caller's frames are never unwound, so the message would never be destroyed: its
+  // buffer is released here.
+  std::string().swap(message);
+  Park(t);
+}
+
+void BlockScheduler::Park(ThreadState* t) {
   t->status = ThreadStatus::kStuck;
   // The scheduler abandons this fiber; it is never resumed.
   for (;;) Yield(t);
@@ -478,7 +487,7 @@ uint64_t BlockScheduler::WarpRendezvous(ThreadState* t, WarpOp op, uint32_t mask
     // Last lane in: resolve the whole warp now (results go to per-lane slots, so nothing
     // can be overwritten before every lane has read it).
     CompleteWarp(w);
-    if (!error_.empty()) Fail(t, error_);
+    if (!error_.empty()) Park(t);
     return t->warp_result;
   }
   Yield(t);
@@ -580,6 +589,7 @@ void BlockScheduler::AbandonRunningWorkers() {
     t.worker = nullptr;
     w->abandoned = true;
     w->thread = nullptr;
+    DestroyFiberContext(w->self);
     if (w->map != nullptr) {
       munmap(w->map, w->map_bytes);
       w->map = nullptr;

@@ -130,7 +130,7 @@ class BlockScheduler {
   // RunGrid runs; under RunBlock it fails the launch.
   void GridBarrier(ThreadState* t, uint32_t site, void* workspace);
   // Marks the block failed with `message` and parks the calling fiber for good.
-  [[noreturn]] void Fail(ThreadState* t, const std::string& message);
+  [[noreturn]] void Fail(ThreadState* t, std::string&& message);
 
  private:
   struct Warp {
@@ -167,6 +167,8 @@ class BlockScheduler {
   // Ends the slab's workers and unmaps it.
   void ReleaseSlab();
   void Resume(ThreadState* t);
+  // Parks the calling fiber for good (the launch has failed).
+  [[noreturn]] void Park(ThreadState* t);
   void Yield(ThreadState* t);
   void OnExit(ThreadState* t);
   void CompleteWarp(Warp& w);

@@ -29,6 +29,7 @@
 #endif
 
 #if defined(STITCH_FIBER_ASAN)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #if defined(STITCH_FIBER_TSAN)
@@ -45,23 +46,38 @@ struct FiberContext {
   void* tsan_fiber = nullptr;       // TSan's fiber object
 };
 
-// Makes `fiber` a TSan fiber for a stack [bottom, bottom + size). Call once, before the
-// first switch to it; pair with DestroyFiberContext.
+// Clears ASan's marks on [p, p + n), memory that becomes or stops being fiber stacks: stacks
+// (and the canaries between them) are mapped again at addresses earlier stacks used, and
+// ASan still marks those stacks' frames.
+inline void ClearStackMarks(const void* p, size_t n) {
+#if defined(STITCH_FIBER_ASAN)
+  __asan_unpoison_memory_region(p, n);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
+
+// Makes `fiber` the context of a stack [bottom, bottom + size), which starts clean. Call once,
+// before the first switch to it; pair with DestroyFiberContext.
 inline void CreateFiberContext(FiberContext& fiber, const void* bottom, size_t size) {
   fiber.stack_bottom = bottom;
   fiber.stack_size = size;
+  ClearStackMarks(bottom, size);
 #if defined(STITCH_FIBER_TSAN)
   fiber.tsan_fiber = __tsan_create_fiber(0);
 #endif
 }
 
-// Releases what CreateFiberContext made. The fiber must not be running.
+// Releases what CreateFiberContext made, before its stack is unmapped: a suspended or
+// abandoned fiber leaves its frames marked, and whatever is mapped there next must not
+// inherit them. The fiber must not be running; a second call does nothing.
 inline void DestroyFiberContext(FiberContext& fiber) {
+  if (fiber.stack_bottom != nullptr) ClearStackMarks(fiber.stack_bottom, fiber.stack_size);
+  fiber.stack_bottom = nullptr;
 #if defined(STITCH_FIBER_TSAN)
   if (fiber.tsan_fiber != nullptr) __tsan_destroy_fiber(fiber.tsan_fiber);
   fiber.tsan_fiber = nullptr;
-#else
-  (void)fiber;
 #endif
 }
 
