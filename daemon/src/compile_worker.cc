@@ -154,6 +154,7 @@ std::string SignalName(int sig) {
   ::_exit(kExitOutOfMemory);
 }
 
+#if defined(STITCH_SANITIZER_SHADOW)
 // The bytes of address space this process has mapped (/proc/self/statm), 0 when unknown.
 uint64_t MappedBytes() {
   FILE* f = std::fopen("/proc/self/statm", "r");
@@ -164,7 +165,6 @@ uint64_t MappedBytes() {
   return read == 1 ? pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
 }
 
-#if defined(STITCH_SANITIZER_SHADOW)
 // A sanitizer dies with its own report when an allocation fails; at the address-space limit
 // that is an out-of-memory, and the worker says so in the supervisor's terms.
 void OnSanitizerDeath() {

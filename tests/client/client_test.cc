@@ -52,7 +52,9 @@ TEST(ClientDeadDaemon, LookupFallsBackWithinDeadline) {
     EXPECT_EQ(r.outcome, Outcome::kFallback);
     EXPECT_FALSE(r.ok());
     EXPECT_EQ(r.bundle, nullptr);
-    EXPECT_LT(ms, 50 + 100) << "attempt " << i;
+    // Within the deadline plus scheduling slack (generous for loaded and sanitizer builds),
+    // not after gRPC's reconnect backoff, which takes seconds.
+    EXPECT_LT(ms, 50 + 1000) << "attempt " << i;
     EXPECT_TRUE(StartsWith(r.reason, "UNAVAILABLE") || StartsWith(r.reason, "DEADLINE_EXCEEDED"))
         << r.reason;
   }
@@ -85,7 +87,7 @@ TEST(ClientDeadDaemon, CompileFailsFastInsteadOfWaitingForTheDeadline) {
 TEST(ClientSlowDaemon, LookupDeadlineExceeded) {
   ScriptedService service;
   service.lookup = [](const v1::CompileRequest& req, v1::CompileResponse* resp) {
-    std::this_thread::sleep_for(milliseconds(500));
+    std::this_thread::sleep_for(milliseconds(2500));
     return Answer(v1::CompileResponse::MEMORY)(req, resp);
   };
   ScriptedServer server(&service);
@@ -97,7 +99,8 @@ TEST(ClientSlowDaemon, LookupDeadlineExceeded) {
   long long ms = MsSince(start);
   EXPECT_EQ(r.outcome, Outcome::kFallback);
   EXPECT_TRUE(StartsWith(r.reason, "DEADLINE_EXCEEDED")) << r.reason;
-  EXPECT_LT(ms, 300);
+  // Long before the server answers (2.5 s).
+  EXPECT_LT(ms, 1000);
   EXPECT_EQ(service.lookup_calls.load(), 1);
 }
 
@@ -595,7 +598,11 @@ TEST(ClientLargeBundle, FiveMebibytePtxGoesThrough) {
     return grpc::Status::OK;
   };
   ScriptedServer server(&service);
-  Client client(OptionsFor(server.address()));  // default options: the default receive limit
+  // The default receive limit, with a deadline that a sanitizer build's slower parsing of
+  // 5 MiB also meets.
+  ClientOptions o = OptionsFor(server.address());
+  o.compile_deadline = milliseconds(120000);
+  Client client(o);
   Result r = client.Compile(HloRequest("big"));
   ASSERT_EQ(r.outcome, Outcome::kCompiled) << r.reason;
   ASSERT_EQ(r.bundle->kernels_size(), 1);
