@@ -199,7 +199,7 @@ TEST_F(StitchdTlsTest, MutualTlsAcceptsAClientCertificateOfTheCa) {
   EXPECT_TRUE(Contains(d->log(), "mtls")) << d->log();
   Client c(TcpOptions(*d, "ca.pem", "client.pem", "client.key"));
   client::Result r = c.Compile(HloRequest(SoftmaxHlo(4, 8)));
-  ASSERT_TRUE(r.ok()) << r.reason;
+  ASSERT_TRUE(r.ok()) << r.reason << "\n" << d->log();
   EXPECT_EQ(r.outcome, Outcome::kCompiled);
   EXPECT_EQ(r.key.size(), 64u);
   StatusOr<v1::StatsResponse> stats = c.Stats();
