@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "graph_input.h"
+#include "stitch/driver/bundle.h"
 #include "stitch/driver/compile.h"
 
 namespace stitch::ctl {
@@ -18,7 +19,18 @@ int Fail(const std::string& message) {
 
 namespace {
 
-nlohmann::json KernelJson(const CompiledKernel& k, bool with_ptx) {
+// The parameter ABI a job binds buffers by: "input 0", "output 1", "temporary 0", then the
+// workspace where the kernel has one.
+nlohmann::json ParamsJson(const v1::Kernel& k) {
+  nlohmann::json params = nlohmann::json::array();
+  for (const v1::KernelParam& p : k.params()) {
+    params.push_back(v1::KernelParam::Role_Name(p.role()) + " " + std::to_string(p.index()));
+  }
+  if (k.workspace_bytes() != 0) params.push_back("WORKSPACE");
+  return params;
+}
+
+nlohmann::json KernelJson(const CompiledKernel& k, const v1::Kernel& bundled, bool with_ptx) {
   nlohmann::json j = {
       {"name", k.name},
       {"kind", std::string(KernelKindName(k.kind))},
@@ -28,6 +40,7 @@ nlohmann::json KernelJson(const CompiledKernel& k, bool with_ptx) {
       {"workspace_bytes", k.workspace_bytes},
       {"ptx_bytes", k.ptx.size()},
       {"cubin_bytes", k.cubin.size()},
+      {"params", ParamsJson(bundled)},
   };
   if (with_ptx) j["ptx"] = k.ptx;
   return j;
@@ -125,8 +138,12 @@ int RunCompile(const CompileArgs& args) {
                                 {"kernels", cost.kernels}});
     }
     if (!r->cubin_note.empty()) j["note"] = r->cubin_note;
-    for (const CompiledKernel& k : r->kernels)
-      j["kernels"].push_back(KernelJson(k, args.print_ptx));
+    const v1::KernelBundle bundle = ToBundle(*r, options);
+    for (size_t k = 0; k < r->kernels.size(); ++k) {
+      j["kernels"].push_back(
+          KernelJson(r->kernels[k], bundle.kernels(static_cast<int>(k)), args.print_ptx));
+    }
+    j["plan"] = Describe(r->graph, r->plan);
     all.push_back(j);
   }
   if (args.json) std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";

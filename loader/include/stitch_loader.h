@@ -76,6 +76,18 @@ int stitch_loader_launch(stitch_loader* loader, const stitch_program* program,
                          size_t num_outputs, uintptr_t stream, char** error);
 
 /*
+ * As stitch_loader_launch, after checking the byte size of each buffer: `input_bytes[i]` and
+ * `output_bytes[i]` are the sizes of inputs[i] and outputs[i] (0: unknown, not checked).
+ * Returns -1 with *error INVALID_ARGUMENT naming the first buffer smaller than the bundle
+ * declares for it, before any work is enqueued: the kernels write all of every output.
+ */
+int stitch_loader_launch_checked(stitch_loader* loader, const stitch_program* program,
+                                 const uint64_t* inputs, const uint64_t* input_bytes,
+                                 size_t num_inputs, const uint64_t* outputs,
+                                 const uint64_t* output_bytes, size_t num_outputs, uintptr_t stream,
+                                 char** error);
+
+/*
  * Returns which image of a bundle compiled for `target` (e.g. "sm_90") a device of compute
  * capability cc_major.cc_minor would load: 0 the cubin (only when `has_cubin` is nonzero), 1
  * the PTX through the driver's JIT, or -1 with *error set when the device is older than the

@@ -96,6 +96,28 @@ int stitch_loader_launch(stitch_loader* loader, const stitch_program* program,
   return 0;
 }
 
+int stitch_loader_launch_checked(stitch_loader* loader, const stitch_program* program,
+                                 const uint64_t* inputs, const uint64_t* input_bytes,
+                                 size_t num_inputs, const uint64_t* outputs,
+                                 const uint64_t* output_bytes, size_t num_outputs, uintptr_t stream,
+                                 char** error) {
+  if (loader == nullptr || program == nullptr ||
+      ((inputs == nullptr || input_bytes == nullptr) && num_inputs != 0) ||
+      ((outputs == nullptr || output_bytes == nullptr) && num_outputs != 0)) {
+    SetError(error, stitch::InvalidArgument(
+                        "stitch_loader_launch_checked: NULL loader, program or buffer array"));
+    return -1;
+  }
+  stitch::Status s = loader->impl->LaunchChecked(
+      *program->impl, std::span(inputs, num_inputs), std::span(input_bytes, num_inputs),
+      std::span(outputs, num_outputs), std::span(output_bytes, num_outputs), stream);
+  if (!s.ok()) {
+    SetError(error, s);
+    return -1;
+  }
+  return 0;
+}
+
 int stitch_loader_check_target(const char* target, int has_cubin, int cc_major, int cc_minor,
                                char** error) {
   if (target == nullptr) {

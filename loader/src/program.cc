@@ -143,4 +143,35 @@ StatusOr<std::unique_ptr<KernelLoader>> OpenReportingOnce(
   return loader.status();
 }
 
+namespace {
+
+Status CheckSizes(const char* what, const google::protobuf::RepeatedPtrField<v1::BufferSpec>& specs,
+                  std::span<const uint64_t> given) {
+  for (size_t i = 0; i < given.size() && i < static_cast<size_t>(specs.size()); ++i) {
+    const v1::BufferSpec& want = specs[static_cast<int>(i)];
+    if (given[i] != 0 && given[i] < want.bytes()) {
+      return InvalidArgument(std::string(what) + " " + std::to_string(i) + " is a " +
+                             std::to_string(given[i]) + "-byte buffer, but the bundle's " + what +
+                             " " + std::to_string(i) + " is " + want.shape() + " (" +
+                             std::to_string(want.bytes()) + " bytes)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckBufferSizes(const Program& program, std::span<const uint64_t> input_bytes,
+                        std::span<const uint64_t> output_bytes) {
+  if (input_bytes.size() != static_cast<size_t>(program.num_inputs()) ||
+      output_bytes.size() != static_cast<size_t>(program.num_outputs())) {
+    return InvalidArgument(
+        "bundle " + program.key() + " takes " + std::to_string(program.num_inputs()) +
+        " inputs and " + std::to_string(program.num_outputs()) + " outputs, got sizes of " +
+        std::to_string(input_bytes.size()) + " and " + std::to_string(output_bytes.size()));
+  }
+  STITCH_RETURN_IF_ERROR(CheckSizes("input", program.bundle().inputs(), input_bytes));
+  return CheckSizes("output", program.bundle().outputs(), output_bytes);
+}
+
 }  // namespace stitch::loader

@@ -124,6 +124,9 @@ _SIGNATURES.update({
     "stitch_loader_launch": (
         ctypes.c_int, [LoaderPtr, ProgramPtr, _c_uint64_p, ctypes.c_size_t, _c_uint64_p,
                        ctypes.c_size_t, ctypes.c_size_t, _c_void_pp]),
+    "stitch_loader_launch_checked": (
+        ctypes.c_int, [LoaderPtr, ProgramPtr, _c_uint64_p, _c_uint64_p, ctypes.c_size_t,
+                       _c_uint64_p, _c_uint64_p, ctypes.c_size_t, ctypes.c_size_t, _c_void_pp]),
     "stitch_loader_check_target": (
         ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, _c_void_pp]),
 })

@@ -181,6 +181,25 @@ def _pointers(buffers: Iterable[Buffer]) -> "ctypes.Array[ctypes.c_uint64]":
     return (ctypes.c_uint64 * len(values))(*values)
 
 
+def _size(buffer: Buffer) -> int:
+    """The bytes behind a buffer: a tensor's ``nbytes`` (or numel() * element_size()); 0, not
+    checked, for a bare pointer."""
+    if isinstance(buffer, int):
+        return 0
+    nbytes = getattr(buffer, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    numel, element_size = getattr(buffer, "numel", None), getattr(buffer, "element_size", None)
+    if callable(numel) and callable(element_size):
+        return int(numel()) * int(element_size())
+    return 0
+
+
+def _sizes(buffers: Iterable[Buffer]) -> "ctypes.Array[ctypes.c_uint64]":
+    values = [_size(b) for b in buffers]
+    return (ctypes.c_uint64 * len(values))(*values)
+
+
 def _stream(stream: Any) -> int:
     """A CUstream as an integer from an int, None (the default stream) or an object with
     ``cuda_stream`` (a torch.cuda.Stream)."""
@@ -229,16 +248,22 @@ class Loader:
     def launch(self, program: Program, inputs: Sequence[Buffer], outputs: Sequence[Buffer],
                stream: Any = 0) -> None:
         """Enqueues the program's kernels on ``stream`` in the current CUDA context, with
-        ``inputs`` and ``outputs`` as device buffers (ints or tensors). Returns once enqueued.
-        Raises LoaderError: ``INVALID_ARGUMENT`` for wrong counts, ``FAILED_PRECONDITION``
-        without a current context, :class:`ArchMismatchError` for an older device,
-        ``INTERNAL`` when the driver fails."""
+        ``inputs`` and ``outputs`` as device buffers (ints or tensors), in the order of the
+        graph the bundle was compiled from: its parameters by number, its outputs in order.
+        Returns once enqueued. The size of each tensor is checked against the bundle before
+        anything is enqueued (bare pointers cannot be). Raises LoaderError:
+        ``INVALID_ARGUMENT`` for wrong counts or a tensor smaller than the bundle's buffer
+        (the message names both), ``FAILED_PRECONDITION`` without a current context,
+        :class:`ArchMismatchError` for an older device, ``INTERNAL`` when the driver
+        fails."""
         if program._handle is None:
             raise LoaderError("the program is closed", "INVALID_ARGUMENT")
         ins, outs = _pointers(inputs), _pointers(outputs)
+        in_bytes, out_bytes = _sizes(inputs), _sizes(outputs)
         err = ctypes.c_void_p()
-        r = _lib.lib().stitch_loader_launch(self._live(), program._handle, ins, len(ins), outs,
-                                            len(outs), _stream(stream), ctypes.byref(err))
+        r = _lib.lib().stitch_loader_launch_checked(
+            self._live(), program._handle, ins, in_bytes, len(ins), outs, out_bytes, len(outs),
+            _stream(stream), ctypes.byref(err))
         if r != 0:
             raise _error(err)
 

@@ -414,6 +414,57 @@ TEST_F(LoaderTest, WrongBufferCountsAreInvalidArguments) {
   EXPECT_TRUE(Fake().Events("load ").empty());
 }
 
+// A bundle that declares its buffers: two inputs of 64 bytes, one output of 1024.
+v1::KernelBundle SizedBundle() {
+  v1::KernelBundle b = TwoKernelBundle();
+  for (int i = 0; i < 2; ++i) {
+    v1::BufferSpec& in = *b.add_inputs();
+    in.set_bytes(64);
+    in.set_shape("f32[16]");
+  }
+  v1::BufferSpec& out = *b.add_outputs();
+  out.set_bytes(1024);
+  out.set_shape("f32[256]");
+  return b;
+}
+
+// Buffers bound in the wrong order, or too small, are refused before anything is enqueued:
+// the kernels would write past their end.
+TEST_F(LoaderTest, BuffersSmallerThanTheBundleDeclaresAreRefusedBeforeLaunch) {
+  auto p = Load(SizedBundle());
+  const std::vector<uint64_t> in = {1, 2}, out = {3};
+  Status s = loader_->LaunchChecked(*p, in, std::vector<uint64_t>{64, 64}, out,
+                                    std::vector<uint64_t>{64}, 0);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(s.message(),
+            "output 0 is a 64-byte buffer, but the bundle's output 0 is f32[256] (1024 bytes)");
+  s = loader_->LaunchChecked(*p, in, std::vector<uint64_t>{64, 32}, out,
+                             std::vector<uint64_t>{1024}, 0);
+  EXPECT_NE(s.message().find("input 1 is a 32-byte buffer"), std::string::npos) << s.ToString();
+  EXPECT_EQ(
+      loader_->LaunchChecked(*p, in, std::vector<uint64_t>{64}, out, std::vector<uint64_t>{1024}, 0)
+          .code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Fake().Events("launch ").empty());
+  EXPECT_TRUE(Fake().Events("load ").empty());
+  // Right sizes, larger ones, and unknown ones (0) launch.
+  EXPECT_TRUE(loader_
+                  ->LaunchChecked(*p, in, std::vector<uint64_t>{64, 64}, out,
+                                  std::vector<uint64_t>{1024}, 0)
+                  .ok());
+  EXPECT_TRUE(
+      loader_
+          ->LaunchChecked(*p, in, std::vector<uint64_t>{0, 4096}, out, std::vector<uint64_t>{0}, 0)
+          .ok());
+  EXPECT_EQ(Fake().Events("launch ").size(), 4u);
+}
+
+// A bundle compiled before buffer sizes were recorded declares none, and every size passes.
+TEST_F(LoaderTest, BundlesWithoutDeclaredSizesPassEveryBuffer) {
+  auto p = Load(TwoKernelBundle());
+  EXPECT_TRUE(CheckBufferSizes(*p, std::vector<uint64_t>{1, 1}, std::vector<uint64_t>{1}).ok());
+}
+
 TEST_F(LoaderTest, NoCurrentContextIsAFailedPrecondition) {
   Fake().SetContext(0);
   auto p = Load(TwoKernelBundle());

@@ -84,6 +84,18 @@ v1::KernelBundle ToBundle(const CompileResult& result, const CompileOptions& opt
     t.set_bytes(static_cast<uint64_t>(g.nodes[static_cast<size_t>(node)].shape.bytes()));
     t.set_alignment(kTemporaryAlignment);
   }
+  for (int node : g.Parameters()) {
+    const Shape& s = g.nodes[static_cast<size_t>(node)].shape;
+    v1::BufferSpec& in = *b.add_inputs();
+    in.set_bytes(static_cast<uint64_t>(s.bytes()));
+    in.set_shape(s.ToString());
+  }
+  for (int node : g.outputs) {
+    const Shape& s = g.nodes[static_cast<size_t>(node)].shape;
+    v1::BufferSpec& out = *b.add_outputs();
+    out.set_bytes(static_cast<uint64_t>(s.bytes()));
+    out.set_shape(s.ToString());
+  }
   b.set_plan(Describe(g, result.plan));
   FillCost(result, *b.mutable_cost());
   b.set_compile_seconds(result.timings.total_ms() / 1000.0);

@@ -597,13 +597,13 @@ void BlockScheduler::AbandonRunningWorkers() {
   }
 }
 
-void BlockScheduler::Populate(const BlockGeometry& geometry, bool whole_grid, uint8_t* shared,
+void BlockScheduler::Populate(const BlockGeometry& geometry,
+                              const std::vector<std::array<uint32_t, 3>>& ctaids, uint8_t* shared,
                               uint64_t shared_stride) {
   const uint32_t nx = geometry.ntid[0], ny = geometry.ntid[1], nz = geometry.ntid[2];
   const uint32_t per_block = nx * ny * nz;
   const uint32_t warps_per_block = (per_block + kWarpSize - 1) / kWarpSize;
-  const uint32_t num_blocks =
-      whole_grid ? geometry.nctaid[0] * geometry.nctaid[1] * geometry.nctaid[2] : 1;
+  const uint32_t num_blocks = static_cast<uint32_t>(ctaids.size());
   threads_.assign(size_t{per_block} * num_blocks, ThreadState{});
   warps_.assign(size_t{warps_per_block} * num_blocks, Warp{});
   blocks_.assign(num_blocks, Block{});
@@ -638,15 +638,7 @@ void BlockScheduler::Populate(const BlockGeometry& geometry, bool whole_grid, ui
     }
     ++index;
   };
-  if (whole_grid) {
-    for (uint32_t z = 0; z < geometry.nctaid[2]; ++z) {
-      for (uint32_t y = 0; y < geometry.nctaid[1]; ++y) {
-        for (uint32_t x = 0; x < geometry.nctaid[0]; ++x) add_block({x, y, z});
-      }
-    }
-  } else {
-    add_block(geometry.ctaid);
-  }
+  for (const std::array<uint32_t, 3>& ctaid : ctaids) add_block(ctaid);
   live_ = per_block * num_blocks;
   grid_waiting_ = 0;
 }
@@ -697,17 +689,18 @@ Status BlockScheduler::RunBlock(EntryFn entry, void** args, const BlockGeometry&
   geometry_ = geometry;
   error_.clear();
   grid_mode_ = false;
-  Populate(geometry, /*whole_grid=*/false, nullptr, 0);
+  Populate(geometry, {geometry.ctaid}, nullptr, 0);
   return Run();
 }
 
 Status BlockScheduler::RunGrid(EntryFn entry, void** args, const BlockGeometry& geometry,
-                               uint8_t* shared, uint64_t shared_stride) {
+                               const std::vector<std::array<uint32_t, 3>>& blocks, uint8_t* shared,
+                               uint64_t shared_stride) {
   entry_ = entry;
   args_ = args;
   geometry_ = geometry;
   error_.clear();
-  Populate(geometry, /*whole_grid=*/true, shared, shared_stride);
+  Populate(geometry, blocks, shared, shared_stride);
   // Every thread of the grid may be alive at once: cached workers first, then slab stacks.
   const size_t n = threads_.size();
   const size_t missing = n > idle_.size() ? n - idle_.size() : 0;

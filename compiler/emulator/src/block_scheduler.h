@@ -98,14 +98,17 @@ class BlockScheduler {
   // operation is used inconsistently; the block's fibers are then abandoned.
   Status RunBlock(EntryFn entry, void** args, const BlockGeometry& geometry);
 
-  // Runs every block of the grid described by `geometry` (ctaid ignored) at once, for a
-  // kernel that uses the grid-wide barrier: blocks are resumed round-robin (in random-order
-  // mode, the threads of the whole grid in one random order), and a thread at a grid
-  // barrier waits until every thread of the grid is there. Block b's shared memory is
-  // `shared + b * shared_stride` (shared may be null when the kernel has none). Returns
+  // Runs the blocks `blocks` of the grid described by `geometry` (ctaid ignored) at once, for
+  // a kernel that uses the grid-wide barrier: blocks are resumed round-robin (in
+  // random-order mode, their threads in one random order), and a thread at a grid barrier
+  // waits until every thread of those blocks is there. A sample of the grid's blocks runs as
+  // if it were the whole grid: the barrier waits for the sampled threads only, and every
+  // thread still sees the grid's own size. The i-th block's shared memory is
+  // `shared + i * shared_stride` (shared may be null when the kernel has none). Returns
   // INTERNAL "deadlock ..." when the threads cannot all finish (e.g. some returned while
   // others wait at a grid barrier) and INTERNAL for a misused barrier workspace.
-  Status RunGrid(EntryFn entry, void** args, const BlockGeometry& geometry, uint8_t* shared,
+  Status RunGrid(EntryFn entry, void** args, const BlockGeometry& geometry,
+                 const std::vector<std::array<uint32_t, 3>>& blocks, uint8_t* shared,
                  uint64_t shared_stride);
 
   // Block-wide barriers completed since construction (counted once per block).
@@ -154,10 +157,9 @@ class BlockScheduler {
     uint32_t used = 0;
   };
 
-  // Sets up threads_, warps_ and blocks_: one block (geometry.ctaid) or every block of the
-  // grid.
-  void Populate(const BlockGeometry& geometry, bool whole_grid, uint8_t* shared,
-                uint64_t shared_stride);
+  // Sets up threads_, warps_ and blocks_ for the blocks `ctaids` of the grid.
+  void Populate(const BlockGeometry& geometry, const std::vector<std::array<uint32_t, 3>>& ctaids,
+                uint8_t* shared, uint64_t shared_stride);
   Status Run();
   Worker* AcquireWorker();
   // A fiber with a stack from the slab while it has room, else with its own mapping.

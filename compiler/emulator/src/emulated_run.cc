@@ -1,7 +1,13 @@
 #include "stitch/emulator/emulated_run.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <map>
 #include <new>
+#include <random>
+
+#include "stitch/plan/schedule.h"
 
 namespace stitch {
 
@@ -31,6 +37,21 @@ using DeviceBuffer = std::vector<uint8_t, DeviceAlignedAllocator<uint8_t>>;
 
 }  // namespace
 
+LaunchOptions CheckedLaunch(const Graph& g, const CompiledKernel& kernel) {
+  LaunchOptions launch;
+  for (int node : kernel.param_nodes) {
+    const Node& n = g.nodes[static_cast<size_t>(node)];
+    launch.arg_bytes.push_back(static_cast<uint64_t>(n.shape.bytes()));
+    launch.arg_names.push_back("node " + std::to_string(node) + " '" + n.name + "' " +
+                               n.shape.ToString());
+  }
+  if (kernel.workspace_bytes != 0) {
+    launch.arg_bytes.push_back(kernel.workspace_bytes);
+    launch.arg_names.push_back("workspace");
+  }
+  return launch;
+}
+
 StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKernel>& kernels,
                                     const std::vector<Tensor>& params, Emulator& emulator) {
   std::vector<int> param_nodes = g.Parameters();
@@ -54,6 +75,7 @@ StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKe
   workspaces.reserve(kernels.size());
   for (const CompiledKernel& kernel : kernels) {
     std::vector<void*> args;
+    LaunchOptions launch = CheckedLaunch(g, kernel);
     for (int node : kernel.param_nodes) {
       auto [it, fresh] = buffers.try_emplace(node);
       if (fresh) it->second.assign(static_cast<size_t>(g.nodes[node].shape.bytes()), 0xff);
@@ -65,7 +87,7 @@ StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKe
       workspaces.emplace_back(static_cast<size_t>(kernel.workspace_bytes), uint8_t{0});
       args.push_back(workspaces.back().data());
     }
-    StatusOr<LaunchStats> stats = emulator.Launch(kernel, args);
+    StatusOr<LaunchStats> stats = emulator.Launch(kernel, args, launch);
     if (!stats.ok()) return stats.status().WithContext("kernel " + kernel.name);
     run.per_kernel.push_back(*stats);
   }
@@ -78,6 +100,112 @@ StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKe
         Tensor t, FromDeviceBytes(g.nodes[o].shape,
                                   std::vector<uint8_t>(it->second.begin(), it->second.end())));
     run.outputs.push_back(std::move(t));
+  }
+  return run;
+}
+
+uint64_t SampledRun::blocks_run() const {
+  uint64_t n = 0;
+  for (const SampledLaunch& l : launches) n += l.blocks.size();
+  return n;
+}
+
+uint64_t SampledRun::blocks_total() const {
+  uint64_t n = 0;
+  for (const SampledLaunch& l : launches) n += l.launch.blocks();
+  return n;
+}
+
+std::vector<uint64_t> SampleBlocks(const Graph& g, const KernelSpec& spec,
+                                   const BlockSampling& sampling) {
+  const uint64_t total = spec.mapping.launch.blocks();
+  std::vector<uint64_t> blocks = BoundaryBlocks(g, spec);
+  blocks.push_back(0);
+  blocks.push_back(total - 1);
+  std::mt19937_64 rng(sampling.seed);
+  std::uniform_int_distribution<uint64_t> pick(0, total - 1);
+  const uint64_t wanted =
+      std::min<uint64_t>(total, blocks.size() + static_cast<uint64_t>(sampling.random_blocks));
+  // Draws until `wanted` distinct blocks are listed; the cap keeps a tiny grid from spinning.
+  for (int tries = 0; tries < 64 * (sampling.random_blocks + 1); ++tries) {
+    std::sort(blocks.begin(), blocks.end());
+    blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+    if (blocks.size() >= wanted) break;
+    blocks.push_back(pick(rng));
+  }
+  std::sort(blocks.begin(), blocks.end());
+  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+  return blocks;
+}
+
+namespace {
+
+// Zero-filled memory mapped on first touch: a full-size tensor that a sample of blocks reads
+// in a few places costs only the pages they touch. Page-aligned, so 256-byte aligned.
+class LazyBuffer {
+ public:
+  static StatusOr<LazyBuffer> Map(uint64_t bytes, const std::string& what) {
+    LazyBuffer b;
+    b.bytes_ = std::max<uint64_t>(bytes, 1);
+    void* p = mmap(nullptr, b.bytes_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      return ResourceExhausted("cannot map " + std::to_string(bytes) + " bytes for " + what);
+    }
+    b.data_ = p;
+    return b;
+  }
+  LazyBuffer() = default;
+  LazyBuffer(LazyBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr; }
+  LazyBuffer& operator=(LazyBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~LazyBuffer() {
+    if (data_ != nullptr) munmap(data_, bytes_);
+  }
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+StatusOr<SampledRun> RunSampledOnEmulator(const Graph& g, const FusionPlan& plan,
+                                          const std::vector<CompiledKernel>& kernels,
+                                          const BlockSampling& sampling, Emulator& emulator) {
+  if (plan.kernels.size() != kernels.size()) {
+    return InvalidArgument("the plan has " + std::to_string(plan.kernels.size()) +
+                           " kernels, but " + std::to_string(kernels.size()) + " were compiled");
+  }
+  std::map<int, LazyBuffer> buffers;
+  SampledRun run;
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const CompiledKernel& kernel = kernels[k];
+    std::vector<void*> args;
+    for (int node : kernel.param_nodes) {
+      auto it = buffers.find(node);
+      if (it == buffers.end()) {
+        STITCH_ASSIGN_OR_RETURN(LazyBuffer b,
+                                LazyBuffer::Map(static_cast<uint64_t>(g.nodes[node].shape.bytes()),
+                                                "node " + std::to_string(node)));
+        it = buffers.emplace(node, std::move(b)).first;
+      }
+      args.push_back(it->second.data());
+    }
+    LazyBuffer workspace;
+    if (kernel.workspace_bytes != 0) {
+      STITCH_ASSIGN_OR_RETURN(workspace, LazyBuffer::Map(kernel.workspace_bytes, "the workspace"));
+      args.push_back(workspace.data());
+    }
+    LaunchOptions launch = CheckedLaunch(g, kernel);
+    launch.blocks = SampleBlocks(g, plan.kernels[k], sampling);
+    StatusOr<LaunchStats> stats = emulator.Launch(kernel, args, launch);
+    if (!stats.ok()) return stats.status().WithContext("kernel " + kernel.name);
+    run.launches.push_back({kernel.name, kernel.kind, kernel.launch, launch.blocks, *stats});
   }
   return run;
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <unordered_map>
 #include <unordered_set>
@@ -35,7 +36,36 @@ struct LoadedKernel {
   uint64_t shared_bytes = 0;
   uint64_t shared_align = 16;
   bool grid_barrier = false;
+  // Two words per parameter, [begin, end) of its buffer in the current launch; the
+  // instrumented code reads it (retarget.h's BoundsCheck).
+  std::unique_ptr<uint64_t[]> bounds;
+  std::vector<std::string> param_names;  // the kernel's own, for errors
 };
+
+// "(x,y,z)".
+std::string Triple(const std::array<uint32_t, 3>& v) {
+  return "(" + std::to_string(v[0]) + "," + std::to_string(v[1]) + "," + std::to_string(v[2]) + ")";
+}
+
+// The block ids of the blocks a launch runs: those listed, or the whole grid.
+std::vector<std::array<uint32_t, 3>> BlocksToRun(const std::array<uint32_t, 3>& grid,
+                                                 const std::vector<uint64_t>& listed) {
+  std::vector<std::array<uint32_t, 3>> ids;
+  auto id_of = [&](uint64_t linear) {
+    const uint64_t plane = uint64_t{grid[0]} * grid[1];
+    return std::array<uint32_t, 3>{static_cast<uint32_t>(linear % grid[0]),
+                                   static_cast<uint32_t>(linear / grid[0] % grid[1]),
+                                   static_cast<uint32_t>(linear / plane)};
+  };
+  if (!listed.empty()) {
+    for (uint64_t b : listed) ids.push_back(id_of(b));
+    return ids;
+  }
+  const uint64_t total = uint64_t{grid[0]} * grid[1] * grid[2];
+  ids.reserve(total);
+  for (uint64_t b = 0; b < total; ++b) ids.push_back(id_of(b));
+  return ids;
+}
 
 class EmulatorImpl final : public Emulator {
  public:
@@ -44,9 +74,9 @@ class EmulatorImpl final : public Emulator {
         jit_(std::move(jit)),
         scheduler_(kStackBytes, options.random_order, options.seed) {}
 
-  StatusOr<LaunchStats> Launch(const CompiledKernel& kernel,
-                               const std::vector<void*>& args) override {
-    STITCH_ASSIGN_OR_RETURN(const LoadedKernel* loaded, GetOrCompile(kernel));
+  StatusOr<LaunchStats> Launch(const CompiledKernel& kernel, const std::vector<void*>& args,
+                               const LaunchOptions& options) override {
+    STITCH_ASSIGN_OR_RETURN(LoadedKernel * loaded, GetOrCompile(kernel));
     if (args.size() != loaded->num_params) {
       return InvalidArgument("kernel " + kernel.name + " takes " +
                              std::to_string(loaded->num_params) + " argument(s), got " +
@@ -79,6 +109,8 @@ class EmulatorImpl final : public Emulator {
                              std::to_string(block_threads) + " threads per block (at most " +
                              std::to_string(kMaxBlockThreads) + ")");
     }
+    STITCH_RETURN_IF_ERROR(CheckOptions(kernel, *loaded, options));
+    SetBounds(*loaded, args, options);
 
     counters_[0] = counters_[1] = 0;
     sectors_[0].clear();
@@ -91,10 +123,11 @@ class EmulatorImpl final : public Emulator {
     emu::BlockGeometry geometry;
     geometry.ntid = dims.block;
     geometry.nctaid = dims.grid;
+    const std::vector<std::array<uint32_t, 3>> blocks = BlocksToRun(dims.grid, options.blocks);
     if (loaded->grid_barrier) {
-      STITCH_RETURN_IF_ERROR(LaunchGrid(kernel, *loaded, geometry, arg_copy.data()));
+      STITCH_RETURN_IF_ERROR(LaunchGrid(kernel, *loaded, geometry, blocks, arg_copy.data()));
     } else {
-      STITCH_RETURN_IF_ERROR(LaunchBlocks(*loaded, geometry, arg_copy.data()));
+      STITCH_RETURN_IF_ERROR(LaunchBlocks(*loaded, geometry, blocks, arg_copy.data()));
     }
     LaunchStats stats;
     stats.global_bytes_loaded = counters_[0];
@@ -105,34 +138,100 @@ class EmulatorImpl final : public Emulator {
     stats.barriers = scheduler_.barriers() - barriers_before;
     stats.grid_barriers = scheduler_.grid_barriers() - grid_barriers_before;
     stats.threads = dims.threads();
+    stats.blocks_run = blocks.size();
     return stats;
   }
 
  private:
   // Runs the blocks one after another, sharing the module's shared-memory global.
-  Status LaunchBlocks(const LoadedKernel& loaded, emu::BlockGeometry geometry, void** args) {
-    const std::array<uint32_t, 3> grid = geometry.nctaid;
-    for (uint32_t z = 0; z < grid[2]; ++z) {
-      for (uint32_t y = 0; y < grid[1]; ++y) {
-        for (uint32_t x = 0; x < grid[0]; ++x) {
-          geometry.ctaid = {x, y, z};
-          if (loaded.shared != nullptr) {
-            // Shared memory starts undefined on the GPU: zero it, or in random-order mode
-            // fill it with NaN/-1 bytes so reads before writes show up.
-            std::memset(loaded.shared, SharedFill(), loaded.shared_bytes);
-          }
-          STITCH_RETURN_IF_ERROR(scheduler_.RunBlock(loaded.entry, args, geometry));
-        }
+  Status LaunchBlocks(const LoadedKernel& loaded, emu::BlockGeometry geometry,
+                      const std::vector<std::array<uint32_t, 3>>& blocks, void** args) {
+    for (const std::array<uint32_t, 3>& ctaid : blocks) {
+      geometry.ctaid = ctaid;
+      if (loaded.shared != nullptr) {
+        // Shared memory starts undefined on the GPU: zero it, or in random-order mode fill it
+        // with NaN/-1 bytes so reads before writes show up.
+        std::memset(loaded.shared, SharedFill(), loaded.shared_bytes);
+      }
+      STITCH_RETURN_IF_ERROR(scheduler_.RunBlock(loaded.entry, args, geometry));
+    }
+    return Status::Ok();
+  }
+
+  // Checks that the launch options fit the kernel.
+  static Status CheckOptions(const CompiledKernel& kernel, const LoadedKernel& loaded,
+                             const LaunchOptions& options) {
+    const std::string k = "kernel " + kernel.name;
+    if (!options.arg_bytes.empty() && options.arg_bytes.size() != loaded.num_params) {
+      return InvalidArgument(k + " takes " + std::to_string(loaded.num_params) +
+                             " argument(s), but " + std::to_string(options.arg_bytes.size()) +
+                             " buffer sizes were given");
+    }
+    if (!options.arg_names.empty() && options.arg_names.size() != loaded.num_params) {
+      return InvalidArgument(k + " takes " + std::to_string(loaded.num_params) +
+                             " argument(s), but " + std::to_string(options.arg_names.size()) +
+                             " buffer names were given");
+    }
+    const uint64_t total = kernel.launch.blocks();
+    for (size_t i = 0; i < options.blocks.size(); ++i) {
+      const uint64_t b = options.blocks[i];
+      if (b >= total) {
+        return InvalidArgument(k + ": block " + std::to_string(b) + " is outside its grid of " +
+                               std::to_string(total) + " blocks");
+      }
+      if (std::count(options.blocks.begin(), options.blocks.begin() + i, b) != 0) {
+        return InvalidArgument(k + ": block " + std::to_string(b) + " is listed twice");
       }
     }
     return Status::Ok();
   }
 
+  // Points the kernel's bounds table at this launch's buffers, or lets every access pass.
+  void SetBounds(LoadedKernel& loaded, const std::vector<void*>& args,
+                 const LaunchOptions& options) {
+    for (uint32_t p = 0; p < loaded.num_params; ++p) {
+      uint64_t begin = 0, end = std::numeric_limits<uint64_t>::max();
+      if (!options.arg_bytes.empty()) {
+        begin = reinterpret_cast<uintptr_t>(args[p]);
+        end = begin + options.arg_bytes[p];
+      }
+      loaded.bounds[2 * p] = begin;
+      loaded.bounds[2 * p + 1] = end;
+    }
+    checked_ = &loaded;
+    checked_names_ = &options.arg_names;
+  }
+
+  // Called by instrumented code, on the offending thread's fiber, for an access outside its
+  // buffer: fails the launch with where and what it was.
+  [[noreturn]] static void OutOfBounds(void* self, uint64_t address, uint64_t bytes, uint32_t param,
+                                       uint32_t store) {
+    auto* impl = static_cast<EmulatorImpl*>(self);
+    const LoadedKernel& k = *impl->checked_;
+    const uint64_t begin = k.bounds[2 * param];
+    const uint64_t end = k.bounds[2 * param + 1];
+    const std::string& name =
+        impl->checked_names_->empty() ? k.param_names[param] : (*impl->checked_names_)[param];
+    std::string where;
+    if (address < begin) {
+      where = std::to_string(begin - address) + " byte(s) before its start";
+    } else {
+      where = "at byte offset " + std::to_string(address - begin) + ", " +
+              std::to_string(address + bytes - end) + " byte(s) past its end";
+    }
+    emu::ThreadState* t = emu::BlockScheduler::Current();
+    t->scheduler->Fail(t, "thread " + Triple(t->tid) + ": out of bounds: " + std::to_string(bytes) +
+                              "-byte " + (store ? "store" : "load") + " to argument " +
+                              std::to_string(param) + " (" + name + ", " +
+                              std::to_string(end - begin) + " bytes) " + where);
+  }
+
   // Runs every block at once (the kernel synchronises its grid), each with its own shared
   // memory.
   Status LaunchGrid(const CompiledKernel& kernel, const LoadedKernel& loaded,
-                    const emu::BlockGeometry& geometry, void** args) {
-    const uint64_t blocks = uint64_t{geometry.nctaid[0]} * geometry.nctaid[1] * geometry.nctaid[2];
+                    const emu::BlockGeometry& geometry,
+                    const std::vector<std::array<uint32_t, 3>>& block_ids, void** args) {
+    const uint64_t blocks = block_ids.size();
     const uint64_t threads = blocks * geometry.ntid[0] * geometry.ntid[1] * geometry.ntid[2];
     if (threads > kMaxGridBarrierThreads) {
       return ResourceExhausted("kernel " + kernel.name + " uses a grid barrier and launches " +
@@ -160,12 +259,12 @@ class EmulatorImpl final : public Emulator {
       shared = storage.get() + ((align - raw % align) % align);
       std::memset(shared, SharedFill(), static_cast<size_t>(stride * blocks));
     }
-    return scheduler_.RunGrid(loaded.entry, args, geometry, shared, stride);
+    return scheduler_.RunGrid(loaded.entry, args, geometry, block_ids, shared, stride);
   }
 
   int SharedFill() const { return options_.random_order ? 0xff : 0; }
 
-  StatusOr<const LoadedKernel*> GetOrCompile(const CompiledKernel& kernel) {
+  StatusOr<LoadedKernel*> GetOrCompile(const CompiledKernel& kernel) {
     std::string key = kernel.name;
     key.push_back('\0');
     key += kernel.portable_ir;
@@ -185,20 +284,28 @@ class EmulatorImpl final : public Emulator {
     STITCH_RETURN_IF_ERROR(emu::InstrumentGlobalTraffic(
         *rm.module, rm.kernel_name, counters_,
         options_.count_footprint ? &EmulatorImpl::Touch : nullptr, this));
+    auto loaded = std::make_unique<LoadedKernel>();
+    loaded->bounds = std::make_unique<uint64_t[]>(2 * size_t{rm.num_params});
+    STITCH_RETURN_IF_ERROR(emu::InstrumentBoundsChecks(
+        *rm.module, rm.kernel_name, {loaded->bounds.get(), &EmulatorImpl::OutOfBounds, this}));
+    for (const llvm::Argument& arg : rm.module->getFunction(rm.kernel_name)->args()) {
+      loaded->param_names.push_back(arg.getName().empty()
+                                        ? "argument " + std::to_string(arg.getArgNo())
+                                        : arg.getName().str());
+    }
     uint64_t shared_addr = 0;
     // A grid-barrier kernel has no shared-memory global: its blocks own their buffers.
     const bool shared_global = rm.shared_bytes != 0 && !rm.grid_barrier;
     STITCH_ASSIGN_OR_RETURN(uint64_t entry,
                             jit_->Load(std::move(rm.module), std::move(context), emu::kEntryName,
                                        shared_global ? emu::kSharedName : "", &shared_addr));
-    auto loaded = std::make_unique<LoadedKernel>();
     loaded->entry = reinterpret_cast<emu::EntryFn>(static_cast<uintptr_t>(entry));
     loaded->num_params = rm.num_params;
     loaded->shared = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(shared_addr));
     loaded->shared_bytes = rm.shared_bytes;
     loaded->shared_align = rm.shared_align;
     loaded->grid_barrier = rm.grid_barrier;
-    const LoadedKernel* out = loaded.get();
+    LoadedKernel* out = loaded.get();
     cache_.emplace(std::move(key), std::move(loaded));
     return out;
   }
@@ -233,6 +340,9 @@ class EmulatorImpl final : public Emulator {
   std::unordered_set<uint64_t> sectors_[2];  // of the current phase: loaded, stored
   uint64_t footprint_[2] = {0, 0};           // bytes of the launch's closed phases
   uint64_t phase_grid_barriers_ = 0;         // scheduler_.grid_barriers() as the phase began
+  // The kernel whose launch is running, and the buffer names it was given.
+  const LoadedKernel* checked_ = nullptr;
+  const std::vector<std::string>* checked_names_ = nullptr;
   std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> cache_;
 };
 

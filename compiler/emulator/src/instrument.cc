@@ -4,9 +4,11 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/DataLayout.h>
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/InstIterator.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicInst.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Transforms/Utils/BasicBlockUtils.h>
 
 #include "retarget.h"
 
@@ -26,7 +28,107 @@ bool FromParameter(const llvm::Value* ptr, const llvm::Function& kernel) {
   return false;
 }
 
+// The parameters of `kernel` that `ptr` may point into.
+std::vector<unsigned> SourceParameters(const llvm::Value* ptr, const llvm::Function& kernel) {
+  llvm::SmallVector<const llvm::Value*, 4> objects;
+  llvm::getUnderlyingObjects(ptr, objects, nullptr, /*MaxLookup=*/0);
+  std::vector<unsigned> params;
+  for (const llvm::Value* o : objects) {
+    const auto* arg = llvm::dyn_cast<llvm::Argument>(o);
+    if (arg == nullptr || arg->getParent() != &kernel) continue;
+    if (std::find(params.begin(), params.end(), arg->getArgNo()) == params.end()) {
+      params.push_back(arg->getArgNo());
+    }
+  }
+  return params;
+}
+
+// One global access to check: the instruction, its address, its size and direction.
+struct Access {
+  llvm::Instruction* inst = nullptr;
+  llvm::Value* address = nullptr;
+  llvm::Value* bytes = nullptr;  // i64
+  bool store = false;
+  std::vector<unsigned> params;
+};
+
+std::vector<Access> GlobalAccesses(llvm::Function& kernel) {
+  const llvm::DataLayout& dl = kernel.getParent()->getDataLayout();
+  auto* i64 = llvm::Type::getInt64Ty(kernel.getContext());
+  auto size_of = [&](llvm::Type* t) {
+    return llvm::ConstantInt::get(i64, dl.getTypeStoreSize(t).getFixedValue());
+  };
+  std::vector<Access> accesses;
+  auto add = [&](llvm::Instruction* inst, llvm::Value* address, llvm::Value* bytes, bool store) {
+    std::vector<unsigned> params = SourceParameters(address, kernel);
+    if (!params.empty()) accesses.push_back({inst, address, bytes, store, std::move(params)});
+  };
+  for (llvm::Instruction& inst : llvm::instructions(kernel)) {
+    if (auto* load = llvm::dyn_cast<llvm::LoadInst>(&inst)) {
+      add(load, load->getPointerOperand(), size_of(load->getType()), false);
+    } else if (auto* store = llvm::dyn_cast<llvm::StoreInst>(&inst)) {
+      add(store, store->getPointerOperand(), size_of(store->getValueOperand()->getType()), true);
+    } else if (auto* rmw = llvm::dyn_cast<llvm::AtomicRMWInst>(&inst)) {
+      add(rmw, rmw->getPointerOperand(), size_of(rmw->getType()), true);
+    } else if (auto* cas = llvm::dyn_cast<llvm::AtomicCmpXchgInst>(&inst)) {
+      add(cas, cas->getPointerOperand(), size_of(cas->getNewValOperand()->getType()), true);
+    } else if (auto* mem = llvm::dyn_cast<llvm::MemIntrinsic>(&inst)) {
+      llvm::IRBuilder<> b(mem);
+      llvm::Value* length = b.CreateZExtOrTrunc(mem->getLength(), i64);
+      add(mem, mem->getRawDest(), length, true);
+      if (auto* transfer = llvm::dyn_cast<llvm::MemTransferInst>(mem)) {
+        add(mem, transfer->getRawSource(), length, false);
+      }
+    }
+  }
+  return accesses;
+}
+
 }  // namespace
+
+Status InstrumentBoundsChecks(llvm::Module& module, const std::string& kernel_name,
+                              const BoundsCheck& check) {
+  llvm::Function* kernel = module.getFunction(kernel_name);
+  if (kernel == nullptr || kernel->isDeclaration()) {
+    return Internal("kernel " + kernel_name + " vanished before instrumentation");
+  }
+  llvm::LLVMContext& ctx = module.getContext();
+  auto* i32 = llvm::Type::getInt32Ty(ctx);
+  auto* i64 = llvm::Type::getInt64Ty(ctx);
+  auto* ptr = llvm::PointerType::get(ctx, 0);
+  auto constant_ptr = [&](const void* p) {
+    return llvm::ConstantExpr::getIntToPtr(
+        llvm::ConstantInt::get(i64, reinterpret_cast<uintptr_t>(p)), ptr);
+  };
+  auto* fail_ty =
+      llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, i64, i64, i32, i32}, false);
+  for (const Access& a : GlobalAccesses(*kernel)) {
+    llvm::IRBuilder<> b(a.inst);
+    llvm::Value* begin = b.CreatePtrToInt(a.address, i64);
+    llvm::Value* end = b.CreateAdd(begin, a.bytes);
+    // Inside the buffer of some parameter the address may derive from.
+    llvm::Value* inside = b.getFalse();
+    for (unsigned p : a.params) {
+      llvm::Value* lo = b.CreateLoad(
+          i64, b.CreateConstInBoundsGEP1_64(i64, constant_ptr(check.table), 2 * uint64_t{p}));
+      llvm::Value* hi = b.CreateLoad(
+          i64, b.CreateConstInBoundsGEP1_64(i64, constant_ptr(check.table), 2 * uint64_t{p} + 1));
+      // The end is compared too, so an address that wrapped around is caught as well.
+      llvm::Value* ok =
+          b.CreateAnd(b.CreateAnd(b.CreateICmpUGE(begin, lo), b.CreateICmpULE(end, hi)),
+                      b.CreateICmpUGE(end, begin));
+      inside = b.CreateOr(inside, ok);
+    }
+    llvm::Instruction* then = llvm::SplitBlockAndInsertIfThen(b.CreateNot(inside), a.inst,
+                                                              /*Unreachable=*/true);
+    llvm::IRBuilder<> fb(then);
+    fb.CreateCall(fail_ty, constant_ptr(reinterpret_cast<const void*>(check.fail)),
+                  {constant_ptr(check.recorder), begin, a.bytes,
+                   llvm::ConstantInt::get(i32, a.params.front()),
+                   llvm::ConstantInt::get(i32, a.store ? 1 : 0)});
+  }
+  return Status::Ok();
+}
 
 Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_name,
                                uint64_t* counters, FootprintFn footprint, void* recorder) {

@@ -55,4 +55,23 @@ Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_n
                                uint64_t* counters, FootprintFn footprint = nullptr,
                                void* recorder = nullptr);
 
+// Bounds checks. `table` holds two words per parameter of the kernel, the first byte of its
+// buffer and the byte past its end; an access whose bytes lie outside the buffers of every
+// parameter its address may derive from calls `fail` instead of accessing memory. `fail`
+// must not return. The table's contents may change between launches; its address is baked
+// into the code, so it must outlive the compiled kernel.
+using OutOfBoundsFn = void (*)(void* recorder, uint64_t address, uint64_t bytes, uint32_t param,
+                               uint32_t store);
+struct BoundsCheck {
+  const uint64_t* table = nullptr;
+  OutOfBoundsFn fail = nullptr;
+  void* recorder = nullptr;
+};
+
+// Adds the checks above to every global load, store, atomic and memory intrinsic of
+// `kernel_name` whose address derives from a parameter. Returns INTERNAL when the kernel is
+// missing.
+Status InstrumentBoundsChecks(llvm::Module& module, const std::string& kernel_name,
+                              const BoundsCheck& check);
+
 }  // namespace stitch::emu

@@ -100,6 +100,16 @@ class Program {
 // block, or a parameter with an unspecified role or a negative index.
 StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes);
 
+// Checks the byte sizes of the buffers a job is about to bind against those the bundle
+// declares (KernelBundle.inputs and .outputs): `input_bytes[i]` is the size of the buffer
+// passed as input i, `output_bytes[i]` that of output i, and 0 means unknown (not checked).
+// Returns INVALID_ARGUMENT naming the first buffer smaller than the bundle's, e.g. "output 0
+// is a 1024-byte buffer, but the bundle's output 0 is f16[64,56,56,256] (102760448 bytes)",
+// since the kernels would write past its end; or when the counts differ from the program's.
+// A bundle without declared sizes passes every buffer.
+Status CheckBufferSizes(const Program& program, std::span<const uint64_t> input_bytes,
+                        std::span<const uint64_t> output_bytes);
+
 // How KernelLoader::Open finds the driver.
 struct LoaderOptions {
   // The driver library handed to dlopen; tests point it at a stand-in.
@@ -130,6 +140,16 @@ class KernelLoader {
   // image, INTERNAL when a driver call fails.
   virtual Status Launch(const Program& program, std::span<const uint64_t> inputs,
                         std::span<const uint64_t> outputs, uintptr_t stream) = 0;
+
+  // As Launch, after CheckBufferSizes(program, input_bytes, output_bytes): a buffer too
+  // small for what the kernels write is refused before any work is enqueued.
+  Status LaunchChecked(const Program& program, std::span<const uint64_t> inputs,
+                       std::span<const uint64_t> input_bytes, std::span<const uint64_t> outputs,
+                       std::span<const uint64_t> output_bytes, uintptr_t stream) {
+    Status sizes = CheckBufferSizes(program, input_bytes, output_bytes);
+    if (!sizes.ok()) return sizes;
+    return Launch(program, inputs, outputs, stream);
+  }
 };
 
 // Opens a loader like KernelLoader::Open, but remembers the first failure per driver

@@ -4,11 +4,14 @@
 // Thread-safety: uses the given Emulator, so one call per Emulator at a time.
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "stitch/codegen/codegen.h"
 #include "stitch/emulator/emulator.h"
 #include "stitch/ir/graph.h"
+#include "stitch/plan/plan.h"
 #include "stitch/reference/tensor.h"
 
 namespace stitch {
@@ -19,12 +22,56 @@ struct EmulatedRun {
   uint64_t global_bytes() const;        // loaded + stored over all kernels
 };
 
+// The launch options that bounds-check every access of `kernel` (compiled from `g`) against
+// the buffers of its parameter nodes and its workspace, each named after its node.
+LaunchOptions CheckedLaunch(const Graph& g, const CompiledKernel& kernel);
+
 // Launches `kernels` (from CompileGraph on `g`) on `emulator` with `params` ordered by
-// parameter number. Output and temporary buffers start filled with 0xff bytes (NaN for
-// floats), so an element a kernel forgets to write shows up as a mismatch. Every buffer is
-// 256-byte aligned, as the GPU's are. Each kernel with workspace_bytes > 0 gets a workspace
-// of its own, zero-filled, as its last argument (codegen.h).
+// parameter number, every access bounds-checked (CheckedLaunch). Output and temporary buffers start
+// filled with 0xff bytes (NaN for floats), so an element a kernel forgets to write shows up as a
+// mismatch. Every buffer is 256-byte aligned, as the GPU's are. Each kernel with workspace_bytes >
+// 0 gets a workspace of its own, zero-filled, as its last argument (codegen.h).
 StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKernel>& kernels,
                                     const std::vector<Tensor>& params, Emulator& emulator);
+
+// Which blocks of each launch a sampled run executes, beside the first, the last and the
+// boundary blocks (schedule.h's BoundaryBlocks).
+struct BlockSampling {
+  int random_blocks = 8;  // drawn without repetition from `seed`
+  uint64_t seed = 0;
+};
+
+// One launch of a sampled run: which kernel ran, at which geometry, on which blocks.
+struct SampledLaunch {
+  std::string kernel;
+  KernelKind kind = KernelKind::kLoop;
+  LaunchDims launch;
+  std::vector<uint64_t> blocks;  // linear block indices that ran, ascending
+  LaunchStats stats;
+};
+
+struct SampledRun {
+  std::vector<SampledLaunch> launches;  // one per kernel, in launch order
+  uint64_t blocks_run() const;          // over all launches
+  uint64_t blocks_total() const;        // of the launches' full grids
+};
+
+// Returns the blocks of `spec`'s launch a sampled run executes: block 0, the last block,
+// BoundaryBlocks(g, spec) and sampling.random_blocks more, ascending and distinct.
+std::vector<uint64_t> SampleBlocks(const Graph& g, const KernelSpec& spec,
+                                   const BlockSampling& sampling);
+
+// Runs the kernels that ship for `g` (`plan` and `kernels` of one CompileGraph, scheduled for
+// the target's own grid, not the emulator's cap) at their full launch geometry and on
+// buffers of the graph's full shapes, executing a sample of each launch's blocks
+// (SampleBlocks), with every global access bounds-checked (CheckedLaunch). The buffers are
+// zero-filled and mapped lazily, so the parts no sampled block touches cost nothing; the
+// values computed are not checked, since the blocks left out do not run: comparing numbers
+// with the interpreter is RunOnEmulator's business. Returns the first out-of-bounds access
+// (INTERNAL, naming the kernel, block, thread, buffer and offset) or any other launch
+// error; RESOURCE_EXHAUSTED when a buffer cannot be mapped.
+StatusOr<SampledRun> RunSampledOnEmulator(const Graph& g, const FusionPlan& plan,
+                                          const std::vector<CompiledKernel>& kernels,
+                                          const BlockSampling& sampling, Emulator& emulator);
 
 }  // namespace stitch

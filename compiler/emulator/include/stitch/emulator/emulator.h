@@ -45,6 +45,26 @@ struct EmulatorOptions {
   bool count_footprint = false;
 };
 
+// How one launch runs (Emulator::Launch).
+struct LaunchOptions {
+  // The bytes of the buffer behind each argument, in argument order (a workspace last).
+  // When given, every global load and store the kernel makes through a pointer argument is
+  // checked against the buffer that pointer derives from: an access that leaves it fails the
+  // launch, naming the block, the thread, the buffer and the offset, before it touches
+  // memory. Empty: accesses are not checked.
+  std::vector<uint64_t> arg_bytes;
+  // How errors name each argument's buffer ("node 35 'out' f16[64,56,56,256]"); empty: by
+  // the kernel's own parameter names.
+  std::vector<std::string> arg_names;
+  // Linear indices (x + y * grid.x + z * grid.x * grid.y) of the blocks to run, each below
+  // the grid's block count and each once; empty runs every block. Every thread still sees
+  // the launch's full geometry. In a kernel with a grid barrier the listed blocks run at
+  // once and the barrier waits for them alone, so values they read from the blocks left out
+  // are whatever the buffers held: a sample checks where a kernel accesses memory, not what
+  // it computes.
+  std::vector<uint64_t> blocks;
+};
+
 // What one launch did.
 struct LaunchStats {
   // Bytes the kernel's own loads and stores move through its pointer parameters, the
@@ -57,7 +77,8 @@ struct LaunchStats {
   uint64_t footprint_bytes_stored = 0;
   uint64_t barriers = 0;       // block-wide barriers completed, over all blocks
   uint64_t grid_barriers = 0;  // grid-wide barriers completed (each counted once)
-  uint64_t threads = 0;
+  uint64_t threads = 0;        // of the launch's full geometry
+  uint64_t blocks_run = 0;     // blocks that ran (LaunchOptions::blocks, or all)
 };
 
 class Emulator {
@@ -82,9 +103,16 @@ class Emulator {
   // ...": some threads returned, or wait elsewhere, while others wait at a grid barrier),
   // when the grid barrier's workspace is misused (its arrival counter not 0, threads passing
   // different workspaces) or when the kernel cannot be compiled. After an error the emulator
-  // remains usable; the buffers may hold partial results.
-  virtual StatusOr<LaunchStats> Launch(const CompiledKernel& kernel,
-                                       const std::vector<void*>& args) = 0;
+  // remains usable; the buffers may hold partial results. With options.arg_bytes, an access
+  // outside its buffer is INTERNAL "error in block (x,y,z): thread (x,y,z): out of bounds:
+  // ..."; options that do not fit the kernel (sizes or names not one per argument, a block
+  // index outside the grid or listed twice) are INVALID_ARGUMENT.
+  virtual StatusOr<LaunchStats> Launch(const CompiledKernel& kernel, const std::vector<void*>& args,
+                                       const LaunchOptions& options) = 0;
+  // Runs every block, unchecked.
+  StatusOr<LaunchStats> Launch(const CompiledKernel& kernel, const std::vector<void*>& args) {
+    return Launch(kernel, args, LaunchOptions{});
+  }
 };
 
 }  // namespace stitch

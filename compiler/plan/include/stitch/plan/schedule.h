@@ -9,6 +9,9 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "stitch/base/status.h"
 #include "stitch/ir/graph.h"
 #include "stitch/plan/gpu_device.h"
@@ -27,6 +30,15 @@ Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& devic
 // kernel was planned with, so a small graph takes a handful of blocks, not the whole GPU.
 // Leaves other kernels, and a kernel whose smaller grid would cost more, as they are.
 void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
+
+// Returns the linear indices, ascending and distinct, of the blocks of a scheduled kernel
+// that sit at the boundaries of its grid-stride loops: for every loop the kernel runs (each
+// phase of a global_stitch kernel, a split reduce's combine stage, a row-stitched kernel's
+// independent outputs and column combine), the block that holds the loop's last work item
+// and the block after it, the first to take one pass fewer. Their index arithmetic is where
+// a grid that does not divide the work shows an off-by-one; the emulator's sampled runs
+// include them (emulated_run.h).
+std::vector<uint64_t> BoundaryBlocks(const Graph& g, const KernelSpec& kernel);
 
 // Schedules every kernel of `plan`.
 Status SchedulePlan(const Graph& g, FusionPlan& plan, const GpuDevice& device);
