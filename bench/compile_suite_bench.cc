@@ -11,6 +11,11 @@
 //     over the better baseline and its efficiency (lower-bound bytes over modelled time, as
 //     a share of peak bandwidth);
 //   * compile time of the stitched graph to PTX and to cubin for sm_90 (median of --runs);
+//   * the kernels that ship for the listed shape, on the host emulator at their full launch
+//     geometry: a sample of each launch's blocks (the first, the last, the boundary blocks
+//     of every grid-stride loop and 8 seeded random ones) with every global access checked
+//     against its buffer; the table gives the blocks sampled and whether all stayed in
+//     bounds;
 //   * on a copy scaled for the host emulator (the corpus tests' rule, ~2^18 elements per
 //     tensor), the global-memory footprint the emulator counted (distinct 32-byte sectors
 //     each launch loaded and stored) next to the bytes the cost model assumes for that same
@@ -112,6 +117,9 @@ struct Result {
   int worst_kernel = -1;           // the kernel whose emulated bytes deviate most from the model
   double worst_kernel_ratio = -1;  // its emulated over modelled bytes
   int64_t worst_kernel_emulated = -1, worst_kernel_model = -1;
+  // The shipped kernels at full geometry (RunSampledOnEmulator).
+  uint64_t sampled_blocks = 0, grid_blocks = 0;
+  std::string bounds = "-";   // "yes" when every sampled access stayed in its buffer
   double max_rel_error = -1;  // over all outputs, as Compare measures it
   std::string match;          // "yes", "NO", or "-" when it could not run
   std::string error;          // the first failure, if any
@@ -355,6 +363,26 @@ std::string WhyMiss(const Graph& g, const FusionPlan& plan, const GpuDevice& dev
 // Compiles `g` for sm_90 `runs` times for the median timings, and prices every plan on
 // `device`. When `device` is the one sm_90 compiles for, the plans priced are the ones the
 // compile chose between; for another device the choice is made again there.
+// Runs the shipped kernels at full geometry on sampled blocks, bounds-checked.
+void RunShippedAtFullGeometry(const CompileResult& c, uint64_t seed, Result& r) {
+  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create();
+  if (!emulator.ok()) {
+    r.error = "full geometry: " + emulator.status().ToString();
+    return;
+  }
+  BlockSampling sampling;
+  sampling.seed = seed;
+  StatusOr<SampledRun> run = RunSampledOnEmulator(c.graph, c.plan, c.kernels, sampling, **emulator);
+  if (!run.ok()) {
+    r.bounds = "NO";
+    if (r.error.empty()) r.error = "full geometry: " + run.status().ToString();
+    return;
+  }
+  r.bounds = "yes";
+  r.sampled_blocks = run->blocks_run();
+  r.grid_blocks = run->blocks_total();
+}
+
 void CompileAndPrice(const Graph& g, const GpuDevice& device, bool describe, int runs, Result& r) {
   CompileOptions options;
   options.codegen.target = kTarget;
@@ -370,6 +398,7 @@ void CompileAndPrice(const Graph& g, const GpuDevice& device, bool describe, int
     total.push_back(c->timings.total_ms());
     if (i == 0) {
       r.cubin_note = c->cubin_note;
+      RunShippedAtFullGeometry(*c, 3000 + static_cast<uint64_t>(r.id), r);
       choice = static_cast<PlanChoice&&>(std::move(*c));
     }
   }
@@ -538,9 +567,9 @@ void PrintTable(const std::vector<Result>& results, const GpuDevice& device) {
          "plan's over the better baseline; efficiency is lower-bound bytes over the shipped "
          "plan's time, as a share of peak.\n\n"
       << "| id | subgraph | kernels | MB | MB lower bound | modeled µs | ships | speedup | "
-         "stitched plan's speedup | efficiency | to PTX ms | to cubin ms | emu / model | emu = "
-         "interp | max rel err |\n"
-         "|---:|---|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|:---:|---:|\n";
+         "stitched plan's speedup | efficiency | to PTX ms | to cubin ms | full geometry: blocks "
+         "sampled / grid, in bounds | emu / model | emu = interp | max rel err |\n"
+         "|---:|---|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|\n";
   for (const Result& r : results) {
     std::cout << "| " << r.id << " | " << r.subgraph << " | "
               << Triple(Count(r.stitched.kernels), Count(r.xla.kernels), Count(r.inductor.kernels))
@@ -552,9 +581,9 @@ void PrintTable(const std::vector<Result>& results, const GpuDevice& device) {
                         Micros(r.inductor.seconds))
               << " | " << r.shipped_by << " | " << Fixed(r.Speedup(), 2) << " | "
               << Fixed(r.StitchedSpeedup(), 2) << " | " << Fixed(r.Efficiency() * 100, 0) << "% | "
-              << Fixed(r.ptx_ms, 1) << " | " << Fixed(r.cubin_ms, 1) << " | "
-              << Fixed(r.EmulatedRatio(), 2) << " | " << r.match << " | "
-              << Scientific(r.max_rel_error) << " |\n";
+              << Fixed(r.ptx_ms, 1) << " | " << Fixed(r.cubin_ms, 1) << " | " << r.sampled_blocks
+              << " / " << r.grid_blocks << ", " << r.bounds << " | " << Fixed(r.EmulatedRatio(), 2)
+              << " | " << r.match << " | " << Scientific(r.max_rel_error) << " |\n";
   }
 }
 
@@ -578,7 +607,8 @@ Status WriteCsv(const std::string& path, const std::vector<Result>& results,
          "emu_scale_factor,emulated_footprint_bytes,scaled_model_bytes,emu_model_ratio,"
          "emulated_accessed_bytes,worst_kernel,worst_kernel_emulated_bytes,"
          "worst_kernel_model_bytes,worst_kernel_emu_model_ratio,emu_matches_interp,"
-         "max_rel_error,shipped_kernel_kinds,miss_reason,error\n";
+         "max_rel_error,full_geometry_blocks_sampled,full_geometry_grid_blocks,"
+         "full_geometry_in_bounds,shipped_kernel_kinds,miss_reason,error\n";
   auto us = [](const PlanFigures& p) { return Fixed(p.seconds < 0 ? -1 : p.seconds * 1e6, 3); };
   for (const Result& r : results) {
     out << r.id << "," << CsvField(r.subgraph) << "," << device.name << "," << r.shipped_by << ","
@@ -591,7 +621,8 @@ Status WriteCsv(const std::string& path, const std::vector<Result>& results,
         << r.emulated_bytes << "," << r.model_bytes << "," << Fixed(r.EmulatedRatio(), 4) << ","
         << r.accessed_bytes << "," << r.worst_kernel << "," << r.worst_kernel_emulated << ","
         << r.worst_kernel_model << "," << Fixed(r.worst_kernel_ratio, 4) << "," << r.match << ","
-        << Scientific(r.max_rel_error) << "," << CsvField(r.kinds) << "," << CsvField(r.why) << ","
+        << Scientific(r.max_rel_error) << "," << r.sampled_blocks << "," << r.grid_blocks << ","
+        << r.bounds << "," << CsvField(r.kinds) << "," << CsvField(r.why) << ","
         << CsvField(r.error) << "\n";
   }
   out.close();
@@ -611,6 +642,8 @@ void PrintSummary(const std::vector<Result>& results, double wall_s) {
   std::vector<int> stitched_slower, shipped_slower, batch_norm_over;
   std::string batch_norm_ratios;
   int compiled = 0, one_kernel = 0, emulated = 0, agree = 0, matched = 0, ran = 0;
+  int in_bounds = 0;
+  uint64_t sampled_blocks = 0, grid_blocks = 0;
   int large = 0, large_efficient = 0;
   const Result* worst_emu = nullptr;
   const Result* worst_kernel = nullptr;
@@ -649,6 +682,9 @@ void PrintSummary(const std::vector<Result>& results, double wall_s) {
         worst_kernel = &r;
       }
     }
+    if (r.bounds == "yes") ++in_bounds;
+    sampled_blocks += r.sampled_blocks;
+    grid_blocks += r.grid_blocks;
     if (r.match != "-") ++ran;
     if (r.match == "yes") ++matched;
   }
@@ -697,6 +733,10 @@ void PrintSummary(const std::vector<Result>& results, double wall_s) {
   std::cout << ".\n"
             << "Emulator matched the interpreter on " << matched << "/" << ran
             << " emulated subgraphs.\n"
+            << "Shipped kernels at full geometry, every access bounds-checked: " << in_bounds << "/"
+            << total << " subgraphs in bounds, " << sampled_blocks << " of " << grid_blocks
+            << " blocks sampled (first, last, boundary and 8 random blocks per launch): "
+            << Verdict(in_bounds == total) << "\n"
             << "Misses:";
   bool any_miss = false;
   for (const Result& r : results) {

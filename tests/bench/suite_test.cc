@@ -51,6 +51,27 @@ TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
   ASSERT_FALSE(compiled->kernels.empty());
   for (const CompiledKernel& k : compiled->kernels) EXPECT_FALSE(k.ptx.empty()) << k.name;
 
+  // The kernels that ship for the listed shape, at their full geometry: sampled blocks, every
+  // access bounds-checked.
+  {
+    StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create();
+    ASSERT_TRUE(emulator.ok()) << emulator.status().ToString();
+    BlockSampling sampling;
+    sampling.seed = 2000 + static_cast<uint64_t>(GetParam());
+    StatusOr<SampledRun> shipped = RunSampledOnEmulator(compiled->graph, compiled->plan,
+                                                        compiled->kernels, sampling, **emulator);
+    ASSERT_TRUE(shipped.ok()) << shipped.status().ToString() << "\n"
+                              << Describe(compiled->graph, compiled->plan);
+    ASSERT_EQ(shipped->launches.size(), compiled->kernels.size());
+    for (const SampledLaunch& l : shipped->launches) {
+      std::printf("shipped %s [%s]: %llu of %llu blocks at full geometry, in bounds\n",
+                  l.kernel.c_str(), std::string(KernelKindName(l.kind)).c_str(),
+                  static_cast<unsigned long long>(l.blocks.size()),
+                  static_cast<unsigned long long>(l.launch.blocks()));
+      EXPECT_EQ(l.stats.blocks_run, l.blocks.size());
+    }
+  }
+
   std::optional<ScaledGraph> scaled = ScaleForEmulation(full);
   ASSERT_TRUE(scaled.has_value()) << "no shape within the emulation budget";
   const Graph& g = scaled->graph;

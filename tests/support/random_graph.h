@@ -51,6 +51,16 @@ class RandomGraphBuilder {
   explicit RandomGraphBuilder(uint64_t seed, int64_t max_elements = kMaxElements)
       : rng_(seed), max_elements_(max_elements) {}
 
+  // Graphs from `seed` at model-sized shapes: sizes up to those of real models' hidden and
+  // vocabulary dimensions (4097, 12288, 50257), tensors of at least 2^20 and at most
+  // `max_elements` elements, where the scheduler picks the grids, splits and vector widths
+  // that ship for real models.
+  static RandomGraphBuilder Large(uint64_t seed, int64_t max_elements) {
+    RandomGraphBuilder b(seed, max_elements);
+    b.large_ = true;
+    return b;
+  }
+
   Graph Build() {
     g_ = Graph{};
     g_.name = "random";
@@ -84,7 +94,9 @@ class RandomGraphBuilder {
   bool Chance(double p) { return std::bernoulli_distribution(p)(rng_); }
   int64_t Dim() {
     static const int64_t kSizes[] = {1, 2, 3, 5, 7, 8, 16, 17, 31, 32, 33, 64, 100, 127, 129, 300};
-    return kSizes[Pick(0, 15)];
+    static const int64_t kLargeSizes[] = {1,   3,   7,    32,   33,   64,   127,   256,
+                                          300, 768, 1000, 1024, 3072, 4097, 12288, 50257};
+    return large_ ? kLargeSizes[Pick(0, 15)] : kSizes[Pick(0, 15)];
   }
 
   // Rank 1 to 4; a size sometimes repeats an earlier one so that a reduce result can be
@@ -105,6 +117,13 @@ class RandomGraphBuilder {
       // Halve every copy of the largest size so repeated sizes stay equal.
       for (int64_t& v : dims_) {
         if (v == from) v = (v + 1) / 2;
+      }
+    }
+    // Model-sized graphs grow their smallest size (every copy of it) until they are large.
+    while (large_ && elements() < kLargeMinElements && elements() * 2 <= max_elements_) {
+      const int64_t from = *std::min_element(dims_.begin(), dims_.end());
+      for (int64_t& v : dims_) {
+        if (v == from) v = 2 * v + 1;
       }
     }
   }
@@ -356,6 +375,8 @@ class RandomGraphBuilder {
   }
 
   std::mt19937_64 rng_;
+  bool large_ = false;
+  static constexpr int64_t kLargeMinElements = int64_t{1} << 20;
   int64_t max_elements_;
   Graph g_;
   std::vector<int64_t> dims_;
