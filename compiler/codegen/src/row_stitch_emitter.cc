@@ -171,6 +171,11 @@ class RowStitchEmitter {
     const uint64_t block = m_.launch.block_threads();
     const int64_t groups = static_cast<int64_t>(block) / tpr;
     llvm::Value* chunk = BlockIdx(kc_, Dim::kX);
+    // A block's partials go to the chunk of its index: the arrays have one chunk per block of
+    // the grid this kernel was scheduled for (InitColumnReduces checks it). The store is
+    // masked to those chunks as well, so a launch on a larger grid than the bundle's cannot
+    // write past the arrays; the combine then reads the chunks that exist.
+    llvm::Value* chunk_in_range = b_.CreateICmpSLT(chunk, kc_.Index(arrays.chunks));
     if (groups == 1) {
       for (int j = 0; j < m_.values_per_thread; ++j) {
         llvm::Value* k = ColumnOf(seg_, j);
@@ -178,14 +183,16 @@ class RowStitchEmitter {
         for (const ReduceInfo& r : column_.reduces) {
           partials.push_back(b_.CreateLoad(r.acc_ty, column_acc_[r.node][j]));
         }
-        STITCH_RETURN_IF_ERROR(
-            EmitIf(kc_, "partial", b_.CreateICmpSLT(k, kc_.Index(row_len())), [&]() -> Status {
+        STITCH_RETURN_IF_ERROR(EmitIf(
+            kc_, "partial", b_.CreateAnd(chunk_in_range, b_.CreateICmpSLT(k, kc_.Index(row_len()))),
+            [&]() -> Status {
               StorePartials(kc_, column_, arrays, partials, chunk, k);
               return Status::Ok();
             }));
       }
     } else {
-      STITCH_RETURN_IF_ERROR(CombineRowGroups(arrays, groups, chunk, nest.shared_bytes));
+      STITCH_RETURN_IF_ERROR(
+          CombineRowGroups(arrays, groups, chunk, chunk_in_range, nest.shared_bytes));
     }
     ElementalEmitter combine(kc_);
     return EmitCombinePartials(kc_, combine, column_, arrays);
@@ -195,7 +202,7 @@ class RowStitchEmitter {
   // publishes at slot g * tpr + seg (its linear thread index), and the first group's
   // threads combine the groups column by column.
   Status CombineRowGroups(const PartialArrays& arrays, int64_t groups, llvm::Value* chunk,
-                          uint32_t& shared_bytes) {
+                          llvm::Value* chunk_in_range, uint32_t& shared_bytes) {
     const int tpr = m_.threads_per_row;
     const uint64_t block = m_.launch.block_threads();
     std::vector<llvm::GlobalVariable*> slots;
@@ -219,8 +226,9 @@ class RowStitchEmitter {
       }
       Barrier(kc_);
       llvm::Value* k = ColumnOf(tid, j);
-      llvm::Value* writer = b_.CreateAnd(b_.CreateICmpSLT(tid, kc_.Index(tpr)),
-                                         b_.CreateICmpSLT(k, kc_.Index(row_len())));
+      llvm::Value* writer =
+          b_.CreateAnd(chunk_in_range, b_.CreateAnd(b_.CreateICmpSLT(tid, kc_.Index(tpr)),
+                                                    b_.CreateICmpSLT(k, kc_.Index(row_len()))));
       STITCH_RETURN_IF_ERROR(EmitIf(kc_, "groups", writer, [&]() -> Status {
         for (size_t i = 0; i < column_.reduces.size(); ++i) {
           b_.CreateStore(Identity(b_, column_.reduces[i]), totals[i]);

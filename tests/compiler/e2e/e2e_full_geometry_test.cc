@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@
 #include "stitch/reference/shape_scaling.h"
 #include "support/emulator_check.h"
 #include "support/ir_mutation.h"
+#include "support/normalization_graphs.h"
+#include "support/random_graph.h"
 
 namespace stitch {
 namespace {
@@ -262,6 +265,79 @@ TEST_F(FullGeometryTest, OutputBoundToTheStatisticsBufferIsCaughtAndRefused) {
   EXPECT_EQ(refused.message(),
             "output 0 is a 1024-byte buffer, but the bundle's output 0 is f16[64,56,56,256] "
             "(102760448 bytes)");
+}
+
+// Returns `spec`, a scheduled global_stitch kernel, with a grid of `blocks` blocks: every
+// phase runs on that grid, and a row-stitched phase's column partials get one chunk per block
+// (the invariant its emitter checks). Split reduces keep their chunk counts, which do not
+// depend on the grid.
+KernelSpec WithGrid(KernelSpec spec, uint32_t blocks) {
+  spec.mapping.launch.grid = {blocks, 1, 1};
+  for (KernelSpec& phase : spec.phases) {
+    phase.mapping.launch.grid = {blocks, 1, 1};
+    if (phase.kind == KernelKind::kRowStitch && phase.mapping.reduce_chunks > 1) {
+      phase.mapping.reduce_chunks = static_cast<int>(blocks);
+    }
+  }
+  return spec;
+}
+
+// Grid-barrier kernels index their reduced outputs and partial results by block and thread,
+// and the scheduler may give such a kernel any grid from one block to the co-resident bound
+// (the emulator's cap, max_persistent_grid_blocks and SizeGridToWork all pick smaller ones).
+// The shipped grid-barrier kernels of batch-norm training in f16 (a split column reduce and
+// its combine) and of the first model-sized random graphs of a fixed seed range that ship
+// one, emitted for every grid from 1 to 12 blocks, a few more, and the co-resident bound,
+// stay in bounds at full geometry.
+TEST(GridBarrierIndices, InBoundsForEveryGridTheSchedulerCanChoose) {
+  std::vector<std::pair<std::string, Graph>> graphs = {
+      {"batch norm f16[8,14,14,256]", testing::BatchNormForward(DType::kF16, {8, 14, 14, 256}, 3)}};
+  CompileOptions options;
+  options.emit_ptx = false;
+  for (uint64_t seed = 2900; graphs.size() < 3 && seed < 3100; ++seed) {
+    Graph g = testing::RandomGraphBuilder::Large(seed, int64_t{1} << 20).Build();
+    StatusOr<CompileResult> c = CompileGraph(g, options);
+    if (!c.ok()) continue;
+    for (const CompiledKernel& k : c->kernels) {
+      if (k.workspace_bytes != 0) {
+        graphs.push_back({"random graph, seed " + std::to_string(seed), g});
+        break;
+      }
+    }
+  }
+  ASSERT_GE(graphs.size(), 3u) << "too few graphs with grid-barrier kernels in the seed range";
+  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create();
+  ASSERT_TRUE(emulator.ok()) << emulator.status().ToString();
+  for (const auto& [name, g] : graphs) {
+    SCOPED_TRACE(name);
+    StatusOr<CompileResult> c = CompileGraph(g, options);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    int checked = 0;
+    for (const KernelSpec& spec : c->plan.kernels) {
+      if (spec.kind != KernelKind::kGlobalStitch) continue;
+      const uint32_t bound = spec.mapping.launch.grid[0];
+      std::set<uint32_t> grids;
+      for (uint32_t b = 1; b <= std::min<uint32_t>(bound, 12); ++b) grids.insert(b);
+      for (uint32_t b : {bound / 3, bound / 2 + 1, bound - 1, bound}) {
+        if (b > 0) grids.insert(b);
+      }
+      for (uint32_t blocks : grids) {
+        const KernelSpec resized = WithGrid(spec, blocks);
+        StatusOr<CompiledKernel> k = EmitKernel(c->graph, resized, options.codegen);
+        ASSERT_TRUE(k.ok()) << blocks << " blocks: " << k.status().ToString();
+        FusionPlan one{"stitch", {resized}};
+        BlockSampling sampling;
+        sampling.seed = blocks;
+        StatusOr<SampledRun> run = RunSampledOnEmulator(c->graph, one, {*k}, sampling, **emulator);
+        ASSERT_TRUE(run.ok()) << blocks << " blocks: " << run.status().ToString() << "\n"
+                              << Describe(c->graph, one);
+        ++checked;
+      }
+      std::printf("%s: %s in bounds on %d grids of 1 to %u blocks\n", name.c_str(),
+                  spec.name.c_str(), checked, bound);
+    }
+    EXPECT_GT(checked, 0);
+  }
 }
 
 }  // namespace
