@@ -83,6 +83,18 @@ def bundle(key, kernels, temporaries=(), target="sm_90"):
     return out
 
 
+def buffer_spec(size, shape):
+    return field_varint(1, size) + field_bytes(2, shape)
+
+
+def sized_bundle(key="py-sized"):
+    """two_kernel_bundle, declaring inputs of 64 bytes and an output of 1024."""
+    out = two_kernel_bundle(key)
+    for _ in range(2):
+        out += field_bytes(11, buffer_spec(64, "f32[16]"))
+    return out + field_bytes(12, buffer_spec(1024, "f32[256]"))
+
+
 def two_kernel_bundle(key="py"):
     """`scale` reads input 0 into temporary 0; `add` reads input 1 and it, writes output 0
     and has a 512-byte workspace."""
@@ -113,8 +125,10 @@ class CountingHandler(logging.Handler):
 class Tensor:
     """What the loader reads of a torch tensor."""
 
-    def __init__(self, ptr):
+    def __init__(self, ptr, nbytes=None):
         self.ptr = ptr
+        if nbytes is not None:
+            self.nbytes = nbytes
 
     def data_ptr(self):
         return self.ptr
@@ -220,6 +234,21 @@ class FakeDriverTest(unittest.TestCase):
         memsets = events("memset ")
         self.assertEqual(memsets, ["memset ptr=%d value=0 bytes=512 stream=%d"
                                    % (allocs[512], 0x99)])
+
+    def test_tensors_smaller_than_the_bundle_declares_are_refused(self):
+        program = self.loader.load(sized_bundle())
+        with self.assertRaises(cuda.LoaderError) as caught:
+            self.loader.launch(program, [Tensor(0x1100, 64), Tensor(0x2200, 64)],
+                               [Tensor(0x3300, 64)])
+        self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("output 0 is a 64-byte buffer, but the bundle's output 0 is f32[256] "
+                      "(1024 bytes)", str(caught.exception))
+        self.assertEqual(events("launch "), [])
+        # Right sizes launch; bare pointers cannot be checked and launch too.
+        self.loader.launch(program, [Tensor(0x1100, 64), Tensor(0x2200, 64)],
+                           [Tensor(0x3300, 1024)])
+        self.loader.launch(program, [0x1100, 0x2200], [0x3300])
+        self.assertEqual(len(events("launch ")), 4)
 
     def test_load_a_result(self):
         class Result:
