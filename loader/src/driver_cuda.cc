@@ -301,13 +301,7 @@ StatusOr<const StreamBuffers*> CudaKernelLoader::Buffers(const Program& program,
 
 Status CudaKernelLoader::Launch(const Program& program, std::span<const uint64_t> inputs,
                                 std::span<const uint64_t> outputs, uintptr_t stream_handle) {
-  if (inputs.size() != static_cast<size_t>(program.num_inputs()) ||
-      outputs.size() != static_cast<size_t>(program.num_outputs())) {
-    return InvalidArgument(
-        "bundle " + program.key() + " takes " + std::to_string(program.num_inputs()) +
-        " inputs and " + std::to_string(program.num_outputs()) + " outputs, got " +
-        std::to_string(inputs.size()) + " and " + std::to_string(outputs.size()));
-  }
+  STITCH_RETURN_IF_ERROR(CheckBufferCounts(program, inputs.size(), outputs.size()));
   std::lock_guard<std::mutex> lock(mu_);
   CUcontext context = nullptr;
   STITCH_RETURN_IF_ERROR(Check(api_.CtxGetCurrent(&context), "cuCtxGetCurrent"));

@@ -161,15 +161,20 @@ Status CheckSizes(const char* what, const google::protobuf::RepeatedPtrField<v1:
 
 }  // namespace
 
+Status CheckBufferCounts(const Program& program, size_t inputs, size_t outputs) {
+  if (inputs != static_cast<size_t>(program.num_inputs()) ||
+      outputs != static_cast<size_t>(program.num_outputs())) {
+    return InvalidArgument("bundle " + program.key() + " takes " +
+                           std::to_string(program.num_inputs()) + " inputs and " +
+                           std::to_string(program.num_outputs()) + " outputs, got " +
+                           std::to_string(inputs) + " and " + std::to_string(outputs));
+  }
+  return Status::Ok();
+}
+
 Status CheckBufferSizes(const Program& program, std::span<const uint64_t> input_bytes,
                         std::span<const uint64_t> output_bytes) {
-  if (input_bytes.size() != static_cast<size_t>(program.num_inputs()) ||
-      output_bytes.size() != static_cast<size_t>(program.num_outputs())) {
-    return InvalidArgument(
-        "bundle " + program.key() + " takes " + std::to_string(program.num_inputs()) +
-        " inputs and " + std::to_string(program.num_outputs()) + " outputs, got sizes of " +
-        std::to_string(input_bytes.size()) + " and " + std::to_string(output_bytes.size()));
-  }
+  STITCH_RETURN_IF_ERROR(CheckBufferCounts(program, input_bytes.size(), output_bytes.size()));
   STITCH_RETURN_IF_ERROR(CheckSizes("input", program.bundle().inputs(), input_bytes));
   return CheckSizes("output", program.bundle().outputs(), output_bytes);
 }

@@ -202,16 +202,14 @@ class EmulatorImpl final : public Emulator {
     checked_names_ = &options.arg_names;
   }
 
-  // Called by instrumented code, on the offending thread's fiber, for an access outside its
-  // buffer: fails the launch with where and what it was.
-  [[noreturn]] static void OutOfBounds(void* self, uint64_t address, uint64_t bytes, uint32_t param,
-                                       uint32_t store) {
-    auto* impl = static_cast<EmulatorImpl*>(self);
-    const LoadedKernel& k = *impl->checked_;
+  // Says which access left which buffer, and by how much.
+  std::string DescribeOutOfBounds(const emu::ThreadState& t, uint64_t address, uint64_t bytes,
+                                  uint32_t param, uint32_t store) const {
+    const LoadedKernel& k = *checked_;
     const uint64_t begin = k.bounds[2 * param];
     const uint64_t end = k.bounds[2 * param + 1];
     const std::string& name =
-        impl->checked_names_->empty() ? k.param_names[param] : (*impl->checked_names_)[param];
+        checked_names_->empty() ? k.param_names[param] : (*checked_names_)[param];
     std::string where;
     if (address < begin) {
       where = std::to_string(begin - address) + " byte(s) before its start";
@@ -219,11 +217,21 @@ class EmulatorImpl final : public Emulator {
       where = "at byte offset " + std::to_string(address - begin) + ", " +
               std::to_string(address + bytes - end) + " byte(s) past its end";
     }
+    return "thread " + Triple(t.tid) + ": out of bounds: " + std::to_string(bytes) + "-byte " +
+           (store ? "store" : "load") + " to argument " + std::to_string(param) + " (" + name +
+           ", " + std::to_string(end - begin) + " bytes) " + where;
+  }
+
+  // Called by instrumented code, on the offending thread's fiber, for an access outside its
+  // buffer: fails the launch with where and what it was. The fiber never returns, so its
+  // frames are never unwound: the message is built in a call of its own, whose temporaries
+  // are gone before Fail, which releases the message itself.
+  [[noreturn]] static void OutOfBounds(void* self, uint64_t address, uint64_t bytes, uint32_t param,
+                                       uint32_t store) {
+    auto* impl = static_cast<EmulatorImpl*>(self);
     emu::ThreadState* t = emu::BlockScheduler::Current();
-    t->scheduler->Fail(t, "thread " + Triple(t->tid) + ": out of bounds: " + std::to_string(bytes) +
-                              "-byte " + (store ? "store" : "load") + " to argument " +
-                              std::to_string(param) + " (" + name + ", " +
-                              std::to_string(end - begin) + " bytes) " + where);
+    std::string message = impl->DescribeOutOfBounds(*t, address, bytes, param, store);
+    t->scheduler->Fail(t, std::move(message));
   }
 
   // Runs every block at once (the kernel synchronises its grid), each with its own shared

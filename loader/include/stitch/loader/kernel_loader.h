@@ -100,6 +100,10 @@ class Program {
 // block, or a parameter with an unspecified role or a negative index.
 StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes);
 
+// Returns INVALID_ARGUMENT ("bundle K takes 2 inputs and 1 outputs, got 1 and 1") unless a
+// launch passes `inputs` and `outputs` buffers, the counts `program` takes.
+Status CheckBufferCounts(const Program& program, size_t inputs, size_t outputs);
+
 // Checks the byte sizes of the buffers a job is about to bind against those the bundle
 // declares (KernelBundle.inputs and .outputs): `input_bytes[i]` is the size of the buffer
 // passed as input i, `output_bytes[i]` that of output i, and 0 means unknown (not checked).
