@@ -49,6 +49,12 @@ void FillKernel(const Graph& g, const CompileResult& result, const CompiledKerne
   for (int node : k.param_nodes) *out.add_params() = ParamFor(g, result, node);
 }
 
+void FillBufferSpec(const Graph& g, int node, v1::BufferSpec& out) {
+  const Shape& s = g.nodes[static_cast<size_t>(node)].shape;
+  out.set_bytes(static_cast<uint64_t>(s.bytes()));
+  out.set_shape(s.ToString());
+}
+
 void FillEstimate(std::string_view planner, const PlanCost& cost, v1::PlanEstimate& out) {
   out.set_planner(std::string(planner));
   out.set_seconds(cost.seconds);
@@ -84,18 +90,8 @@ v1::KernelBundle ToBundle(const CompileResult& result, const CompileOptions& opt
     t.set_bytes(static_cast<uint64_t>(g.nodes[static_cast<size_t>(node)].shape.bytes()));
     t.set_alignment(kTemporaryAlignment);
   }
-  for (int node : g.Parameters()) {
-    const Shape& s = g.nodes[static_cast<size_t>(node)].shape;
-    v1::BufferSpec& in = *b.add_inputs();
-    in.set_bytes(static_cast<uint64_t>(s.bytes()));
-    in.set_shape(s.ToString());
-  }
-  for (int node : g.outputs) {
-    const Shape& s = g.nodes[static_cast<size_t>(node)].shape;
-    v1::BufferSpec& out = *b.add_outputs();
-    out.set_bytes(static_cast<uint64_t>(s.bytes()));
-    out.set_shape(s.ToString());
-  }
+  for (int node : g.Parameters()) FillBufferSpec(g, node, *b.add_inputs());
+  for (int node : g.outputs) FillBufferSpec(g, node, *b.add_outputs());
   b.set_plan(Describe(g, result.plan));
   FillCost(result, *b.mutable_cost());
   b.set_compile_seconds(result.timings.total_ms() / 1000.0);

@@ -6,6 +6,7 @@
 #include <map>
 #include <new>
 #include <random>
+#include <set>
 
 #include "stitch/plan/schedule.h"
 
@@ -119,23 +120,17 @@ uint64_t SampledRun::blocks_total() const {
 std::vector<uint64_t> SampleBlocks(const Graph& g, const KernelSpec& spec,
                                    const BlockSampling& sampling) {
   const uint64_t total = spec.mapping.launch.blocks();
-  std::vector<uint64_t> blocks = BoundaryBlocks(g, spec);
-  blocks.push_back(0);
-  blocks.push_back(total - 1);
-  std::mt19937_64 rng(sampling.seed);
-  std::uniform_int_distribution<uint64_t> pick(0, total - 1);
+  const std::vector<uint64_t> boundary = BoundaryBlocks(g, spec);
+  std::set<uint64_t> blocks(boundary.begin(), boundary.end());
+  blocks.insert(0);
+  blocks.insert(total - 1);
+  // `wanted` never exceeds the grid, so the draws end.
   const uint64_t wanted =
       std::min<uint64_t>(total, blocks.size() + static_cast<uint64_t>(sampling.random_blocks));
-  // Draws until `wanted` distinct blocks are listed; the cap keeps a tiny grid from spinning.
-  for (int tries = 0; tries < 64 * (sampling.random_blocks + 1); ++tries) {
-    std::sort(blocks.begin(), blocks.end());
-    blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-    if (blocks.size() >= wanted) break;
-    blocks.push_back(pick(rng));
-  }
-  std::sort(blocks.begin(), blocks.end());
-  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-  return blocks;
+  std::mt19937_64 rng(sampling.seed);
+  std::uniform_int_distribution<uint64_t> pick(0, total - 1);
+  while (blocks.size() < wanted) blocks.insert(pick(rng));
+  return {blocks.begin(), blocks.end()};
 }
 
 namespace {

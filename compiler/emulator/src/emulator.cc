@@ -47,24 +47,20 @@ std::string Triple(const std::array<uint32_t, 3>& v) {
   return "(" + std::to_string(v[0]) + "," + std::to_string(v[1]) + "," + std::to_string(v[2]) + ")";
 }
 
-// The block ids of the blocks a launch runs: those listed, or the whole grid.
-std::vector<std::array<uint32_t, 3>> BlocksToRun(const std::array<uint32_t, 3>& grid,
-                                                 const std::vector<uint64_t>& listed) {
-  std::vector<std::array<uint32_t, 3>> ids;
-  auto id_of = [&](uint64_t linear) {
-    const uint64_t plane = uint64_t{grid[0]} * grid[1];
-    return std::array<uint32_t, 3>{static_cast<uint32_t>(linear % grid[0]),
-                                   static_cast<uint32_t>(linear / grid[0] % grid[1]),
-                                   static_cast<uint32_t>(linear / plane)};
-  };
-  if (!listed.empty()) {
-    for (uint64_t b : listed) ids.push_back(id_of(b));
-    return ids;
-  }
-  const uint64_t total = uint64_t{grid[0]} * grid[1] * grid[2];
-  ids.reserve(total);
-  for (uint64_t b = 0; b < total; ++b) ids.push_back(id_of(b));
-  return ids;
+// The id of block `linear` (x + y * grid.x + z * grid.x * grid.y) of `grid`.
+std::array<uint32_t, 3> BlockId(const std::array<uint32_t, 3>& grid, uint64_t linear) {
+  const uint64_t plane = uint64_t{grid[0]} * grid[1];
+  return {static_cast<uint32_t>(linear % grid[0]),
+          static_cast<uint32_t>(linear / grid[0] % grid[1]), static_cast<uint32_t>(linear / plane)};
+}
+
+// The number of blocks a launch runs, and the linear index of the i-th: those listed, or
+// the whole grid in order.
+uint64_t BlockCount(const LaunchDims& dims, const std::vector<uint64_t>& listed) {
+  return listed.empty() ? dims.blocks() : listed.size();
+}
+uint64_t LinearBlock(const std::vector<uint64_t>& listed, uint64_t i) {
+  return listed.empty() ? i : listed[i];
 }
 
 class EmulatorImpl final : public Emulator {
@@ -123,11 +119,11 @@ class EmulatorImpl final : public Emulator {
     emu::BlockGeometry geometry;
     geometry.ntid = dims.block;
     geometry.nctaid = dims.grid;
-    const std::vector<std::array<uint32_t, 3>> blocks = BlocksToRun(dims.grid, options.blocks);
     if (loaded->grid_barrier) {
-      STITCH_RETURN_IF_ERROR(LaunchGrid(kernel, *loaded, geometry, blocks, arg_copy.data()));
+      STITCH_RETURN_IF_ERROR(
+          LaunchGrid(kernel, *loaded, geometry, options.blocks, arg_copy.data()));
     } else {
-      STITCH_RETURN_IF_ERROR(LaunchBlocks(*loaded, geometry, blocks, arg_copy.data()));
+      STITCH_RETURN_IF_ERROR(LaunchBlocks(*loaded, geometry, options.blocks, arg_copy.data()));
     }
     LaunchStats stats;
     stats.global_bytes_loaded = counters_[0];
@@ -138,16 +134,18 @@ class EmulatorImpl final : public Emulator {
     stats.barriers = scheduler_.barriers() - barriers_before;
     stats.grid_barriers = scheduler_.grid_barriers() - grid_barriers_before;
     stats.threads = dims.threads();
-    stats.blocks_run = blocks.size();
+    stats.blocks_run = BlockCount(dims, options.blocks);
     return stats;
   }
 
  private:
-  // Runs the blocks one after another, sharing the module's shared-memory global.
+  // Runs the blocks (`listed`, or all) one after another, sharing the module's shared-memory
+  // global.
   Status LaunchBlocks(const LoadedKernel& loaded, emu::BlockGeometry geometry,
-                      const std::vector<std::array<uint32_t, 3>>& blocks, void** args) {
-    for (const std::array<uint32_t, 3>& ctaid : blocks) {
-      geometry.ctaid = ctaid;
+                      const std::vector<uint64_t>& listed, void** args) {
+    const LaunchDims dims{geometry.nctaid, geometry.ntid};
+    for (uint64_t i = 0; i < BlockCount(dims, listed); ++i) {
+      geometry.ctaid = BlockId(geometry.nctaid, LinearBlock(listed, i));
       if (loaded.shared != nullptr) {
         // Shared memory starts undefined on the GPU: zero it, or in random-order mode fill it
         // with NaN/-1 bytes so reads before writes show up.
@@ -237,9 +235,10 @@ class EmulatorImpl final : public Emulator {
   // Runs every block at once (the kernel synchronises its grid), each with its own shared
   // memory.
   Status LaunchGrid(const CompiledKernel& kernel, const LoadedKernel& loaded,
-                    const emu::BlockGeometry& geometry,
-                    const std::vector<std::array<uint32_t, 3>>& block_ids, void** args) {
-    const uint64_t blocks = block_ids.size();
+                    const emu::BlockGeometry& geometry, const std::vector<uint64_t>& listed,
+                    void** args) {
+    const LaunchDims dims{geometry.nctaid, geometry.ntid};
+    const uint64_t blocks = BlockCount(dims, listed);
     const uint64_t threads = blocks * geometry.ntid[0] * geometry.ntid[1] * geometry.ntid[2];
     if (threads > kMaxGridBarrierThreads) {
       return ResourceExhausted("kernel " + kernel.name + " uses a grid barrier and launches " +
@@ -266,6 +265,10 @@ class EmulatorImpl final : public Emulator {
       const uintptr_t raw = reinterpret_cast<uintptr_t>(storage.get());
       shared = storage.get() + ((align - raw % align) % align);
       std::memset(shared, SharedFill(), static_cast<size_t>(stride * blocks));
+    }
+    std::vector<std::array<uint32_t, 3>> block_ids;
+    for (uint64_t i = 0; i < blocks; ++i) {
+      block_ids.push_back(BlockId(geometry.nctaid, LinearBlock(listed, i)));
     }
     return scheduler_.RunGrid(loaded.entry, args, geometry, block_ids, shared, stride);
   }
