@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""The cost model's estimates against the kernel times measured on real GPUs (testdata/gpu/).
+
+  python3 tests/compiler/plan/cost_model_calibration_test.py --gpu-bench build/bench/gpu/gpu_bench
+      [--data testdata/gpu] [--thresholds]
+
+For every measurement set testdata/gpu/<device slug>/<date>_<commit>/ that holds a
+stitch_kernels_ncu.tsv, the test runs `gpu_bench --list` (compiles only, no GPU) for the set's
+target, joins the model's estimate of each row's three plans (stitch's, the XLA model's, the
+Inductor model's) with the measured kernel times by suite id, and prints one line per plan and
+the error figures: median and 90th percentile of |measured / modelled - 1|, the median signed
+error and how many plans the model prices too fast. It also sets the model's XLA and Inductor
+plans against what jax.jit and torch.compile really ran (jax_jit_kernels.tsv,
+torch_compile_kernels.tsv), since the baselines are meant to be priced as the frameworks run.
+
+It reports the errors and does not bound them: the bounds come with the model's fit. What it
+does check, and fail on, is the data: every suite row measured and every measured row in the
+suite, no id twice, every time a positive finite number, each malformed line named by file and
+line. `--thresholds` adds the bounds meant for later (median |error| <= 15%, p90 <= 35%, median
+signed error within +-10%), checked on the newest set of each device, and fails when one is
+missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
+DEFAULT_DATA = REPO_ROOT / "testdata" / "gpu"
+
+# A set's folder name: the day it was measured and the commit whose kernels it measured.
+SET_NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})_([0-9a-f]{7,40})$")
+
+# The three plans of a row: (name printed, model column in gpu_bench's CSV, measured column in
+# stitch_kernels_ncu.tsv). gpu_bench calls the XLA model's plan "baseline".
+PLANS = (
+    ("stitch", "stitch_model_us", "stitch_us"),
+    ("xla_model", "baseline_model_us", "xla_model_plan_us"),
+    ("inductor_model", "inductor_model_us", "inductor_model_plan_us"),
+)
+
+# jax.jit was timed by back-to-back calls, which hide the dispatch only behind kernels longer
+# than it (about 30 us on the H100), so shorter rows are overestimated. The framework
+# comparison also reports the rows above this time alone.
+JAX_DISPATCH_BOUND_US = 60.0
+
+THRESHOLDS = (
+    # (figure, description, check)
+    ("median_abs", "median |error| <= 15%", lambda v: v <= 0.15),
+    ("p90_abs", "p90 |error| <= 35%", lambda v: v <= 0.35),
+    ("median_signed", "median signed error within +-10%", lambda v: -0.10 <= v <= 0.10),
+)
+
+
+class DataError(Exception):
+    """A problem with the inputs, reported as one line naming the file (and line) at fault."""
+
+
+@dataclass
+class ModelRow:
+    line: int
+    us: dict[str, float]  # plan name -> modelled microseconds
+
+
+@dataclass
+class MeasuredSet:
+    path: pathlib.Path
+    slug: str
+    date: str
+    commit: str
+    device: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.slug}/{self.path.name}"
+
+    @property
+    def target(self) -> str | None:
+        return self.device.get("target") or self.device.get("arch")
+
+
+def parse_time(text: str, where: str, what: str) -> float:
+    """A time in microseconds: a positive finite number, or a DataError naming `where`."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataError(f"{where}: {what} is {text!r}, not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise DataError(f"{where}: {what} is {text!r}; a time must be positive and finite")
+    return value
+
+
+def parse_id(text: str, where: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise DataError(f"{where}: id is {text!r}, not an integer") from None
+    if value < 1:
+        raise DataError(f"{where}: id {value} is not a suite id (they start at 1)")
+    return value
+
+
+def read_text(path: pathlib.Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+# --- the model: gpu_bench --list ---------------------------------------------------------------
+
+
+def run_model(gpu_bench: pathlib.Path, target: str | None) -> tuple[dict[int, ModelRow], str]:
+    """The model's estimates for every suite row, from `gpu_bench --list --csv`."""
+    with tempfile.TemporaryDirectory(prefix="cost_model_calibration.") as tmp:
+        csv_path = pathlib.Path(tmp) / "model.csv"
+        # Absolute, because pathlib drops a leading "./" and a bare name would be looked up
+        # on PATH instead of in the working directory.
+        command = [str(gpu_bench.absolute()), "--list", "--csv", str(csv_path)]
+        if target:
+            # The model prices the device of the target, so each set is priced as the GPU it
+            # was measured on rather than as whatever the default target is at the time.
+            command[2:2] = ["--target", target]
+        shown = " ".join(command[:-1] + ["<csv>"])
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        except OSError as e:
+            raise DataError(f"{gpu_bench}: cannot run: {e.strerror or e}") from None
+        except subprocess.TimeoutExpired:
+            raise DataError(f"`{shown}` did not finish in 600 s") from None
+        if result.returncode != 0:
+            tail = (result.stdout + result.stderr).strip().splitlines()[-15:] or ["(no output)"]
+            output = "\n    ".join(tail)
+            raise DataError(f"`{shown}` exited with {result.returncode}:\n    {output}")
+        if not csv_path.exists():
+            raise DataError(f"`{shown}` exited with 0 but wrote no CSV")
+        label = f"gpu_bench --list CSV ({shown})"
+        return parse_model_csv(read_text(csv_path), label), shown
+
+
+def parse_model_csv(text: str, label: str) -> dict[int, ModelRow]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    needed = ["id"] + [column for _, column, _ in PLANS]
+    missing = [c for c in needed if c not in (reader.fieldnames or [])]
+    if missing:
+        raise DataError(f"{label}: header lacks column(s) {', '.join(missing)}")
+    rows: dict[int, ModelRow] = {}
+    for record in reader:
+        where = f"{label} line {reader.line_num}"
+        if None in record or any(v is None for v in record.values()):
+            raise DataError(f"{where}: {len(reader.fieldnames or [])} fields expected")
+        row_id = parse_id(record["id"], where)
+        if row_id in rows:
+            raise DataError(f"{where}: id {row_id} again (first on line {rows[row_id].line})")
+        if record.get("error"):
+            raise DataError(f"{where}: row {row_id} did not compile: {record['error']}")
+        us = {plan: parse_time(record[column], where, column) for plan, column, _ in PLANS}
+        rows[row_id] = ModelRow(reader.line_num, us)
+    if not rows:
+        raise DataError(f"{label}: no rows")
+    return rows
+
+
+# --- the measurements: testdata/gpu/<slug>/<date>_<commit>/ -----------------------------------
+
+
+def find_sets(data: pathlib.Path) -> list[MeasuredSet]:
+    if not data.is_dir():
+        raise DataError(f"{data}: no such folder (--data)")
+    sets = []
+    for tsv in sorted(data.glob("*/*/stitch_kernels_ncu.tsv")):
+        folder = tsv.parent
+        match = SET_NAME.match(folder.name)
+        if not match:
+            # A set that does not follow the layout would be read without its date or commit;
+            # name it so it gets renamed rather than silently compared.
+            raise DataError(f"{folder}: a measurement set's folder is named <YYYY-MM-DD>_<commit>")
+        entry = MeasuredSet(folder, folder.parent.name, match.group(1), match.group(2))
+        device_json = folder / "device.json"
+        if device_json.exists():
+            try:
+                entry.device = json.loads(read_text(device_json))
+            except json.JSONDecodeError as e:
+                raise DataError(f"{device_json} line {e.lineno}: not JSON ({e.msg})") from None
+            if not isinstance(entry.device, dict):
+                raise DataError(f"{device_json}: a JSON object expected")
+            slug = entry.device.get("slug")
+            if slug and slug != entry.slug:
+                raise DataError(f"{device_json}: slug {slug!r} but the set is under {entry.slug}/")
+        sets.append(entry)
+    if not sets:
+        # The sets ship with the repository, so finding none means a wrong --data, not a
+        # machine without data: fail rather than report nothing.
+        raise DataError(
+            f"{data}: no measurement set (<slug>/<date>_<commit>/stitch_kernels_ncu.tsv)")
+    return sets
+
+
+def split_lines(path: pathlib.Path):
+    """(line number, fields) of each non-blank line of a tab-separated file."""
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        if line.strip():
+            yield number, line.rstrip("\r").split("\t")
+
+
+def read_measured(path: pathlib.Path) -> dict[int, tuple[int, dict[str, float]]]:
+    """stitch_kernels_ncu.tsv: id -> (line, plan name -> measured microseconds)."""
+    lines = split_lines(path)
+    try:
+        header_line, header = next(lines)
+    except StopIteration:
+        raise DataError(f"{path}: empty") from None
+    needed = ["id"] + [column for _, _, column in PLANS]
+    missing = [c for c in needed if c not in header]
+    if missing:
+        raise DataError(f"{path} line {header_line}: header lacks column(s) {', '.join(missing)}")
+    index = {name: header.index(name) for name in needed}
+    rows: dict[int, tuple[int, dict[str, float]]] = {}
+    for number, fields in lines:
+        where = f"{path} line {number}"
+        if len(fields) != len(header):
+            raise DataError(
+                f"{where}: {len(fields)} tab-separated fields, the header has {len(header)}")
+        row_id = parse_id(fields[index["id"]], where)
+        if row_id in rows:
+            raise DataError(f"{where}: id {row_id} again (first on line {rows[row_id][0]})")
+        us = {plan: parse_time(fields[index[column]], where, column) for plan, _, column in PLANS}
+        rows[row_id] = (number, us)
+    return rows
+
+
+def read_framework(path: pathlib.Path, what: str) -> dict[int, float]:
+    """A framework's kernel times (no header: id, microseconds per call, then other columns)."""
+    rows: dict[int, tuple[int, float]] = {}
+    for number, fields in split_lines(path):
+        if number == 1 and fields[0].strip().lower() == "id":
+            continue  # tolerate a header, should later files carry one
+        where = f"{path} line {number}"
+        if len(fields) < 2:
+            raise DataError(
+                f"{where}: expected id<TAB>{what} microseconds, got {len(fields)} field(s)")
+        row_id = parse_id(fields[0], where)
+        if row_id in rows:
+            raise DataError(f"{where}: id {row_id} again (first on line {rows[row_id][0]})")
+        rows[row_id] = (number, parse_time(fields[1], where, f"{what} time"))
+    return {row_id: us for row_id, (_, us) in rows.items()}
+
+
+# --- figures -----------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Linear interpolation between the closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def figures(errors: list[float]) -> dict[str, float]:
+    magnitudes = [abs(e) for e in errors]
+    return {
+        "count": len(errors),
+        "median_abs": percentile(magnitudes, 0.5),
+        "p90_abs": percentile(magnitudes, 0.9),
+        "median_signed": percentile(errors, 0.5),
+        # measured slower than modelled: the model promised more than the kernel delivered
+        "optimistic": sum(1 for e in errors if e > 0),
+    }
+
+
+def describe(f: dict[str, float]) -> str:
+    return (f"median |err| {f['median_abs']:.1%}  p90 |err| {f['p90_abs']:.1%}  "
+            f"median signed {f['median_signed']:+.1%}  optimistic {f['optimistic']}/{f['count']}")
+
+
+def error(measured: float, modelled: float) -> float:
+    return measured / modelled - 1.0
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+def check_ids(tsv: pathlib.Path, measured: dict, model: dict) -> None:
+    only_measured = sorted(set(measured) - set(model))
+    only_modelled = sorted(set(model) - set(measured))
+    problems = []
+    if only_measured:
+        lines = ", ".join(f"{i} (line {measured[i][0]})" for i in only_measured)
+        problems.append(f"id(s) not in the suite gpu_bench lists: {lines}")
+    if only_modelled:
+        problems.append(f"suite row(s) with no measurement: {', '.join(map(str, only_modelled))}")
+    if problems:
+        raise DataError(f"{tsv}: " + "; ".join(problems))
+
+
+def report_set(entry: MeasuredSet, model: dict[int, ModelRow], shown: str) -> dict[str, float]:
+    tsv = entry.path / "stitch_kernels_ncu.tsv"
+    measured = read_measured(tsv)
+    check_ids(tsv, measured, model)
+
+    device = entry.device.get("name", "device unknown")
+    print(f"\n== {entry.name}: {device}, measured at commit {entry.commit} on {entry.date}")
+    print(f"   measured: {tsv.name} (kernel time by Nsight Compute)")
+    print(f"   modelled: {shown} (the model of this checkout)")
+    print(f"{'id':>4}  {'plan':<15}{'measured us':>13}{'modelled us':>13}{'meas/model-1':>15}")
+    all_errors: list[float] = []
+    stitch_errors: list[float] = []
+    for row_id in sorted(measured):
+        _, times = measured[row_id]
+        for plan, _, _ in PLANS:
+            e = error(times[plan], model[row_id].us[plan])
+            all_errors.append(e)
+            if plan == "stitch":
+                stitch_errors.append(e)
+            modelled = model[row_id].us[plan]
+            print(f"{row_id:>4}  {plan:<15}{times[plan]:>13.1f}{modelled:>13.2f}{e:>+15.1%}")
+    rows, plans = len(measured), len(all_errors)
+    overall, stitch_only = figures(all_errors), figures(stitch_errors)
+    print(f"  all {plans} plans ({rows} rows): {describe(overall)}")
+    print(f"  stitch's {len(stitch_errors)} plans:     {describe(stitch_only)}")
+    report_frameworks(entry, model)
+    return overall
+
+
+def report_frameworks(entry: MeasuredSet, model: dict[int, ModelRow]) -> None:
+    """The model's XLA and Inductor plans against the frameworks' own kernels."""
+    pairs = (
+        ("torch_compile_kernels.tsv", "torch.compile", "inductor_model", None),
+        ("jax_jit_kernels.tsv", "jax.jit", "xla_model", JAX_DISPATCH_BOUND_US),
+    )
+    for file_name, framework, plan, bound in pairs:
+        path = entry.path / file_name
+        if not path.exists():
+            print(f"  {framework}: no {file_name} in this set")
+            continue
+        real = read_framework(path, framework)
+        if not real:
+            raise DataError(f"{path}: no rows")
+        unknown = sorted(set(real) - set(model))
+        if unknown:
+            raise DataError(f"{path}: id(s) not in the suite gpu_bench lists: {unknown}")
+        errors = [error(real[i], model[i].us[plan]) for i in sorted(real)]
+        line = f"  {framework} kernels vs the model's {plan} plan, {describe(figures(errors))}"
+        print(line)
+        if bound is not None:
+            long_rows = [error(real[i], model[i].us[plan])
+                         for i in sorted(real) if real[i] >= bound]
+            if long_rows:
+                print(f"    rows where {framework} takes >= {bound:.0f} us (shorter ones are "
+                      f"dispatch-bound): {describe(figures(long_rows))}")
+
+
+def newest_per_device(sets: list[MeasuredSet]) -> list[MeasuredSet]:
+    # Older sets describe the kernels of their own commit, which the current model need not
+    # fit any more; the bounds are for the kernels as they are, i.e. the newest set.
+    newest: dict[str, MeasuredSet] = {}
+    for entry in sets:
+        key = (entry.date, str(entry.device.get("date", "")))
+        best = newest.get(entry.slug)
+        if best is None or key >= (best.date, str(best.device.get("date", ""))):
+            newest[entry.slug] = entry
+    return list(newest.values())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--gpu-bench", required=True, type=pathlib.Path,
+                        help="the gpu_bench binary (only --list is run: no GPU needed)")
+    parser.add_argument("--data", type=pathlib.Path, default=DEFAULT_DATA,
+                        help=f"folder of device slugs and dated sets (default {DEFAULT_DATA})")
+    parser.add_argument("--thresholds", action="store_true",
+                        help="also check the error bounds on the newest set of each device")
+    args = parser.parse_args()
+
+    failures: list[str] = []
+    models: dict[str | None, tuple[dict[int, ModelRow], str]] = {}
+    summaries: dict[str, dict[str, float]] = {}
+    try:
+        sets = find_sets(args.data)
+    except DataError as e:
+        print(f"cost_model_calibration: error: {e}", file=sys.stderr)
+        return 1
+    for entry in sets:
+        try:
+            if entry.target not in models:
+                models[entry.target] = run_model(args.gpu_bench, entry.target)
+            model, shown = models[entry.target]
+            summaries[entry.name] = report_set(entry, model, shown)
+        except DataError as e:
+            # Go on with the other sets, so one run names every broken file.
+            failures.append(str(e))
+        sys.stdout.flush()
+
+    if args.thresholds:
+        print("\n== thresholds (newest set of each device)")
+        for entry in newest_per_device(sets):
+            if entry.name not in summaries:
+                continue  # its data error is reported below
+            for key, text, check in THRESHOLDS:
+                value = summaries[entry.name][key]
+                verdict = "PASS" if check(value) else "FAIL"
+                shown = f"{value:+.1%}" if key == "median_signed" else f"{value:.1%}"
+                print(f"  {verdict}  {entry.name}: {text} (is {shown})")
+                if verdict == "FAIL":
+                    failures.append(f"{entry.name}: {text}: is {shown}")
+
+    if failures:
+        print(file=sys.stderr)
+        for failure in failures:
+            print(f"cost_model_calibration: error: {failure}", file=sys.stderr)
+        return 1
+    print(f"\ncost_model_calibration: {len(sets)} set(s) read; errors reported, not bounded"
+          + (" (bounds checked above)" if args.thresholds else " (--thresholds checks them)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
