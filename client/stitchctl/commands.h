@@ -20,6 +20,9 @@ struct CompileArgs {
   bool json = false;
   bool print_ptx = false;
   bool cubin = true;
+  // When set, each kernel's portable IR (.bc), PTX (.ptx) and cubin (.cubin) are written
+  // there as <graph index>_<kernel name>.<ext>, for llvm-dis, ptxas -v or cuobjdump.
+  std::string dump_dir;
   std::string daemon;  // when set, ask this stitchd instead of compiling in-process
 };
 int RunCompile(const CompileArgs& args);

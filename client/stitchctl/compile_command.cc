@@ -1,4 +1,6 @@
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -100,6 +102,26 @@ void PrintText(const Graph& g, const CompileResult& r, bool with_ptx) {
   }
 }
 
+// Writes each kernel's portable IR, PTX and cubin (where there is one) to `dir`.
+Status DumpKernels(const std::string& dir, size_t graph_index, const CompileResult& r) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Internal("cannot create " + dir + ": " + ec.message());
+  for (const CompiledKernel& k : r.kernels) {
+    const std::string stem = dir + "/" + std::to_string(graph_index) + "_" + k.name;
+    for (const auto& [ext, bytes] :
+         {std::pair<const char*, const std::string*>{".bc", &k.portable_ir},
+          {".ptx", &k.ptx},
+          {".cubin", &k.cubin}}) {
+      if (bytes->empty()) continue;
+      std::ofstream out(stem + ext, std::ios::binary);
+      out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+      if (!out) return Internal("cannot write " + stem + ext);
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunCompile(const CompileArgs& args) {
@@ -112,6 +134,10 @@ int RunCompile(const CompileArgs& args) {
   for (const Graph& g : *graphs) {
     StatusOr<CompileResult> r = CompileGraph(g, options);
     if (!r.ok()) return Fail(args.file + ": " + r.status().ToString());
+    if (!args.dump_dir.empty()) {
+      Status dumped = DumpKernels(args.dump_dir, static_cast<size_t>(&g - graphs->data()), *r);
+      if (!dumped.ok()) return Fail(dumped.ToString());
+    }
     if (!args.json) {
       PrintText(g, *r, args.print_ptx);
       continue;

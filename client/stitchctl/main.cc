@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
   c->add_flag("--json", compile.json, "Print JSON");
   c->add_flag("--ptx", compile.print_ptx, "Print each kernel's PTX");
   c->add_flag("!--no-cubin", compile.cubin, "Stop at PTX");
+  c->add_option("--dump-dir", compile.dump_dir,
+                "Write each kernel's portable IR (.bc), PTX and cubin to this directory");
   c->add_option("--daemon", compile.daemon,
                 "Ask this stitchd (unix:///path, /path or host:port) instead of compiling here");
 
@@ -127,8 +129,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& err) {
     return app.exit(err);
   }
-  if (c->parsed())
+  if (c->parsed()) {
+    if (!compile.daemon.empty() && !compile.dump_dir.empty()) {
+      return Fail("--dump-dir needs an in-process compile: a daemon returns no portable IR");
+    }
     return compile.daemon.empty() ? RunCompile(compile) : RunCompileOnDaemon(compile);
+  }
   if (st->parsed()) return RunStats(daemon);
   if (ls->parsed()) return RunCacheList(daemon);
   if (get->parsed()) return RunCacheGet(daemon);

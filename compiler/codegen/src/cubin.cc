@@ -28,6 +28,8 @@ std::string CodegenOptions::DefaultPtxasPath() { return STITCH_DEFAULT_PTXAS; }
 
 namespace {
 
+CompiledKernel::AssemblyReport ParseAssemblyReport(const std::string& log);
+
 #ifdef STITCH_HAVE_NVJITLINK
 std::string JitLinkLog(nvJitLinkHandle h) {
   size_t size = 0;
@@ -38,11 +40,19 @@ std::string JitLinkLog(nvJitLinkHandle h) {
   return log;
 }
 
+std::string JitLinkInfo(nvJitLinkHandle h) {
+  size_t size = 0;
+  if (nvJitLinkGetInfoLogSize(h, &size) != NVJITLINK_SUCCESS || size == 0) return "";
+  std::string log(size, '\0');
+  if (nvJitLinkGetInfoLog(h, log.data()) != NVJITLINK_SUCCESS) return "";
+  return log;
+}
+
 Status AssembleWithJitLink(CompiledKernel& kernel, const std::string& target) {
   std::string arch = "-arch=" + target;
-  const char* opts[] = {arch.c_str()};
+  const char* opts[] = {arch.c_str(), "-verbose"};
   nvJitLinkHandle h = nullptr;
-  nvJitLinkResult r = nvJitLinkCreate(&h, 1, opts);
+  nvJitLinkResult r = nvJitLinkCreate(&h, 2, opts);
   if (r != NVJITLINK_SUCCESS) {
     // Unavailable lets the caller fall back to ptxas (e.g. an arch this nvJitLink lacks).
     return Unavailable("nvJitLinkCreate(" + arch + ") failed with code " + std::to_string(r));
@@ -67,9 +77,37 @@ Status AssembleWithJitLink(CompiledKernel& kernel, const std::string& target) {
     return Internal("nvJitLinkGetLinkedCubin failed: " + JitLinkLog(h));
   }
   kernel.cubin = std::move(cubin);
+  kernel.assembly = ParseAssemblyReport(JitLinkInfo(h));
   return Status::Ok();
 }
 #endif
+
+// Reads the register and local-memory figures from ptxas's verbose report, which both
+// ptxas -v and nvJitLink's -verbose info log print: "N bytes stack frame, N bytes spill
+// stores, N bytes spill loads" and "Used N registers".
+CompiledKernel::AssemblyReport ParseAssemblyReport(const std::string& log) {
+  CompiledKernel::AssemblyReport r;
+  auto number_before = [&](const std::string& marker, int& out) {
+    const size_t at = log.find(marker);
+    if (at == std::string::npos) return false;
+    size_t begin = at;
+    while (begin > 0 && std::isdigit(static_cast<unsigned char>(log[begin - 1]))) --begin;
+    if (begin == at) return false;
+    out = std::atoi(log.substr(begin, at - begin).c_str());
+    return true;
+  };
+  auto number_after = [&](const std::string& marker, int& out) {
+    const size_t at = log.find(marker);
+    if (at == std::string::npos) return false;
+    out = std::atoi(log.c_str() + at + marker.size());
+    return true;
+  };
+  r.reported = number_after("Used ", r.registers);
+  number_before(" bytes stack frame", r.stack_bytes);
+  number_before(" bytes spill stores", r.spill_store_bytes);
+  number_before(" bytes spill loads", r.spill_load_bytes);
+  return r;
+}
 
 bool IsExecutable(const std::string& path) {
   return !path.empty() && access(path.c_str(), X_OK) == 0;
@@ -116,7 +154,7 @@ Status AssembleWithPtxas(CompiledKernel& kernel, const std::string& ptxas,
     if (!f) return Internal("cannot write " + in);
   }
   std::string arch = "-arch=" + target;
-  std::vector<std::string> args = {ptxas, arch, "-o", out, in};
+  std::vector<std::string> args = {ptxas, arch, "-v", "-o", out, in};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -141,6 +179,7 @@ Status AssembleWithPtxas(CompiledKernel& kernel, const std::string& ptxas,
   }
   kernel.cubin = ReadAll(out);
   if (kernel.cubin.empty()) return Internal("ptxas produced no cubin for kernel " + kernel.name);
+  kernel.assembly = ParseAssemblyReport(ReadAll(err));
   return Status::Ok();
 }
 

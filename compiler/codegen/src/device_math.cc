@@ -309,6 +309,7 @@ const std::map<std::string, MathBuilder::Def>& MathBuilder::Table() {
         }}},
       {"sqrt", un(llvm::Intrinsic::sqrt)},
       {"rsqrt", {1, [this](A a) { return Div(C(1.0), Un(llvm::Intrinsic::sqrt, a[0])); }}},
+      {"fast_fdivide", {2, [this](A a) { return Div(a[0], a[1]); }}},
       {"floor", un(llvm::Intrinsic::floor)},
       {"ceil", un(llvm::Intrinsic::ceil)},
       {"trunc", un(llvm::Intrinsic::trunc)},

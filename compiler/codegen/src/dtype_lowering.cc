@@ -3,6 +3,9 @@
 #include <llvm/ADT/APFloat.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
+#include "index_alignment.h"
 
 namespace stitch::codegen {
 
@@ -62,12 +65,19 @@ llvm::Value* FloatToBf16Bits(llvm::IRBuilder<>& b, llvm::Value* f) {
   return b.CreateTrunc(b.CreateLShr(chosen, 16), b.getInt16Ty());
 }
 
+// The alignment the index arithmetic proves, so that the lanes of a vector, whose first
+// index is a multiple of the width, can be merged into one wide access.
+llvm::Align ElementAlign(llvm::IRBuilder<>& b, llvm::Type* storage, llvm::Value* index) {
+  const llvm::DataLayout& layout = b.GetInsertBlock()->getModule()->getDataLayout();
+  return llvm::Align(ElementAlignment(index, layout.getTypeStoreSize(storage)));
+}
+
 }  // namespace
 
 llvm::Value* LoadElement(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index) {
   llvm::Type* st = StorageType(b.getContext(), t);
   llvm::Value* addr = b.CreateInBoundsGEP(st, base, index);
-  llvm::Value* v = b.CreateLoad(st, addr);
+  llvm::Value* v = b.CreateAlignedLoad(st, addr, ElementAlign(b, st, index));
   switch (t) {
     case DType::kPred:
       return b.CreateICmpNE(v, b.getInt8(0));
@@ -97,7 +107,7 @@ void StoreElement(llvm::IRBuilder<>& b, DType t, llvm::Value* value, llvm::Value
     default:
       break;
   }
-  b.CreateStore(v, b.CreateInBoundsGEP(st, base, index));
+  b.CreateAlignedStore(v, b.CreateInBoundsGEP(st, base, index), ElementAlign(b, st, index));
 }
 
 llvm::Value* RoundFloatTo(llvm::IRBuilder<>& b, llvm::Value* value, DType t) {

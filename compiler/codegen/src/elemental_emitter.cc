@@ -3,6 +3,8 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Intrinsics.h>
 
+#include <set>
+
 #include "dtype_lowering.h"
 #include "philox.h"
 
@@ -62,11 +64,25 @@ void ElementalEmitter::Seed(int node, llvm::Value* linear, llvm::Value* value) {
   memo_[Key{node, linear, {}}] = value;
 }
 
+void ElementalEmitter::DeclareLane(llvm::Value* lane, llvm::Value* first, int64_t offset,
+                                   int64_t width) {
+  lanes_[lane] = Lane{first, offset, width};
+}
+
 std::vector<llvm::Value*> ElementalEmitter::Delinearize(llvm::Value* linear,
                                                         const std::vector<int64_t>& dims) {
   auto key = std::make_pair(linear, dims);
   auto it = delin_.find(key);
   if (it != delin_.end()) return it->second;
+  if (auto lane = lanes_.find(linear);
+      lane != lanes_.end() && !dims.empty() && dims.back() % lane->second.width == 0) {
+    // The vector starts at a multiple of the width and the width divides the innermost
+    // dimension, so every lane shares the first lane's outer indices.
+    std::vector<llvm::Value*> out = Delinearize(lane->second.first, dims);
+    out.back() = b_.CreateAdd(out.back(), kc_.Index(lane->second.offset), "", true, true);
+    delin_[key] = out;
+    return out;
+  }
   std::vector<llvm::Value*> out(dims.size());
   llvm::Value* rest = linear;
   for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
@@ -354,6 +370,37 @@ StatusOr<llvm::Value*> ElementalEmitter::Emit(int root, const IrIndex& root_inde
   return memo_.at(root_key);
 }
 
+void ElementalEmitter::EmitLoads(int root, const IrIndex& root_index) {
+  if (root < 0 || root >= static_cast<int>(kc_.graph.nodes.size())) return;
+  std::vector<Frame> stack;
+  stack.push_back(MakeFrame(root, Normalize(root, root_index)));
+  std::set<Key> seen;
+  // Each node is expanded once per distinct index, as Emit does; the bound only stops a
+  // malformed (cyclic) graph, which Emit then reports.
+  const size_t max_visits = max_stack_ * 4;
+  while (!stack.empty() && seen.size() < max_visits) {
+    Frame f = std::move(stack.back());
+    stack.pop_back();
+    const Key key = KeyOf(f.node, f.index);
+    if (memo_.count(key) || !seen.insert(key).second) continue;
+    if (pinned_any_.count(f.node) || (f.index.linear && pinned_.count({f.node, f.index.linear}))) {
+      continue;
+    }
+    if (auto buf = kc_.buffers.find(f.node); buf != kc_.buffers.end()) {
+      const Shape& s = kc_.graph.nodes[f.node].shape;
+      memo_[key] = LoadElement(b_, s.dtype, buf->second, LinearOf(f.index, s.dims));
+      continue;
+    }
+    const OpClass c = ClassOf(kc_.graph.nodes[f.node].op);
+    if (c != OpClass::kElementwise && c != OpClass::kDataMovement) continue;
+    if (!CheckNode(f.node).ok() || !PrepareOperands(f).ok()) continue;
+    const Node& n = kc_.graph.nodes[f.node];
+    for (size_t i = 0; i < f.operand_index.size(); ++i) {
+      stack.push_back(MakeFrame(n.operands[i], Normalize(n.operands[i], f.operand_index[i])));
+    }
+  }
+}
+
 llvm::Value* ElementalEmitter::CallMath(const char* name, const std::vector<llvm::Value*>& args) {
   llvm::Type* ty = args[0]->getType();
   std::string full = std::string("__nv_") + name + (ty->isFloatTy() ? "f" : "");
@@ -562,16 +609,25 @@ StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
       return float_only([&] { return CallMath("pow", {x, y}); });
     case OpCode::kAtan2:
       return float_only([&] { return CallMath("atan2", {x, y}); });
+    // Approximate math where SEMANTICS.md's tolerance allows it (f32 compute, hence also
+    // f16 and bf16): libdevice's __nv_rsqrtf is rsqrt.approx.f32, relative error below
+    // 2^-22.9, and __nv_fast_fdividef is div.approx.f32, 2 ulp for denominators below 2^126
+    // (above, where 1 + e^-x is huge, it gives 0, the logistic's f32 value there). The exact
+    // sequences take an order of magnitude more instructions per element. f64 stays exact.
     case OpCode::kLogistic:
       return float_only([&] {
         llvm::Value* e = CallMath("exp", {b_.CreateFNeg(x)});
-        return b_.CreateFDiv(fconst(1.0), b_.CreateFAdd(fconst(1.0), e));
+        llvm::Value* d = b_.CreateFAdd(fconst(1.0), e);
+        return ty->isFloatTy() ? CallMath("fast_fdivide", {fconst(1.0), d})
+                               : b_.CreateFDiv(fconst(1.0), d);
       });
     case OpCode::kSqrt:
       return float_only([&] { return intrinsic(llvm::Intrinsic::sqrt, {x}); });
     case OpCode::kRsqrt:
-      return float_only(
-          [&] { return b_.CreateFDiv(fconst(1.0), intrinsic(llvm::Intrinsic::sqrt, {x})); });
+      return float_only([&] {
+        return ty->isFloatTy() ? CallMath("rsqrt", {x})
+                               : b_.CreateFDiv(fconst(1.0), intrinsic(llvm::Intrinsic::sqrt, {x}));
+      });
     case OpCode::kFloor:
       return float_only([&] { return intrinsic(llvm::Intrinsic::floor, {x}); });
     case OpCode::kCeil:

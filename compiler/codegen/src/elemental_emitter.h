@@ -33,6 +33,12 @@ class ElementalEmitter {
   // malformed nodes.
   StatusOr<llvm::Value*> Emit(int node, const IrIndex& index);
 
+  // Emits only the buffer loads that Emit(node, index) would make, memoised for it: a
+  // vector's loads issued before any of its math are all in flight at once, and the
+  // backend's vectorizer can merge them, which it cannot across the math library's inline
+  // assembly. Stops at pinned and seeded values and at reduces; errors are left to Emit.
+  void EmitLoads(int node, const IrIndex& index);
+
   // Forgets every memoised value; call when moving to code that the values emitted so far
   // do not dominate.
   void ResetScope();
@@ -54,6 +60,13 @@ class ElementalEmitter {
   // Returns the value memoised for `node` at linear index `linear` in the current scope,
   // or nullptr.
   llvm::Value* Lookup(int node, llvm::Value* linear) const;
+
+  // Declares that `lane` is `first + offset` with `first` a multiple of `width` and
+  // 0 < offset < width: a lane of one vector of consecutive elements. The indices of the lane
+  // in every node whose innermost dimension the width divides are then the first lane's with
+  // `offset` added to the innermost one, so the lanes' loads and stores stay visibly adjacent
+  // and the backend merges them into one vector access. Survives ResetScope.
+  void DeclareLane(llvm::Value* lane, llvm::Value* first, int64_t offset, int64_t width);
 
   // Returns per-dimension indices of `linear` in a row-major space of `dims`.
   std::vector<llvm::Value*> Delinearize(llvm::Value* linear, const std::vector<int64_t>& dims);
@@ -96,6 +109,12 @@ class ElementalEmitter {
   std::map<int, llvm::AllocaInst*> pinned_any_;
   std::map<std::pair<int, llvm::Value*>, llvm::AllocaInst*> pinned_;
   std::map<std::pair<llvm::Value*, std::vector<int64_t>>, std::vector<llvm::Value*>> delin_;
+  struct Lane {
+    llvm::Value* first;
+    int64_t offset;
+    int64_t width;
+  };
+  std::map<llvm::Value*, Lane> lanes_;
   std::map<int, llvm::GlobalVariable*> constant_arrays_;
   size_t max_stack_ = 0;
 };

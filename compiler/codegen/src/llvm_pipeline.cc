@@ -2,10 +2,13 @@
 
 #include <llvm/Analysis/CGSCCPassManager.h>
 #include <llvm/Analysis/LoopAnalysisManager.h>
+#include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/PassManager.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Target/TargetMachine.h>
+#include <llvm/Transforms/Scalar/InferAddressSpaces.h>
+#include <llvm/Transforms/Vectorize/LoadStoreVectorizer.h>
 
 namespace stitch::codegen {
 
@@ -25,6 +28,46 @@ void RunModulePipeline(llvm::Module& module, llvm::TargetMachine* machine, Pipel
       level == PipelineLevel::kO3 ? llvm::OptimizationLevel::O3 : llvm::OptimizationLevel::O2;
   llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(opt);
   mpm.run(module, mam);
+}
+
+namespace {
+
+constexpr unsigned kGlobalAddressSpace = 1;
+
+// Routes every use of each pointer parameter through global memory and back, the form the
+// address-space inference starts from.
+void CastParametersToGlobal(llvm::Function& fn) {
+  if (fn.isDeclaration()) return;
+  llvm::IRBuilder<> b(&*fn.getEntryBlock().getFirstInsertionPt());
+  for (llvm::Argument& arg : fn.args()) {
+    if (!arg.getType()->isPointerTy() || arg.use_empty()) continue;
+    llvm::Value* global =
+        b.CreateAddrSpaceCast(&arg, llvm::PointerType::get(fn.getContext(), kGlobalAddressSpace));
+    llvm::Value* generic = b.CreateAddrSpaceCast(global, arg.getType());
+    arg.replaceUsesWithIf(generic, [&](llvm::Use& u) { return u.getUser() != global; });
+  }
+}
+
+}  // namespace
+
+void RunGlobalAccessPasses(llvm::Module& module, llvm::TargetMachine* machine) {
+  for (llvm::Function& fn : module) CastParametersToGlobal(fn);
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(machine);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::FunctionPassManager fpm;
+  fpm.addPass(llvm::InferAddressSpacesPass());
+  fpm.addPass(llvm::LoadStoreVectorizerPass());
+  for (llvm::Function& fn : module) {
+    if (!fn.isDeclaration()) fpm.run(fn, fam);
+  }
 }
 
 }  // namespace stitch::codegen

@@ -156,7 +156,10 @@ Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options) {
   // optimises again, so huge kernels skip them.
   size_t instructions = 0;
   for (const llvm::Function& f : *m) instructions += f.getInstructionCount();
-  if (instructions > kLargeKernelInstructions) tm->setOptLevel(llvm::CodeGenOpt::None);
+  if (instructions > kLargeKernelInstructions) {
+    codegen::RunGlobalAccessPasses(*m, tm.get());
+    tm->setOptLevel(llvm::CodeGenOpt::None);
+  }
 
   llvm::SmallString<0> ptx;
   {

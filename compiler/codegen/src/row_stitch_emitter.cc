@@ -266,15 +266,31 @@ class RowStitchEmitter {
     valid_.clear();
     em_.ClearPins();
     llvm::Value* base = b_.CreateMul(row, kc_.Index(row_len()));
+    const int64_t w = width();
     for (int j = 0; j < m_.values_per_thread; ++j) {
+      if (j % w != 0) {
+        llvm::Value* first = lins_[static_cast<size_t>(j - j % w)];
+        lins_.push_back(b_.CreateAdd(first, kc_.Index(j % w), "", true, true));
+        em_.DeclareLane(lins_.back(), first, j % w, w);
+        valid_.push_back(valid_.back());
+        continue;
+      }
       llvm::Value* col = ColumnOf(seg_, j);
-      lins_.push_back(b_.CreateAdd(base, col, "", true, true));
-      valid_.push_back(b_.CreateAnd(row_valid, b_.CreateICmpSLT(col, kc_.Index(row_len()))));
+      // Frozen for the reason given in ForEachElement's loop.
+      lins_.push_back(b_.CreateFreeze(b_.CreateAdd(base, col, "", true, true)));
+      // Vectors every thread's columns reach are guarded by the row alone, so they share one
+      // block and their loads can all be in flight at once.
+      const bool always_in_row = (j / w + 1) * m_.threads_per_row * w <= row_len();
+      valid_.push_back(always_in_row
+                           ? row_valid
+                           : b_.CreateAnd(row_valid, b_.CreateICmpSLT(col, kc_.Index(row_len()))));
     }
     for (size_t p = 0; p < layout_.phases.size(); ++p) {
       STITCH_RETURN_IF_ERROR(EmitPhase(static_cast<int>(p)));
     }
-    STITCH_RETURN_IF_ERROR(ForEachElement([&](llvm::Value* lin, size_t j) -> Status {
+    std::vector<int> reads = layout_.row_space_outputs;
+    for (const ReduceInfo& r : column_.reduces) reads.push_back(r.input);
+    STITCH_RETURN_IF_ERROR(ForEachElement(reads, [&](llvm::Value* lin, size_t j) -> Status {
       for (int o : layout_.row_space_outputs) STITCH_RETURN_IF_ERROR(StoreOutput(o, lin));
       return AccumulateColumns(lin, j);
     }));
@@ -303,19 +319,28 @@ class RowStitchEmitter {
   // owns: unrolled over the fixed positions when values stay in registers, a loop (position
   // 0) otherwise. A vector's elements share one block, where the backend can merge their
   // adjacent accesses.
-  Status ForEachElement(const std::function<Status(llvm::Value*, size_t)>& body, int pass = -1) {
+  Status ForEachElement(const std::vector<int>& reads,
+                        const std::function<Status(llvm::Value*, size_t)>& body, int pass = -1) {
     const size_t w = static_cast<size_t>(width());
     if (m_.values_per_thread > 0) {
-      for (size_t v = 0; v < lins_.size(); v += w) {
-        // Widths divide the row, so a vector is in range when its first element is.
+      // Widths divide the row, so a vector is in range when its first element is; runs of
+      // positions under the same guard share one block, whose loads are all issued before
+      // any of its math (ElementalEmitter::EmitLoads).
+      for (size_t v = 0; v < lins_.size();) {
+        size_t end = v;
+        while (end < lins_.size() && valid_[end] == valid_[v]) end += w;
         STITCH_RETURN_IF_ERROR(EmitIf(kc_, "elem", valid_[v], [&]() -> Status {
-          for (size_t j = v; j < v + w; ++j) {
-            em_.ResetScope();
+          em_.ResetScope();
+          for (size_t j = v; j < end; ++j) {
+            for (int node : reads) em_.EmitLoads(node, IrIndex{{}, lins_[j]});
+          }
+          for (size_t j = v; j < end; ++j) {
             STITCH_RETURN_IF_ERROR(body(lins_[j], j));
             STITCH_RETURN_IF_ERROR(StoreCached(pass, j));
           }
           return Status::Ok();
         }));
+        v = end;
       }
       return Status::Ok();
     }
@@ -324,11 +349,23 @@ class RowStitchEmitter {
     llvm::Value* first = b_.CreateMul(seg_, kc_.Index(width()), "", true, true);
     return EmitForLoop(kc_, "col", first, end, kc_.Index(m_.threads_per_row * width()),
                        [&](llvm::Value* col) -> Status {
-                         llvm::Value* lin = b_.CreateAdd(base, col, "", true, true);
-                         for (int64_t e = 0; e < width(); ++e) {
-                           em_.ResetScope();
-                           STITCH_RETURN_IF_ERROR(body(
-                               e == 0 ? lin : b_.CreateAdd(lin, kc_.Index(e), "", true, true), 0));
+                         // Frozen once here, so that every lane and every index derived
+                         // from it use the same value: LLVM freezes the operand of a
+                         // division it rewrites, and lanes built from the unfrozen value
+                         // would no longer be visibly adjacent to those built from it.
+                         llvm::Value* lin =
+                             b_.CreateFreeze(b_.CreateAdd(base, col, "", true, true));
+                         em_.ResetScope();
+                         std::vector<llvm::Value*> lanes = {lin};
+                         for (int64_t e = 1; e < width(); ++e) {
+                           lanes.push_back(b_.CreateAdd(lin, kc_.Index(e), "", true, true));
+                           em_.DeclareLane(lanes.back(), lin, e, width());
+                         }
+                         for (llvm::Value* lane : lanes) {
+                           for (int node : reads) em_.EmitLoads(node, IrIndex{{}, lane});
+                         }
+                         for (llvm::Value* lane : lanes) {
+                           STITCH_RETURN_IF_ERROR(body(lane, 0));
                          }
                          return Status::Ok();
                        });
@@ -348,7 +385,10 @@ class RowStitchEmitter {
   Status EmitPhase(int p) {
     const std::vector<int>& phase = layout_.phases[static_cast<size_t>(p)];
     for (int id : phase) b_.CreateStore(Identity(b_, reduces_[id]), reduces_[id].acc);
+    std::vector<int> reads;
+    for (int id : phase) reads.push_back(reduces_[id].input);
     STITCH_RETURN_IF_ERROR(ForEachElement(
+        reads,
         [&](llvm::Value* lin, size_t) -> Status {
           for (int id : phase) {
             const ReduceInfo& r = reduces_[id];

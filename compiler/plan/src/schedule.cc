@@ -14,8 +14,11 @@ namespace {
 
 // Beyond a few waves a grid-stride loop is as fast and the launch is cheaper.
 constexpr int64_t kMaxBlocksPerSm = 32;
-// Row elements a thread may keep in registers per cached value; more unrolls too much code.
-constexpr int kMaxValuesPerThread = 16;
+// Row elements a thread may keep in registers per cached value. Rows held in registers are
+// read from memory once; a row walked in a loop is read again by every pass (the H100 runs
+// of the layernorm rows showed those re-reads cost 1.6-2.3x). 32 positions keep rows of up
+// to 32 x 1024 elements resident, with room under 255 registers for a few cached values.
+constexpr int kMaxValuesPerThread = 32;
 
 uint32_t CeilDivCapped(int64_t n, int64_t d, int64_t cap) {
   int64_t q = d > 0 ? (n + d - 1) / d : 0;
@@ -336,15 +339,24 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
     candidates.push_back(block_threads);
   }
   std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
+  // Where later passes over a row read values an earlier pass read or computed (the
+  // layout's cached values), mappings that keep the row in registers come first, as
+  // Triton's persistent reductions do: the model prices a pass over a row the same whether
+  // it hits in cache or not, and on the GPU the re-read is what the loop mode loses.
+  const bool rereads = !layout.cached.empty();
   double best = std::numeric_limits<double>::infinity();
+  bool best_in_registers = false;
   int best_threads = candidates.front();
   for (int t : candidates) {
     if (!FillRowStitch(g, layout, t, d, block_threads, k)) continue;
     if (ResidentBlocksPerSm(d, k.mapping) == 0) continue;
+    const bool in_registers = rereads && k.mapping.values_per_thread > 0;
+    if (best_in_registers && !in_registers) continue;
     double s = model->EstimateKernel(g, k).seconds;
-    if (s < best) {
+    if (s < best || (in_registers && !best_in_registers)) {
       best = s;
       best_threads = t;
+      best_in_registers = in_registers;
     }
   }
   if (!FillRowStitch(g, layout, best_threads, d, block_threads, k) ||

@@ -298,12 +298,20 @@ TEST(CodegenCubin, BothAssemblersAgreeOnValidity) {
   auto k = EmitKernel(gb.g, MakeSpec(gb.g, "assemblers", KernelKind::kRowReduce, {r}, r), o);
   ASSERT_TRUE(k.ok());
   ASSERT_TRUE(LowerToPtx(*k, o).ok());
+  o.prefer_ptxas = false;
   ASSERT_TRUE(AssembleCubin(*k, o).ok());
   o.prefer_ptxas = true;
   CompiledKernel viaptxas = *k;
   Status s = AssembleCubin(viaptxas, o);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_FALSE(viaptxas.cubin.empty());
+  // Both report the registers they gave the kernel, and this small kernel spills nothing.
+  for (const CompiledKernel* c : {&*k, &viaptxas}) {
+    EXPECT_TRUE(c->assembly.reported);
+    EXPECT_GT(c->assembly.registers, 0);
+    EXPECT_LE(c->assembly.registers, 255);
+    EXPECT_EQ(c->assembly.stack_bytes + c->assembly.spill_store_bytes, 0);
+  }
   // Broken PTX must fail with the assembler's log in the message.
   for (bool ptxas : {false, true}) {
     o.prefer_ptxas = ptxas;

@@ -24,4 +24,11 @@ enum class PipelineLevel { kO2, kO3 };
 // the caller verifies the module afterwards if it needs to.
 void RunModulePipeline(llvm::Module& module, llvm::TargetMachine* machine, PipelineLevel level);
 
+// For kernels too large for the NVPTX backend's optimising IR passes: casts every kernel
+// pointer parameter to the global address space (as the backend's argument lowering does),
+// infers the address space of every access from it and merges adjacent accesses into vector
+// ones. Keeps what those two backend passes give, loads and stores that are global and as
+// wide as the emitters laid them out, at a cost linear in the kernel's size.
+void RunGlobalAccessPasses(llvm::Module& module, llvm::TargetMachine* machine);
+
 }  // namespace stitch::codegen
