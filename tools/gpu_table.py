@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Prints the README's GPU table from one measured set under testdata/gpu/<device>/<set>/.
+
+    tools/gpu_table.py testdata/gpu/h100_80gb_hbm3/2026-11-26_52c5190 [--peak-gbps 3352]
+
+Kernel time against kernel time: stitch's plans by Nsight Compute (stitch_kernels_ncu.tsv),
+torch.compile by torch.profiler (torch_compile_kernels.tsv), jax.jit by back-to-back calls
+(jax_jit_kernels.tsv; dispatch-bound under about 60 us). % of peak is the subgraph's
+lower-bound bytes (gpu_bench.csv) over stitch's kernel time, against the device's peak.
+"""
+
+import argparse
+import csv
+import math
+import os
+import sys
+
+BIG_ROW_BYTES = 64e6
+JAX_MIN_US = 60.0
+
+
+def read_tsv(path, has_header):
+    rows = {}
+    with open(path, encoding="utf-8") as f:
+        lines = [l.rstrip("\n").split("\t") for l in f if l.strip()]
+    if has_header:
+        lines = lines[1:]
+    for n, fields in enumerate(lines, start=2 if has_header else 1):
+        try:
+            rows[int(fields[0])] = float(fields[1])
+        except (ValueError, IndexError):
+            sys.exit(f"gpu_table: {path}:{n}: expected an id and a time in microseconds")
+    return rows
+
+
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("set_dir")
+    parser.add_argument("--peak-gbps", type=float, default=3352.0)
+    args = parser.parse_args()
+    d = args.set_dir
+    stitch = read_tsv(os.path.join(d, "stitch_kernels_ncu.tsv"), True)
+    torch = read_tsv(os.path.join(d, "torch_compile_kernels.tsv"), False)
+    jax = read_tsv(os.path.join(d, "jax_jit_kernels.tsv"), False)
+    info = {}
+    with open(os.path.join(d, "gpu_bench.csv"), encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            info[int(row["id"])] = (row["subgraph"], float(row["lower_bound_bytes"]))
+    print("| id | subgraph | LB MB | stitch µs | % peak | torch.compile µs | jax.jit µs "
+          "| vs torch.compile | vs jax.jit |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    vs_torch, vs_jax, big, big_ok = [], [], 0, 0
+    for i in sorted(stitch):
+        name, lb = info[i]
+        us = stitch[i]
+        peak = lb / (us * 1e-6) / (args.peak_gbps * 1e9) * 100
+        t, j = torch.get(i), jax.get(i)
+        st = t / us if t else float("nan")
+        sj = j / us if j else float("nan")
+        if t:
+            vs_torch.append(st)
+        if j and j >= JAX_MIN_US:
+            vs_jax.append(sj)
+        if lb > BIG_ROW_BYTES:
+            big += 1
+            big_ok += peak >= 80
+        print(f"| {i} | {name} | {lb / 1e6:.1f} | {us:.1f} | {peak:.0f}% | {t:.1f} | {j:.1f} "
+              f"| {st:.2f} | {sj:.2f} |")
+    under = sum(1 for v in vs_torch if v < 0.97)
+    print()
+    print(f"Geomean vs torch.compile: {geomean(vs_torch):.2f}x over {len(vs_torch)} rows "
+          f"({under} under 0.97x). Geomean vs jax.jit on the {len(vs_jax)} rows where XLA takes "
+          f"≥ {JAX_MIN_US:.0f} µs: {geomean(vs_jax):.2f}x. Rows above 64 MB at ≥ 80% of peak: "
+          f"{big_ok} of {big}.")
+
+
+if __name__ == "__main__":
+    main()
