@@ -11,28 +11,25 @@
 #include <llvm/Transforms/Vectorize/LoadStoreVectorizer.h>
 
 namespace stitch::codegen {
-
-void RunModulePipeline(llvm::Module& module, llvm::TargetMachine* machine, PipelineLevel level) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(machine);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  if (machine) machine->registerPassBuilderCallbacks(pb);
-  const llvm::OptimizationLevel opt =
-      level == PipelineLevel::kO3 ? llvm::OptimizationLevel::O3 : llvm::OptimizationLevel::O2;
-  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(opt);
-  mpm.run(module, mam);
-}
-
 namespace {
 
 constexpr unsigned kGlobalAddressSpace = 1;
+
+// The analysis managers of one pipeline run, registered with the target's analyses.
+struct Analyses {
+  explicit Analyses(llvm::TargetMachine* machine) : builder(machine) {
+    builder.registerModuleAnalyses(modules);
+    builder.registerCGSCCAnalyses(sccs);
+    builder.registerFunctionAnalyses(functions);
+    builder.registerLoopAnalyses(loops);
+    builder.crossRegisterProxies(loops, functions, sccs, modules);
+  }
+  llvm::LoopAnalysisManager loops;
+  llvm::FunctionAnalysisManager functions;
+  llvm::CGSCCAnalysisManager sccs;
+  llvm::ModuleAnalysisManager modules;
+  llvm::PassBuilder builder;
+};
 
 // Routes every use of each pointer parameter through global memory and back, the form the
 // address-space inference starts from.
@@ -50,23 +47,23 @@ void CastParametersToGlobal(llvm::Function& fn) {
 
 }  // namespace
 
+void RunModulePipeline(llvm::Module& module, llvm::TargetMachine* machine, PipelineLevel level) {
+  Analyses a(machine);
+  if (machine) machine->registerPassBuilderCallbacks(a.builder);
+  const llvm::OptimizationLevel opt =
+      level == PipelineLevel::kO3 ? llvm::OptimizationLevel::O3 : llvm::OptimizationLevel::O2;
+  llvm::ModulePassManager mpm = a.builder.buildPerModuleDefaultPipeline(opt);
+  mpm.run(module, a.modules);
+}
+
 void RunGlobalAccessPasses(llvm::Module& module, llvm::TargetMachine* machine) {
   for (llvm::Function& fn : module) CastParametersToGlobal(fn);
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(machine);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  Analyses a(machine);
   llvm::FunctionPassManager fpm;
   fpm.addPass(llvm::InferAddressSpacesPass());
   fpm.addPass(llvm::LoadStoreVectorizerPass());
   for (llvm::Function& fn : module) {
-    if (!fn.isDeclaration()) fpm.run(fn, fam);
+    if (!fn.isDeclaration()) fpm.run(fn, a.functions);
   }
 }
 
