@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "support/command.h"
@@ -42,6 +44,31 @@ TEST(Stitchctl, CompileJsonAndPtx) {
   ASSERT_EQ(o.exit_code, 0) << o.out;
   EXPECT_NE(o.out.find("\"kernels\""), std::string::npos) << o.out;
   EXPECT_NE(o.out.find(".entry"), std::string::npos) << o.out;
+}
+
+TEST(Stitchctl, CompileDumpDirWritesEachKernelsIrAndPtx) {
+  fs::path out = TempDir("dump");
+  Outcome o = RunStitchctl("compile " + Corpus("hlo/xla_emit_reduce_row_epilogue.hlo") +
+                           " --dump-dir " + out.string());
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  int bitcode = 0, ptx = 0;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    const std::string ext = entry.path().extension().string();
+    bitcode += ext == ".bc" && fs::file_size(entry.path()) > 0;
+    if (ext == ".ptx") {
+      ++ptx;
+      std::ifstream in(entry.path());
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      EXPECT_NE(text.find(".entry"), std::string::npos) << entry.path();
+    }
+  }
+  EXPECT_GT(ptx, 0) << o.out;
+  EXPECT_EQ(bitcode, ptx) << "one portable module per kernel";
+  // A daemon returns bundles without the portable IR, so the flag is refused with it.
+  Outcome refused = RunStitchctl("compile " + Corpus("hlo/xla_emit_reduce_row_epilogue.hlo") +
+                                 " --daemon unix:///nonexistent.sock --dump-dir " + out.string());
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.out.find("--dump-dir"), std::string::npos) << refused.out;
 }
 
 TEST(Stitchctl, RunOnEmulatorPassesAndWritesNpy) {
