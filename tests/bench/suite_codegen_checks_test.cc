@@ -153,10 +153,8 @@ TEST(RandomGraphCodegenChecks, ShippedKernelsKeepTheirPromises) {
   std::printf("random graphs with local memory in a shipped kernel: %d of 12\n", local_kernels);
 }
 
-PtxMemorySummary Summary(const std::string& body) { return SummarizePtx(body); }
-
 TEST(PtxSummary, ReadsWidthsSpacesAndPredicates) {
-  const PtxMemorySummary s = Summary(
+  const PtxMemorySummary s = SummarizePtx(
       "\tld.param.u64 %rd1, [p];\n"
       "\tld.global.nc.v4.f32 {%f1, %f2, %f3, %f4}, [%rd2];\n"
       "\t@%p1 ld.global.nc.b16 %h1, [%rd3];\n"
@@ -170,7 +168,7 @@ TEST(PtxSummary, ReadsWidthsSpacesAndPredicates) {
   EXPECT_EQ(s.widest_global_store, 8);
   EXPECT_EQ(s.generic_accesses, 1);
   EXPECT_EQ(s.local_accesses, 1);
-  EXPECT_EQ(Summary("not ptx at all").widest_global_load, 0);
+  EXPECT_EQ(SummarizePtx("not ptx at all").widest_global_load, 0);
 }
 
 }  // namespace

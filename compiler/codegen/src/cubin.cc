@@ -28,23 +28,47 @@ std::string CodegenOptions::DefaultPtxasPath() { return STITCH_DEFAULT_PTXAS; }
 
 namespace {
 
-CompiledKernel::AssemblyReport ParseAssemblyReport(const std::string& log);
-
-#ifdef STITCH_HAVE_NVJITLINK
-std::string JitLinkLog(nvJitLinkHandle h) {
-  size_t size = 0;
-  if (nvJitLinkGetErrorLogSize(h, &size) != NVJITLINK_SUCCESS || size == 0) return "";
-  std::string log(size, '\0');
-  if (nvJitLinkGetErrorLog(h, log.data()) != NVJITLINK_SUCCESS) return "";
-  while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
-  return log;
+// Reads the register and local-memory figures from ptxas's verbose report, which both
+// ptxas -v and nvJitLink's -verbose info log print: "N bytes stack frame, N bytes spill
+// stores, N bytes spill loads" and "Used N registers".
+CompiledKernel::AssemblyReport ParseAssemblyReport(const std::string& log) {
+  CompiledKernel::AssemblyReport r;
+  auto number_before = [&](const std::string& marker, int& out) {
+    const size_t at = log.find(marker);
+    if (at == std::string::npos) return false;
+    size_t begin = at;
+    while (begin > 0 && std::isdigit(static_cast<unsigned char>(log[begin - 1]))) --begin;
+    if (begin == at) return false;
+    out = std::atoi(log.substr(begin, at - begin).c_str());
+    return true;
+  };
+  auto number_after = [&](const std::string& marker, int& out) {
+    const size_t at = log.find(marker);
+    if (at == std::string::npos) return false;
+    out = std::atoi(log.c_str() + at + marker.size());
+    return true;
+  };
+  r.reported = number_after("Used ", r.registers);
+  number_before(" bytes stack frame", r.stack_bytes);
+  number_before(" bytes spill stores", r.spill_store_bytes);
+  number_before(" bytes spill loads", r.spill_load_bytes);
+  return r;
 }
 
-std::string JitLinkInfo(nvJitLinkHandle h) {
+#ifdef STITCH_HAVE_NVJITLINK
+// Returns nvJitLink's error log, or with `info` its info log (the assembler's -verbose
+// report); empty when there is none.
+std::string JitLinkLog(nvJitLinkHandle h, bool info = false) {
   size_t size = 0;
-  if (nvJitLinkGetInfoLogSize(h, &size) != NVJITLINK_SUCCESS || size == 0) return "";
+  const nvJitLinkResult r =
+      info ? nvJitLinkGetInfoLogSize(h, &size) : nvJitLinkGetErrorLogSize(h, &size);
+  if (r != NVJITLINK_SUCCESS || size == 0) return "";
   std::string log(size, '\0');
-  if (nvJitLinkGetInfoLog(h, log.data()) != NVJITLINK_SUCCESS) return "";
+  if ((info ? nvJitLinkGetInfoLog(h, log.data()) : nvJitLinkGetErrorLog(h, log.data())) !=
+      NVJITLINK_SUCCESS) {
+    return "";
+  }
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
   return log;
 }
 
@@ -77,37 +101,10 @@ Status AssembleWithJitLink(CompiledKernel& kernel, const std::string& target) {
     return Internal("nvJitLinkGetLinkedCubin failed: " + JitLinkLog(h));
   }
   kernel.cubin = std::move(cubin);
-  kernel.assembly = ParseAssemblyReport(JitLinkInfo(h));
+  kernel.assembly = ParseAssemblyReport(JitLinkLog(h, /*info=*/true));
   return Status::Ok();
 }
 #endif
-
-// Reads the register and local-memory figures from ptxas's verbose report, which both
-// ptxas -v and nvJitLink's -verbose info log print: "N bytes stack frame, N bytes spill
-// stores, N bytes spill loads" and "Used N registers".
-CompiledKernel::AssemblyReport ParseAssemblyReport(const std::string& log) {
-  CompiledKernel::AssemblyReport r;
-  auto number_before = [&](const std::string& marker, int& out) {
-    const size_t at = log.find(marker);
-    if (at == std::string::npos) return false;
-    size_t begin = at;
-    while (begin > 0 && std::isdigit(static_cast<unsigned char>(log[begin - 1]))) --begin;
-    if (begin == at) return false;
-    out = std::atoi(log.substr(begin, at - begin).c_str());
-    return true;
-  };
-  auto number_after = [&](const std::string& marker, int& out) {
-    const size_t at = log.find(marker);
-    if (at == std::string::npos) return false;
-    out = std::atoi(log.c_str() + at + marker.size());
-    return true;
-  };
-  r.reported = number_after("Used ", r.registers);
-  number_before(" bytes stack frame", r.stack_bytes);
-  number_before(" bytes spill stores", r.spill_store_bytes);
-  number_before(" bytes spill loads", r.spill_load_bytes);
-  return r;
-}
 
 bool IsExecutable(const std::string& path) {
   return !path.empty() && access(path.c_str(), X_OK) == 0;

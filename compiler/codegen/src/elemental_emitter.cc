@@ -3,6 +3,7 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Intrinsics.h>
 
+#include <algorithm>
 #include <set>
 
 #include "dtype_lowering.h"
@@ -64,9 +65,16 @@ void ElementalEmitter::Seed(int node, llvm::Value* linear, llvm::Value* value) {
   memo_[Key{node, linear, {}}] = value;
 }
 
-void ElementalEmitter::DeclareLane(llvm::Value* lane, llvm::Value* first, int64_t offset,
-                                   int64_t width) {
-  lanes_[lane] = Lane{first, offset, width};
+std::vector<llvm::Value*> ElementalEmitter::VectorLanes(llvm::Value* first, int64_t width) {
+  // Frozen once here, so that every lane and every index derived from it use one value:
+  // LLVM freezes the operand of a division it rewrites, and lanes built from the unfrozen
+  // value would no longer be visibly adjacent to those built from the frozen one.
+  std::vector<llvm::Value*> lanes = {b_.CreateFreeze(first)};
+  for (int64_t e = 1; e < width; ++e) {
+    lanes.push_back(b_.CreateAdd(lanes[0], kc_.Index(e), "", true, true));
+    lanes_[lanes.back()] = Lane{lanes[0], e, width};
+  }
+  return lanes;
 }
 
 std::vector<llvm::Value*> ElementalEmitter::Delinearize(llvm::Value* linear,
@@ -344,8 +352,7 @@ StatusOr<llvm::Value*> ElementalEmitter::Emit(int root, const IrIndex& root_inde
     }
     auto buf = kc_.buffers.find(f.node);
     if (buf != kc_.buffers.end()) {
-      const Shape& s = kc_.graph.nodes[f.node].shape;
-      memo_[key] = LoadElement(b_, s.dtype, buf->second, LinearOf(f.index, s.dims));
+      LoadInput(f.node, f.index, buf->second);
       stack.pop_back();
       continue;
     }
@@ -370,14 +377,25 @@ StatusOr<llvm::Value*> ElementalEmitter::Emit(int root, const IrIndex& root_inde
   return memo_.at(root_key);
 }
 
-void ElementalEmitter::EmitLoads(int root, const IrIndex& root_index) {
-  if (root < 0 || root >= static_cast<int>(kc_.graph.nodes.size())) return;
+void ElementalEmitter::LoadInput(int node, const IrIndex& index, llvm::Value* buffer) {
+  const Shape& s = kc_.graph.nodes[node].shape;
+  memo_[KeyOf(node, index)] = LoadElement(b_, s.dtype, buffer, LinearOf(index, s.dims));
+}
+
+void ElementalEmitter::EmitLoads(const std::vector<int>& nodes,
+                                 const std::vector<llvm::Value*>& linears) {
   std::vector<Frame> stack;
-  stack.push_back(MakeFrame(root, Normalize(root, root_index)));
+  // Pushed in reverse, so that the first lane's loads are emitted first.
+  for (auto linear = linears.rbegin(); linear != linears.rend(); ++linear) {
+    for (auto node = nodes.rbegin(); node != nodes.rend(); ++node) {
+      if (*node < 0 || *node >= static_cast<int>(kc_.graph.nodes.size())) continue;
+      stack.push_back(MakeFrame(*node, Normalize(*node, IrIndex{{}, *linear})));
+    }
+  }
   std::set<Key> seen;
   // Each node is expanded once per distinct index, as Emit does; the bound only stops a
   // malformed (cyclic) graph, which Emit then reports.
-  const size_t max_visits = max_stack_ * 4;
+  const size_t max_visits = max_stack_ * 4 * std::max<size_t>(linears.size(), 1);
   while (!stack.empty() && seen.size() < max_visits) {
     Frame f = std::move(stack.back());
     stack.pop_back();
@@ -387,8 +405,7 @@ void ElementalEmitter::EmitLoads(int root, const IrIndex& root_index) {
       continue;
     }
     if (auto buf = kc_.buffers.find(f.node); buf != kc_.buffers.end()) {
-      const Shape& s = kc_.graph.nodes[f.node].shape;
-      memo_[key] = LoadElement(b_, s.dtype, buf->second, LinearOf(f.index, s.dims));
+      LoadInput(f.node, f.index, buf->second);
       continue;
     }
     const OpClass c = ClassOf(kc_.graph.nodes[f.node].op);

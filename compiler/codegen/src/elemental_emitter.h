@@ -33,11 +33,12 @@ class ElementalEmitter {
   // malformed nodes.
   StatusOr<llvm::Value*> Emit(int node, const IrIndex& index);
 
-  // Emits only the buffer loads that Emit(node, index) would make, memoised for it: a
-  // vector's loads issued before any of its math are all in flight at once, and the
-  // backend's vectorizer can merge them, which it cannot across the math library's inline
-  // assembly. Stops at pinned and seeded values and at reduces; errors are left to Emit.
-  void EmitLoads(int node, const IrIndex& index);
+  // Emits only the buffer loads that Emit(node, {{}, linear}) would make, for every node at
+  // every linear index, memoised for it: a vector's loads issued before any of its math are
+  // all in flight at once, and the backend's vectorizer can merge them, which it cannot
+  // across the math library's inline assembly. Stops at pinned and seeded values and at
+  // reduces; errors are left to Emit.
+  void EmitLoads(const std::vector<int>& nodes, const std::vector<llvm::Value*>& linears);
 
   // Forgets every memoised value; call when moving to code that the values emitted so far
   // do not dominate.
@@ -61,12 +62,12 @@ class ElementalEmitter {
   // or nullptr.
   llvm::Value* Lookup(int node, llvm::Value* linear) const;
 
-  // Declares that `lane` is `first + offset` with `first` a multiple of `width` and
-  // 0 < offset < width: a lane of one vector of consecutive elements. The indices of the lane
-  // in every node whose innermost dimension the width divides are then the first lane's with
-  // `offset` added to the innermost one, so the lanes' loads and stores stay visibly adjacent
-  // and the backend merges them into one vector access. Survives ResetScope.
-  void DeclareLane(llvm::Value* lane, llvm::Value* first, int64_t offset, int64_t width);
+  // Returns the linear indices of the `width` consecutive elements that start at `first`, a
+  // multiple of `width`: first (frozen), first + 1, ... The indices of each lane in every node
+  // whose innermost dimension the width divides are then the first lane's with the offset
+  // added to the innermost one, so the lanes' loads and stores stay visibly adjacent and the
+  // backend merges them into one vector access. Survives ResetScope.
+  std::vector<llvm::Value*> VectorLanes(llvm::Value* first, int64_t width);
 
   // Returns per-dimension indices of `linear` in a row-major space of `dims`.
   std::vector<llvm::Value*> Delinearize(llvm::Value* linear, const std::vector<int64_t>& dims);
@@ -90,6 +91,8 @@ class ElementalEmitter {
   }
 
   Key KeyOf(int node, const IrIndex& index) const;
+  // Loads element `index` of the kernel input `node` from `buffer` and memoises it.
+  void LoadInput(int node, const IrIndex& index, llvm::Value* buffer);
   llvm::Value* PinnedValue(int node, const IrIndex& index);
   IrIndex Normalize(int node, const IrIndex& index);
   const std::vector<llvm::Value*>& DimsOf(IrIndex& index, const std::vector<int64_t>& shape);

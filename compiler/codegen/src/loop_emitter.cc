@@ -34,18 +34,10 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc) {
   STITCH_RETURN_IF_ERROR(
       EmitForLoop(kc, "vec", start, kc.Index(n / width), step, [&](llvm::Value* q) -> Status {
         em.ResetScope();
-        // Frozen so that LLVM's rewrite of a division by it (which freezes its operand)
-        // leaves every lane derived from one value, visibly adjacent to the others.
-        llvm::Value* first = b.CreateFreeze(b.CreateMul(q, kc.Index(width), "", true, true));
-        std::vector<llvm::Value*> indices = {first};
-        for (int64_t e = 1; e < width; ++e) {
-          indices.push_back(b.CreateAdd(first, kc.Index(e), "", true, true));
-          em.DeclareLane(indices.back(), first, e, width);
-        }
+        const std::vector<llvm::Value*> indices =
+            em.VectorLanes(b.CreateMul(q, kc.Index(width), "", true, true), width);
         // Every load of the vector first, so they are in flight together.
-        for (int out : kc.spec.outputs) {
-          for (llvm::Value* i : indices) em.EmitLoads(out, IrIndex{{}, i});
-        }
+        em.EmitLoads(kc.spec.outputs, indices);
         for (size_t o = 0; o < kc.spec.outputs.size(); ++o) {
           const int out = kc.spec.outputs[o];
           std::vector<llvm::Value*> values;

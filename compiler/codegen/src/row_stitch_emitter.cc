@@ -267,23 +267,18 @@ class RowStitchEmitter {
     em_.ClearPins();
     llvm::Value* base = b_.CreateMul(row, kc_.Index(row_len()));
     const int64_t w = width();
-    for (int j = 0; j < m_.values_per_thread; ++j) {
-      if (j % w != 0) {
-        llvm::Value* first = lins_[static_cast<size_t>(j - j % w)];
-        lins_.push_back(b_.CreateAdd(first, kc_.Index(j % w), "", true, true));
-        em_.DeclareLane(lins_.back(), first, j % w, w);
-        valid_.push_back(valid_.back());
-        continue;
-      }
+    for (int j = 0; j < m_.values_per_thread; j += static_cast<int>(w)) {
       llvm::Value* col = ColumnOf(seg_, j);
-      // Frozen for the reason given in ForEachElement's loop.
-      lins_.push_back(b_.CreateFreeze(b_.CreateAdd(base, col, "", true, true)));
+      for (llvm::Value* lane : em_.VectorLanes(b_.CreateAdd(base, col, "", true, true), w)) {
+        lins_.push_back(lane);
+      }
       // Vectors every thread's columns reach are guarded by the row alone, so they share one
       // block and their loads can all be in flight at once.
       const bool always_in_row = (j / w + 1) * m_.threads_per_row * w <= row_len();
-      valid_.push_back(always_in_row
-                           ? row_valid
-                           : b_.CreateAnd(row_valid, b_.CreateICmpSLT(col, kc_.Index(row_len()))));
+      valid_.insert(valid_.end(), static_cast<size_t>(w),
+                    always_in_row
+                        ? row_valid
+                        : b_.CreateAnd(row_valid, b_.CreateICmpSLT(col, kc_.Index(row_len()))));
     }
     for (size_t p = 0; p < layout_.phases.size(); ++p) {
       STITCH_RETURN_IF_ERROR(EmitPhase(static_cast<int>(p)));
@@ -331,9 +326,8 @@ class RowStitchEmitter {
         while (end < lins_.size() && valid_[end] == valid_[v]) end += w;
         STITCH_RETURN_IF_ERROR(EmitIf(kc_, "elem", valid_[v], [&]() -> Status {
           em_.ResetScope();
-          for (size_t j = v; j < end; ++j) {
-            for (int node : reads) em_.EmitLoads(node, IrIndex{{}, lins_[j]});
-          }
+          em_.EmitLoads(reads, std::vector<llvm::Value*>(lins_.begin() + static_cast<long>(v),
+                                                         lins_.begin() + static_cast<long>(end)));
           for (size_t j = v; j < end; ++j) {
             STITCH_RETURN_IF_ERROR(body(lins_[j], j));
             STITCH_RETURN_IF_ERROR(StoreCached(pass, j));
@@ -349,21 +343,10 @@ class RowStitchEmitter {
     llvm::Value* first = b_.CreateMul(seg_, kc_.Index(width()), "", true, true);
     return EmitForLoop(kc_, "col", first, end, kc_.Index(m_.threads_per_row * width()),
                        [&](llvm::Value* col) -> Status {
-                         // Frozen once here, so that every lane and every index derived
-                         // from it use the same value: LLVM freezes the operand of a
-                         // division it rewrites, and lanes built from the unfrozen value
-                         // would no longer be visibly adjacent to those built from it.
-                         llvm::Value* lin =
-                             b_.CreateFreeze(b_.CreateAdd(base, col, "", true, true));
                          em_.ResetScope();
-                         std::vector<llvm::Value*> lanes = {lin};
-                         for (int64_t e = 1; e < width(); ++e) {
-                           lanes.push_back(b_.CreateAdd(lin, kc_.Index(e), "", true, true));
-                           em_.DeclareLane(lanes.back(), lin, e, width());
-                         }
-                         for (llvm::Value* lane : lanes) {
-                           for (int node : reads) em_.EmitLoads(node, IrIndex{{}, lane});
-                         }
+                         const std::vector<llvm::Value*> lanes =
+                             em_.VectorLanes(b_.CreateAdd(base, col, "", true, true), width());
+                         em_.EmitLoads(reads, lanes);
                          for (llvm::Value* lane : lanes) {
                            STITCH_RETURN_IF_ERROR(body(lane, 0));
                          }

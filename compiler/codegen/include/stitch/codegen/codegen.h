@@ -82,8 +82,8 @@ struct CompiledKernel {
   std::string portable_ir;  // LLVM bitcode of the portable module (see above)
   std::string ptx;          // filled by LowerToPtx
   std::string cubin;        // filled by AssembleCubin; empty in PTX-only mode
-  // What the assembler reported for the cubin; all zero in PTX-only mode or when the
-  // assembler said nothing (assembly_reported false). Stack and spills are local memory
+  // What the assembler reported for the cubin; all zero (and `reported` false) in PTX-only
+  // mode or when the assembler said nothing. Stack and spills are local memory
   // per thread, which the emitters never ask for: nonzero means the kernel holds more
   // values than its registers.
   struct AssemblyReport {

@@ -1,6 +1,6 @@
 // What a kernel's PTX does with memory, read from its text: the width of every global load
 // and store, and whether it touches local memory. The static checks of the generated code
-// (tests, `scripts/bench suite`) compare these with what the plan promised, since a planned
+// (suite_codegen_checks_test) compare these with what the plan promised, since a planned
 // vector that the backend split into scalar accesses is invisible anywhere else without a GPU.
 #pragma once
 
