@@ -454,22 +454,6 @@ Target TargetForDevice(const DeviceInfo& d) {
   return own.ok() ? *own : Target();
 }
 
-StatusOr<std::vector<int>> ParseIds(const std::string& text) {
-  std::vector<int> ids;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const long id = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || id < 1 || id > suite::kSuiteSize) {
-      return InvalidArgument("--only takes suite ids 1.." + std::to_string(suite::kSuiteSize) +
-                             ", got '" + item + "'");
-    }
-    ids.push_back(static_cast<int>(id));
-  }
-  return ids;
-}
-
 StatusOr<int> ParseCount(const std::string& flag, const std::string& text, int min) {
   char* end = nullptr;
   const long v = std::strtol(text.c_str(), &end, 10);
@@ -509,7 +493,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       } else if (arg == "--repeats") {
         STITCH_ASSIGN_OR_RETURN(f.timing.repeats, ParseCount(arg, v, 1));
       } else if (arg == "--only") {
-        STITCH_ASSIGN_OR_RETURN(f.only, ParseIds(v));
+        STITCH_ASSIGN_OR_RETURN(f.only, suite::ParseSuiteIds(v));
       } else if (arg == "--target") {
         STITCH_ASSIGN_OR_RETURN(f.target, Target::Parse(v));
       } else if (arg == "--device") {
@@ -528,17 +512,6 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   return f;
 }
 
-std::vector<suite::SuiteEntry> SelectedEntries(const Flags& flags) {
-  std::vector<suite::SuiteEntry> entries;
-  for (suite::SuiteEntry& e : suite::BuildSuite()) {
-    if (flags.only.empty() ||
-        std::find(flags.only.begin(), flags.only.end(), e.id) != flags.only.end()) {
-      entries.push_back(std::move(e));
-    }
-  }
-  return entries;
-}
-
 int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
@@ -554,7 +527,7 @@ int Main(int argc, char** argv) {
   const Flags& flags = *parsed;
 
   if (flags.mode == Mode::kExportGraphs || flags.mode == Mode::kExportReference) {
-    const std::vector<suite::SuiteEntry> entries = SelectedEntries(flags);
+    const std::vector<suite::SuiteEntry> entries = suite::SelectSuite(flags.only);
     Status s = flags.mode == Mode::kExportGraphs ? WriteGraphsJson(flags.export_path, entries)
                                                  : WriteReference(flags.export_path, entries);
     if (!s.ok()) {
@@ -579,7 +552,7 @@ int Main(int argc, char** argv) {
               << "), compiling for " << target.name() << "\n";
   }
 
-  const std::vector<suite::SuiteEntry> entries = SelectedEntries(flags);
+  const std::vector<suite::SuiteEntry> entries = suite::SelectSuite(flags.only);
   std::vector<Row> rows;
   for (const suite::SuiteEntry& e : entries) {
     rows.push_back(Measure(e, target, gpu.get(), flags));

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <sstream>
+#include <string>
 #include <utility>
 
 #include "stitch/ir/verifier.h"
@@ -88,6 +91,32 @@ StatusOr<SuiteEntry> BuildSuiteEntry(int id) {
                     std::to_string(kSuiteSize) + ")");
   }
   return Make(kRows[id - 1]);
+}
+
+StatusOr<std::vector<int>> ParseSuiteIds(const std::string& text) {
+  std::vector<int> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const long id = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || id < 1 || id > kSuiteSize) {
+      return InvalidArgument("--only takes suite ids 1.." + std::to_string(kSuiteSize) + ", got '" +
+                             item + "'");
+    }
+    ids.push_back(static_cast<int>(id));
+  }
+  return ids;
+}
+
+std::vector<SuiteEntry> SelectSuite(const std::vector<int>& only) {
+  std::vector<SuiteEntry> entries;
+  for (SuiteEntry& e : BuildSuite()) {
+    if (only.empty() || std::find(only.begin(), only.end(), e.id) != only.end()) {
+      entries.push_back(std::move(e));
+    }
+  }
+  return entries;
 }
 
 }  // namespace stitch::suite

@@ -36,4 +36,11 @@ std::vector<SuiteEntry> BuildSuite();
 // Builds one entry; NOT_FOUND for an id outside 1..kSuiteSize.
 StatusOr<SuiteEntry> BuildSuiteEntry(int id);
 
+// Returns the ids of a comma-separated list such as "2,13,29" (the benchmarks' --only);
+// INVALID_ARGUMENT naming the item for anything but ids 1..kSuiteSize.
+StatusOr<std::vector<int>> ParseSuiteIds(const std::string& text);
+
+// Builds the entries whose ids are in `only` (every entry when it is empty), in id order.
+std::vector<SuiteEntry> SelectSuite(const std::vector<int>& only);
+
 }  // namespace stitch::suite

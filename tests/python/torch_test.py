@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""stitch.torch against a real stitchd, with Debian's PyTorch and torchvision.
+"""stitch.torch against a real stitchd, with Debian's PyTorch 1.13 and torchvision
+(python_torch) or with the pinned PyTorch 2.x of .venv-torch2/ (python_torch2).
 
   torch_test.py --stitchd PATH --stitchctl PATH --library PATH [unittest arguments]
 
 Each model is compiled by ``stitch.torch.optimize`` (torch.fx.symbolic_trace, then
-AOTAutograd's forward and backward graphs). Its regions are compiled by the daemon, and run on
-the compiler's host emulator through the test-only EmulatorExecutor, since CI has no GPU. The
-outputs and gradients must match PyTorch eager within the compiler's own tolerance. The
-fallback tests check that the framework's result comes back with a counted reason. Inputs and
-weights are random from a seed that is printed, and replayed from STITCH_TEST_SEED.
+AOTAutograd's forward and backward graphs); under PyTorch 2.x, the BERT layer by
+``torch.compile`` as well (Dynamo's graph, FakeTensor metadata), and the MLP block with symbolic
+sizes (``dynamic=True``). The regions are compiled by the daemon, and run on the compiler's host
+emulator through the test-only EmulatorExecutor, since CI has no GPU. The outputs and gradients
+must match PyTorch eager within the compiler's own tolerance. The fallback tests check that the
+framework's result comes back with a counted reason. Inputs and weights are random from a seed
+that is printed, and replayed from STITCH_TEST_SEED.
 """
 
 import argparse
@@ -86,6 +89,17 @@ def cases():
     ]
 
 
+# torch.compile exists from PyTorch 2.0. The tests of it are defined only there, not skipped
+# under 1.13, since a skipped test fails the run.
+HAS_TORCH_COMPILE = hasattr(torch, "compile")
+
+
+def torch_compile(module, backend, **options):
+    import torch._dynamo
+    torch._dynamo.reset()  # no graph cached by an earlier test's compile of the same code
+    return torch.compile(module, backend=backend, **options)
+
+
 # -- tests ---------------------------------------------------------------------------------------
 class FxPathTest(unittest.TestCase):
     """Each model: stable partitioning, regions that compile, and stitched regions executed on
@@ -93,11 +107,11 @@ class FxPathTest(unittest.TestCase):
 
     maxDiff = None
 
-    def check_model(self, case):
+    def check_model(self, case, compile_module=None):
         import stitch.torch
         eager = copy.deepcopy(case.module)
         backend, executor = make_backend()
-        stitched = stitch.torch.optimize(case.module, backend=backend)
+        stitched = (compile_module or stitch.torch.optimize)(case.module, backend=backend)
         expected_out, expected_grads = run_step(eager, case.inputs)
         out, grads = run_step(stitched, case.inputs)
         report = backend.report
@@ -165,6 +179,15 @@ class FxPathTest(unittest.TestCase):
         ops = [op for r in report.regions for op in r.ops]
         self.assertFalse(any("convolution" in op for op in ops))
 
+    if HAS_TORCH_COMPILE:
+        def test_torch_compile(self):
+            """The entry point users call on PyTorch 2.x: Dynamo's graph through
+            aot_module_simplified, every node's shape from its FakeTensor."""
+            report = self.check_model(cases()[1], compile_module=torch_compile)
+            ops = [op for r in report.regions for op in r.ops]
+            self.assertIn("aten.exp.default", ops)
+            self.assertFalse(any(op.startswith("aten.bmm") for op in ops))
+
     def test_backend_entry_point(self):
         """stitch.torch.backend's signature, as torch.compile calls it: (GraphModule,
         example inputs)."""
@@ -228,6 +251,22 @@ class FallbackTest(unittest.TestCase):
         self.assertTrue(torch.equal(out, module(other).detach()), "the module's own result")
         self.assertEqual(backend.report.fallbacks["dynamic_shape"], 1)
         self.assertEqual(backend.report.stitched_calls, calls, "nothing stitched for it")
+
+    if HAS_TORCH_COMPILE:
+        def test_symbolic_shapes(self):
+            """torch.compile(dynamic=True): the tensors of symbolic sizes stay PyTorch's, counted
+            as dynamic_shape, and the size arithmetic between them is not counted as an op
+            the lowering lacks."""
+            backend, executor = make_backend()
+            case = cases()[0]
+            expected = case.module(*case.inputs).detach()
+            compiled = torch_compile(copy.deepcopy(case.module), backend, dynamic=True)
+            out = compiled(*case.inputs).detach()
+            self.assertLessEqual(max_relative_error(expected, out), 4 * F32_TOLERANCE)
+            report = backend.report
+            self.assertGreater(report.fallbacks["dynamic_shape"], 0)
+            self.assertIn("has a dynamic shape", " ".join(d for _, d in report.details))
+            self.assertEqual(report.fallbacks["unsupported_op"], 0, report.details)
 
     def test_region_guard_on_shapes(self):
         """A region called with inputs other than the trace's runs its own FX code."""

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "stitch/ir/key.h"
+#include "stitch/plan/cost_model.h"
 
 namespace stitch {
 namespace {
@@ -64,6 +65,7 @@ void FillEstimate(std::string_view planner, const PlanCost& cost, v1::PlanEstima
 
 void FillCost(const CompileResult& result, v1::CostEstimate& out) {
   out.set_shipped(std::string(PlannerKindName(result.shipped)));
+  out.set_model_version(std::string(CostModelVersionName(kCurrentCostModel)));
   FillEstimate("stitch", result.stitched_cost, *out.add_plans());
   for (const BaselineEstimate& b : result.baselines) {
     FillEstimate(BaselineCompilerName(b.compiler), b.cost, *out.add_plans());

@@ -64,6 +64,26 @@ BaselineCompiler CompilerOf(PlannerKind planner) {
   return planner == PlannerKind::kInductor ? BaselineCompiler::kInductor : BaselineCompiler::kXla;
 }
 
+// Gives the shipped plan's kernels what the assembler reported and prices the plan again:
+// the plan was chosen on the scheduler's register estimates, and its cost now reads the
+// cubin's. The other plans were never assembled and keep their estimates.
+void RepriceAssembled(CompileResult& result, PlannerKind requested, const GpuDevice& device) {
+  bool reported = false;
+  for (size_t i = 0; i < result.kernels.size(); ++i) {
+    const CompiledKernel::AssemblyReport& a = result.kernels[i].assembly;
+    if (!a.reported) continue;
+    result.plan.kernels[i].mapping.assembled_registers = a.registers;
+    reported = true;
+  }
+  if (!reported) return;
+  result.cost = NewAnalyticalCostModel(device)->Estimate(result.graph, result.plan);
+  // Under kXla and kInductor the shipped plan stands for both the stitched and the baseline
+  // figure; under kStitch it is one or the other.
+  const bool stitched = result.shipped == PlannerKind::kStitch;
+  if (stitched || requested != PlannerKind::kStitch) result.stitched_cost = result.cost;
+  if (!stitched) result.baseline_cost = result.cost;
+}
+
 }  // namespace
 
 StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& options,
@@ -182,6 +202,7 @@ StatusOr<CompileResult> CompileVerifiedGraph(const Graph& g, CacheKey key,
     for (CompiledKernel& kernel : result.kernels) {
       STITCH_RETURN_IF_ERROR(AssembleCubin(kernel, options.codegen));
     }
+    RepriceAssembled(result, options.planner, options.codegen.target.device());
   }
   result.timings.cubin_ms = clock.LapMs();
   return result;

@@ -303,6 +303,7 @@ StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spe
     if (g.nodes[id].shape.elements() != geo.rows * geo.row_len) continue;
     layout.cached.push_back(id);
     layout.cached_first_pass.push_back(*passes.begin());
+    layout.cached_pass_count.push_back(static_cast<int>(passes.size()));
   }
   return layout;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include "int_math.h"
@@ -69,6 +70,55 @@ int64_t InputBytes(const Graph& g, const KernelSpec& k, int input) {
   return Sectors(sliced * DTypeBytes(s.dtype));
 }
 
+// Adds to `found` the kernel inputs whose elements reach node `id` one to one, through
+// elementwise ops and reshapes, which keep the linear order of the elements.
+void OneToOneInputs(const Graph& g, const KernelSpec& k, int id, std::set<int>& found) {
+  if (std::find(k.inputs.begin(), k.inputs.end(), id) != k.inputs.end()) {
+    found.insert(id);
+    return;
+  }
+  if (std::find(k.nodes.begin(), k.nodes.end(), id) == k.nodes.end()) return;
+  const Node& n = g.nodes[id];
+  if (ClassOf(n.op) != OpClass::kElementwise && n.op != OpCode::kReshape) return;
+  for (int operand : n.operands) {
+    if (g.nodes[operand].shape.elements() == n.shape.elements()) {
+      OneToOneInputs(g, k, operand, found);
+    }
+  }
+}
+
+// Inputs read through a transpose that moves their minor-most dimension: threads walk the
+// transpose's output in order, so one input sector serves the next thread only after
+// `stride` output elements, each of which fetched a sector of its own in the meantime.
+void SetStridedTraffic(const Graph& g, KernelSpec& k) {
+  constexpr int64_t kSectorBytes = 32;
+  k.mapping.strided_reuse_bytes = 0;
+  std::set<int> strided;
+  for (int id : k.nodes) {
+    const Node& t = g.nodes[id];
+    if (t.op != OpCode::kTranspose) continue;
+    const int rank = t.shape.rank();
+    const auto minor = std::find(t.dimensions.begin(), t.dimensions.end(), rank - 1);
+    if (minor == t.dimensions.end()) continue;
+    int64_t stride = 1;
+    for (auto d = minor + 1; d != t.dimensions.end(); ++d) {
+      stride *= t.shape.dims[static_cast<size_t>(d - t.dimensions.begin())];
+    }
+    if (stride == 1) continue;
+    std::set<int> reached;
+    OneToOneInputs(g, k, t.operands[0], reached);
+    if (reached.empty()) continue;
+    strided.insert(reached.begin(), reached.end());
+    k.mapping.strided_reuse_bytes = std::max(k.mapping.strided_reuse_bytes, stride * kSectorBytes);
+  }
+  k.mapping.strided_input_bytes = 0;
+  k.mapping.strided_sector_bytes = 0;
+  for (int i : strided) {
+    k.mapping.strided_input_bytes += InputBytes(g, k, i);
+    k.mapping.strided_sector_bytes += g.nodes[i].shape.elements() * kSectorBytes;
+  }
+}
+
 void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements) {
   k.mapping.bytes_loaded = 0;
   k.mapping.bytes_stored = 0;
@@ -79,6 +129,7 @@ void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements) {
     if (g.nodes[i].shape.elements() >= elements) in_flight += DTypeBytes(g.nodes[i].shape.dtype);
   }
   k.mapping.load_bytes_in_flight_per_thread = std::max(in_flight, 1);
+  SetStridedTraffic(g, k);
 }
 
 // The most consecutive elements (8, 4, 2 or 1) a loop kernel's thread can handle per pass:
@@ -125,7 +176,7 @@ void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_t
 // blocks half of them run an extra pass; a grid of one pass per block has only the last
 // wave's tail, and narrower vectors make more, smaller blocks that even the waves out.
 void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d, kPlanningCostModel);
   const int64_t n = g.nodes[k.outputs[0]].shape.elements();
   ScheduleLoop(g, k, d);
   double best = model->EstimateKernel(g, k).seconds;
@@ -250,6 +301,20 @@ int RowVectorWidth(const Graph& g, const KernelSpec& k, const RowGeometry& geo, 
   return 1;
 }
 
+// Bytes of one row a loop-mode row kernel loads again: every later pass that reads a loaded
+// row-space value reads it from memory once more.
+int64_t LoopModeRereadBytes(const Graph& g, const KernelSpec& k, const RowStitchLayout& layout) {
+  const std::set<int> inputs(k.inputs.begin(), k.inputs.end());
+  int64_t bytes = 0;
+  for (size_t c = 0; c < layout.cached.size(); ++c) {
+    const Node& n = g.nodes[layout.cached[c]];
+    if (!inputs.count(layout.cached[c]) && n.op != OpCode::kParameter) continue;
+    bytes += int64_t{layout.cached_pass_count[c] - 1} * layout.geometry.row_len *
+             DTypeBytes(n.shape.dtype);
+  }
+  return bytes;
+}
+
 // Fills a row-stitched mapping with `threads_per_row` threads per row. Returns false when
 // the kernel has column reduces and a thread cannot keep fixed columns in registers.
 bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
@@ -292,6 +357,7 @@ bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_pe
     m.registers_per_thread = 32 + 2 * reduces;
   }
   SetTraffic(g, k, geo.rows * geo.row_len);
+  m.reread_bytes_per_item = m.values_per_thread > 0 ? 0 : LoopModeRereadBytes(g, k, layout);
   // A thread's register positions are independent loads, as are a vector's elements.
   m.load_bytes_in_flight_per_thread *=
       m.values_per_thread > 0 ? m.values_per_thread : m.vector_width;
@@ -338,7 +404,7 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
   if (block_threads > 0 && row_len > 32 && candidates.back() != block_threads) {
     candidates.push_back(block_threads);
   }
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d, kPlanningCostModel);
   // Where later passes over a row read values an earlier pass read or computed (the
   // layout's cached values), mappings that keep the row in registers come first, as
   // Triton's persistent reductions do: the model prices a pass over a row the same whether
@@ -511,7 +577,7 @@ bool FillGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int thr
 
 Status ScheduleGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   if (k.phases.empty()) return InvalidArgument("kernel " + k.name + " has no phases");
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d);
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d, kPlanningCostModel);
   double best = std::numeric_limits<double>::infinity();
   int best_threads = 0;
   for (int threads : {256, 512, 1024}) {
@@ -559,7 +625,7 @@ Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& devic
 
 void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
   if (kernel.kind != KernelKind::kGlobalStitch) return;
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device);
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, kPlanningCostModel);
   KernelSpec trial = kernel;
   const int threads = static_cast<int>(kernel.mapping.launch.block_threads());
   if (!FillGlobalStitch(g, trial, device, threads, GridSizing::kWork, *model)) return;

@@ -60,6 +60,17 @@ def static_meta(node: torch.fx.Node) -> Optional[Tuple[Tuple[int, ...], torch.dt
     return tuple(shape), dtype
 
 
+# The symbolic scalars of PyTorch 2.x's dynamic shapes (1.13 has none).
+_SYMBOLIC_SCALARS = tuple(getattr(torch, name) for name in ("SymInt", "SymFloat", "SymBool")
+                          if hasattr(torch, name))
+
+
+def is_size_arithmetic(node: torch.fx.Node) -> bool:
+    """True when the node computes a symbolic size rather than a tensor: the ``sym_size`` calls
+    and the Python arithmetic on them that graphs with dynamic shapes hold."""
+    return isinstance(node.meta.get("val"), _SYMBOLIC_SCALARS)
+
+
 def has_dynamic_shape(node: torch.fx.Node) -> bool:
     """True when the node's tensor metadata holds symbolic sizes."""
     val = node.meta.get("val")

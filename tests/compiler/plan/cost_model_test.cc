@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -54,8 +55,14 @@ KernelSpec Copy(uint32_t blocks, int64_t bytes, int vector_width, int in_flight,
   return k;
 }
 
+// The model with the device table's own figures: these tests check the terms' arithmetic
+// against those figures; the fitted version's constants are checked by the calibration test.
+std::unique_ptr<CostModel> DatasheetModel(const GpuDevice& d) {
+  return NewAnalyticalCostModel(d, CostModelVersion::kDatasheet);
+}
+
 double Seconds(const GpuDevice& d, const KernelSpec& k) {
-  return NewAnalyticalCostModel(d)->EstimateKernel(Graph(), k).seconds;
+  return DatasheetModel(d)->EstimateKernel(Graph(), k).seconds;
 }
 
 // --- The device table -----------------------------------------------------------------
@@ -164,7 +171,7 @@ TEST(CostModel, VectorCopyReachesPeak) {
   // 2.3 MB, so the copy runs at peak. 2^28 elements in passes of 1024: 262144 passes,
   // ceil(262144 / 1056) = 249 on the busiest block against 248.2 on average (0.3%).
   KernelSpec k = Copy(1056, kGiB, 4, 16);
-  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), k);
   const double ideal = 2.0 * kGiB / kH100Bandwidth;
   EXPECT_EQ(c.global_bytes, 2 * kGiB);
   EXPECT_EQ(c.resident_blocks_per_sm, 8);
@@ -184,7 +191,7 @@ TEST(CostModel, ScalarLoadsOnFewBlocksAreLatencyBound) {
   // 135168 / 700 ns = 193 GB/s, so 2 GiB take 2^31 x 700 ns / 135168 = 11.1 ms. Passes of
   // 256 elements: 1048576 of them, at most 7944 per block against 7943.8 on average.
   KernelSpec k = Copy(132, kGiB, 1, 4);
-  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), k);
   const double expected = 2.0 * kGiB * kLatency / 135168.0 * (7944.0 * 132.0 / 1048576.0);
   EXPECT_NEAR(c.memory_seconds, expected, expected * 1e-9);
   EXPECT_NEAR(c.bandwidth_fraction, 135168.0 / kLatency / kH100Bandwidth, 1e-3);
@@ -195,9 +202,8 @@ TEST(CostModel, SmallGridIsSlower) {
   // 24 blocks: 24 x 256 x 16 = 98304 bytes in flight, 140 GB/s. 528 blocks: 2.16 MB in
   // flight, 3.09 TB/s.
   const int64_t bytes = 256LL << 20;
-  KernelCost few = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), Copy(24, bytes, 4, 16));
-  KernelCost many =
-      NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), Copy(528, bytes, 4, 16));
+  KernelCost few = DatasheetModel(H100())->EstimateKernel(Graph(), Copy(24, bytes, 4, 16));
+  KernelCost many = DatasheetModel(H100())->EstimateKernel(Graph(), Copy(528, bytes, 4, 16));
   EXPECT_GT(few.seconds, many.seconds);
   EXPECT_NEAR(few.bandwidth_fraction, 98304.0 / kLatency / kH100Bandwidth, 1e-3);
   EXPECT_NEAR(many.bandwidth_fraction, 528.0 * 256 * 16 / kLatency / kH100Bandwidth, 1e-2);
@@ -210,8 +216,7 @@ TEST(CostModel, BusySmsBoundBandwidth) {
   // 24 blocks of 1024 threads with 64 bytes in flight each: 1.57 MB in flight would allow
   // 2.2 TB/s, but 24 of 132 SMs draw at most 24/132 of peak.
   const int64_t bytes = 256LL << 20;
-  KernelCost c =
-      NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), Copy(24, bytes, 4, 64, 1024));
+  KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), Copy(24, bytes, 4, 64, 1024));
   EXPECT_NEAR(c.bandwidth_fraction, 24.0 / 132.0, 1e-3);
 }
 
@@ -219,7 +224,7 @@ TEST(CostModel, PartialWaveStretchesMemoryTime) {
   // 1584 blocks, one pass each, 1056 slots: 1.5 waves. The second wave runs half full, so
   // memory takes ceil(1.5) / 1.5 = 4/3 of the time at peak.
   const int64_t bytes = int64_t{1584} * 256 * 4 * 4;  // one 4-wide vector per thread
-  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), Copy(1584, bytes, 4, 16));
+  KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), Copy(1584, bytes, 4, 16));
   EXPECT_DOUBLE_EQ(c.waves, 1.5);
   const double ideal = 2.0 * static_cast<double>(bytes) / kH100Bandwidth;
   EXPECT_NEAR(c.memory_seconds, ideal * 4.0 / 3.0, ideal * 1e-9);
@@ -230,7 +235,7 @@ TEST(CostModel, CappedLoopingGridIsBalancedByItsWork) {
   // 100.5 on average, 0.5% over peak time, not the 4/3 of a half-empty last wave.
   const int64_t passes = int64_t{1056} * 100 + 528;
   const int64_t bytes = passes * 256 * 4 * 4;
-  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), Copy(1056, bytes, 4, 16));
+  KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), Copy(1056, bytes, 4, 16));
   const double ideal = 2.0 * static_cast<double>(bytes) / kH100Bandwidth;
   EXPECT_NEAR(c.memory_seconds, ideal * 101.0 / 100.5, ideal * 1e-9);
 }
@@ -247,7 +252,7 @@ TEST(CostModel, GridBarrierAddsItsLatency) {
   KernelSpec k = Copy(1056, 64LL << 20, 4, 16);
   KernelSpec with_barrier = k;
   with_barrier.mapping.grid_barriers = 1;
-  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), with_barrier);
+  KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), with_barrier);
   const double barrier = H100().grid_barrier_seconds;
   ASSERT_GT(barrier, 0);
   EXPECT_DOUBLE_EQ(c.barrier_seconds, barrier);
@@ -261,7 +266,7 @@ TEST(CostModel, GridBarrierBeyondCoResidencyIsRejected) {
   KernelSpec k = Copy(1057, 64LL << 20, 4, 16);
   EXPECT_TRUE(std::isfinite(Seconds(H100(), k)));
   k.mapping.grid_barriers = 1;
-  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), k);
   EXPECT_TRUE(std::isinf(c.seconds));
   EXPECT_EQ(c.resident_blocks_per_sm, 0);
 }
@@ -280,32 +285,32 @@ TEST(CostModel, BlockBarriersCountPassesOfTheBusiestBlock) {
   k.mapping.load_bytes_in_flight_per_thread = 16;
   k.mapping.bytes_loaded = int64_t{1000000} * 1024 * 4;
   k.mapping.bytes_stored = int64_t{1000000} * 4;
-  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), k);
   EXPECT_NEAR(c.barrier_seconds, 2.0 * 947 * 40e-9, 1e-15);
   // Eight rows side by side per block share their barriers: ceil(125000 / 1056) = 119
   // passes.
   k.mapping.rows_per_block = 8;
   k.mapping.threads_per_row = 32;
-  c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  c = DatasheetModel(H100())->EstimateKernel(Graph(), k);
   EXPECT_NEAR(c.barrier_seconds, 2.0 * 119 * 40e-9, 1e-15);
 }
 
 TEST(CostModel, SharedMemoryBeyondTheDeviceIsRejected) {
   KernelSpec k = Copy(1056, 64LL << 20, 4, 16);
   k.mapping.shared_bytes = 64 * 1024;
-  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), k);
   EXPECT_EQ(c.resident_blocks_per_sm, 0);
   EXPECT_TRUE(std::isinf(c.seconds));
   FusionPlan plan;
   plan.kernels = {Copy(1056, 64LL << 20, 4, 16), k};
-  EXPECT_TRUE(std::isinf(NewAnalyticalCostModel(H100())->Estimate(Graph(), plan).seconds));
+  EXPECT_TRUE(std::isinf(DatasheetModel(H100())->Estimate(Graph(), plan).seconds));
   plan.kernels.pop_back();
-  EXPECT_TRUE(std::isfinite(NewAnalyticalCostModel(H100())->Estimate(Graph(), plan).seconds));
+  EXPECT_TRUE(std::isfinite(DatasheetModel(H100())->Estimate(Graph(), plan).seconds));
 }
 
 TEST(CostModel, LoadsWaitAtLeastOneRoundTrip) {
   KernelSpec k = Copy(1, 1024, 4, 16);
-  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), k);
   EXPECT_DOUBLE_EQ(c.memory_seconds, kLatency);
 }
 
@@ -314,7 +319,7 @@ TEST(CostModel, StoresAloneAreNotLatencyBound) {
   KernelSpec k = Copy(1056, kGiB, 4, 0);
   k.mapping.bytes_loaded = 0;
   k.mapping.work_items = 1056 * 1024;
-  KernelCost c = NewAnalyticalCostModel(H100())->EstimateKernel(Graph(), k);
+  KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), k);
   EXPECT_NEAR(c.memory_seconds, kGiB / kH100Bandwidth, 1e-12);
 }
 
@@ -338,7 +343,7 @@ TEST(CostModel, UnscheduledKernelsArePricedByTheirBuffers) {
   StatusOr<FusionPlan> plan = PlanBaseline(g);
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->kernels.size(), 1u);
-  PlanCost c = NewAnalyticalCostModel(H100())->Estimate(g, *plan);
+  PlanCost c = DatasheetModel(H100())->Estimate(g, *plan);
   EXPECT_EQ(c.global_bytes, 8192);
   EXPECT_EQ(c.kernels, 1);
   EXPECT_NEAR(c.seconds, 8192 / kH100Bandwidth + kLaunch, 1e-15);
@@ -347,7 +352,7 @@ TEST(CostModel, UnscheduledKernelsArePricedByTheirBuffers) {
 TEST(CostModel, PlanSumsItsKernels) {
   FusionPlan plan;
   plan.kernels = {Copy(1056, kGiB, 4, 16), Copy(24, 1 << 20, 1, 4), Copy(132, 4096, 2, 8)};
-  PlanCost c = NewAnalyticalCostModel(H100())->Estimate(Graph(), plan);
+  PlanCost c = DatasheetModel(H100())->Estimate(Graph(), plan);
   ASSERT_EQ(c.per_kernel.size(), 3u);
   EXPECT_EQ(c.kernels, 3);
   EXPECT_EQ(c.global_bytes, 2 * kGiB + 2 * (1 << 20) + 2 * 4096);
@@ -357,7 +362,7 @@ TEST(CostModel, PlanSumsItsKernels) {
     seconds += c.per_kernel[i].seconds;
   }
   EXPECT_DOUBLE_EQ(c.seconds, seconds);
-  EXPECT_EQ(NewAnalyticalCostModel(H100())->Estimate(Graph(), FusionPlan()).seconds, 0.0);
+  EXPECT_EQ(DatasheetModel(H100())->Estimate(Graph(), FusionPlan()).seconds, 0.0);
 }
 
 // --- Properties over random mappings --------------------------------------------------
@@ -415,7 +420,7 @@ TEST(CostModelProperties, RandomMappings) {
   const uint64_t seed = PropertySeed();
   std::mt19937_64 rng(seed);
   for (const GpuDevice& device : KnownDevices()) {
-    std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device);
+    std::unique_ptr<CostModel> model = DatasheetModel(device);
     for (int i = 0; i < 2000; ++i) {
       KernelSpec k = RandomKernel(rng);
       SCOPED_TRACE(::testing::Message()
@@ -462,8 +467,8 @@ TEST(CostModelProperties, HigherBandwidthIsNeverSlower) {
   // H200 is H100 with faster memory: no mapping runs slower on it.
   const uint64_t seed = PropertySeed() + 1;
   std::mt19937_64 rng(seed);
-  std::unique_ptr<CostModel> h100 = NewAnalyticalCostModel(H100());
-  std::unique_ptr<CostModel> h200 = NewAnalyticalCostModel(H200());
+  std::unique_ptr<CostModel> h100 = DatasheetModel(H100());
+  std::unique_ptr<CostModel> h200 = DatasheetModel(H200());
   for (int i = 0; i < 2000; ++i) {
     KernelSpec k = RandomKernel(rng);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", case " << i << ": " << Show(k));
@@ -474,7 +479,7 @@ TEST(CostModelProperties, HigherBandwidthIsNeverSlower) {
 TEST(CostModelProperties, PlansSumTheirKernelsAndLaunchesCost) {
   const uint64_t seed = PropertySeed() + 2;
   std::mt19937_64 rng(seed);
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(H100());
+  std::unique_ptr<CostModel> model = DatasheetModel(H100());
   for (int i = 0; i < 300; ++i) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", plan " << i);
     FusionPlan plan;
@@ -503,6 +508,107 @@ TEST(CostModelProperties, PlansSumTheirKernelsAndLaunchesCost) {
       EXPECT_TRUE(std::isinf(model->Estimate(Graph(), twice).seconds));
     }
   }
+}
+
+// --- Model versions and the fitted version's terms --------------------------------------
+
+TEST(CostModelVersions, NamesRoundTripAndUnknownNamesAreRefused) {
+  for (CostModelVersion v : {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1}) {
+    std::optional<CostModelVersion> parsed = ParseCostModelVersion(CostModelVersionName(v));
+    ASSERT_TRUE(parsed.has_value()) << CostModelVersionName(v);
+    EXPECT_EQ(*parsed, v);
+  }
+  EXPECT_FALSE(ParseCostModelVersion("").has_value());
+  EXPECT_FALSE(ParseCostModelVersion("h100-fit-0").has_value());
+}
+
+TEST(CostModelVersions, DatasheetIsTheDeviceTableAndTheFitChangesOnlyWhatItFitted) {
+  for (const GpuDevice& d : KnownDevices()) {
+    const CostModelParameters sheet = CostModelParametersFor(d, CostModelVersion::kDatasheet);
+    EXPECT_EQ(sheet.bandwidth_bytes_per_second, d.hbm_bytes_per_second) << d.name;
+    EXPECT_EQ(sheet.dram_latency_seconds, d.dram_latency_seconds) << d.name;
+    EXPECT_EQ(sheet.launch_seconds, d.launch_seconds) << d.name;
+    EXPECT_EQ(sheet.reuse_window_bytes, 0.0) << d.name;
+    EXPECT_FALSE(sheet.assembled_registers) << d.name;
+    const CostModelParameters fit = CostModelParametersFor(d, CostModelVersion::kH100Fit1);
+    // Streaming kernels reach part of the datasheet bandwidth, never more.
+    EXPECT_GT(fit.bandwidth_bytes_per_second, 0.5 * d.hbm_bytes_per_second) << d.name;
+    EXPECT_LE(fit.bandwidth_bytes_per_second, d.hbm_bytes_per_second) << d.name;
+    EXPECT_GT(fit.reuse_window_bytes, 0.0) << d.name;
+    EXPECT_LE(fit.reuse_window_bytes, static_cast<double>(d.l2_bytes)) << d.name;
+    EXPECT_TRUE(fit.assembled_registers) << d.name;
+    if (d.name != "H100" && d.name != "H200") {
+      // The times were fitted on an H100; other devices keep their table's.
+      EXPECT_EQ(fit.launch_seconds, d.launch_seconds) << d.name;
+      EXPECT_EQ(fit.dram_latency_seconds, d.dram_latency_seconds) << d.name;
+    }
+  }
+}
+
+// A loop-mode row kernel: `rows` rows of `row_bytes`, one row per 256-thread block, reading
+// each row `passes` times.
+KernelSpec LoopModeRows(uint32_t blocks, int64_t rows, int64_t row_bytes, int passes) {
+  KernelSpec k;
+  k.name = "rows";
+  k.kind = KernelKind::kRowStitch;
+  ThreadMapping& m = k.mapping;
+  m.launch.grid = {blocks, 1, 1};
+  m.launch.block = {256, 1, 1};
+  m.threads_per_row = 256;
+  m.rows_per_block = 1;
+  m.vector_width = 4;
+  m.load_bytes_in_flight_per_thread = 16;
+  m.work_items = rows;
+  m.bytes_loaded = rows * row_bytes;
+  m.bytes_stored = rows * row_bytes;
+  m.reread_bytes_per_item = (passes - 1) * row_bytes;
+  return k;
+}
+
+TEST(CostModel, RereadsAreDramTrafficOnlyBeyondTheReuseWindow) {
+  CostModelParameters p = CostModelParametersFor(H100(), CostModelVersion::kH100Fit1);
+  // 1056 resident blocks each hold a row: 1056 x 2 x 64 KiB = 132 MiB between a row's
+  // first read and its re-read, far beyond any L2 window.
+  const int64_t rows = 16384, row_bytes = 64 * 1024;
+  const KernelSpec big = LoopModeRows(1056, rows, row_bytes, 3);
+  KernelCost c = NewAnalyticalCostModel(H100(), p)->EstimateKernel(Graph(), big);
+  EXPECT_EQ(c.global_bytes, 2 * rows * row_bytes);
+  EXPECT_EQ(c.dram_bytes, c.global_bytes + rows * 2 * row_bytes);
+  // With a window that holds every row in flight the re-reads hit L2.
+  p.reuse_window_bytes = 1e12;
+  c = NewAnalyticalCostModel(H100(), p)->EstimateKernel(Graph(), big);
+  EXPECT_EQ(c.dram_bytes, c.global_bytes);
+  // The datasheet version takes every re-read as a hit.
+  EXPECT_EQ(DatasheetModel(H100())->EstimateKernel(Graph(), big).dram_bytes, c.global_bytes);
+}
+
+TEST(CostModel, StridedSectorsMissOnlyWhenTheirReuseDistanceOutgrowsTheWindow) {
+  CostModelParameters p = CostModelParametersFor(H100(), CostModelVersion::kH100Fit1);
+  KernelSpec k = Copy(1056, kGiB, 4, 16);
+  // Half the loads are 2-byte elements read through a transpose: a sector per element.
+  k.mapping.strided_input_bytes = kGiB / 2;
+  k.mapping.strided_sector_bytes = kGiB / 2 / 2 * 32;
+  k.mapping.strided_reuse_bytes = static_cast<int64_t>(p.reuse_window_bytes) + 1;
+  KernelCost far = NewAnalyticalCostModel(H100(), p)->EstimateKernel(Graph(), k);
+  EXPECT_EQ(far.dram_bytes, far.global_bytes + kGiB / 2 / 2 * 32 - kGiB / 2);
+  k.mapping.strided_reuse_bytes = static_cast<int64_t>(p.reuse_window_bytes) / 2;
+  KernelCost near = NewAnalyticalCostModel(H100(), p)->EstimateKernel(Graph(), k);
+  EXPECT_EQ(near.dram_bytes, near.global_bytes);
+  EXPECT_GT(far.seconds, 4 * near.seconds);
+}
+
+TEST(CostModel, AssembledRegistersSetOccupancyInTheFittedVersionOnly) {
+  KernelSpec k = Copy(132 * 8, kGiB, 4, 16);
+  k.mapping.registers_per_thread = 32;
+  const CostModelParameters fit = CostModelParametersFor(H100(), CostModelVersion::kH100Fit1);
+  const KernelCost estimated = NewAnalyticalCostModel(H100(), fit)->EstimateKernel(Graph(), k);
+  // 200 registers: a 256-thread block needs 8 warps x 6400 = 51200 of an SM's 65536.
+  k.mapping.assembled_registers = 200;
+  const KernelCost assembled = NewAnalyticalCostModel(H100(), fit)->EstimateKernel(Graph(), k);
+  EXPECT_EQ(estimated.resident_blocks_per_sm, 8);
+  EXPECT_EQ(assembled.resident_blocks_per_sm, 1);
+  EXPECT_GT(assembled.seconds, estimated.seconds);
+  EXPECT_EQ(DatasheetModel(H100())->EstimateKernel(Graph(), k).resident_blocks_per_sm, 8);
 }
 
 }  // namespace

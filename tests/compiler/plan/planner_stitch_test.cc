@@ -25,6 +25,8 @@ using testing::Broadcast;
 using testing::ConstScalar;
 using testing::Param;
 using testing::Reduce;
+using testing::Softmax;
+using testing::Transpose;
 using testing::Unary;
 
 const GpuDevice& H100() { return *FindDevice("H100"); }
@@ -128,6 +130,48 @@ TEST(StitchPlanner, LayerNormIsOneRowStitchedKernelReadingItsInputOnce) {
   FusionPlan baseline = ScheduledBaseline(g);
   EXPECT_EQ(baseline.kernels.size(), 3u);
   EXPECT_LT(Seconds(g, plan), Seconds(g, baseline));
+}
+
+TEST(StitchPlanner, RowsTooLongForRegistersCountTheirRereads) {
+  // 50304 f32 per row (a GPT vocabulary softmax): no thread holds its share of the row, so
+  // the max, sum and output passes each read x, twice more than the plan's traffic counts.
+  const int64_t rows = 256, cols = 50304;
+  Graph g = Softmax(rows, cols);
+  ASSERT_TRUE(Verify(g).ok());
+  FusionPlan plan = Stitched(g);
+  ASSERT_EQ(plan.kernels.size(), 1u) << Describe(g, plan);
+  const ThreadMapping& m = plan.kernels[0].mapping;
+  ASSERT_EQ(m.values_per_thread, 0) << Describe(g, plan);
+  EXPECT_EQ(m.reread_bytes_per_item, 2 * cols * 4);
+  // Short rows stay in registers and are read once.
+  Graph short_rows = Softmax(4096, 768);
+  FusionPlan in_registers = Stitched(short_rows);
+  ASSERT_EQ(in_registers.kernels.size(), 1u);
+  EXPECT_GT(in_registers.kernels[0].mapping.values_per_thread, 0);
+  EXPECT_EQ(in_registers.kernels[0].mapping.reread_bytes_per_item, 0);
+}
+
+TEST(StitchPlanner, ReadsThroughATransposeOfTheMinorDimensionAreStrided) {
+  // out[j, i] = exp(x[i, j]): adjacent output elements read x a row (2048 elements) apart.
+  Graph g;
+  int x = Param(g, {DType::kF32, {1024, 2048}}, 0, "x");
+  int y = Unary(g, OpCode::kExp, Transpose(g, Unary(g, OpCode::kNeg, x), {1, 0}));
+  g.outputs = {y};
+  ASSERT_TRUE(Verify(g).ok());
+  FusionPlan plan = Stitched(g);
+  ASSERT_EQ(plan.kernels.size(), 1u) << Describe(g, plan);
+  const ThreadMapping& m = plan.kernels[0].mapping;
+  EXPECT_EQ(m.strided_input_bytes, 1024 * 2048 * 4);
+  EXPECT_EQ(m.strided_sector_bytes, 1024 * 2048 * 32);
+  EXPECT_EQ(m.strided_reuse_bytes, 1024 * 32);
+  // A transpose that keeps the minor dimension minor reads rows whole.
+  Graph kept;
+  int a = Param(kept, {DType::kF32, {8, 16, 512}}, 0, "a");
+  kept.outputs = {Unary(kept, OpCode::kExp, Transpose(kept, a, {1, 0, 2}))};
+  ASSERT_TRUE(Verify(kept).ok());
+  FusionPlan rows = Stitched(kept);
+  ASSERT_EQ(rows.kernels.size(), 1u);
+  EXPECT_EQ(rows.kernels[0].mapping.strided_input_bytes, 0);
 }
 
 TEST(StitchPlanner, TheSearchStopsWhenItsEvaluationBudgetIsSpent) {
@@ -336,8 +380,9 @@ TEST(GlobalStitchPlan, APersistentKernelIsPricedAsItsPhasesPlusBarriers) {
     phases += c.memory_seconds + c.barrier_seconds;
     bytes += c.global_bytes;
   }
-  const double expected = H100().launch_seconds + phases +
-                          static_cast<double>(k.phases.size() - 1) * H100().grid_barrier_seconds;
+  const CostModelParameters p = CostModelParametersFor(H100(), kCurrentCostModel);
+  const double expected =
+      p.launch_seconds + phases + static_cast<double>(k.phases.size() - 1) * p.grid_barrier_seconds;
   EXPECT_NEAR(whole.seconds, expected, expected * 1e-9);
   EXPECT_EQ(whole.global_bytes, bytes);
   // The split reductions made the 64 columns use the whole co-resident grid: far cheaper

@@ -1,9 +1,10 @@
 // The cost model: what a fusion plan should take on a named GPU.
 //
 // The analytical model prices each kernel from its thread mapping (plan.h):
-//   * global-memory bytes (each buffer once per launch or phase) over the bandwidth the
-//     mapping can reach: HBM bandwidth, or less when too few bytes are in flight to cover
-//     DRAM latency (Little's law over resident threads and the loads each keeps in flight);
+//   * global-memory bytes (each buffer once per launch or phase, plus re-reads and partly
+//     used sectors that miss L2) over the bandwidth the mapping can reach: the achievable
+//     HBM bandwidth, or less when too few bytes are in flight to cover DRAM latency
+//     (Little's law over resident threads and the loads each keeps in flight);
 //   * the tail of partial waves when the grid does not fill the SMs evenly;
 //   * one launch overhead per kernel;
 //   * block barriers per row or tile, and grid-wide barriers per launch.
@@ -15,6 +16,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "stitch/ir/graph.h"
@@ -30,6 +33,9 @@ struct KernelCost {
   double launch_seconds = 0;
   double barrier_seconds = 0;  // block and grid barriers
   int64_t global_bytes = 0;
+  // What the model moves through DRAM: global_bytes plus the re-reads and partly used
+  // sectors that miss L2.
+  int64_t dram_bytes = 0;
   int resident_blocks_per_sm = 0;
   double waves = 0;               // blocks over (SMs x resident blocks per SM)
   double bandwidth_fraction = 0;  // achieved over peak HBM bandwidth, in (0, 1]
@@ -52,7 +58,61 @@ class CostModel {
   virtual KernelCost EstimateKernel(const Graph& g, const KernelSpec& kernel) const = 0;
 };
 
-// Returns the analytical model for `device`.
-std::unique_ptr<CostModel> NewAnalyticalCostModel(const GpuDevice& device);
+// The versions of the analytical model's constants. A version names one set of constants
+// and terms; bundles record the version they were priced with.
+enum class CostModelVersion {
+  // The device table's figures as published: datasheet bandwidth, re-reads inside a launch
+  // free, occupancy from the scheduler's register estimate. What shipped before any GPU
+  // measured stitch's kernels; kept to show what the calibration changed.
+  kDatasheet,
+  // Fitted to the H100 kernel times in testdata/gpu/h100_80gb_hbm3 by
+  // tools/fit_cost_model.py (COST_MODEL_SOURCES.md, section 6): achievable bandwidth, loaded
+  // DRAM latency, kernel overhead and barrier costs, with re-reads and strided reads charged
+  // when they outgrow L2, and occupancy from the assembled cubin's registers.
+  kH100Fit1,
+};
+
+// The version stitchd prices with: the cost of every plan it compares, the never-slower
+// choice between them, and every figure it reports.
+inline constexpr CostModelVersion kCurrentCostModel = CostModelVersion::kH100Fit1;
+
+// The version the planners and the scheduler search with when they build plans (thread
+// mappings, merges, the baseline models' rules). It stays at the datasheet constants until
+// a GPU run measures the plans the fitted constants would build: under them two suite rows
+// plan differently (#12's Inductor model and #17's stitched plan), and the measurements the
+// fit rests on are of today's plans.
+inline constexpr CostModelVersion kPlanningCostModel = CostModelVersion::kDatasheet;
+
+std::string_view CostModelVersionName(CostModelVersion v);  // "datasheet", "h100-fit-1"
+// Returns the version named `name`, or nullopt for an unknown name.
+std::optional<CostModelVersion> ParseCostModelVersion(std::string_view name);
+
+// The constants one version prices a device with.
+struct CostModelParameters {
+  double bandwidth_bytes_per_second = 0;  // what streaming kernels reach, not the datasheet's
+  double dram_latency_seconds = 0;        // a load's latency under load (Little's law)
+  double launch_seconds = 0;              // per kernel: start-up, ramp and drain on the GPU
+  double grid_barrier_seconds = 0;
+  double block_barrier_seconds = 0;
+  // The shortest a row kernel's pass over its rows can take (load, reduce, compute, store,
+  // one after another): a floor per pass on the busiest slot. 0 in the datasheet version.
+  double row_pass_seconds = 0;
+  // A re-read inside a launch (a loop-mode row's later pass, the rest of a strided sector)
+  // hits L2 while the bytes fetched between its two uses stay under this; beyond, it is
+  // DRAM traffic. 0 takes every re-read as a hit.
+  double reuse_window_bytes = 0;
+  // Whether occupancy comes from the assembler's register count where a kernel has one.
+  bool assembled_registers = false;
+};
+
+// Returns the constants of `version` for `device`.
+CostModelParameters CostModelParametersFor(const GpuDevice& device, CostModelVersion version);
+
+// Returns the analytical model for `device`, priced with `version`'s constants, or with
+// `parameters` given outright (the fit tries candidates this way).
+std::unique_ptr<CostModel> NewAnalyticalCostModel(const GpuDevice& device,
+                                                  CostModelVersion version = kCurrentCostModel);
+std::unique_ptr<CostModel> NewAnalyticalCostModel(const GpuDevice& device,
+                                                  const CostModelParameters& parameters);
 
 }  // namespace stitch

@@ -105,9 +105,26 @@ struct ThreadMapping {
   // Bytes of global loads one thread has in flight at once (independent loads of one
   // iteration times their width): with resident threads it bounds achieved bandwidth.
   int load_bytes_in_flight_per_thread = 4;
-  // Global-memory traffic of one launch at full shapes, counting every re-read.
+  // Global-memory traffic of one launch at full shapes, each buffer counted once.
   int64_t bytes_loaded = 0;
   int64_t bytes_stored = 0;
+  // Bytes one work item (a row) reads again after a first pass over it: row kernels in loop
+  // mode re-read their row-space inputs in every later pass. Whether the re-read hits L2
+  // depends on how many items are in flight across the device, which the cost model knows.
+  int64_t reread_bytes_per_item = 0;
+  // Inputs read along a dimension other than their minor-most one (through a transpose): a
+  // warp's adjacent elements fall in different 32-byte sectors. `strided_input_bytes` is
+  // their share of `bytes_loaded`; `strided_sector_bytes` what they fetch when no sector
+  // serves more than one element (a sector per element); `strided_reuse_bytes` the bytes of
+  // other sectors fetched before a sector's next element is used, which decides whether the
+  // rest of the sector is still in L2 by then.
+  int64_t strided_input_bytes = 0;
+  int64_t strided_sector_bytes = 0;
+  int64_t strided_reuse_bytes = 0;
+  // What the assembler reported for the kernel's cubin (0: not assembled yet). Filled after
+  // code generation so that the cost model reads occupancy from the compiled code rather
+  // than from registers_per_thread, the scheduler's estimate.
+  int assembled_registers = 0;
 };
 
 struct KernelSpec {

@@ -61,6 +61,9 @@ struct RowStitchLayout {
   // For each cached node, the first pass that computes it (a phase index, or
   // phases.size() for the final output pass).
   std::vector<int> cached_first_pass;
+  // For each cached node, how many passes read it: a row kept in loop mode (not in
+  // registers) is read from memory this many times.
+  std::vector<int> cached_pass_count;
 };
 
 // Returns whether reduce node `id` reduces a value of `geo.rows * geo.row_len` elements over

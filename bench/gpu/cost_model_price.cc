@@ -1,0 +1,204 @@
+// cost_model_price: the cost model's price of every suite row's three plans (stitch's, the XLA
+// model's, the Inductor model's), compiled once and priced under one or more sets of model
+// constants. No GPU is needed: the plans are compiled for the target as stitchd compiles them
+// (assembled with the CUDA toolkit where it exists, so that the model reads the cubin's
+// registers), and only priced.
+//
+// Usage:
+//   cost_model_price [--target sm_XX] [--version NAME] [--parameters FILE] [--only ID,...]
+//                    --csv PATH
+//
+// --version names the model version whose constants are priced (default: the current one);
+// --parameters names a JSON array of objects, each a candidate set of constants: its fields
+// (those of CostModelParameters, e.g. {"launch_seconds": 2e-6}) replace the version's for
+// the target's device, and each set is priced in turn. tools/fit_cost_model.py fits the
+// model's constants this way; tests/compiler/plan/cost_model_calibration_test.py compares
+// the prices with measured kernel times.
+//
+// The CSV has one line per set, row and plan: set (0-based; 0 without --parameters), id,
+// plan (stitch, xla_model, inductor_model), model_us, kernels, dram_bytes and the shipped
+// kernels' assembled registers ('-' where the toolkit is missing), separated by ';'.
+//
+// Exit status: 0 success; 1 a row did not compile, or the CSV could not be written; 3 bad
+// flags or a malformed parameter file.
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stitch/driver/compile.h"
+#include "stitch/plan/cost_model.h"
+#include "suite/suite.h"
+
+namespace stitch::gpu {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 3;
+
+constexpr const char* kUsage =
+    "usage: cost_model_price [--target sm_XX] [--version NAME] [--parameters FILE]\n"
+    "                        [--only ID,...] --csv PATH\n";
+
+struct Flags {
+  Target target;
+  CostModelVersion version = kCurrentCostModel;
+  std::string parameters_path;
+  std::vector<int> only;
+  std::string csv_path;
+};
+
+struct CompiledPlan {
+  int id = 0;
+  std::string plan;  // "stitch", "xla_model", "inductor_model"
+  CompileResult result;
+};
+
+StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) return InvalidArgument(arg + " needs a value");
+    const std::string v = argv[++i];
+    if (arg == "--target") {
+      STITCH_ASSIGN_OR_RETURN(f.target, Target::Parse(v));
+    } else if (arg == "--version") {
+      std::optional<CostModelVersion> version = ParseCostModelVersion(v);
+      if (!version) return InvalidArgument("--version: no cost model version '" + v + "'");
+      f.version = *version;
+    } else if (arg == "--parameters") {
+      f.parameters_path = v;
+    } else if (arg == "--only") {
+      STITCH_ASSIGN_OR_RETURN(f.only, suite::ParseSuiteIds(v));
+    } else if (arg == "--csv") {
+      f.csv_path = v;
+    } else {
+      return InvalidArgument("unknown argument '" + arg + "'");
+    }
+  }
+  if (f.csv_path.empty()) return InvalidArgument("--csv is required");
+  return f;
+}
+
+// One candidate set: `base` with the object's fields in place of its own.
+StatusOr<CostModelParameters> Override(CostModelParameters p, const nlohmann::json& set,
+                                       size_t index) {
+  const std::string where = "--parameters: set " + std::to_string(index);
+  if (!set.is_object()) return InvalidArgument(where + " is not a JSON object");
+  for (const auto& [name, value] : set.items()) {
+    if (name == "assembled_registers") {
+      if (!value.is_boolean()) return InvalidArgument(where + ": " + name + " is not a boolean");
+      p.assembled_registers = value.get<bool>();
+      continue;
+    }
+    double* field = name == "bandwidth_bytes_per_second" ? &p.bandwidth_bytes_per_second
+                    : name == "dram_latency_seconds"     ? &p.dram_latency_seconds
+                    : name == "launch_seconds"           ? &p.launch_seconds
+                    : name == "grid_barrier_seconds"     ? &p.grid_barrier_seconds
+                    : name == "block_barrier_seconds"    ? &p.block_barrier_seconds
+                    : name == "row_pass_seconds"         ? &p.row_pass_seconds
+                    : name == "reuse_window_bytes"       ? &p.reuse_window_bytes
+                                                         : nullptr;
+    if (field == nullptr) return InvalidArgument(where + ": unknown field '" + name + "'");
+    if (!value.is_number() || value.get<double>() < 0) {
+      return InvalidArgument(where + ": " + name + " is not a non-negative number");
+    }
+    *field = value.get<double>();
+  }
+  if (p.bandwidth_bytes_per_second <= 0 || p.dram_latency_seconds <= 0) {
+    return InvalidArgument(where + ": bandwidth and latency must be positive");
+  }
+  return p;
+}
+
+StatusOr<std::vector<CostModelParameters>> ParameterSets(const Flags& flags) {
+  const CostModelParameters base = CostModelParametersFor(flags.target.device(), flags.version);
+  if (flags.parameters_path.empty()) return std::vector<CostModelParameters>{base};
+  std::ifstream in(flags.parameters_path);
+  if (!in) return InvalidArgument("--parameters: cannot read " + flags.parameters_path);
+  nlohmann::json sets = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (sets.is_discarded() || !sets.is_array() || sets.empty()) {
+    return InvalidArgument("--parameters: " + flags.parameters_path +
+                           " is not a non-empty JSON array");
+  }
+  std::vector<CostModelParameters> out;
+  for (size_t i = 0; i < sets.size(); ++i) {
+    STITCH_ASSIGN_OR_RETURN(CostModelParameters p, Override(base, sets[i], i));
+    out.push_back(p);
+  }
+  return out;
+}
+
+StatusOr<std::vector<CompiledPlan>> CompileSuite(const Flags& flags) {
+  std::vector<CompiledPlan> plans;
+  for (const suite::SuiteEntry& e : suite::SelectSuite(flags.only)) {
+    for (auto [planner, name] :
+         {std::pair{PlannerKind::kStitch, "stitch"}, std::pair{PlannerKind::kXla, "xla_model"},
+          std::pair{PlannerKind::kInductor, "inductor_model"}}) {
+      CompileOptions options;
+      options.planner = planner;
+      options.codegen.target = flags.target;
+      options.never_slower = false;  // each planner's own plan, as gpu_bench times them
+      StatusOr<CompileResult> compiled = CompileGraph(e.graph, options);
+      if (!compiled.ok()) {
+        return Status(compiled.status().code(),
+                      "#" + std::to_string(e.id) + " " + name + ": " + compiled.status().message());
+      }
+      plans.push_back({e.id, name, std::move(*compiled)});
+    }
+  }
+  return plans;
+}
+
+std::string Registers(const FusionPlan& plan) {
+  std::string out;
+  for (const KernelSpec& k : plan.kernels) {
+    if (!out.empty()) out += ";";
+    out += k.mapping.assembled_registers > 0 ? std::to_string(k.mapping.assembled_registers) : "-";
+  }
+  return out;
+}
+
+int Main(int argc, char** argv) {
+  StatusOr<Flags> flags = ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    std::cerr << "cost_model_price: " << flags.status().message() << "\n" << kUsage;
+    return kExitUsage;
+  }
+  StatusOr<std::vector<CostModelParameters>> sets = ParameterSets(*flags);
+  if (!sets.ok()) {
+    std::cerr << "cost_model_price: " << sets.status().message() << "\n";
+    return kExitUsage;
+  }
+  StatusOr<std::vector<CompiledPlan>> plans = CompileSuite(*flags);
+  if (!plans.ok()) {
+    std::cerr << "cost_model_price: " << plans.status().ToString() << "\n";
+    return kExitFailed;
+  }
+  std::ofstream csv(flags->csv_path);
+  csv << "set,id,plan,model_us,kernels,dram_bytes,registers\n";
+  const GpuDevice& device = flags->target.device();
+  for (size_t s = 0; s < sets->size(); ++s) {
+    std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, (*sets)[s]);
+    for (const CompiledPlan& p : *plans) {
+      const PlanCost cost = model->Estimate(p.result.graph, p.result.plan);
+      int64_t dram = 0;
+      for (const KernelCost& k : cost.per_kernel) dram += k.dram_bytes;
+      csv << s << "," << p.id << "," << p.plan << "," << cost.seconds * 1e6 << "," << cost.kernels
+          << "," << dram << "," << Registers(p.result.plan) << "\n";
+    }
+  }
+  csv.close();
+  if (!csv) {
+    std::cerr << "cost_model_price: cannot write " << flags->csv_path << "\n";
+    return kExitFailed;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace stitch::gpu
+
+int main(int argc, char** argv) { return stitch::gpu::Main(argc, argv); }
