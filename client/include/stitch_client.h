@@ -130,6 +130,14 @@ const char* stitch_result_reason(const stitch_result* result);
  */
 const void* stitch_result_bundle(const stitch_result* result, size_t* len);
 
+/*
+ * Returns what jobs measured for the result's key, as the daemon held it when it answered: a
+ * stitch.v1.KernelRuntimes as JSON (the form stitch_client_list_runtimes gives each record).
+ * Returns "" when the daemon held no timings for the key, for a fallback, for an in-process
+ * cache hit, for a NULL result, and when memory runs out.
+ */
+const char* stitch_result_runtimes_json(const stitch_result* result);
+
 /* Returns the number of kernels in the bundle; 0 for a fallback or a NULL result. */
 size_t stitch_result_kernel_count(const stitch_result* result);
 

@@ -26,6 +26,8 @@ struct stitch_result {
   // Serialized on first request: most callers only read kernels.
   mutable std::once_flag serialize_once;
   mutable std::string serialized;
+  mutable std::once_flag runtimes_once;
+  mutable std::string runtimes_json;
 };
 
 struct stitch_extraction {
@@ -314,6 +316,19 @@ const void* stitch_result_bundle(const stitch_result* result, size_t* len) {
   }
   if (len != nullptr) *len = result->serialized.size();
   return result->serialized.data();
+}
+
+const char* stitch_result_runtimes_json(const stitch_result* result) {
+  if (result == nullptr || result->result.runtimes == nullptr) return "";
+  try {
+    std::call_once(result->runtimes_once, [result] {
+      result->runtimes_json = MessageJson(*result->result.runtimes)
+                                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    });
+  } catch (...) {
+    return "";
+  }
+  return result->runtimes_json.c_str();
 }
 
 size_t stitch_result_kernel_count(const stitch_result* result) {

@@ -115,6 +115,10 @@ Result Finish(const grpc::Status& status, v1::CompileResponse& response, BundleC
   }
   r.key = response.key();
   r.bundle = std::make_shared<const v1::KernelBundle>(std::move(*response.mutable_bundle()));
+  if (response.has_runtimes()) {
+    r.runtimes =
+        std::make_shared<const v1::KernelRuntimes>(std::move(*response.mutable_runtimes()));
+  }
   if (cache != nullptr) cache->Insert(digest, BundleCache::Entry{r.bundle, r.key});
   return r;
 }

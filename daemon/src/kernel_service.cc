@@ -129,19 +129,21 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Resolve(const char* method,
                                                      bool compile_on_miss) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   pending_.fetch_add(1);
-  resolver_.Resolve(BytesOf(*request), compile_on_miss,
-                    [this, method, reactor, response](Resolution r) {
-                      metrics_.CountRequest(method, ResultOf(r));
-                      if (r.status.ok()) {
-                        responses_.Response(r.source, r.key, r.bundle).Swap(response);
-                      } else if (r.status.code() == StatusCode::kInvalidArgument) {
-                        spdlog::info("{} rejected: {}", method, r.status.message());
-                      }
-                      // After the caller's deadline gRPC has already answered DEADLINE_EXCEEDED and
-                      // drops this; the compiled bundle is in the cache either way.
-                      reactor->Finish(rpc::ToGrpcStatus(r.status));
-                      pending_.fetch_sub(1);
-                    });
+  resolver_.Resolve(
+      BytesOf(*request), compile_on_miss, [this, method, reactor, response](Resolution r) {
+        metrics_.CountRequest(method, ResultOf(r));
+        if (r.status.ok()) {
+          const std::optional<v1::KernelRuntimes> measured = runtimes_.Find(r.key);
+          responses_.Response(r.source, r.key, r.bundle, measured ? &*measured : nullptr)
+              .Swap(response);
+        } else if (r.status.code() == StatusCode::kInvalidArgument) {
+          spdlog::info("{} rejected: {}", method, r.status.message());
+        }
+        // After the caller's deadline gRPC has already answered DEADLINE_EXCEEDED and
+        // drops this; the compiled bundle is in the cache either way.
+        reactor->Finish(rpc::ToGrpcStatus(r.status));
+        pending_.fetch_sub(1);
+      });
   return reactor;
 }
 

@@ -35,11 +35,13 @@ std::shared_ptr<const std::string> ResponseBytes::Serialized(const cache::Bundle
 }
 
 grpc::ByteBuffer ResponseBytes::Response(v1::CompileResponse::Source source, const std::string& key,
-                                         const cache::BundlePtr& bundle) {
+                                         const cache::BundlePtr& bundle,
+                                         const v1::KernelRuntimes* runtimes) {
   std::shared_ptr<const std::string> body = Serialized(bundle);
   v1::CompileResponse head;
   head.set_source(source);
   head.set_key(key);
+  if (runtimes != nullptr) *head.mutable_runtimes() = *runtimes;
   std::string prefix = head.SerializeAsString();
   // Field 3 (bundle), length-delimited: protobuf parses concatenated fields as one message.
   prefix.push_back(static_cast<char>((3 << 3) | 2));

@@ -23,10 +23,12 @@ class ResponseBytes {
   // Keeps at most `max_bytes` of serialized bundles; past it the set starts afresh.
   explicit ResponseBytes(size_t max_bytes) : max_bytes_(max_bytes) {}
 
-  // Returns the serialized CompileResponse {source, key, bundle} as a buffer whose bundle
-  // part references the shared serialization of `bundle`.
+  // Returns the serialized CompileResponse {source, key, bundle, runtimes} as a buffer whose
+  // bundle part references the shared serialization of `bundle`. `runtimes` may be null (the
+  // response then carries none).
   grpc::ByteBuffer Response(v1::CompileResponse::Source source, const std::string& key,
-                            const cache::BundlePtr& bundle);
+                            const cache::BundlePtr& bundle,
+                            const v1::KernelRuntimes* runtimes = nullptr);
 
  private:
   std::shared_ptr<const std::string> Serialized(const cache::BundlePtr& bundle);

@@ -109,6 +109,13 @@ std::vector<v1::KernelRuntimes> RuntimeLedger::Top(size_t limit) const {
   return out;
 }
 
+std::optional<v1::KernelRuntimes> RuntimeLedger::Find(const std::string& key) const {
+  std::lock_guard lock(mu_);
+  auto it = records_.find(key);
+  if (it == records_.end()) return std::nullopt;
+  return it->second;
+}
+
 size_t RuntimeLedger::size() const {
   std::lock_guard lock(mu_);
   return records_.size();

@@ -49,6 +49,9 @@ class RuntimeLedger {
   // ties broken by key.
   std::vector<v1::KernelRuntimes> Top(size_t limit) const;
 
+  // Returns the key's runtimes, or nullopt when the node holds no timings for it.
+  std::optional<v1::KernelRuntimes> Find(const std::string& key) const;
+
   size_t size() const;
   // Timings dropped because the ledger was full.
   uint64_t dropped() const;

@@ -70,6 +70,7 @@ _SIGNATURES = {
     "stitch_result_key": (ctypes.c_char_p, [ResultPtr]),
     "stitch_result_reason": (ctypes.c_char_p, [ResultPtr]),
     "stitch_result_bundle": (ctypes.c_void_p, [ResultPtr, _c_size_p]),
+    "stitch_result_runtimes_json": (ctypes.c_char_p, [ResultPtr]),
     "stitch_result_kernel_count": (ctypes.c_size_t, [ResultPtr]),
     "stitch_result_kernel_name": (ctypes.c_char_p, [ResultPtr, ctypes.c_size_t]),
     "stitch_result_kernel_ptx": (ctypes.c_char_p, [ResultPtr, ctypes.c_size_t]),

@@ -74,6 +74,9 @@ class Result:
             ``"INVALID_ARGUMENT: ..."``); ``""`` otherwise.
         kernels: the bundle's kernels, in launch order.
         bundle: the serialized ``stitch.v1.KernelBundle`` (``b""`` for a fallback).
+        runtimes: what jobs measured for the key, as the daemon held it when it answered
+            (``stitch.v1.KernelRuntimes`` as a dict, the form :meth:`Client.list_runtimes`
+            gives); None when it held none, for a fallback, and for a ``"hit_local"``.
     """
 
     outcome: str
@@ -81,6 +84,7 @@ class Result:
     reason: str = ""
     kernels: List[Kernel] = field(default_factory=list)
     bundle: bytes = b""
+    runtimes: Optional[Dict[str, Any]] = None
 
     def __repr__(self) -> str:
         if not self.ok:
@@ -173,7 +177,9 @@ def _read_result(handle: Any) -> Result:
             size = ctypes.c_size_t(0)
             cubin = lib.stitch_result_kernel_cubin(handle, i, ctypes.byref(size))
             kernels.append(Kernel(name, ptx, ctypes.string_at(cubin, size.value) if cubin else b""))
-        return Result(outcome, key, reason, kernels, bundle)
+        runtimes_json = lib.stitch_result_runtimes_json(handle) or b""
+        runtimes = json.loads(runtimes_json) if runtimes_json else None
+        return Result(outcome, key, reason, kernels, bundle, runtimes)
     finally:
         lib.stitch_result_free(handle)
 

@@ -101,7 +101,8 @@ TEST(ClientSlowDaemon, LookupDeadlineExceeded) {
   EXPECT_TRUE(StartsWith(r.reason, "DEADLINE_EXCEEDED")) << r.reason;
   // Long before the server answers (2.5 s).
   EXPECT_LT(ms, 1000);
-  EXPECT_EQ(service.lookup_calls.load(), 1);
+  // Never retried. On a loaded machine the deadline may pass before the server takes the call.
+  EXPECT_LE(service.lookup_calls.load(), 1);
 }
 
 TEST(ClientSlowDaemon, PerCallCompileDeadline) {

@@ -530,6 +530,16 @@ TEST_F(StitchdTest, MeasuredTimesReplaceTheModelAndSurviveARestart) {
   EXPECT_EQ(by_key[faster].fallback().at("xla").reports(), 2u);
   EXPECT_EQ(by_key[faster].invocations(), 2000u);
   EXPECT_GT(by_key[slower].modeled_fallback_seconds().at("xla"), 0);
+  // A job that never timed these keys reads the timings with its kernels, after the restart.
+  client::Result again = c.Compile(HloRequest(SoftmaxHlo(64, 1000)));
+  ASSERT_TRUE(again.ok()) << again.reason;
+  ASSERT_NE(again.runtimes, nullptr);
+  EXPECT_EQ(again.runtimes->key(), slower);
+  EXPECT_EQ(again.runtimes->stitched().samples(), 3u);
+  EXPECT_NEAR(again.runtimes->fallback().at("xla").seconds_sum(), 3 * 40e-6, 1e-12);
+  client::Result untimed = c.Compile(HloRequest(SoftmaxHlo(32, 1000)));
+  ASSERT_TRUE(untimed.ok()) << untimed.reason;
+  EXPECT_EQ(untimed.runtimes, nullptr);
 
   int status = 0;
   const std::string out =

@@ -184,6 +184,8 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(rt["fallback"]["xla"]["samples"], 4)
             self.assertAlmostEqual(rt["stitched"]["seconds_sum"], 100e-6)
             self.assertEqual(rt["invocations"], 700)
+            self.assertIsNone(r.runtimes, "the first answer came before any timing")
+            self.assertIsNone(client.compile(module).runtimes, "an in-process hit asks no one")
             # should_time_fallback samples one call in 100.
             sampled = sum(client.should_time_fallback() for _ in range(300))
             self.assertEqual(sampled, 3)
@@ -192,6 +194,13 @@ class ClientTest(unittest.TestCase):
         rows = [line.split(",") for line in csv[1:] if line.startswith(r.key)]
         self.assertEqual(sorted(row[2] for row in rows), ["stitched", "xla"])
         self.assertEqual({row[9] for row in rows}, {"700"})
+        # Another job's client reads the timings with the kernels, without timing again.
+        with stitch.Client(DAEMON["socket"], lookup_deadline_ms=10000) as other:
+            again = other.lookup(module)
+            self.assertTrue(again.ok, again.reason)
+            self.assertEqual(again.runtimes["key"], r.key)
+            self.assertEqual(again.runtimes["stitched"]["samples"], 5)
+            self.assertAlmostEqual(again.runtimes["fallback"]["xla"]["seconds_sum"], 180e-6)
 
     def test_extract_then_compile_and_look_up_the_signatures(self):
         text = hlo("batchnorm_grad_op.hlo") + "\n// -----\n" + hlo("rmsnorm_diamond_f32.hlo")

@@ -9,11 +9,13 @@ Pipeline, for the forward and the backward graph alike:
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
+import torch.utils._pytree as pytree
 from torch.fx.passes.shape_prop import ShapeProp
 
 from ..client import DEFAULT_ADDRESS, Client, DaemonError
@@ -26,6 +28,25 @@ LOG = logging.getLogger("stitch.torch")
 
 _LEFT_OUT_REASONS = {"unsupported_op": UNSUPPORTED_OP, "dynamic_shape": DYNAMIC_SHAPE,
                      "dtype": DTYPE}
+
+
+class _AotAutograd(NamedTuple):
+    aot_module: Callable
+    aot_module_simplified: Optional[Callable]
+    make_boxed_func: Callable
+
+
+def _aot_autograd() -> _AotAutograd:
+    """AOTAutograd's entry points: ``torch._functorch``'s in PyTorch 2.x, whose
+    ``aot_module_simplified`` takes Dynamo's graphs; ``functorch``'s in 1.13, where
+    ``aot_module`` takes every graph and ``aot_module_simplified`` is None. The one place the
+    backend asks which PyTorch it runs on."""
+    try:
+        from torch._functorch import aot_autograd as aot
+        return _AotAutograd(aot.aot_module, aot.aot_module_simplified, aot.make_boxed_func)
+    except ImportError:
+        from functorch import compile as aot
+        return _AotAutograd(aot.aot_module, None, aot.make_boxed_func)
 
 
 def _decompositions() -> Dict[Any, Callable]:
@@ -56,11 +77,15 @@ class StitchedRegion(torch.nn.Module):
     the report with its reason."""
 
     def __init__(self, fallback: torch.fx.GraphModule, info: RegionInfo, kernels: RegionKernels,
-                 inputs: Sequence[Any], backend: "StitchBackend") -> None:
+                 inputs: Sequence[Any], backend: "StitchBackend",
+                 device: Optional[torch.device] = None,
+                 runtimes: Optional[Dict[str, Any]] = None) -> None:
         super().__init__()
         self.fallback = fallback
         self.info = info
         self.kernels = kernels
+        self.device = device  # of the traced tensors
+        self.runtimes = runtimes  # what jobs measured for the key, as the daemon answered
         self._inputs = [tuple(shape) + (dtype,) for shape, dtype in inputs]
         self._backend = backend
         out = [n for n in fallback.graph.nodes if n.op == "output"][0]
@@ -80,6 +105,19 @@ class StitchedRegion(torch.nn.Module):
         self._backend.report.count_stitched_call()
         self._backend.record_invocation(self.kernels.key)
         return tuple(outputs) if self._tuple_output else outputs[0]
+
+    @property
+    def input_specs(self) -> List[tuple]:
+        """Each input's traced shape followed by its dtype: ``(4, 64, torch.float32)``."""
+        return list(self._inputs)
+
+    def launch(self, args: Sequence[Any]) -> List[torch.Tensor]:
+        """Runs the stitched kernels on ``args`` and returns the outputs; raises, naming why,
+        where :meth:`forward` would run the region's own code instead."""
+        reason = self._why_not_stitched(args)
+        if reason is not None:
+            raise RuntimeError("%s: %s" % reason)
+        return self._executor.run(self.kernels, [a.contiguous() for a in args])
 
     def _why_not_stitched(self, args: Sequence[Any]) -> Optional[tuple]:
         if len(args) != len(self._inputs) or not all(isinstance(a, torch.Tensor) for a in args):
@@ -110,15 +148,19 @@ class StitchBackend:
             daemon's own target.
         executors: device type -> Executor (or None for none). Default: the CUDA executor
             for ``"cuda"`` where the driver loads, nothing for other devices.
+        fallback: what the job runs where stitch's kernels do not (``"eager"``,
+            ``"inductor"``), for the client made here: the daemon prices savings against it.
 
     ``report`` says what was fused and why the rest was not. Thread-safe.
     """
 
     def __init__(self, client: Optional[Client] = None, address: str = DEFAULT_ADDRESS,
                  target: Optional[str] = None,
-                 executors: Optional[Dict[str, Optional[Executor]]] = None) -> None:
+                 executors: Optional[Dict[str, Optional[Executor]]] = None,
+                 fallback: str = "eager") -> None:
         self._client = client
         self._address = address
+        self._fallback = fallback
         self.target = target
         self._executors: Dict[str, Optional[Executor]] = dict(executors or {})
         self._executor_notes: Dict[str, str] = {}
@@ -136,20 +178,20 @@ class StitchBackend:
         """Compiles a Dynamo graph: AOTAutograd traces its forward and backward, and each is
         compiled by :meth:`compile_graph`."""
         fw, bw = self._aot_compilers()
-        try:
-            from torch._functorch.aot_autograd import aot_module_simplified
-            return aot_module_simplified(graph_module, example_inputs, fw_compiler=fw,
-                                         bw_compiler=bw, decompositions=_decompositions())
-        except ImportError:
-            from functorch.compile import aot_module
-            return aot_module(graph_module, fw_compiler=fw, bw_compiler=bw,
-                              decompositions=_decompositions())
+        aot = _aot_autograd()
+        graph_module, spec = _returning_tuple(graph_module)
+        if aot.aot_module_simplified is not None:
+            compiled = aot.aot_module_simplified(graph_module, example_inputs, fw_compiler=fw,
+                                                 bw_compiler=bw, decompositions=_decompositions())
+        else:
+            compiled = aot.aot_module(graph_module, fw_compiler=fw, bw_compiler=bw,
+                                      decompositions=_decompositions())
+        if spec is None:
+            return compiled
+        return lambda *args: pytree.tree_unflatten(list(compiled(*args)), spec)
 
     def _aot_compilers(self) -> tuple:
-        try:
-            from torch._functorch.aot_autograd import make_boxed_func
-        except ImportError:
-            from functorch.compile import make_boxed_func
+        make_boxed_func = _aot_autograd().make_boxed_func
 
         def compiler(kind: str) -> Callable:
             def compile_(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Callable:
@@ -160,15 +202,17 @@ class StitchBackend:
 
     # -- one ATen graph -----------------------------------------------------------------------
     def compile_graph(self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                      kind: str = "graph") -> torch.fx.GraphModule:
+                      kind: str = "graph", leave_input_views: bool = False
+                      ) -> torch.fx.GraphModule:
         """Returns ``graph_module`` with its memory-intensive regions replaced by
         StitchedRegions where the daemon gave kernels. Never raises for what it cannot stitch:
-        those parts stay PyTorch's, counted in ``report``."""
+        those parts stay PyTorch's, counted in ``report``. ``leave_input_views`` is
+        ``_partition.partition``'s."""
         with self._lock:
             name = "%s%d" % (kind, self._graph_count)
             self._graph_count += 1
         _propagate_shapes(graph_module, example_inputs)
-        parts = _partition.partition(graph_module)
+        parts = _partition.partition(graph_module, leave_input_views)
         for reason, explanation in parts.left_out:
             self.report.fallback(_LEFT_OUT_REASONS[reason], "%s: %s" % (name, explanation))
         device = _device_of(example_inputs)
@@ -187,7 +231,7 @@ class StitchBackend:
                 continue
             pending.append((region, sub, info, self.client.compile_async(info.hlo, target)))
         for region, sub, info, future in pending:
-            self._install(parts.graph_module, region, sub, info, future.result(), target)
+            self._install(parts.graph_module, region, sub, info, future.result(), target, device)
         parts.graph_module.recompile()
         with self._lock:
             self.graphs.append((name, parts.graph_module))
@@ -196,7 +240,8 @@ class StitchBackend:
         return parts.graph_module
 
     def _install(self, gm: torch.fx.GraphModule, region: str, sub: torch.fx.GraphModule,
-                 info: RegionInfo, result: Any, target: Optional[str]) -> None:
+                 info: RegionInfo, result: Any, target: Optional[str],
+                 device: Optional[torch.device]) -> None:
         info.outcome = result.outcome
         if not result.ok:
             info.reason = result.reason
@@ -210,7 +255,8 @@ class StitchBackend:
         kernels = RegionKernels(result.key, target or self.daemon_target(), result.bundle,
                                 info.hlo, tuple(_lowering.static_meta(o) for o in outs))
         inputs = [_lowering.static_meta(p) for p in placeholders]
-        setattr(gm, region, StitchedRegion(sub, info, kernels, inputs, self))
+        setattr(gm, region, StitchedRegion(sub, info, kernels, inputs, self, device,
+                                           result.runtimes))
         self.report.add_region(info)
         LOG.debug("%s: %s %s, %d kernels, ops %s", info.name, info.outcome, info.key[:12],
                   info.kernels, " ".join(info.ops))
@@ -221,7 +267,7 @@ class StitchBackend:
         """The stitch Client, connected on first use."""
         with self._lock:
             if self._client is None:
-                self._client = Client(self._address, fallback="eager")
+                self._client = Client(self._address, fallback=self._fallback)
             return self._client
 
     def daemon_target(self) -> str:
@@ -262,6 +308,22 @@ class StitchBackend:
             LOG.debug("usage not recorded: %s", e)
 
 
+def _returning_tuple(gm: torch.fx.GraphModule) -> Tuple[torch.fx.GraphModule, Any]:
+    """Returns (gm, None) when ``gm`` returns a tuple or list, as Dynamo's graphs do; else a
+    copy that returns its outputs flattened into a tuple, and the pytree spec that rebuilds
+    them. PyTorch 2.x's aot_module_simplified refuses any other output, and a graph traced by
+    other means (``torch.fx.symbolic_trace``) may return one tensor. The caller's graph is
+    left as it was."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    if isinstance(output.args[0], (tuple, list)):
+        return gm, None
+    graph = copy.deepcopy(gm.graph)
+    output = next(n for n in graph.nodes if n.op == "output")
+    flat, spec = pytree.tree_flatten(output.args[0])
+    output.args = (tuple(flat),)
+    return torch.fx.GraphModule(gm, graph), spec
+
+
 def _propagate_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
     """Puts static shapes on the nodes when the tracer left none (PyTorch 1.x's AOTAutograd
     hands real tensors and no metadata; 2.x's nodes carry ``meta["val"]``)."""
@@ -291,14 +353,11 @@ class OptimizedModule(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, backend: StitchBackend) -> None:
         super().__init__()
         fw, bw = backend._aot_compilers()
-        try:
-            from torch._functorch.aot_autograd import aot_module
-        except ImportError:
-            from functorch.compile import aot_module
         self.original = module
         self.backend = backend
-        self.compiled = aot_module(torch.fx.symbolic_trace(module), fw_compiler=fw,
-                                   bw_compiler=bw, decompositions=_decompositions())
+        self.compiled = _aot_autograd().aot_module(torch.fx.symbolic_trace(module),
+                                                   fw_compiler=fw, bw_compiler=bw,
+                                                   decompositions=_decompositions())
         self._signature: Optional[tuple] = None
 
     @property

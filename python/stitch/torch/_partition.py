@@ -60,6 +60,8 @@ def why_not_supported(node: torch.fx.Node) -> Optional[Tuple[str, str]]:
         return ("framework", "not an op")
     if node.target is operator.getitem:
         return ("framework", "an element of a tuple")
+    if _lowering.is_size_arithmetic(node):
+        return ("framework", "size arithmetic")
     name = _packet_name(node)
     if name in FRAMEWORK_OPS:
         return ("framework", _lowering.op_name(node))
@@ -77,9 +79,36 @@ def why_not_supported(node: torch.fx.Node) -> Optional[Tuple[str, str]]:
 
 
 class _RegionSupport(OperatorSupport):
+    def __init__(self, leave_input_views: bool) -> None:
+        super().__init__()
+        self._leave_input_views = leave_input_views
+        self._input_views: Dict[torch.fx.Node, bool] = {}
+        self._output_views: Dict[torch.fx.Node, bool] = {}
+
     def is_node_supported(self, submodules: Dict[str, torch.nn.Module],
                           node: torch.fx.Node) -> bool:
-        return why_not_supported(node) is None
+        if why_not_supported(node) is not None:
+            return False
+        return not (self._leave_input_views and
+                    (self._is_input_view(node) or self._is_output_view(node)))
+
+    def _is_input_view(self, node: torch.fx.Node) -> bool:
+        """True for a view or copy of the graph's inputs or of nodes outside every region,
+        through data movement only: it computes nothing a region could fuse."""
+        if node not in self._input_views:
+            self._input_views[node] = _packet_name(node) in DATA_MOVEMENT_OPS and all(
+                why_not_supported(a) is not None or self._is_input_view(a)
+                for a in node.all_input_nodes)
+        return self._input_views[node]
+
+    def _is_output_view(self, node: torch.fx.Node) -> bool:
+        """True for a view or copy read only outside every region, through data movement
+        only (an activation's transpose before its matmul)."""
+        if node not in self._output_views:
+            self._output_views[node] = _packet_name(node) in DATA_MOVEMENT_OPS and all(
+                why_not_supported(u) is not None or self._is_output_view(u)
+                for u in node.users)
+        return self._output_views[node]
 
 
 @dataclasses.dataclass
@@ -98,17 +127,23 @@ class Partitioning:
     left_out: List[Tuple[str, str]]
 
 
-def partition(graph_module: torch.fx.GraphModule) -> Partitioning:
+def partition(graph_module: torch.fx.GraphModule,
+              leave_input_views: bool = False) -> Partitioning:
     """Fuses the memory-intensive regions of ``graph_module`` (whose nodes carry shape
     metadata) into submodules. The result is a function of the graph alone: the same graph
-    gives the same regions in the same order."""
+    gives the same regions in the same order.
+
+    With ``leave_input_views``, views of the graph's inputs and of nodes outside the regions
+    (a weight's transpose before its matmul), and views read only outside the regions (an
+    activation's transpose before its matmul), stay outside too, so that a region never
+    returns a strided view that the graph around it would read in place."""
     left_out = []
     for node in graph_module.graph.nodes:
         if node.op == "call_function":
             reason = why_not_supported(node)
             if reason is not None and reason[0] != "framework":
                 left_out.append(reason)
-    partitioner = CapabilityBasedPartitioner(graph_module, _RegionSupport(),
+    partitioner = CapabilityBasedPartitioner(graph_module, _RegionSupport(leave_input_views),
                                              allows_single_node_partition=True)
     order = {node: i for i, node in enumerate(graph_module.graph.nodes)}
     worth = [p for p in partitioner.propose_partitions()

@@ -53,6 +53,38 @@ class RegionInfo:
         return self.outcome != "fallback"
 
 
+@dataclasses.dataclass
+class RegionChoice:
+    """Whose kernels run one region under the ``"stitch"`` backend, and why.
+
+    Attributes:
+        region: the region's name (RegionInfo.name).
+        key: the daemon's cache key.
+        winner: ``"stitch"`` or ``"inductor"``.
+        reason: ``"faster"`` for stitch; for Inductor ``"slower"`` (stitch did not win by the
+            margin), ``"mismatch"`` (the outputs disagreed), ``"layout"`` (the graph's strides
+            need a copy), ``"launch_error"`` (stitch's kernels could not run or be timed).
+        detail: the explanation, for people.
+        decided_by: ``"timed"`` (this process timed both), ``"daemon"`` (jobs' timings the
+            daemon held), ``""`` (decided without timing).
+        stitched_seconds, inductor_seconds: the per-call times compared; 0 when not timed.
+    """
+
+    region: str
+    key: str
+    winner: str = "inductor"
+    reason: str = ""
+    detail: str = ""
+    decided_by: str = ""
+    stitched_seconds: float = 0.0
+    inductor_seconds: float = 0.0
+
+    def keep(self, reason: str, detail: str) -> "RegionChoice":
+        """Leaves the region to Inductor for ``reason``; returns self."""
+        self.winner, self.reason, self.detail = "inductor", reason, detail
+        return self
+
+
 class Report:
     """Counts and explanations, shared by every graph one backend compiles.
 
@@ -67,6 +99,30 @@ class Report:
         self.fallbacks: Dict[str, int] = collections.Counter()
         self.details: List[Tuple[str, str]] = []  # (reason, explanation), oldest first
         self.stitched_calls = 0
+        self.choices: List[RegionChoice] = []  # the "stitch" backend's, one per region
+        # Copies a replaced region's call made because a tensor came or had to leave in other
+        # strides than the graph traced; 0 when stitch's kernels fit the graph as traced.
+        self.layout_copies = 0
+
+    def count_layout_copy(self) -> None:
+        with self._lock:
+            self.layout_copies += 1
+
+    def add_choice(self, choice: RegionChoice) -> None:
+        with self._lock:
+            self.choices.append(choice)
+        LOG.debug("%s: %s (%s, %s) %s", choice.region, choice.winner, choice.reason,
+                  choice.decided_by or "untimed", choice.detail)
+
+    def replaced(self) -> List[RegionChoice]:
+        """The regions whose stitched kernels replaced Inductor's."""
+        with self._lock:
+            return [c for c in self.choices if c.winner == "stitch"]
+
+    def kept(self) -> List[RegionChoice]:
+        """The regions left to Inductor's kernels."""
+        with self._lock:
+            return [c for c in self.choices if c.winner != "stitch"]
 
     def fallback(self, reason: str, explanation: str) -> None:
         """Counts one fallback and logs its explanation at debug level."""
@@ -91,6 +147,11 @@ class Report:
         for r in self.regions:
             lines.append("%-28s %-11s %3d %5d  %s" % (r.name, r.outcome, len(r.ops), r.kernels,
                                                       r.reason))
+        for c in self.choices:
+            gain = (" %.2fx" % (c.inductor_seconds / c.stitched_seconds)
+                    if c.stitched_seconds > 0 else "")
+            lines.append("%-28s %s kernels (%s, %s)%s %s" % (
+                c.region, c.winner, c.reason, c.decided_by or "untimed", gain, c.detail))
         lines.append("stitched calls: %d" % self.stitched_calls)
         for reason in REASONS:
             if self.fallbacks.get(reason):

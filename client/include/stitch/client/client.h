@@ -48,6 +48,9 @@ struct Result {
   Outcome outcome = Outcome::kFallback;
   std::shared_ptr<const v1::KernelBundle> bundle;  // null exactly when outcome is kFallback
   std::string key;                                 // the daemon's key, when known
+  // What jobs measured for the key, as the daemon held it when it answered; null when it held
+  // none, for fallbacks, and for in-process cache hits (which do not ask the daemon).
+  std::shared_ptr<const v1::KernelRuntimes> runtimes;
   // For fallbacks: the gRPC status code and message ("DEADLINE_EXCEEDED: ...",
   // "UNAVAILABLE: ...", "RESOURCE_EXHAUSTED: ...", "INVALID_ARGUMENT: <verifier message>").
   std::string reason;

@@ -1,0 +1,423 @@
+"""``torch.compile(model, backend="stitch")``: Inductor compiles the model, and stitch replaces
+only the regions whose kernels are measured faster than Inductor's.
+
+Dynamo, AOTAutograd, Inductor's decompositions and passes all run as they do for
+``backend="inductor"``. Inductor's inner compile, which turns each forward and backward ATen
+graph into kernels, is wrapped: before Inductor sees a graph, stitch's StitchBackend finds its
+regions and gets their bundles from the node's stitchd, and each region with a bundle is
+decided:
+
+- from the daemon, when jobs have already timed the key against Inductor on this target (the
+  compile's answer carries those timings) no longer than ``retime_after_seconds`` ago;
+- else by running both on random inputs of the region's shapes: Inductor's kernels for the
+  region alone and stitch's. Outputs that disagree keep Inductor's; otherwise both are timed,
+  and the timings go to the daemon, which keeps them per key (and so per target) for every
+  later job on the node.
+
+A region whose kernels beat Inductor's by ``margin`` becomes one call of the ``stitch::region``
+op, which Inductor runs as an opaque kernel between its own; every other region goes back into
+the graph node for node, and Inductor compiles it exactly as it would have without stitch.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import itertools
+import logging
+import operator
+import statistics
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from ._backend import StitchBackend, StitchedRegion
+from ._report import RegionChoice, Report
+
+LOG = logging.getLogger("stitch.torch")
+
+#: A choice older than this is timed again by the next job that compiles the region: a week,
+#: so a driver, library or stitchd upgrade is noticed within one, and a node re-times each
+#: region at most once a week.
+RETIME_AFTER_SECONDS = 7 * 24 * 3600
+#: Stitch replaces a region only when its kernels take at most (1 - margin) of Inductor's time,
+#: so that run-to-run noise (about 1% on a busy GPU) cannot flip a choice back and forth.
+WIN_MARGIN = 0.03
+#: The relative error (tensor_compare's measure) beyond which the two outputs disagree: stitch
+#: and Inductor round differently (approximate exp, fused multiply-adds, sum order), never by
+#: more than this on inputs of unit scale.
+AGREEMENT = {torch.float32: 1e-3, torch.float64: 1e-6}
+AGREEMENT_16_BIT = 5e-2
+
+_REGIONS: Dict[str, "_Replacement"] = {}
+_REGIONS_LOCK = threading.Lock()
+_OP: Optional[Any] = None
+_BACKEND_IDS = itertools.count()
+
+
+class RegionTimer:
+    """Times one side of a region: ``seconds(side, run, device)`` returns the seconds one call
+    of ``run`` takes on ``device``; ``side`` is ``"stitched"`` or ``"inductor"``. Tests stand
+    in a timer that answers without running, to steer the choice."""
+
+    def seconds(self, side: str, run: Callable[[], Any], device: torch.device) -> float:
+        raise NotImplementedError
+
+
+class DeviceTimer(RegionTimer):
+    """The median of ``repeats`` timed calls after ``warmup`` untimed ones: CUDA events on the
+    current stream for CUDA tensors, the host clock after each call for others."""
+
+    def __init__(self, warmup: int = 3, repeats: int = 20) -> None:
+        self.warmup = warmup
+        self.repeats = repeats
+
+    def seconds(self, side: str, run: Callable[[], Any], device: torch.device) -> float:
+        for _ in range(self.warmup):
+            run()
+        times = []
+        for _ in range(self.repeats):
+            if device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1000.0)
+            else:
+                begin = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - begin)
+        return statistics.median(times)
+
+
+@dataclasses.dataclass(frozen=True)
+class _OutputSpec:
+    shape: Tuple[int, ...]
+    stride: Tuple[int, ...]
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass
+class _Replacement:
+    """What the ``stitch::region`` op runs for one replaced region."""
+
+    region: StitchedRegion
+    outputs: List[_OutputSpec]
+    report: Report
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        for x in inputs:
+            if not x.is_contiguous():  # the executor reads a dense copy
+                self.report.count_layout_copy()
+        result = self.region(*inputs)
+        result = list(result) if isinstance(result, (tuple, list)) else [result]
+        # The op's contract: fresh tensors with the declared strides, never an input's storage
+        # (the region's own FX code, run on a fallback, may return a view).
+        storages = {x.untyped_storage().data_ptr() for x in inputs}
+        out = []
+        for r, spec in zip(result, self.outputs):
+            if r.untyped_storage().data_ptr() in storages or tuple(r.stride()) != spec.stride:
+                r = torch.empty_strided(spec.shape, spec.stride, dtype=spec.dtype,
+                                        device=r.device).copy_(r)
+                self.report.count_layout_copy()
+            out.append(r)
+        return out
+
+
+def _region_op() -> Any:
+    """The ``stitch::region(str name, Tensor[] inputs) -> Tensor[]`` op, defined on first use:
+    Inductor calls it as an extern kernel with the inputs in the strides the graph traced."""
+    global _OP
+    with _REGIONS_LOCK:
+        if _OP is not None:
+            return _OP
+
+        @torch.library.custom_op("stitch::region", mutates_args=(),
+                                 tags=(torch.Tag.needs_fixed_stride_order,))
+        def region(name: str, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+            return _REGIONS[name].run(inputs)
+
+        @region.register_fake
+        def _(name: str, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+            device = inputs[0].device if inputs else torch.device("cpu")
+            return [torch.empty_strided(s.shape, s.stride, dtype=s.dtype, device=device)
+                    for s in _REGIONS[name].outputs]
+
+        _OP = torch.ops.stitch.region.default
+        return _OP
+
+
+class InductorStitchBackend:
+    """The ``"stitch"`` backend of ``torch.compile``: Inductor, with stitch's kernels in the
+    regions where they are measured faster.
+
+    Args:
+        stitch: the StitchBackend that finds the regions and gets their bundles (its client,
+            executors and report); default: one with ``options``.
+        timer: times each side of a region that has no recent choice; default DeviceTimer().
+        margin: the fraction of Inductor's time stitch must save to replace a region.
+        retime_after_seconds: the age past which the daemon's timings are measured again.
+
+    ``report.choices`` says, per region, which kernels run and why. Thread-safe.
+    """
+
+    def __init__(self, stitch: Optional[StitchBackend] = None,
+                 timer: Optional[RegionTimer] = None, margin: float = WIN_MARGIN,
+                 retime_after_seconds: float = RETIME_AFTER_SECONDS, **options: Any) -> None:
+        self.stitch = stitch or StitchBackend(fallback="inductor", **options)
+        self.timer = timer or DeviceTimer()
+        self.margin = margin
+        self.retime_after_seconds = retime_after_seconds
+        self._id = "b%d" % next(_BACKEND_IDS)
+        self._fallback_set = False
+
+    @property
+    def report(self) -> Report:
+        """The StitchBackend's report, with the choices in ``report.choices``."""
+        return self.stitch.report
+
+    def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        from torch._inductor.compile_fx import compile_fx
+        # Inductor's FX graph cache would hand a later process code that calls regions by
+        # names only this process registered.
+        return compile_fx(graph_module, example_inputs, inner_compile=self._inner_compile,
+                          config_patches={"fx_graph_cache": False})
+
+    def _inner_compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                       **kwargs: Any) -> Any:
+        from torch._inductor.compile_fx import compile_fx_inner
+        kind = "backward" if kwargs.get("is_backward") else "forward"
+        gm = self.choose(gm, example_inputs, kind)
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+
+    # -- one graph ---------------------------------------------------------------------------
+    def choose(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+               kind: str = "graph") -> torch.fx.GraphModule:
+        """Returns ``gm`` with each region stitch wins replaced by a ``stitch::region`` call
+        and every other node as it was."""
+        if not self._fallback_set:
+            self.stitch.client.set_fallback("inductor")
+            self._fallback_set = True
+        fused = self.stitch.compile_graph(gm, example_inputs, kind, leave_input_views=True)
+        fake_mode = torch._guards.detect_fake_mode(example_inputs)
+        for node in list(fused.graph.nodes):
+            if node.op != "call_module" or not str(node.target).startswith("region"):
+                continue
+            module = getattr(fused, node.target)
+            if isinstance(module, StitchedRegion):
+                choice = self._choose_region(module, node)
+                self.report.add_choice(choice)
+                if choice.winner == "stitch":
+                    _replace(fused, node, module, self._register(module, node), fake_mode)
+                    continue
+            _inline(fused, node, module.fallback if isinstance(module, StitchedRegion) else module)
+        for name in [n for n, _ in fused.named_children() if n.startswith("region")]:
+            delattr(fused, name)
+        fused.graph.lint()
+        fused.recompile()
+        return fused
+
+    def _register(self, region: StitchedRegion, node: torch.fx.Node) -> str:
+        name = "%s.%s" % (self._id, region.info.name)
+        with _REGIONS_LOCK:
+            _REGIONS[name] = _Replacement(region, _output_specs(node), self.report)
+        return name
+
+    # -- one region --------------------------------------------------------------------------
+    def _choose_region(self, region: StitchedRegion, node: torch.fx.Node) -> RegionChoice:
+        choice = RegionChoice(region.info.name, region.kernels.key)
+        layout = _layout_problem(node)
+        if layout:
+            return choice.keep("layout", layout)
+        if self._decide_from_daemon(choice, region):
+            return choice
+        try:
+            self._time(choice, region)
+        except Exception as e:  # a region that cannot be run or timed stays Inductor's
+            return choice.keep("launch_error", str(e))
+        return choice
+
+    def _decide_from_daemon(self, choice: RegionChoice, region: StitchedRegion) -> bool:
+        runtimes = region.runtimes or {}
+        stitched = runtimes.get("stitched") or {}
+        inductor = (runtimes.get("fallback") or {}).get("inductor") or {}
+        age = time.time() - float(runtimes.get("last_report_unix_seconds", 0))
+        if not stitched.get("samples") or not inductor.get("samples") or \
+                age > self.retime_after_seconds:
+            return False
+        choice.decided_by = "daemon"
+        self._decide(choice, stitched["seconds_sum"] / stitched["samples"],
+                     inductor["seconds_sum"] / inductor["samples"])
+        return True
+
+    def _time(self, choice: RegionChoice, region: StitchedRegion) -> None:
+        # On a thread of its own: Inductor's compile of the region alone must not see the
+        # tracing context, fake tensors and shape environment of the graph being compiled,
+        # which are per thread.
+        with concurrent.futures.ThreadPoolExecutor(1, "stitch-timing") as pool:
+            timings = pool.submit(self._run_both, region).result()
+        choice.decided_by = "timed"
+        if isinstance(timings, str):
+            choice.keep("mismatch", timings)
+            return
+        stitched, inductor = timings
+        self._decide(choice, stitched, inductor)
+        samples = getattr(self.timer, "repeats", 1)
+        client = self.stitch.client
+        try:
+            client.record_time(choice.key, "stitched", stitched * samples, samples)
+            client.record_time(choice.key, "fallback", inductor * samples, samples)
+            client.flush_usage()
+        except Exception as e:  # the choice stands; only its sharing is lost
+            LOG.debug("timings of %s not reported: %s", choice.region, e)
+
+    def _run_both(self, region: StitchedRegion) -> Any:
+        """Returns (stitched seconds, Inductor seconds) per call on random inputs, or why the
+        two sides' outputs disagree."""
+        from torch._inductor.compile_fx import compile_fx
+        device = region.device
+        inputs = _random_inputs(region, device)
+        compiled = compile_fx(_standalone(region.fallback), inputs)
+
+        def run_inductor() -> Any:
+            return compiled(*inputs)
+
+        def run_stitched() -> Any:
+            return region.launch(inputs)
+
+        disagreement = _disagreement(run_stitched(), run_inductor())
+        if disagreement:
+            return disagreement
+        return (self.timer.seconds("stitched", run_stitched, device),
+                self.timer.seconds("inductor", run_inductor, device))
+
+    def _decide(self, choice: RegionChoice, stitched: float, inductor: float) -> None:
+        choice.stitched_seconds, choice.inductor_seconds = stitched, inductor
+        if stitched <= (1.0 - self.margin) * inductor:
+            choice.winner, choice.reason = "stitch", "faster"
+        else:
+            choice.keep("slower", "%.3g s against Inductor's %.3g s" % (stitched, inductor))
+
+
+def _output_specs(node: torch.fx.Node) -> List[_OutputSpec]:
+    """The shapes, strides and dtypes of a region call's results, from the traced graph."""
+    return [_OutputSpec(tuple(v.shape), tuple(v.stride()), v.dtype) for v in _results(node)]
+
+
+def _results(node: torch.fx.Node) -> List[torch.Tensor]:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (tuple, list)):
+        return list(val)
+    getitems = sorted((u for u in node.users if u.target is operator.getitem),
+                      key=lambda u: u.args[1])
+    return [u.meta["val"] for u in getitems]
+
+
+def _layout_problem(node: torch.fx.Node) -> str:
+    """Why the region's call cannot keep the traced layouts without a copy, or ``""``: stitch's
+    kernels read and write dense row-major tensors."""
+    for a in node.args:
+        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and not val.is_contiguous():
+            return "input %s has strides %s" % (a.name, tuple(val.stride()))
+    results = _results(node)
+    if node.meta.get("val") is None and len(results) != len(
+            [u for u in node.users if u.target is operator.getitem]):
+        return "an output is not read through the region's result"
+    for i, val in enumerate(results):
+        if not isinstance(val, torch.Tensor) or not val.is_contiguous():
+            return "output %d is not a dense row-major tensor" % i
+    return ""
+
+
+def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, region: StitchedRegion, name: str,
+             fake_mode: Any) -> None:
+    """Replaces the region's call_module by one ``stitch::region`` call."""
+    op = _region_op()
+    single = isinstance(node.meta.get("val"), torch.Tensor)
+    with gm.graph.inserting_before(node):
+        call = gm.graph.call_function(op, (name, list(node.args)))
+    vals = _results(node)
+    call.meta["val"] = vals
+    if single:
+        with gm.graph.inserting_after(call):
+            first = gm.graph.call_function(operator.getitem, (call, 0))
+        first.meta["val"] = vals[0]
+        node.replace_all_uses_with(first)
+    else:
+        for user in list(node.users):
+            user.args = (call,) + tuple(user.args[1:])
+    gm.graph.erase_node(node)
+
+
+def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule) -> None:
+    """Puts a region's own nodes back in place of its call_module."""
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    env = dict(zip(placeholders, node.args))
+    with gm.graph.inserting_before(node):
+        out = gm.graph.graph_copy(sub.graph, env)
+    if isinstance(out, (tuple, list)):
+        for user in list(node.users):
+            user.replace_all_uses_with(out[user.args[1]])
+            gm.graph.erase_node(user)
+    else:
+        node.replace_all_uses_with(out)
+    gm.graph.erase_node(node)
+
+
+def _standalone(sub: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of a region's graph that Inductor can compile on its own."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(sub.graph, {})
+    graph.output(out)
+    for n in graph.nodes:
+        n.meta = {}
+    return torch.fx.GraphModule(sub, graph)
+
+
+def _random_inputs(region: StitchedRegion, device: torch.device) -> List[torch.Tensor]:
+    g = torch.Generator(device="cpu").manual_seed(0)
+    inputs = []
+    for spec in region.input_specs:
+        shape, dtype = spec[:-1], spec[-1]
+        if dtype.is_floating_point:
+            x = torch.randn(shape, generator=g, dtype=torch.float32).to(dtype)
+        elif dtype == torch.bool:
+            x = torch.rand(shape, generator=g) > 0.5
+        else:
+            x = torch.randint(0, 8, shape, generator=g).to(dtype)
+        inputs.append(x.to(device))
+    return inputs
+
+
+def _disagreement(stitched: Any, inductor: Any) -> str:
+    """Why the two sides' outputs differ, or ``""`` when they agree."""
+    a = list(stitched) if isinstance(stitched, (tuple, list)) else [stitched]
+    b = list(inductor) if isinstance(inductor, (tuple, list)) else [inductor]
+    if len(a) != len(b):
+        return "%d outputs against Inductor's %d" % (len(a), len(b))
+    for i, (x, y) in enumerate(zip(a, b)):
+        if tuple(x.shape) != tuple(y.shape) or x.dtype != y.dtype:
+            return "output %d is %s %s, Inductor's %s %s" % (i, tuple(x.shape), x.dtype,
+                                                           tuple(y.shape), y.dtype)
+        if not x.is_floating_point():
+            if not torch.equal(x, y):
+                return "output %d differs" % i
+            continue
+        e, s = y.detach().double().cpu(), x.detach().double().cpu()
+        finite = torch.isfinite(e)
+        if not torch.equal(finite, torch.isfinite(s)):
+            return "output %d has non-finite values where Inductor's has none, or the reverse" % i
+        if not finite.any():
+            continue
+        floor = max(1.0, float(e[finite].pow(2).mean().sqrt()))
+        error = float(((s - e).abs() / e.abs().clamp(min=floor))[finite].max())
+        bound = AGREEMENT.get(x.dtype, AGREEMENT_16_BIT)
+        if error > bound:
+            return "output %d differs from Inductor's by %.3g (bound %.3g)" % (i, error, bound)
+    return ""

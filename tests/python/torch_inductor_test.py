@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""``torch.compile(model, backend="stitch")`` against a real stitchd, with the pinned PyTorch
+2.x of .venv-torch2/ (python_torch2_inductor).
+
+  torch_inductor_test.py --stitchd PATH --stitchctl PATH --library PATH [unittest arguments]
+
+Inductor compiles the MLP block for the CPU; the regions stitch's daemon compiled run on the
+compiler's host emulator (tests/python/emulator_executor.py), since CI has no GPU. A stand-in
+timer steers each region's choice: stitch timed faster replaces Inductor's kernels, slower
+keeps them. Both sides really run on every timed region, and their outputs must agree before
+any choice is made. Inputs and weights are random from a seed that is printed, and replayed
+from STITCH_TEST_SEED.
+"""
+
+import argparse
+import copy
+import os
+import pathlib
+import sys
+import unittest
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import torch_test as base  # noqa: E402  (its helpers, its daemon, its seed)
+from torch_models import LayerNormGeluMlp  # noqa: E402
+
+# Inductor's CPU code and stitch's kernels round differently (fused multiply-adds, the order of
+# sums, exp); the compiler's own tolerance, ten times over.
+TOLERANCE = 1e-4
+
+
+class StandInTimer:
+    """Answers fixed seconds per side after running it once, as if it had timed it."""
+
+    repeats = 5  # the samples each side's time is reported with
+
+    def __init__(self, stitched, inductor):
+        self.answers = {"stitched": stitched, "inductor": inductor}
+        self.sides = []
+
+    def seconds(self, side, run, device):
+        run()
+        self.sides.append(side)
+        return self.answers[side]
+
+
+class NoTimer:
+    """Fails any timing: for a backend that must decide from the daemon's records alone."""
+
+    def seconds(self, side, run, device):
+        raise AssertionError("timed %s although the daemon held the timings" % side)
+
+
+class CorruptingExecutor:
+    """The emulator, with every output off by one: kernels that must never be chosen."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.runs = inner.runs
+
+    def device_target(self, device):
+        return self.inner.device_target(device)
+
+    def check(self, target, device):
+        return self.inner.check(target, device)
+
+    def run(self, kernels, inputs):
+        return [o + 1 for o in self.inner.run(kernels, inputs)]
+
+
+def inductor_backend(timer, batch, corrupt=False, client=None):
+    import stitch
+    import stitch.torch
+    stitch_backend, executor = base.make_backend(client=client)
+    if corrupt:
+        executor = CorruptingExecutor(executor)
+        stitch_backend._executors["cpu"] = executor
+    backend = stitch.torch.InductorStitchBackend(stitch_backend, timer=timer)
+    module = LayerNormGeluMlp()
+    x = torch.randn(batch, 8, 64, generator=torch.Generator().manual_seed(base.SEED + batch))
+    return backend, executor, module, x
+
+
+def region_calls(backend):
+    """The stitch::region calls of the graphs the backend handed to Inductor."""
+    return [n for _, gm in backend.stitch.graphs for n in gm.graph.nodes
+            if n.op == "call_function" and "stitch.region" in str(n.target)]
+
+
+def stats():
+    import stitch
+    with stitch.Client(base.DAEMON.socket) as client:
+        return client.stats()
+
+
+class InductorBackendTest(unittest.TestCase):
+    """The per-region choice between Inductor's kernels and stitch's."""
+
+    def step(self, backend, module, x):
+        eager = copy.deepcopy(module)
+        compiled = base.torch_compile(module, backend)
+        expected_out, expected_grads = base.run_step(eager, [x])
+        out, grads = base.run_step(compiled, [x])
+        print("\n[%s] seed %d\n%s" % (self.id(), base.SEED, backend.report.summary()))
+        self.assertLessEqual(base.max_relative_error(expected_out, out), TOLERANCE)
+        for i, (e, a) in enumerate(zip(expected_grads, grads)):
+            self.assertLessEqual(base.max_relative_error(e, a), TOLERANCE, "gradient %d" % i)
+        return compiled
+
+    def test_device_timer_takes_the_median_after_warming_up(self):
+        import stitch.torch
+        calls = []
+        seconds = stitch.torch.DeviceTimer(warmup=2, repeats=5).seconds(
+            "inductor", lambda: calls.append(1), torch.device("cpu"))
+        self.assertEqual(len(calls), 7)
+        self.assertGreater(seconds, 0)
+        self.assertLess(seconds, 1)
+
+    def test_registered_as_stitch(self):
+        import stitch.torch
+        from torch._dynamo import lookup_backend
+        self.assertIs(lookup_backend("stitch"), stitch.torch.inductor)
+
+    def test_faster_stitch_replaces_the_regions(self):
+        before = stats()
+        timer = StandInTimer(stitched=1e-6, inductor=2e-6)
+        backend, executor, module, x = inductor_backend(timer, batch=3)
+        compiled = self.step(backend, module, x)
+        report = backend.report
+        self.assertGreater(len(report.choices), 1, "forward and backward regions")
+        self.assertEqual([c.winner for c in report.choices], ["stitch"] * len(report.choices))
+        self.assertEqual({(c.reason, c.decided_by) for c in report.choices}, {("faster", "timed")})
+        # Each timed region ran both sides, once checked and once timed.
+        self.assertEqual(len(timer.sides), 2 * len(report.choices))
+        self.assertEqual(len(region_calls(backend)), len(report.choices))
+        # The step itself launched every region once, on top of the checks and the timings.
+        self.assertEqual(len(executor.runs), 3 * len(report.choices))
+        self.assertTrue(all(run["report"]["pass"] for run in executor.runs))
+        # No copy was added around a stitched region: inputs and outputs kept their strides.
+        self.assertEqual(report.layout_copies, 0)
+        base.run_step(compiled, [x])
+        self.assertEqual(len(executor.runs), 4 * len(report.choices))
+        # The timings reached the daemon; the launches are savings on a measured basis.
+        self.assertTrue(backend.stitch.client.flush_usage())
+        after = stats()
+        self.assertGreater(after["gpu_seconds_saved_measured"],
+                           before.get("gpu_seconds_saved_measured", 0))
+        self.assertEqual(after.get("gpu_seconds_lost", 0), before.get("gpu_seconds_lost", 0))
+
+    def test_slower_stitch_keeps_inductor(self):
+        before = stats()
+        timer = StandInTimer(stitched=2e-6, inductor=1e-6)
+        backend, executor, module, x = inductor_backend(timer, batch=5)
+        compiled = self.step(backend, module, x)
+        report = backend.report
+        self.assertGreater(len(report.choices), 1)
+        self.assertEqual(report.replaced(), [])
+        self.assertEqual({(c.winner, c.reason) for c in report.choices}, {("inductor", "slower")})
+        self.assertEqual(region_calls(backend), [], "Inductor compiled every region itself")
+        runs = len(executor.runs)
+        self.assertEqual(runs, 2 * len(report.choices), "only the checks and the timings")
+        base.run_step(compiled, [x])
+        self.assertEqual(len(executor.runs), runs, "nothing stitched runs in a step")
+        self.assertTrue(backend.stitch.client.flush_usage())
+        after = stats()
+        self.assertEqual(after.get("gpu_seconds_saved_measured", 0),
+                         before.get("gpu_seconds_saved_measured", 0), "a kept region saves nothing")
+        self.assertEqual(after.get("gpu_seconds_lost", 0), before.get("gpu_seconds_lost", 0),
+                         "and costs nothing")
+
+    def test_a_second_job_reuses_the_daemons_choice(self):
+        import stitch
+        first, _, module, x = inductor_backend(StandInTimer(stitched=1e-6, inductor=2e-6), 7)
+        self.step(first, module, x)
+        self.assertTrue(first.stitch.client.flush_usage())
+        # Another job: its own client (no in-process cache of the first's answers).
+        client = stitch.Client(base.DAEMON.socket, compile_deadline_ms=300000)
+        second, executor, module, x = inductor_backend(NoTimer(), 7, client=client)
+        self.step(second, module, x)
+        self.assertEqual([(c.key, c.winner) for c in second.report.choices],
+                         [(c.key, c.winner) for c in first.report.choices])
+        self.assertEqual({c.decided_by for c in second.report.choices}, {"daemon"})
+        self.assertEqual(len(executor.runs), len(second.report.choices), "one launch each")
+
+    def test_kernels_whose_outputs_disagree_are_never_chosen(self):
+        timer = StandInTimer(stitched=1e-6, inductor=2e-6)
+        backend, executor, module, x = inductor_backend(timer, batch=9, corrupt=True)
+        self.step(backend, module, x)
+        report = backend.report
+        self.assertGreater(len(report.choices), 1)
+        self.assertEqual({(c.winner, c.reason) for c in report.choices}, {("inductor", "mismatch")})
+        self.assertTrue(all("differs from Inductor's" in c.detail for c in report.choices))
+        self.assertEqual(timer.sides, [], "nothing timed")
+        self.assertEqual(region_calls(backend), [])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stitchd", required=True)
+    parser.add_argument("--stitchctl", required=True)
+    parser.add_argument("--library", required=True)
+    known, rest = parser.parse_known_args()
+    base.ARGS.__dict__.update(vars(known))
+    os.environ["STITCH_CLIENT_LIBRARY"] = known.library
+    print("torch %s, seed %d (STITCH_TEST_SEED replays it)" % (torch.__version__, base.SEED))
+    from stitchd_process import StitchdProcess
+    base.DAEMON = StitchdProcess(known.stitchd).start()
+    try:
+        program = unittest.main(module=__name__, argv=[sys.argv[0]] + rest, exit=False,
+                                verbosity=2)
+    finally:
+        base.DAEMON.stop()
+    result = program.result
+    sys.exit(0 if result.wasSuccessful() and not result.skipped else 1)
+
+
+if __name__ == "__main__":
+    main()
