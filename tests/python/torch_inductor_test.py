@@ -108,6 +108,15 @@ class InductorBackendTest(unittest.TestCase):
             self.assertLessEqual(base.max_relative_error(e, a), TOLERANCE, "gradient %d" % i)
         return compiled
 
+    def timed_step(self, stitched, inductor, batch):
+        """One step of the MLP block under a StandInTimer that gives each side ``stitched``
+        and ``inductor`` seconds; returns (timer, backend, executor, compiled, x)."""
+        timer = StandInTimer(stitched=stitched, inductor=inductor)
+        backend, executor, module, x = inductor_backend(timer, batch=batch)
+        compiled = self.step(backend, module, x)
+        self.assertGreater(len(backend.report.choices), 1, "forward and backward regions")
+        return timer, backend, executor, compiled, x
+
     def test_device_timer_takes_the_median_after_warming_up(self):
         import stitch.torch
         calls = []
@@ -124,11 +133,8 @@ class InductorBackendTest(unittest.TestCase):
 
     def test_faster_stitch_replaces_the_regions(self):
         before = stats()
-        timer = StandInTimer(stitched=1e-6, inductor=2e-6)
-        backend, executor, module, x = inductor_backend(timer, batch=3)
-        compiled = self.step(backend, module, x)
+        timer, backend, executor, compiled, x = self.timed_step(1e-6, 2e-6, batch=3)
         report = backend.report
-        self.assertGreater(len(report.choices), 1, "forward and backward regions")
         self.assertEqual([c.winner for c in report.choices], ["stitch"] * len(report.choices))
         self.assertEqual({(c.reason, c.decided_by) for c in report.choices}, {("faster", "timed")})
         # Each timed region ran both sides, once checked and once timed.
@@ -150,11 +156,8 @@ class InductorBackendTest(unittest.TestCase):
 
     def test_slower_stitch_keeps_inductor(self):
         before = stats()
-        timer = StandInTimer(stitched=2e-6, inductor=1e-6)
-        backend, executor, module, x = inductor_backend(timer, batch=5)
-        compiled = self.step(backend, module, x)
+        timer, backend, executor, compiled, x = self.timed_step(2e-6, 1e-6, batch=5)
         report = backend.report
-        self.assertGreater(len(report.choices), 1)
         self.assertEqual(report.replaced(), [])
         self.assertEqual({(c.winner, c.reason) for c in report.choices}, {("inductor", "slower")})
         self.assertEqual(region_calls(backend), [], "Inductor compiled every region itself")
