@@ -172,7 +172,6 @@ class InductorStitchBackend:
         self.margin = margin
         self.retime_after_seconds = retime_after_seconds
         self._id = "b%d" % next(_BACKEND_IDS)
-        self._fallback_set = False
 
     @property
     def report(self) -> Report:
@@ -198,11 +197,9 @@ class InductorStitchBackend:
                kind: str = "graph") -> torch.fx.GraphModule:
         """Returns ``gm`` with each region stitch wins replaced by a ``stitch::region`` call
         and every other node as it was."""
-        if not self._fallback_set:
-            self.stitch.client.set_fallback("inductor")
-            self._fallback_set = True
+        client = self.stitch.client
+        client.set_fallback("inductor")  # the timings reported below are Inductor's
         fused = self.stitch.compile_graph(gm, example_inputs, kind, leave_input_views=True)
-        fake_mode = torch._guards.detect_fake_mode(example_inputs)
         for node in list(fused.graph.nodes):
             if node.op != "call_module" or not str(node.target).startswith("region"):
                 continue
@@ -211,25 +208,29 @@ class InductorStitchBackend:
                 choice = self._choose_region(module, node)
                 self.report.add_choice(choice)
                 if choice.winner == "stitch":
-                    _replace(fused, node, module, self._register(module, node), fake_mode)
+                    _replace(fused, node, module.fallback, self._register(module))
                     continue
             _inline(fused, node, module.fallback if isinstance(module, StitchedRegion) else module)
         for name in [n for n, _ in fused.named_children() if n.startswith("region")]:
             delattr(fused, name)
+        if not client.flush_usage():  # the choices stand; only their sharing waits
+            LOG.debug("%s: timings not reported yet; the next flush retries", kind)
         fused.graph.lint()
         fused.recompile()
         return fused
 
-    def _register(self, region: StitchedRegion, node: torch.fx.Node) -> str:
+    def _register(self, region: StitchedRegion) -> str:
         name = "%s.%s" % (self._id, region.info.name)
+        specs = [_OutputSpec(tuple(v.shape), tuple(v.stride()), v.dtype)
+                 for v in _outputs(region.fallback)[0]]
         with _REGIONS_LOCK:
-            _REGIONS[name] = _Replacement(region, _output_specs(node), self.report)
+            _REGIONS[name] = _Replacement(region, specs, self.report)
         return name
 
     # -- one region --------------------------------------------------------------------------
     def _choose_region(self, region: StitchedRegion, node: torch.fx.Node) -> RegionChoice:
         choice = RegionChoice(region.info.name, region.kernels.key)
-        layout = _layout_problem(node)
+        layout = _layout_problem(node, region.fallback)
         if layout:
             return choice.keep("layout", layout)
         if self._decide_from_daemon(choice, region):
@@ -267,12 +268,8 @@ class InductorStitchBackend:
         self._decide(choice, stitched, inductor)
         samples = getattr(self.timer, "repeats", 1)
         client = self.stitch.client
-        try:
-            client.record_time(choice.key, "stitched", stitched * samples, samples)
-            client.record_time(choice.key, "fallback", inductor * samples, samples)
-            client.flush_usage()
-        except Exception as e:  # the choice stands; only its sharing is lost
-            LOG.debug("timings of %s not reported: %s", choice.region, e)
+        client.record_time(choice.key, "stitched", stitched * samples, samples)
+        client.record_time(choice.key, "fallback", inductor * samples, samples)
 
     def _run_both(self, region: StitchedRegion) -> Any:
         """Returns (stitched seconds, Inductor seconds) per call on random inputs, or why the
@@ -302,56 +299,42 @@ class InductorStitchBackend:
             choice.keep("slower", "%.3g s against Inductor's %.3g s" % (stitched, inductor))
 
 
-def _output_specs(node: torch.fx.Node) -> List[_OutputSpec]:
-    """The shapes, strides and dtypes of a region call's results, from the traced graph."""
-    return [_OutputSpec(tuple(v.shape), tuple(v.stride()), v.dtype) for v in _results(node)]
+def _outputs(sub: torch.fx.GraphModule) -> Tuple[List[torch.Tensor], bool]:
+    """The traced values of a region's outputs, in order, and whether it returns a tuple."""
+    out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
+    if isinstance(out, (tuple, list)):
+        return [o.meta["val"] for o in out], True
+    return [out.meta["val"]], False
 
 
-def _results(node: torch.fx.Node) -> List[torch.Tensor]:
-    val = node.meta.get("val")
-    if isinstance(val, torch.Tensor):
-        return [val]
-    if isinstance(val, (tuple, list)):
-        return list(val)
-    getitems = sorted((u for u in node.users if u.target is operator.getitem),
-                      key=lambda u: u.args[1])
-    return [u.meta["val"] for u in getitems]
-
-
-def _layout_problem(node: torch.fx.Node) -> str:
+def _layout_problem(node: torch.fx.Node, sub: torch.fx.GraphModule) -> str:
     """Why the region's call cannot keep the traced layouts without a copy, or ``""``: stitch's
     kernels read and write dense row-major tensors."""
     for a in node.args:
         val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
         if isinstance(val, torch.Tensor) and not val.is_contiguous():
             return "input %s has strides %s" % (a.name, tuple(val.stride()))
-    results = _results(node)
-    if node.meta.get("val") is None and len(results) != len(
-            [u for u in node.users if u.target is operator.getitem]):
-        return "an output is not read through the region's result"
-    for i, val in enumerate(results):
+    for i, val in enumerate(_outputs(sub)[0]):
         if not isinstance(val, torch.Tensor) or not val.is_contiguous():
             return "output %d is not a dense row-major tensor" % i
     return ""
 
 
-def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, region: StitchedRegion, name: str,
-             fake_mode: Any) -> None:
+def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule,
+             name: str) -> None:
     """Replaces the region's call_module by one ``stitch::region`` call."""
-    op = _region_op()
-    single = isinstance(node.meta.get("val"), torch.Tensor)
+    vals, returns_tuple = _outputs(sub)
     with gm.graph.inserting_before(node):
-        call = gm.graph.call_function(op, (name, list(node.args)))
-    vals = _results(node)
+        call = gm.graph.call_function(_region_op(), (name, list(node.args)))
     call.meta["val"] = vals
-    if single:
+    if returns_tuple:
+        for user in list(node.users):  # getitems, which index the op's list alike
+            user.args = (call,) + tuple(user.args[1:])
+    else:
         with gm.graph.inserting_after(call):
             first = gm.graph.call_function(operator.getitem, (call, 0))
         first.meta["val"] = vals[0]
         node.replace_all_uses_with(first)
-    else:
-        for user in list(node.users):
-            user.args = (call,) + tuple(user.args[1:])
     gm.graph.erase_node(node)
 
 
