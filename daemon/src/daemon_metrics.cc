@@ -28,6 +28,7 @@ constexpr RequestResult kAllResults[] = {RequestResult::kHitMemory,  RequestResu
                                          RequestResult::kHitCluster, RequestResult::kCompiled,
                                          RequestResult::kFallback,   RequestResult::kError};
 constexpr const char* kServingMethods[] = {"Compile", "Lookup"};
+constexpr RequestShape kAllShapes[] = {RequestShape::kExact, RequestShape::kBucket};
 
 // A memory hit is tens of microseconds; a disk hit a few hundred; the top buckets catch
 // lookups stuck behind a busy node.
@@ -78,6 +79,10 @@ const char* RequestResultName(RequestResult r) {
       return "ok";
   }
   return "error";
+}
+
+const char* RequestShapeName(RequestShape s) {
+  return s == RequestShape::kBucket ? "bucket" : "exact";
 }
 
 DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& version,
@@ -219,8 +224,12 @@ DaemonMetrics::DaemonMetrics(metrics::Registry& registry, const std::string& ver
       .Set(1);
   // Children exist from the start, so rates over them are defined before the first request.
   for (const char* m : kServingMethods) {
-    for (RequestResult r : kAllResults)
-      requests_.Add({{"method", m}, {"result", RequestResultName(r)}});
+    for (RequestResult r : kAllResults) {
+      for (RequestShape shape : kAllShapes) {
+        requests_.Add(
+            {{"method", m}, {"result", RequestResultName(r)}, {"shape", RequestShapeName(shape)}});
+      }
+    }
   }
 }
 
@@ -263,8 +272,12 @@ void DaemonMetrics::SetClusterStats(const cache::ClusterStoreStats& s) {
   }
 }
 
-void DaemonMetrics::CountRequest(const char* method, RequestResult result) {
-  requests_.Add({{"method", method}, {"result", RequestResultName(result)}}).Increment();
+void DaemonMetrics::CountRequest(const char* method, RequestResult result, RequestShape shape) {
+  requests_
+      .Add({{"method", method},
+            {"result", RequestResultName(result)},
+            {"shape", RequestShapeName(shape)}})
+      .Increment();
 }
 
 void DaemonMetrics::ObserveLookupSeconds(double seconds) { lookup_seconds_->Observe(seconds); }
@@ -424,7 +437,15 @@ void DaemonMetrics::RestoreTotals(const std::map<std::string, double>& totals) {
 }
 
 double DaemonMetrics::RequestCount(const char* method, RequestResult result) {
-  return requests_.Add({{"method", method}, {"result", RequestResultName(result)}}).Value();
+  double total = 0;
+  for (RequestShape shape : kAllShapes) {
+    total += requests_
+                 .Add({{"method", method},
+                       {"result", RequestResultName(result)},
+                       {"shape", RequestShapeName(shape)}})
+                 .Value();
+  }
+  return total;
 }
 
 double DaemonMetrics::ServingCount(RequestResult result) {

@@ -22,6 +22,12 @@ namespace stitch::daemon {
 enum class RequestResult { kHitMemory, kHitDisk, kHitCluster, kCompiled, kFallback, kError, kOk };
 const char* RequestResultName(RequestResult r);
 
+// Which kind of entry answered a request; the `shape` label of stitch_requests_total. A
+// bucket entry is a shape-generic bundle (shape_class.h) that serves every extent of a
+// bucket; every other answer, and every request that returned no bundle, is exact.
+enum class RequestShape { kExact, kBucket };
+const char* RequestShapeName(RequestShape s);
+
 // The metrics are also the cluster tier's observer, for its latency histogram.
 class DaemonMetrics : public cache::ClusterObserver {
  public:
@@ -30,7 +36,8 @@ class DaemonMetrics : public cache::ClusterObserver {
                 const std::string& compiler_version, const std::string& target);
 
   // Counts one request of `method` ("Compile", "Lookup", ...) that came to `result`.
-  void CountRequest(const char* method, RequestResult result);
+  void CountRequest(const char* method, RequestResult result,
+                    RequestShape shape = RequestShape::kExact);
   // Records the latency of a request answered without compiling.
   void ObserveLookupSeconds(double seconds);
   // Records one compile and its duration; `ok` false for a failed compile.

@@ -87,7 +87,15 @@ StatusOr<KernelResolver::Prepared> KernelResolver::Prepare(const v1::CompileRequ
     STITCH_ASSIGN_OR_RETURN(target, Target::Parse(request.target()));
   }
   Prepared p;
-  STITCH_ASSIGN_OR_RETURN(p.graph, GraphOfRequest(request, HloOptions()));
+  STITCH_ASSIGN_OR_RETURN(const Graph graph, GraphOfRequest(request, HloOptions()));
+  // A graph whose outer dimension varies is keyed and compiled for its bucket, so every
+  // extent of the bucket shares one entry, here and in the cluster tier.
+  Bucket served;
+  Status not_generic;
+  p.graph = ToShapeClass(graph, &served, &not_generic);
+  if (!not_generic.ok()) {
+    spdlog::debug("compiling exact shapes: {}", not_generic.message());
+  }
   p.profile = &ProfileFor(target, options_.ptx_only || request.ptx_only());
   p.key = ComputeKey(p.graph, p.profile->key_context);
   return p;

@@ -53,6 +53,11 @@ RequestResult ResultOf(const Resolution& r) {
   }
 }
 
+RequestShape ShapeOf(const Resolution& r) {
+  return r.bundle != nullptr && r.bundle->has_outer_extent() ? RequestShape::kBucket
+                                                             : RequestShape::kExact;
+}
+
 // Returns what is wrong with a timing, or "" when it is well formed.
 std::string InvalidTiming(const v1::MeasuredTime& t, const char* side) {
   const std::string where = std::string(side) + " timing: ";
@@ -131,7 +136,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Resolve(const char* method,
   pending_.fetch_add(1);
   resolver_.Resolve(
       BytesOf(*request), compile_on_miss, [this, method, reactor, response](Resolution r) {
-        metrics_.CountRequest(method, ResultOf(r));
+        metrics_.CountRequest(method, ResultOf(r), ShapeOf(r));
         if (r.status.ok()) {
           const std::optional<v1::KernelRuntimes> measured = runtimes_.Find(r.key);
           responses_.Response(r.source, r.key, r.bundle, measured ? &*measured : nullptr)

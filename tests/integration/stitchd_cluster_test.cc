@@ -375,7 +375,7 @@ TEST_F(StitchdClusterTest, EntriesWrittenBehindTheDaemonsBackAreNotServed) {
        {"stitch_cluster_call_duration_seconds_bucket",
         "stitch_cluster_errors_total{kind=", "stitch_cluster_breaker_state{state=\"closed\"} 1",
         "stitch_cluster_lease_waits_total", "stitch_cluster_redirects_total{kind=\"moved\"}",
-        "stitch_requests_total{method=\"Compile\",result=\"hit_cluster\"}"}) {
+        "stitch_requests_total{method=\"Compile\",result=\"hit_cluster\",shape=\"exact\"}"}) {
     EXPECT_NE(body.find(family), std::string::npos) << family;
   }
 }

@@ -151,10 +151,11 @@ TEST_F(StitchdExtractTest, MalformedTextIsInvalidArgumentNamingTheLineAndIsCount
   const std::string body = RunCommand(
       "curl -sS http://127.0.0.1:" + std::to_string(d.metrics_port()) + "/metrics", &status);
   ASSERT_EQ(status, 0) << "curl failed; run scripts/setup";
-  EXPECT_NE(body.find("stitch_requests_total{method=\"Extract\",result=\"error\"} 2"),
-            std::string::npos)
+  EXPECT_NE(
+      body.find("stitch_requests_total{method=\"Extract\",result=\"error\",shape=\"exact\"} 2"),
+      std::string::npos)
       << body;
-  EXPECT_NE(body.find("stitch_requests_total{method=\"Extract\",result=\"ok\"} 1"),
+  EXPECT_NE(body.find("stitch_requests_total{method=\"Extract\",result=\"ok\",shape=\"exact\"} 1"),
             std::string::npos)
       << body;
 }

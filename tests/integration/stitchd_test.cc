@@ -276,8 +276,8 @@ TEST_F(StitchdTest, MetricsEndpointPassesPromtoolAndCountsRequests) {
   EXPECT_EQ(status, 0) << promtool;
   std::string body = ReadFile(file);
   for (const char* expected :
-       {"stitch_requests_total{method=\"Compile\",result=\"compiled\"} 1",
-        "stitch_requests_total{method=\"Lookup\",result=\"hit_memory\"} 1",
+       {"stitch_requests_total{method=\"Compile\",result=\"compiled\",shape=\"exact\"} 1",
+        "stitch_requests_total{method=\"Lookup\",result=\"hit_memory\",shape=\"exact\"} 1",
         "stitch_compiles_total{result=\"ok\"} 1", "stitch_lookup_duration_seconds_bucket",
         "stitch_compile_duration_seconds_count 1", "stitch_cache_entries{tier=\"disk\"} 1",
         "stitch_cache_capacity_bytes{tier=\"memory\"}", "stitch_build_info{",

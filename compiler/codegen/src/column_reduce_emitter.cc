@@ -32,18 +32,19 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
   llvm::Value* tx = ThreadIdx(kc, Dim::kX);
   llvm::Value* ty = ThreadIdx(kc, Dim::kY);
   llvm::Value* slot = b.CreateAdd(b.CreateMul(ty, kc.Index(32)), tx);
-  const int64_t tiles = (geo.kept + 31) / 32;
+  llvm::Value* kept = KeptCount(kc, geo);
+  llvm::Value* tiles = b.CreateUDiv(b.CreateAdd(kept, kc.Index(31)), kc.Index(32));
   // A work item is a tile of 32 kept columns and, when split, one chunk of its rows.
   STITCH_RETURN_IF_ERROR(EmitForLoop(
-      kc, "tile", BlockIdx(kc, Dim::kX), kc.Index(tiles * chunks), GridDim(kc, Dim::kX),
+      kc, "tile", BlockIdx(kc, Dim::kX), b.CreateMul(tiles, kc.Index(chunks)), GridDim(kc, Dim::kX),
       [&](llvm::Value* item) -> Status {
-        llvm::Value* tile = chunks > 1 ? b.CreateURem(item, kc.Index(tiles)) : item;
-        llvm::Value* chunk = chunks > 1 ? b.CreateUDiv(item, kc.Index(tiles)) : kc.Index(0);
+        llvm::Value* tile = chunks > 1 ? b.CreateURem(item, tiles) : item;
+        llvm::Value* chunk = chunks > 1 ? b.CreateUDiv(item, tiles) : kc.Index(0);
         llvm::Value* k = b.CreateAdd(b.CreateMul(tile, kc.Index(32)), tx);
-        llvm::Value* valid = b.CreateICmpSLT(k, kc.Index(geo.kept));
+        llvm::Value* valid = b.CreateICmpSLT(k, kept);
         llvm::Value* lo = kc.Index(0);
-        llvm::Value* hi = kc.Index(geo.reduced);
-        if (chunks > 1) std::tie(lo, hi) = ChunkRange(kc, geo.reduced, chunks, chunk);
+        llvm::Value* hi = ReducedCount(kc, geo);
+        if (chunks > 1) std::tie(lo, hi) = ChunkRange(kc, hi, chunks, chunk);
         InitAccumulators(kc, plan.reduces);
         // Threads past the last output skip the loads but still take part in barriers.
         llvm::Value* end = b.CreateSelect(valid, hi, kc.Index(0));

@@ -157,7 +157,7 @@ StatusOr<EmittedNest> EmitNest(KernelContext& kc) {
 }  // namespace codegen
 
 StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
-                                    const CodegenOptions& options) {
+                                    const CodegenOptions& options, const ShapeClass* shape_class) {
   STITCH_RETURN_IF_ERROR(ValidateSpec(g, spec));
   if (spec.mapping.work_items == 0) {
     return InvalidArgument("kernel '" + spec.name +
@@ -176,7 +176,9 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
 
   llvm::Type* ptr = llvm::PointerType::get(ctx, 0);
   const bool has_workspace = spec.kind == KernelKind::kGlobalStitch;
+  kernel.takes_outer_extent = shape_class != nullptr;
   std::vector<llvm::Type*> params(kernel.param_nodes.size() + (has_workspace ? 1 : 0), ptr);
+  if (kernel.takes_outer_extent) params.push_back(llvm::Type::getInt64Ty(ctx));
   auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), params, false);
   llvm::Function* fn =
       llvm::Function::Create(fty, llvm::GlobalValue::ExternalLinkage, spec.name, module.get());
@@ -212,6 +214,13 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
 
   auto* entry = llvm::BasicBlock::Create(ctx, "entry", fn);
   b.SetInsertPoint(entry);
+  if (kernel.takes_outer_extent) {
+    llvm::Argument* extent = fn->getArg(static_cast<unsigned>(params.size() - 1));
+    extent->setName("outer_extent");
+    kc.shape_class = shape_class;
+    // The extent is at most the top the index type was chosen for.
+    kc.outer_extent = b.CreateTrunc(extent, kc.index_ty);
+  }
   StatusOr<codegen::EmittedNest> nest = codegen::EmitNest(kc);
   if (!nest.ok()) return nest.status().WithContext("kernel " + spec.name);
   b.CreateRetVoid();

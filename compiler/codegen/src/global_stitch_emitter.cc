@@ -47,6 +47,8 @@ StatusOr<EmittedNest> EmitGlobalStitchKernel(KernelContext& kc) {
     if (p > 0) GridBarrier(kc, kc.workspace);
     KernelContext sub{kc.graph, phase, kc.options, kc.ctx, kc.module, kc.fn, kc.b, {}, {}};
     sub.index_ty = kc.index_ty;
+    sub.shape_class = kc.shape_class;
+    sub.outer_extent = kc.outer_extent;
     sub.logical_block = {phase.mapping.launch.block[0], phase.mapping.launch.block[1]};
     sub.workspace = kc.workspace;
     sub.workspace_offset = nest.workspace_end;

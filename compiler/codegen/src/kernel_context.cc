@@ -134,4 +134,11 @@ std::string DescribeNode(const Graph& g, int id) {
   return s;
 }
 
+llvm::Value* KernelContext::RunCount(int64_t count, bool varies) {
+  if (!varies || outer_extent == nullptr) return Index(count);
+  // count = per_extent x top at the top extent, so the division is exact.
+  const int64_t per_extent = count / shape_class->extent;
+  return b.CreateMul(Index(per_extent), outer_extent, "run_count", true, true);
+}
+
 }  // namespace stitch::codegen

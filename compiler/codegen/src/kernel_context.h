@@ -14,6 +14,7 @@
 #include "stitch/base/status.h"
 #include "stitch/codegen/codegen.h"
 #include "stitch/ir/graph.h"
+#include "stitch/ir/shape_class.h"
 #include "stitch/plan/plan.h"
 
 namespace stitch::codegen {
@@ -40,8 +41,19 @@ struct KernelContext {
   // offset in it where this emitter may put its partial results.
   llvm::Value* workspace = nullptr;
   uint64_t workspace_offset = 0;
+  // A shape-generic kernel (shape_class.h): the graph's shape class, whose extent is the
+  // bucket's top (the sizes in `graph`), and the run's extent, a kernel argument in
+  // index_ty. Both null for an exact kernel.
+  const ShapeClass* shape_class = nullptr;
+  llvm::Value* outer_extent = nullptr;
 
   llvm::Value* Index(int64_t v) const { return llvm::ConstantInt::get(index_ty, v); }
+  // Whether dimension 0 of `node` follows the run's extent.
+  bool Varies(int node) const { return shape_class != nullptr && shape_class->Varies(node); }
+  // Returns `count`, a count taken from the graph's sizes, at the run's extent: when it
+  // counts along a varying dimension 0 (`varies`) it is scaled from the top extent to the
+  // run's, otherwise it is the constant itself.
+  llvm::Value* RunCount(int64_t count, bool varies);
 };
 
 enum class Dim { kX, kY, kZ };

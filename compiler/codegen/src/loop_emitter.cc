@@ -19,10 +19,14 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc) {
   // buffers sit side by side at a multiple of the width from an aligned base, which lets the
   // backend's load/store vectorizer turn them into vector accesses.
   const int64_t width = std::max(kc.spec.mapping.vector_width, 1);
-  if (n % width != 0) {
+  // A shape-generic kernel's vectors must tile the elements of one extent, so that they
+  // tile the outputs at every extent.
+  const bool varies = kc.Varies(kc.spec.outputs[0]);
+  const int64_t tiled = varies ? n / kc.shape_class->extent : n;
+  if (tiled % width != 0) {
     return InvalidArgument("loop kernel " + kc.spec.name + ": vector width " +
-                           std::to_string(width) + " does not divide its " + std::to_string(n) +
-                           " elements");
+                           std::to_string(width) + " does not divide its " + std::to_string(tiled) +
+                           " elements" + (varies ? " per extent" : ""));
   }
   EmittedNest nest;
   nest.launch = kc.spec.mapping.launch;
@@ -31,8 +35,8 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc) {
   llvm::Value* start = b.CreateAdd(b.CreateMul(BlockIdx(kc, Dim::kX), BlockDim(kc, Dim::kX)),
                                    ThreadIdx(kc, Dim::kX));
   llvm::Value* step = b.CreateMul(GridDim(kc, Dim::kX), BlockDim(kc, Dim::kX));
-  STITCH_RETURN_IF_ERROR(
-      EmitForLoop(kc, "vec", start, kc.Index(n / width), step, [&](llvm::Value* q) -> Status {
+  STITCH_RETURN_IF_ERROR(EmitForLoop(
+      kc, "vec", start, kc.RunCount(n / width, varies), step, [&](llvm::Value* q) -> Status {
         em.ResetScope();
         const std::vector<llvm::Value*> indices =
             em.VectorLanes(b.CreateMul(q, kc.Index(width), "", true, true), width);

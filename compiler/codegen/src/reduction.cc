@@ -81,6 +81,10 @@ StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
       geo.kept *= geo.input_dims[d];
     }
   }
+  if (kc.Varies(h.operands[0])) {
+    geo.kept_varies = !reduced[0];
+    geo.reduced_varies = reduced[0];
+  }
   if (h.shape.dims != geo.kept_sizes) {
     return InvalidArgument(DescribeNode(g, hero) + ": result shape " + h.shape.ToString() +
                            " is not the input's kept dimensions");
@@ -420,7 +424,7 @@ Status EmitCombinePartials(KernelContext& kc, ElementalEmitter& em, const Reduce
   std::vector<ReduceInfo> reduces = plan.reduces;
   for (ReduceInfo& r : reduces) r.acc = nullptr;
   return EmitForLoop(
-      kc, "combine", warp, kc.Index(plan.geometry.kept), warps, [&](llvm::Value* k) -> Status {
+      kc, "combine", warp, KeptCount(kc, plan.geometry), warps, [&](llvm::Value* k) -> Status {
         InitAccumulators(kc, reduces);
         STITCH_RETURN_IF_ERROR(
             EmitForLoop(kc, "chunk", lane, kc.Index(arrays.chunks), kc.Index(32),
@@ -446,23 +450,32 @@ Status EmitCombinePartials(KernelContext& kc, ElementalEmitter& em, const Reduce
       });
 }
 
-std::pair<llvm::Value*, llvm::Value*> ChunkRange(KernelContext& kc, int64_t reduced, int64_t chunks,
-                                                 llvm::Value* chunk) {
+std::pair<llvm::Value*, llvm::Value*> ChunkRange(KernelContext& kc, llvm::Value* reduced,
+                                                 int64_t chunks, llvm::Value* chunk) {
   llvm::IRBuilder<>& b = kc.b;
-  const int64_t size = (reduced + chunks - 1) / chunks;
-  llvm::Value* lo = b.CreateMul(chunk, kc.Index(size), "", true, true);
-  llvm::Value* lo_clamped =
-      b.CreateSelect(b.CreateICmpSLT(lo, kc.Index(reduced)), lo, kc.Index(reduced));
-  llvm::Value* hi = b.CreateAdd(lo_clamped, kc.Index(size), "", true, true);
-  hi = b.CreateSelect(b.CreateICmpSLT(hi, kc.Index(reduced)), hi, kc.Index(reduced));
+  // Constant counts fold, so exact kernels get the constant chunk size.
+  llvm::Value* size = b.CreateUDiv(b.CreateAdd(reduced, kc.Index(chunks - 1)), kc.Index(chunks));
+  llvm::Value* lo = b.CreateMul(chunk, size, "", true, true);
+  llvm::Value* lo_clamped = b.CreateSelect(b.CreateICmpSLT(lo, reduced), lo, reduced);
+  llvm::Value* hi = b.CreateAdd(lo_clamped, size, "", true, true);
+  hi = b.CreateSelect(b.CreateICmpSLT(hi, reduced), hi, reduced);
   return {lo_clamped, hi};
 }
 
-Status EmitWarpRowLoop(KernelContext& kc, int64_t rows, int lanes, int64_t warps_per_block,
+llvm::Value* KeptCount(KernelContext& kc, const ReduceGeometry& geo) {
+  return kc.RunCount(geo.kept, geo.kept_varies);
+}
+
+llvm::Value* ReducedCount(KernelContext& kc, const ReduceGeometry& geo) {
+  return kc.RunCount(geo.reduced, geo.reduced_varies);
+}
+
+Status EmitWarpRowLoop(KernelContext& kc, llvm::Value* rows, int lanes, int64_t warps_per_block,
                        const WarpRowBody& body) {
   llvm::IRBuilder<>& b = kc.b;
   const int64_t rows_per_warp = 32 / lanes;
-  const int64_t groups = (rows + rows_per_warp - 1) / rows_per_warp;
+  llvm::Value* groups =
+      b.CreateUDiv(b.CreateAdd(rows, kc.Index(rows_per_warp - 1)), kc.Index(rows_per_warp));
   llvm::Value* lane = ThreadIdx(kc, Dim::kX);
   llvm::Value* sub = b.CreateUDiv(lane, kc.Index(lanes));
   llvm::Value* seg = b.CreateURem(lane, kc.Index(lanes));
@@ -470,9 +483,9 @@ Status EmitWarpRowLoop(KernelContext& kc, int64_t rows, int lanes, int64_t warps
   llvm::Value* first =
       b.CreateAdd(b.CreateMul(BlockIdx(kc, Dim::kX), warps), ThreadIdx(kc, Dim::kY));
   llvm::Value* stride = b.CreateMul(GridDim(kc, Dim::kX), warps);
-  return EmitForLoop(kc, "rowgroup", first, kc.Index(groups), stride, [&](llvm::Value* grp) {
+  return EmitForLoop(kc, "rowgroup", first, groups, stride, [&](llvm::Value* grp) {
     llvm::Value* row = b.CreateAdd(b.CreateMul(grp, kc.Index(rows_per_warp)), sub);
-    return body(row, b.CreateICmpSLT(row, kc.Index(rows)), seg);
+    return body(row, b.CreateICmpSLT(row, rows), seg);
   });
 }
 

@@ -31,7 +31,15 @@ struct ReduceGeometry {
   int64_t kept = 1, reduced = 1;
   bool reduced_is_suffix = false;  // input linear = kept * reduced + r
   bool reduced_is_prefix = false;  // input linear = r * kept + k
+  // Shape-generic kernels: whether the input's varying dimension 0 is kept or reduced, so
+  // that `kept` or `reduced` follows the run's extent (KeptCount, ReducedCount).
+  bool kept_varies = false;
+  bool reduced_varies = false;
 };
+
+// Returns geo.kept and geo.reduced at the run's extent (KernelContext::RunCount).
+llvm::Value* KeptCount(KernelContext& kc, const ReduceGeometry& geo);
+llvm::Value* ReducedCount(KernelContext& kc, const ReduceGeometry& geo);
 
 // The reduces of a reduce kernel: the hero first, then the other reduces in `outputs`.
 // Every one must share the hero's input dims and reduced dimensions. Also returns the
@@ -122,8 +130,8 @@ Status EmitCombinePartials(KernelContext& kc, ElementalEmitter& em, const Reduce
 
 // Returns the [lo, hi) range of reduced elements of chunk `chunk` when `reduced` elements
 // are split into `chunks` chunks of equal size (the last may be shorter or empty).
-std::pair<llvm::Value*, llvm::Value*> ChunkRange(KernelContext& kc, int64_t reduced, int64_t chunks,
-                                                 llvm::Value* chunk);
+std::pair<llvm::Value*, llvm::Value*> ChunkRange(KernelContext& kc, llvm::Value* reduced,
+                                                 int64_t chunks, llvm::Value* chunk);
 
 // The lanes of a warp loop over groups of `rows`: each row has `lanes` lanes (a power of
 // two up to 32), so a warp holds 32 / lanes rows; threadIdx.y picks the warp in the block
@@ -132,7 +140,7 @@ std::pair<llvm::Value*, llvm::Value*> ChunkRange(KernelContext& kc, int64_t redu
 // group and `seg` is the lane's place in its row. All lanes of a warp run the same
 // iterations, so full-mask shuffles in `body` are executed by the whole warp.
 using WarpRowBody = std::function<Status(llvm::Value* row, llvm::Value* valid, llvm::Value* seg)>;
-Status EmitWarpRowLoop(KernelContext& kc, int64_t rows, int lanes, int64_t warps_per_block,
+Status EmitWarpRowLoop(KernelContext& kc, llvm::Value* rows, int lanes, int64_t warps_per_block,
                        const WarpRowBody& body);
 
 }  // namespace stitch::codegen

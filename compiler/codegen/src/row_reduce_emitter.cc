@@ -14,7 +14,7 @@ Status EmitWarpRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
   const int lanes = cfg.threads_per_row;
   const WarpRowBody row_body = [&](llvm::Value* row, llvm::Value* valid, llvm::Value* seg) {
     InitAccumulators(kc, plan.reduces);
-    llvm::Value* end = b.CreateSelect(valid, kc.Index(geo.reduced), kc.Index(0));
+    llvm::Value* end = b.CreateSelect(valid, ReducedCount(kc, geo), kc.Index(0));
     STITCH_RETURN_IF_ERROR(
         EmitAccumulateLoop(kc, em, plan, row, seg, end, lanes, cfg.loads_per_step, "col"));
     std::vector<llvm::Value*> partials;
@@ -25,7 +25,7 @@ Status EmitWarpRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
     return EmitIf(kc, "write", writer,
                   [&] { return WriteReduceOutputs(kc, em, plan, partials, row); });
   };
-  return EmitWarpRowLoop(kc, geo.kept, lanes, cfg.launch.block[1], row_body);
+  return EmitWarpRowLoop(kc, KeptCount(kc, geo), lanes, cfg.launch.block[1], row_body);
 }
 
 // One block per row (or, split, per chunk of a row): threads stride over the row, warps
@@ -47,13 +47,13 @@ Status EmitBlockRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
   const int64_t chunks = split ? split->chunks : 1;
   // A work item is a row and, when split, one chunk of it; a row's chunks are adjacent.
   return EmitForLoop(
-      kc, "row", BlockIdx(kc, Dim::kX), kc.Index(geo.kept * chunks), GridDim(kc, Dim::kX),
-      [&](llvm::Value* item) -> Status {
+      kc, "row", BlockIdx(kc, Dim::kX), b.CreateMul(KeptCount(kc, geo), kc.Index(chunks)),
+      GridDim(kc, Dim::kX), [&](llvm::Value* item) -> Status {
         llvm::Value* row = split ? b.CreateUDiv(item, kc.Index(chunks)) : item;
         llvm::Value* chunk = split ? b.CreateURem(item, kc.Index(chunks)) : kc.Index(0);
         llvm::Value* lo = kc.Index(0);
-        llvm::Value* hi = kc.Index(geo.reduced);
-        if (split) std::tie(lo, hi) = ChunkRange(kc, geo.reduced, chunks, chunk);
+        llvm::Value* hi = ReducedCount(kc, geo);
+        if (split) std::tie(lo, hi) = ChunkRange(kc, hi, chunks, chunk);
         InitAccumulators(kc, plan.reduces);
         STITCH_RETURN_IF_ERROR(EmitAccumulateLoop(kc, em, plan, row, b.CreateAdd(lo, tid), hi,
                                                   threads, cfg.loads_per_step, "col"));

@@ -28,6 +28,7 @@ class RowStitchEmitter {
       : kc_(kc), b_(kc.b), m_(kc.spec.mapping), layout_(layout), em_(kc) {}
 
   StatusOr<EmittedNest> Emit() {
+    STITCH_RETURN_IF_ERROR(CheckRowLengthFixed());
     for (const auto& phase : layout_.phases) {
       for (int id : phase) {
         STITCH_ASSIGN_OR_RETURN(ReduceInfo r, MakeReduceInfo(kc_, id));
@@ -59,12 +60,27 @@ class RowStitchEmitter {
  private:
   int64_t rows() const { return layout_.geometry.rows; }
   int64_t row_len() const { return layout_.geometry.row_len; }
+  // The rows of this run: a shape-generic kernel's rows follow the extent, and its rows keep
+  // their length (CheckRowLengthFixed).
+  llvm::Value* RunRows() { return kc_.RunCount(rows(), kc_.Varies(HeroInput())); }
+  int HeroInput() const { return kc_.graph.nodes[kc_.spec.hero].operands[0]; }
+
+  // A row's length picks the thread mapping and the values each thread keeps, so it must
+  // not follow the extent: the extent may only count rows.
+  Status CheckRowLengthFixed() const {
+    if (!kc_.Varies(HeroInput())) return Status::Ok();
+    const std::vector<int64_t>& reduced = kc_.graph.nodes[kc_.spec.hero].dimensions;
+    if (std::find(reduced.begin(), reduced.end(), 0) == reduced.end()) return Status::Ok();
+    return Unimplemented("kernel " + kc_.spec.name + ": " + DescribeNode(kc_.graph, kc_.spec.hero) +
+                         " reduces the varying dimension 0 inside its rows; a row-stitched " +
+                         "kernel's row length cannot vary");
+  }
 
   // Several rows per warp (or a warp per row): lanes [sub * tpr, (sub + 1) * tpr) own row
   // `group * rows_per_warp + sub`. Every lane runs the same iterations, so full-mask
   // shuffles are executed by the whole warp.
   Status EmitWarpRows() {
-    return EmitWarpRowLoop(kc_, rows(), m_.threads_per_row, m_.launch.block[1],
+    return EmitWarpRowLoop(kc_, RunRows(), m_.threads_per_row, m_.launch.block[1],
                            [&](llvm::Value* row, llvm::Value* valid, llvm::Value* seg) {
                              seg_ = seg;
                              return EmitRow(row, valid);
@@ -83,11 +99,11 @@ class RowStitchEmitter {
     llvm::Value* stride = b_.CreateMul(GridDim(kc_, Dim::kX), kc_.Index(block));
     for (int o : layout_.independent_outputs) {
       const int64_t n = kc_.graph.nodes[o].shape.elements();
-      STITCH_RETURN_IF_ERROR(
-          EmitForLoop(kc_, "independent", first, kc_.Index(n), stride, [&](llvm::Value* i) {
-            em_.ResetScope();
-            return StoreOutput(o, i);
-          }));
+      STITCH_RETURN_IF_ERROR(EmitForLoop(kc_, "independent", first, kc_.RunCount(n, kc_.Varies(o)),
+                                         stride, [&](llvm::Value* i) {
+                                           em_.ResetScope();
+                                           return StoreOutput(o, i);
+                                         }));
     }
     return Status::Ok();
   }
@@ -97,7 +113,7 @@ class RowStitchEmitter {
     seg_ = ThreadIdx(kc_, Dim::kX);
     lane_ = b_.CreateURem(seg_, kc_.Index(32));
     warp_ = b_.CreateUDiv(seg_, kc_.Index(32));
-    return EmitForLoop(kc_, "row", BlockIdx(kc_, Dim::kX), kc_.Index(rows()), GridDim(kc_, Dim::kX),
+    return EmitForLoop(kc_, "row", BlockIdx(kc_, Dim::kX), RunRows(), GridDim(kc_, Dim::kX),
                        [&](llvm::Value* row) -> Status {
                          STITCH_RETURN_IF_ERROR(EmitRow(row, b_.getTrue()));
                          // The next row reuses the warp slots.

@@ -40,6 +40,7 @@ void FillKernel(const Graph& g, const CompileResult& result, const CompiledKerne
   out.set_kind(std::string(KernelKindName(k.kind)));
   out.set_static_shared_bytes(k.shared_bytes);
   out.set_workspace_bytes(k.workspace_bytes);
+  out.set_takes_outer_extent(k.takes_outer_extent);
   v1::LaunchDims& l = *out.mutable_launch();
   l.set_grid_x(k.launch.grid[0]);
   l.set_grid_y(k.launch.grid[1]);
@@ -50,10 +51,24 @@ void FillKernel(const Graph& g, const CompileResult& result, const CompiledKerne
   for (int node : k.param_nodes) *out.add_params() = ParamFor(g, result, node);
 }
 
-void FillBufferSpec(const Graph& g, int node, v1::BufferSpec& out) {
-  const Shape& s = g.nodes[static_cast<size_t>(node)].shape;
+// Bytes of `node`'s buffer per unit of the outer extent; 0 when its size is fixed.
+uint64_t BytesPerExtent(const CompileResult& result, int node) {
+  if (!result.shape_generic() || !result.shape_class.Varies(node)) return 0;
+  const Shape& s = result.graph.nodes[static_cast<size_t>(node)].shape;
+  return static_cast<uint64_t>(s.bytes() / result.shape_class.extent);
+}
+
+void FillBufferSpec(const CompileResult& result, int node, v1::BufferSpec& out) {
+  const Shape& s = result.graph.nodes[static_cast<size_t>(node)].shape;
   out.set_bytes(static_cast<uint64_t>(s.bytes()));
   out.set_shape(s.ToString());
+  out.set_bytes_per_extent(BytesPerExtent(result, node));
+}
+
+void FillOuterExtent(const CompileResult& result, v1::OuterExtent& out) {
+  out.set_lo(result.served.lo);
+  out.set_hi(result.served.hi);
+  for (int64_t p : result.graph.outer_parameters) out.add_parameters(p);
 }
 
 void FillEstimate(std::string_view planner, const PlanCost& cost, v1::PlanEstimate& out) {
@@ -91,9 +106,11 @@ v1::KernelBundle ToBundle(const CompileResult& result, const CompileOptions& opt
     v1::TempBuffer& t = *b.add_temporaries();
     t.set_bytes(static_cast<uint64_t>(g.nodes[static_cast<size_t>(node)].shape.bytes()));
     t.set_alignment(kTemporaryAlignment);
+    t.set_bytes_per_extent(BytesPerExtent(result, node));
   }
-  for (int node : g.Parameters()) FillBufferSpec(g, node, *b.add_inputs());
-  for (int node : g.outputs) FillBufferSpec(g, node, *b.add_outputs());
+  for (int node : g.Parameters()) FillBufferSpec(result, node, *b.add_inputs());
+  for (int node : g.outputs) FillBufferSpec(result, node, *b.add_outputs());
+  if (result.served.hi > 0) FillOuterExtent(result, *b.mutable_outer_extent());
   b.set_plan(Describe(g, result.plan));
   FillCost(result, *b.mutable_cost());
   b.set_compile_seconds(result.timings.total_ms() / 1000.0);

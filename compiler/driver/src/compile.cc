@@ -1,5 +1,6 @@
 #include "stitch/driver/compile.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -84,6 +85,90 @@ void RepriceAssembled(CompileResult& result, PlannerKind requested, const GpuDev
   if (!stitched) result.baseline_cost = result.cost;
 }
 
+// The extent a shape class is planned at: odd (1 for the buckets {1} and {2}), so that no
+// vector width or split relies on the run's extent being even, and next to the top, so the
+// thread mapping is the one for the bucket's largest runs.
+int64_t PlanningExtent(const Bucket& bucket) { return std::max<int64_t>(bucket.lo, bucket.hi - 1); }
+
+// A planner's rewrite may put the extent into a value (the statistics rewrite's 1/n of a sum
+// over the varying rows). Plans the graph again at another extent of the bucket and returns
+// FAILED_PRECONDITION unless its graph, brought to the top, is `planned_top`.
+Status CheckPlannedAtAnotherExtent(const Graph& g, const ShapeClass& shape_class,
+                                   const Bucket& bucket, const CompileOptions& options,
+                                   const Graph& planned_top) {
+  const int64_t other = bucket.lo != PlanningExtent(bucket) ? bucket.lo : bucket.hi;
+  if (other == PlanningExtent(bucket)) return Status::Ok();
+  STITCH_ASSIGN_OR_RETURN(PlanChoice again, ChoosePlan(AtExtent(g, shape_class, other), options,
+                                                       options.codegen.target.device()));
+  again.graph.outer_parameters = g.outer_parameters;
+  StatusOr<ShapeClass> again_class = ClassifyShapes(again.graph);
+  if (!again_class.ok() ||
+      CanonicalForm(AtExtent(again.graph, *again_class, bucket.hi)) != CanonicalForm(planned_top)) {
+    return FailedPrecondition("the " + std::string(PlannerKindName(again.shipped)) +
+                              " plan's graph differs between extents " + std::to_string(other) +
+                              " and " + std::to_string(PlanningExtent(bucket)) +
+                              " of the bucket: a rewrite depends on the extent");
+  }
+  return Status::Ok();
+}
+
+// Plans a shape-generic graph (ToShapeClass's) into `result`, with the served bucket and the
+// shape class of the graph its kernels are emitted from.
+Status PlanShapeClass(const Graph& g, const CompileOptions& options, CompileResult& result) {
+  STITCH_ASSIGN_OR_RETURN(const ShapeClass shape_class, ClassifyShapes(g));
+  Bucket bucket = BucketOf(shape_class.extent);
+  bucket.lo = std::max(bucket.lo, shape_class.min_extent);
+  result.served = bucket;
+  const Graph planned = AtExtent(g, shape_class, PlanningExtent(bucket));
+  STITCH_ASSIGN_OR_RETURN(static_cast<PlanChoice&>(result),
+                          ChoosePlan(planned, options, options.codegen.target.device()));
+  // The planners' rewrites add nodes but keep the parameters, so the planned graph has a
+  // shape class of its own; the kernels are emitted for its top extent.
+  result.graph.outer_parameters = g.outer_parameters;
+  StatusOr<ShapeClass> planned_class = ClassifyShapes(result.graph);
+  if (!planned_class.ok()) {
+    return planned_class.status().WithContext(
+        "the " + std::string(PlannerKindName(result.shipped)) + " plan's graph");
+  }
+  result.graph = AtExtent(result.graph, *planned_class, bucket.hi);
+  STITCH_RETURN_IF_ERROR(
+      CheckPlannedAtAnotherExtent(g, shape_class, bucket, options, result.graph));
+  result.shape_class = std::move(*planned_class);
+  result.shape_class.extent = bucket.hi;
+  return Status::Ok();
+}
+
+// Plans an exact graph into `result` and emits its kernels.
+Status PlanAndEmit(const Graph& g, const CompileOptions& options, Stopwatch& clock,
+                   CompileResult& result) {
+  STITCH_ASSIGN_OR_RETURN(static_cast<PlanChoice&>(result),
+                          ChoosePlan(g, options, options.codegen.target.device()));
+  result.temporaries = TemporaryNodes(result.graph, result.plan);
+  result.timings.plan_ms += clock.LapMs();
+  for (const KernelSpec& spec : result.plan.kernels) {
+    STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel, EmitKernel(result.graph, spec, options.codegen));
+    result.kernels.push_back(std::move(kernel));
+  }
+  result.timings.emit_ms += clock.LapMs();
+  return Status::Ok();
+}
+
+// As PlanAndEmit, for a shape-generic graph: its kernels take the run's extent. Sets
+// result.served to the bucket before anything can fail.
+Status PlanAndEmitShapeClass(const Graph& g, const CompileOptions& options, Stopwatch& clock,
+                             CompileResult& result) {
+  STITCH_RETURN_IF_ERROR(PlanShapeClass(g, options, result));
+  result.temporaries = TemporaryNodes(result.graph, result.plan);
+  result.timings.plan_ms += clock.LapMs();
+  for (const KernelSpec& spec : result.plan.kernels) {
+    STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel,
+                            EmitKernel(result.graph, spec, options.codegen, &result.shape_class));
+    result.kernels.push_back(std::move(kernel));
+  }
+  result.timings.emit_ms += clock.LapMs();
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& options,
@@ -162,9 +247,11 @@ KeyContext KeyContextFor(const CompileOptions& options) {
   return k;
 }
 
-StatusOr<CompileResult> CompileGraph(const Graph& g, const CompileOptions& options) {
-  STITCH_RETURN_IF_ERROR(Verify(g, options.limits));
+StatusOr<CompileResult> CompileGraph(const Graph& input, const CompileOptions& options) {
+  STITCH_RETURN_IF_ERROR(Verify(input, options.limits));
   Stopwatch clock;
+  Bucket served;
+  const Graph g = ToShapeClass(input, &served);
   CacheKey key = ComputeKey(g, KeyContextFor(options));
   const double key_ms = clock.LapMs();
   STITCH_ASSIGN_OR_RETURN(CompileResult result, CompileVerifiedGraph(g, std::move(key), options));
@@ -177,16 +264,27 @@ StatusOr<CompileResult> CompileVerifiedGraph(const Graph& g, CacheKey key,
   CompileResult result;
   result.key = std::move(key);
   Stopwatch clock;
-  STITCH_ASSIGN_OR_RETURN(static_cast<PlanChoice&>(result),
-                          ChoosePlan(g, options, options.codegen.target.device()));
-  result.temporaries = TemporaryNodes(result.graph, result.plan);
-  result.timings.plan_ms = clock.LapMs();
-
-  for (const KernelSpec& spec : result.plan.kernels) {
-    STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel, EmitKernel(result.graph, spec, options.codegen));
-    result.kernels.push_back(std::move(kernel));
+  if (!g.outer_parameters.empty()) {
+    Status generic = PlanAndEmitShapeClass(g, options, clock, result);
+    if (!generic.ok()) {
+      // A planner's rewrite or a kernel kind that cannot follow the extent: the key's
+      // bundle then serves the top extent alone, and says so (served).
+      const int64_t hi = result.served.hi > 0
+                             ? result.served.hi
+                             : g.nodes[g.Parameters()[g.outer_parameters[0]]].shape.dims[0];
+      const Bucket top{hi, hi};
+      result = CompileResult{};
+      result.key = std::move(key);
+      Graph exact = g;
+      exact.outer_parameters.clear();
+      STITCH_RETURN_IF_ERROR(PlanAndEmit(exact, options, clock, result));
+      result.served = top;
+      result.graph.outer_parameters = g.outer_parameters;  // as named, for the bundle
+      result.not_generic = generic.message();
+    }
+  } else {
+    STITCH_RETURN_IF_ERROR(PlanAndEmit(g, options, clock, result));
   }
-  result.timings.emit_ms = clock.LapMs();
   if (!options.emit_ptx) return result;
 
   for (CompiledKernel& kernel : result.kernels) {

@@ -50,11 +50,31 @@ LaunchOptions CheckedLaunch(const Graph& g, const CompiledKernel& kernel) {
     launch.arg_bytes.push_back(kernel.workspace_bytes);
     launch.arg_names.push_back("workspace");
   }
+  if (kernel.takes_outer_extent) {
+    launch.arg_bytes.push_back(sizeof(int64_t));
+    launch.arg_names.push_back("outer extent");
+  }
   return launch;
 }
 
+namespace {
+
+// Appends the outer extent to the arguments of a kernel that takes it (codegen.h).
+Status AddOuterExtent(const CompiledKernel& kernel, int64_t& extent, std::vector<void*>& args) {
+  if (!kernel.takes_outer_extent) return Status::Ok();
+  if (extent <= 0) {
+    return InvalidArgument("kernel " + kernel.name +
+                           " is shape-generic: the run needs its outer extent");
+  }
+  args.push_back(&extent);
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKernel>& kernels,
-                                    const std::vector<Tensor>& params, Emulator& emulator) {
+                                    const std::vector<Tensor>& params, Emulator& emulator,
+                                    int64_t outer_extent) {
   std::vector<int> param_nodes = g.Parameters();
   if (params.size() != param_nodes.size()) {
     return InvalidArgument("graph takes " + std::to_string(param_nodes.size()) +
@@ -88,6 +108,7 @@ StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKe
       workspaces.emplace_back(static_cast<size_t>(kernel.workspace_bytes), uint8_t{0});
       args.push_back(workspaces.back().data());
     }
+    STITCH_RETURN_IF_ERROR(AddOuterExtent(kernel, outer_extent, args));
     StatusOr<LaunchStats> stats = emulator.Launch(kernel, args, launch);
     if (!stats.ok()) return stats.status().WithContext("kernel " + kernel.name);
     run.per_kernel.push_back(*stats);
@@ -171,7 +192,8 @@ class LazyBuffer {
 
 StatusOr<SampledRun> RunSampledOnEmulator(const Graph& g, const FusionPlan& plan,
                                           const std::vector<CompiledKernel>& kernels,
-                                          const BlockSampling& sampling, Emulator& emulator) {
+                                          const BlockSampling& sampling, Emulator& emulator,
+                                          int64_t outer_extent) {
   if (plan.kernels.size() != kernels.size()) {
     return InvalidArgument("the plan has " + std::to_string(plan.kernels.size()) +
                            " kernels, but " + std::to_string(kernels.size()) + " were compiled");
@@ -196,6 +218,7 @@ StatusOr<SampledRun> RunSampledOnEmulator(const Graph& g, const FusionPlan& plan
       STITCH_ASSIGN_OR_RETURN(workspace, LazyBuffer::Map(kernel.workspace_bytes, "the workspace"));
       args.push_back(workspace.data());
     }
+    STITCH_RETURN_IF_ERROR(AddOuterExtent(kernel, outer_extent, args));
     LaunchOptions launch = CheckedLaunch(g, kernel);
     launch.blocks = SampleBlocks(g, plan.kernels[k], sampling);
     StatusOr<LaunchStats> stats = emulator.Launch(kernel, args, launch);

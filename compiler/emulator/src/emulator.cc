@@ -78,19 +78,21 @@ class EmulatorImpl final : public Emulator {
                              std::to_string(loaded->num_params) + " argument(s), got " +
                              std::to_string(args.size()));
     }
-    // The workspace is the trailing argument (codegen.h); the GPU hands out 256-byte-aligned
-    // allocations.
+    // The workspace is the last pointer argument, followed only by a shape-generic kernel's
+    // extent (codegen.h); the GPU hands out 256-byte-aligned allocations.
     const uint8_t* workspace = nullptr;
     if (kernel.workspace_bytes != 0) {
-      if (args.empty()) {
+      const size_t after = kernel.takes_outer_extent ? 1 : 0;
+      if (args.size() <= after) {
         return InvalidArgument("kernel " + kernel.name + " has a " +
                                std::to_string(kernel.workspace_bytes) +
                                "-byte workspace but takes no arguments");
       }
-      workspace = static_cast<const uint8_t*>(args.back());
+      workspace = static_cast<const uint8_t*>(args[args.size() - 1 - after]);
       if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0) {
-        return InvalidArgument("kernel " + kernel.name + ": its workspace (the last argument) " +
-                               "is not " + std::to_string(kWorkspaceAlignment) + "-byte aligned");
+        return InvalidArgument("kernel " + kernel.name + ": its workspace (the last pointer " +
+                               "argument) is not " + std::to_string(kWorkspaceAlignment) +
+                               "-byte aligned");
       }
     }
     const LaunchDims& dims = kernel.launch;

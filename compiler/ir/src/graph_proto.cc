@@ -55,6 +55,7 @@ v1::Graph ToProto(const Graph& g) {
     q->set_rng_stream(n.rng_stream);
   }
   CopyInts(g.outputs, p.mutable_outputs());
+  CopyInts(g.outer_parameters, p.mutable_outer_parameters());
   return p;
 }
 
@@ -98,6 +99,7 @@ StatusOr<Graph> FromProto(const v1::Graph& p) {
     g.nodes.push_back(std::move(n));
   }
   g.outputs.assign(p.outputs().begin(), p.outputs().end());
+  g.outer_parameters = Ints(p.outer_parameters());
   return g;
 }
 

@@ -171,6 +171,15 @@ std::string CanonicalForm(const Graph& g) {
   w.Tag('O');
   w.U64(g.outputs.size());
   for (int o : g.outputs) w.I64(position[o]);
+  if (!g.outer_parameters.empty()) {
+    // Exact graphs write nothing here, so their keys are those of builds before shape
+    // classes; parameter numbers are positions already, and their order means nothing.
+    std::vector<int64_t> outer = g.outer_parameters;
+    std::sort(outer.begin(), outer.end());
+    w.Tag('V');
+    w.U64(outer.size());
+    for (int64_t p : outer) w.I64(p);
+  }
   return w.Take();
 }
 

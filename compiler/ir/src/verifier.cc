@@ -413,6 +413,21 @@ Status CheckParameters(const Graph& g) {
                       " without gaps or repeats");
     }
   }
+  std::vector<bool> named(params.size(), false);
+  for (int64_t p : g.outer_parameters) {
+    if (p < 0 || p >= static_cast<int64_t>(params.size())) {
+      return InvalidArgument("outer parameter " + std::to_string(p) + " is not a parameter (" +
+                             std::to_string(params.size()) + " parameters)");
+    }
+    if (named[p]) {
+      return InvalidArgument("outer parameter " + std::to_string(p) + " is named twice");
+    }
+    named[p] = true;
+    const Shape& shape = g.nodes[params[p]].shape;
+    if (shape.rank() == 0 || shape.dims[0] < 1) {
+      return Rule(g, params[p], "an outer parameter needs a nonempty dimension 0 to vary");
+    }
+  }
   return Status::Ok();
 }
 

@@ -6,7 +6,8 @@
 // emulator, which rewrites the same module for the host:
 //   * one kernel function per module, named CompiledKernel::name, marked as a kernel
 //     (nvvm.annotations), returning void; every parameter is an opaque `ptr` in
-//     address space 0 to one buffer (CompiledKernel::param_nodes);
+//     address space 0 to one buffer (CompiledKernel::param_nodes), but for a shape-generic
+//     kernel's last one, the outer extent (an i64; CompiledKernel::takes_outer_extent);
 //   * thread geometry comes only from llvm.nvvm.read.ptx.sreg.{tid,ntid,ctaid,nctaid}.*;
 //   * block barriers are llvm.nvvm.barrier0; warp exchanges are llvm.nvvm.shfl.sync.*
 //     with a full mask;
@@ -39,6 +40,7 @@
 
 #include "stitch/base/status.h"
 #include "stitch/ir/graph.h"
+#include "stitch/ir/shape_class.h"
 #include "stitch/plan/plan.h"
 #include "stitch/plan/target.h"
 
@@ -79,6 +81,11 @@ struct CompiledKernel {
   // launch it cooperatively (cuLaunchCooperativeKernel), which fails cleanly instead of
   // hanging when the grid does not fit.
   uint64_t workspace_bytes = 0;
+  // Kernels of a shape-generic graph (shape_class.h) take the run's outer extent as their
+  // last parameter, an i64 by value after every pointer (the workspace included): it bounds
+  // their loops, and every size that follows it (ShapeClass::factor) is the run's. It must
+  // lie in the bucket the kernel was compiled for; the launch dimensions serve all of it.
+  bool takes_outer_extent = false;
   std::string portable_ir;  // LLVM bitcode of the portable module (see above)
   std::string ptx;          // filled by LowerToPtx
   std::string cubin;        // filled by AssembleCubin; empty in PTX-only mode
@@ -100,8 +107,11 @@ struct CompiledKernel {
 // (schedule.h): its launch dimensions are the mapping's. Returns INVALID_ARGUMENT for a
 // malformed or unscheduled spec, UNIMPLEMENTED for an op the emitters do not handle, naming
 // the node.
+// For a shape-generic graph, `g` is at its bucket's top extent and `shape_class` is
+// ClassifyShapes(g): the kernel then takes the run's extent (takes_outer_extent).
 StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
-                                    const CodegenOptions& options);
+                                    const CodegenOptions& options,
+                                    const ShapeClass* shape_class = nullptr);
 
 // Optimises the portable module, links the math library and produces PTX in `kernel.ptx`.
 Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options);

@@ -24,6 +24,7 @@
 #include "stitch/codegen/codegen.h"
 #include "stitch/ir/graph.h"
 #include "stitch/ir/key.h"
+#include "stitch/ir/shape_class.h"
 #include "stitch/plan/baseline_models.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/plan.h"
@@ -98,13 +99,24 @@ struct CompileResult : PlanChoice {
   CompileTimings timings;
   // Why there is no cubin, when there is none ("PTX-only mode: ..."); empty otherwise.
   std::string cubin_note;
+  // A shape-generic compile (shape_class.h): the outer extents the kernels serve, and the
+  // shape class of `graph`, which is at the bucket's top extent (served.hi). For an exact
+  // graph, served is {0, 0} and shape_class is empty. A graph of a shape class that a
+  // planner's rewrite or a kernel kind cannot follow is compiled at the top extent alone:
+  // served is {hi, hi}, shape_class is empty, and not_generic says why.
+  Bucket served{0, 0};
+  ShapeClass shape_class;
+  std::string not_generic;
+  bool shape_generic() const { return !shape_class.factor.empty(); }
 };
 
 // Returns the key context the compiler uses for `options`. It probes the CUDA toolkit, so a
 // caller keying many graphs under the same options builds it once.
 KeyContext KeyContextFor(const CompileOptions& options);
 
-// Compiles `g`: verifies it, keys it and compiles it. Returns the verifier's error for a
+// Compiles `g`: verifies it, keys it and compiles it. A graph with outer_parameters is
+// compiled for its shape class (ToShapeClass): the key and kernels serve its bucket, or, when
+// it is not shape-generic, its exact shapes. Returns the verifier's error for a
 // malformed graph, UNIMPLEMENTED for ops the codegen does not handle, INTERNAL for LLVM or
 // assembler failures. A missing CUDA toolkit is not an error: kernels then carry PTX only and
 // cubin_note says so.
@@ -120,6 +132,9 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& g, const CompileOptions& options,
 // (ComputeKey(g, KeyContextFor(options))): the stages after keying, for a caller that
 // verified and keyed the graph to look it up first. Errors as CompileGraph's, but for the
 // verifier's.
+// A graph with outer_parameters must be ToShapeClass's: the kernels then serve the bucket of
+// its extent, planned at an odd extent inside it (nothing may rely on the extent's factors
+// of two) and emitted for its top.
 StatusOr<CompileResult> CompileVerifiedGraph(const Graph& g, CacheKey key,
                                              const CompileOptions& options);
 

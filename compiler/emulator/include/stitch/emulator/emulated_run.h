@@ -30,9 +30,12 @@ LaunchOptions CheckedLaunch(const Graph& g, const CompiledKernel& kernel);
 // parameter number, every access bounds-checked (CheckedLaunch). Output and temporary buffers start
 // filled with 0xff bytes (NaN for floats), so an element a kernel forgets to write shows up as a
 // mismatch. Every buffer is 256-byte aligned, as the GPU's are. Each kernel with workspace_bytes >
-// 0 gets a workspace of its own, zero-filled, as its last argument (codegen.h).
+// 0 gets a workspace of its own, zero-filled, as its last argument (codegen.h). Kernels of a
+// shape-generic compile take `outer_extent` after it: `g` is then the compiled graph at that
+// extent (AtExtent), which sizes every buffer; INVALID_ARGUMENT when it is missing.
 StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKernel>& kernels,
-                                    const std::vector<Tensor>& params, Emulator& emulator);
+                                    const std::vector<Tensor>& params, Emulator& emulator,
+                                    int64_t outer_extent = 0);
 
 // Which blocks of each launch a sampled run executes, beside the first, the last and the
 // boundary blocks (schedule.h's BoundaryBlocks).
@@ -70,8 +73,10 @@ std::vector<uint64_t> SampleBlocks(const Graph& g, const KernelSpec& spec,
 // with the interpreter is RunOnEmulator's business. Returns the first out-of-bounds access
 // (INTERNAL, naming the kernel, block, thread, buffer and offset) or any other launch
 // error; RESOURCE_EXHAUSTED when a buffer cannot be mapped.
+// Shape-generic kernels take `outer_extent`, with `g` at that extent, as RunOnEmulator's.
 StatusOr<SampledRun> RunSampledOnEmulator(const Graph& g, const FusionPlan& plan,
                                           const std::vector<CompiledKernel>& kernels,
-                                          const BlockSampling& sampling, Emulator& emulator);
+                                          const BlockSampling& sampling, Emulator& emulator,
+                                          int64_t outer_extent = 0);
 
 }  // namespace stitch

@@ -159,6 +159,9 @@ struct Graph {
   std::string name;
   std::vector<Node> nodes;
   std::vector<int> outputs;  // node indices; a node may appear more than once
+  // Parameter numbers whose dimension 0 varies from run to run: the graph's outer extent
+  // (shape_class.h). Empty: every size is exact. The shapes in `nodes` are one run's.
+  std::vector<int64_t> outer_parameters;
 
   // Appends `n` and returns its index.
   int Add(Node n) {
