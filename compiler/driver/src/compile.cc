@@ -138,19 +138,26 @@ Status PlanShapeClass(const Graph& g, const CompileOptions& options, CompileResu
   return Status::Ok();
 }
 
+// Emits the kernels of the plan in `result`, shape-generic when result has a shape class.
+Status EmitPlanned(const CompileOptions& options, Stopwatch& clock, CompileResult& result) {
+  result.temporaries = TemporaryNodes(result.graph, result.plan);
+  result.timings.plan_ms += clock.LapMs();
+  const ShapeClass* shape_class = result.shape_generic() ? &result.shape_class : nullptr;
+  for (const KernelSpec& spec : result.plan.kernels) {
+    STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel,
+                            EmitKernel(result.graph, spec, options.codegen, shape_class));
+    result.kernels.push_back(std::move(kernel));
+  }
+  result.timings.emit_ms += clock.LapMs();
+  return Status::Ok();
+}
+
 // Plans an exact graph into `result` and emits its kernels.
 Status PlanAndEmit(const Graph& g, const CompileOptions& options, Stopwatch& clock,
                    CompileResult& result) {
   STITCH_ASSIGN_OR_RETURN(static_cast<PlanChoice&>(result),
                           ChoosePlan(g, options, options.codegen.target.device()));
-  result.temporaries = TemporaryNodes(result.graph, result.plan);
-  result.timings.plan_ms += clock.LapMs();
-  for (const KernelSpec& spec : result.plan.kernels) {
-    STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel, EmitKernel(result.graph, spec, options.codegen));
-    result.kernels.push_back(std::move(kernel));
-  }
-  result.timings.emit_ms += clock.LapMs();
-  return Status::Ok();
+  return EmitPlanned(options, clock, result);
 }
 
 // As PlanAndEmit, for a shape-generic graph: its kernels take the run's extent. Sets
@@ -158,15 +165,7 @@ Status PlanAndEmit(const Graph& g, const CompileOptions& options, Stopwatch& clo
 Status PlanAndEmitShapeClass(const Graph& g, const CompileOptions& options, Stopwatch& clock,
                              CompileResult& result) {
   STITCH_RETURN_IF_ERROR(PlanShapeClass(g, options, result));
-  result.temporaries = TemporaryNodes(result.graph, result.plan);
-  result.timings.plan_ms += clock.LapMs();
-  for (const KernelSpec& spec : result.plan.kernels) {
-    STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel,
-                            EmitKernel(result.graph, spec, options.codegen, &result.shape_class));
-    result.kernels.push_back(std::move(kernel));
-  }
-  result.timings.emit_ms += clock.LapMs();
-  return Status::Ok();
+  return EmitPlanned(options, clock, result);
 }
 
 }  // namespace
