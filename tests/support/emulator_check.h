@@ -23,7 +23,7 @@ struct EmulatorCheck {
 
 // Compiles `g` to portable IR, runs it on a fresh emulator (random thread order between
 // barriers when `random_order`), and compares every output with the reference interpreter
-// at the dtype's default tolerance times `tolerance_scale`. Inputs are random from `seed`.
+// at the output tolerance (OutputTolerance) times `tolerance_scale`. Inputs are random from `seed`.
 // The `planner`'s plan runs even where another is modelled faster, unless `never_slower`
 // (the compiler's default) lets the cheapest plan ship instead.
 inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed, bool random_order,
@@ -58,7 +58,7 @@ inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed,
   check.kernels = static_cast<int>(compiled->kernels.size());
   check.emulated_bytes = run->global_bytes();
   for (size_t k = 0; k < expected->size(); ++k) {
-    double tol = DefaultTolerance((*expected)[k].shape.dtype) * tolerance_scale;
+    double tol = OutputTolerance(g, (*expected)[k].shape.dtype) * tolerance_scale;
     Comparison c = Compare((*expected)[k], run->outputs[k], tol);
     check.max_rel_error = std::max(check.max_rel_error, c.max_rel_error);
     if (!c.pass) {

@@ -38,10 +38,11 @@ INSTANTIATE_TEST_SUITE_P(Shards, RandomGraphs, ::testing::Range(0, kShards));
 // Seeds that once failed, kept as fixed cases: a phase of a global kernel recomputing a
 // value a later phase reads from another kernel's buffer; a multi-reduce kernel whose
 // output read a reduce result through a broadcast; a row-stitched kernel whose column
-// output read a column reduce through a broadcast.
+// output read a column reduce through a broadcast; a whole-tensor sum of 69,632 terms near 1,
+// which f32 accumulation moves by 2.2e-5 (within OutputTolerance, not the plain 1e-5).
 TEST(RandomGraphRegressions, SeedsThatOnceFailedPass) {
   for (uint64_t seed : {uint64_t{1795256793375198569u}, uint64_t{1795258097068949877u},
-                        uint64_t{1795259500677604896u}}) {
+                        uint64_t{1795259500677604896u}, uint64_t{1795731500865334563u}}) {
     Graph g = testing::RandomGraphBuilder(seed).Build();
     ASSERT_TRUE(Verify(g).ok()) << "seed " << seed;
     EXPECT_TRUE(testing::CheckOnEmulator(g, seed, /*random_order=*/true)) << "seed " << seed;
