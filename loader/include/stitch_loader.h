@@ -65,6 +65,21 @@ const char* stitch_program_key(const stitch_program* program);
 const char* stitch_program_target(const stitch_program* program);
 
 /*
+ * Returns 1 when the program is shape-generic, storing the outer extents it serves in *lo
+ * and *hi (either may be NULL): each launch then names the run's extent, which is dimension
+ * 0 of the inputs stitch_program_outer_parameter lists. Returns 0 for a program of exact
+ * shapes, -1 for NULL.
+ */
+int stitch_program_outer_extent(const stitch_program* program, int64_t* lo, int64_t* hi);
+
+/*
+ * Returns the parameter number (input index) of the i-th input whose dimension 0 is the
+ * outer extent of a shape-generic program, or -1 when `i` is past the last one or the
+ * program is NULL or of exact shapes.
+ */
+int stitch_program_outer_parameter(const stitch_program* program, int i);
+
+/*
  * Enqueues the program's kernels on `stream` (a CUstream as an integer; 0 for the default
  * stream) in the calling thread's current CUDA context, with `inputs` and `outputs` as device
  * pointers. Returns 0 once enqueued, or -1 with *error set: INVALID_ARGUMENT for wrong
@@ -86,6 +101,18 @@ int stitch_loader_launch_checked(stitch_loader* loader, const stitch_program* pr
                                  size_t num_inputs, const uint64_t* outputs,
                                  const uint64_t* output_bytes, size_t num_outputs, uintptr_t stream,
                                  char** error);
+
+/*
+ * As stitch_loader_launch_checked, at the run's `outer_extent`: a shape-generic program
+ * needs one it serves, and checks each varying buffer at that extent; a program of exact
+ * shapes needs 0. Returns -1 with *error INVALID_ARGUMENT naming the extent and the range
+ * otherwise, before any work is enqueued.
+ */
+int stitch_loader_launch_at_extent(stitch_loader* loader, const stitch_program* program,
+                                   const uint64_t* inputs, const uint64_t* input_bytes,
+                                   size_t num_inputs, const uint64_t* outputs,
+                                   const uint64_t* output_bytes, size_t num_outputs,
+                                   int64_t outer_extent, uintptr_t stream, char** error);
 
 /*
  * Returns which image of a bundle compiled for `target` (e.g. "sm_90") a device of compute

@@ -2,6 +2,7 @@
 // libstitch_client.so, whose stitch_free releases the error strings made here.
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -78,6 +79,22 @@ const char* stitch_program_target(const stitch_program* program) {
   return program == nullptr ? "" : program->impl->target().c_str();
 }
 
+int stitch_program_outer_extent(const stitch_program* program, int64_t* lo, int64_t* hi) {
+  if (program == nullptr) return -1;
+  if (!program->impl->shape_generic()) return 0;
+  if (lo != nullptr) *lo = program->impl->min_outer_extent();
+  if (hi != nullptr) *hi = program->impl->max_outer_extent();
+  return 1;
+}
+
+int stitch_program_outer_parameter(const stitch_program* program, int i) {
+  if (program == nullptr || !program->impl->shape_generic() || i < 0) return -1;
+  const auto& parameters = program->impl->bundle().outer_extent().parameters();
+  if (i >= parameters.size()) return -1;
+  const int64_t p = parameters[i];
+  return p >= 0 && p <= std::numeric_limits<int>::max() ? static_cast<int>(p) : -1;
+}
+
 int stitch_loader_launch(stitch_loader* loader, const stitch_program* program,
                          const uint64_t* inputs, size_t num_inputs, const uint64_t* outputs,
                          size_t num_outputs, uintptr_t stream, char** error) {
@@ -101,16 +118,26 @@ int stitch_loader_launch_checked(stitch_loader* loader, const stitch_program* pr
                                  size_t num_inputs, const uint64_t* outputs,
                                  const uint64_t* output_bytes, size_t num_outputs, uintptr_t stream,
                                  char** error) {
+  return stitch_loader_launch_at_extent(loader, program, inputs, input_bytes, num_inputs, outputs,
+                                        output_bytes, num_outputs, /*outer_extent=*/0, stream,
+                                        error);
+}
+
+int stitch_loader_launch_at_extent(stitch_loader* loader, const stitch_program* program,
+                                   const uint64_t* inputs, const uint64_t* input_bytes,
+                                   size_t num_inputs, const uint64_t* outputs,
+                                   const uint64_t* output_bytes, size_t num_outputs,
+                                   int64_t outer_extent, uintptr_t stream, char** error) {
   if (loader == nullptr || program == nullptr ||
       ((inputs == nullptr || input_bytes == nullptr) && num_inputs != 0) ||
       ((outputs == nullptr || output_bytes == nullptr) && num_outputs != 0)) {
-    SetError(error, stitch::InvalidArgument(
-                        "stitch_loader_launch_checked: NULL loader, program or buffer array"));
+    SetError(error,
+             stitch::InvalidArgument("stitch_loader_launch: NULL loader, program or buffer array"));
     return -1;
   }
   stitch::Status s = loader->impl->LaunchChecked(
       *program->impl, std::span(inputs, num_inputs), std::span(input_bytes, num_inputs),
-      std::span(outputs, num_outputs), std::span(output_bytes, num_outputs), stream);
+      std::span(outputs, num_outputs), std::span(output_bytes, num_outputs), stream, outer_extent);
   if (!s.ok()) {
     SetError(error, s);
     return -1;

@@ -107,8 +107,9 @@ class CudaKernelLoader final : public KernelLoader {
       : library_(library), api_(api), library_name_(std::move(library_name)) {}
   ~CudaKernelLoader() override;
 
-  Status Launch(const Program& program, std::span<const uint64_t> inputs,
-                std::span<const uint64_t> outputs, uintptr_t stream) override;
+  Status Enqueue(const Program& program, std::span<const uint64_t> inputs,
+                 std::span<const uint64_t> outputs, uintptr_t stream,
+                 int64_t outer_extent) override;
 
  private:
   Status Check(CUresult r, const std::string& what) const {
@@ -299,9 +300,9 @@ StatusOr<const StreamBuffers*> CudaKernelLoader::Buffers(const Program& program,
   return &buffers_.emplace(key, std::move(buffers)).first->second;
 }
 
-Status CudaKernelLoader::Launch(const Program& program, std::span<const uint64_t> inputs,
-                                std::span<const uint64_t> outputs, uintptr_t stream_handle) {
-  STITCH_RETURN_IF_ERROR(CheckBufferCounts(program, inputs.size(), outputs.size()));
+Status CudaKernelLoader::Enqueue(const Program& program, std::span<const uint64_t> inputs,
+                                 std::span<const uint64_t> outputs, uintptr_t stream_handle,
+                                 int64_t outer_extent) {
   std::lock_guard<std::mutex> lock(mu_);
   CUcontext context = nullptr;
   STITCH_RETURN_IF_ERROR(Check(api_.CtxGetCurrent(&context), "cuCtxGetCurrent"));
@@ -340,9 +341,11 @@ Status CudaKernelLoader::Launch(const Program& program, std::span<const uint64_t
     }
     const bool cooperative = k.workspace_bytes() != 0;
     if (cooperative) pointers.push_back(buffers->workspaces[static_cast<size_t>(i)].ptr);
-    // Built after `pointers` stops growing, since each entry points into it.
+    // Built after `pointers` stops growing, since each entry points into it. A shape-generic
+    // kernel takes the run's extent last (codegen.h), after any workspace.
     args.clear();
     for (CUdeviceptr& p : pointers) args.push_back(&p);
+    if (k.takes_outer_extent()) args.push_back(&outer_extent);
     const v1::LaunchDims& d = k.launch();
     CUfunction f = loaded->functions[static_cast<size_t>(i)];
     CUresult r = cooperative ? api_.LaunchCooperativeKernel(

@@ -59,6 +59,59 @@ StatusOr<ImageKind> ChooseImage(std::string_view target, bool has_cubin, Compute
                             SmName(device));
 }
 
+namespace {
+
+// The largest extent a bundle may declare: far past any batch or token count, and small
+// enough that bytes per extent times it cannot overflow for any buffer that fits a GPU.
+constexpr int64_t kMaxOuterExtent = int64_t{1} << 32;
+
+// Refuses a buffer whose size at the top extent is more than its declared bytes.
+Status CheckBytesPerExtent(const std::string& who, uint64_t bytes, uint64_t per_extent,
+                           int64_t top) {
+  if (per_extent == 0) return Status::Ok();
+  if (per_extent > bytes / static_cast<uint64_t>(top)) {
+    return InvalidArgument(who + " takes " + std::to_string(per_extent) +
+                           " bytes per extent, over its " + std::to_string(bytes) +
+                           " bytes at the top extent " + std::to_string(top));
+  }
+  return Status::Ok();
+}
+
+// The outer-extent half of ParseProgram's checks (kernel_loader.h).
+Status CheckOuterExtentSpec(const v1::KernelBundle& b) {
+  if (!b.has_outer_extent()) {
+    for (const v1::Kernel& k : b.kernels()) {
+      if (k.takes_outer_extent()) {
+        return InvalidArgument("kernel " + k.name() +
+                               " takes an outer extent, but the bundle names no extents it serves");
+      }
+    }
+    return Status::Ok();
+  }
+  const int64_t lo = b.outer_extent().lo(), hi = b.outer_extent().hi();
+  if (lo < 1 || hi < lo || hi > kMaxOuterExtent) {
+    return InvalidArgument("bundle serves outer extents " + std::to_string(lo) + " to " +
+                           std::to_string(hi) +
+                           " (needs 1 <= lo <= hi <= " + std::to_string(kMaxOuterExtent) + ")");
+  }
+  for (int i = 0; i < b.inputs_size(); ++i) {
+    STITCH_RETURN_IF_ERROR(CheckBytesPerExtent("input " + std::to_string(i), b.inputs(i).bytes(),
+                                               b.inputs(i).bytes_per_extent(), hi));
+  }
+  for (int i = 0; i < b.outputs_size(); ++i) {
+    STITCH_RETURN_IF_ERROR(CheckBytesPerExtent("output " + std::to_string(i), b.outputs(i).bytes(),
+                                               b.outputs(i).bytes_per_extent(), hi));
+  }
+  for (int i = 0; i < b.temporaries_size(); ++i) {
+    STITCH_RETURN_IF_ERROR(CheckBytesPerExtent("temporary " + std::to_string(i),
+                                               b.temporaries(i).bytes(),
+                                               b.temporaries(i).bytes_per_extent(), hi));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
   std::shared_ptr<Program> p(new Program());
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
@@ -117,6 +170,7 @@ StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
       }
     }
   }
+  STITCH_RETURN_IF_ERROR(CheckOuterExtentSpec(b));
   p->num_inputs_ = max_input + 1;
   p->num_outputs_ = max_output + 1;
   p->has_cubin_ = all_cubin;
@@ -145,15 +199,25 @@ StatusOr<std::unique_ptr<KernelLoader>> OpenReportingOnce(
 
 namespace {
 
+// The bytes a buffer of `spec` holds at `outer_extent` (0: the bundle's own shapes).
+uint64_t BytesAt(const v1::BufferSpec& spec, int64_t outer_extent) {
+  if (outer_extent <= 0 || spec.bytes_per_extent() == 0) return spec.bytes();
+  return spec.bytes_per_extent() * static_cast<uint64_t>(outer_extent);
+}
+
 Status CheckSizes(const char* what, const google::protobuf::RepeatedPtrField<v1::BufferSpec>& specs,
-                  std::span<const uint64_t> given) {
+                  std::span<const uint64_t> given, int64_t outer_extent) {
   for (size_t i = 0; i < given.size() && i < static_cast<size_t>(specs.size()); ++i) {
     const v1::BufferSpec& want = specs[static_cast<int>(i)];
-    if (given[i] != 0 && given[i] < want.bytes()) {
+    const uint64_t need = BytesAt(want, outer_extent);
+    if (given[i] != 0 && given[i] < need) {
+      const std::string shape =
+          need == want.bytes() ? want.shape()
+                               : want.shape() + " at outer extent " + std::to_string(outer_extent);
       return InvalidArgument(std::string(what) + " " + std::to_string(i) + " is a " +
                              std::to_string(given[i]) + "-byte buffer, but the bundle's " + what +
-                             " " + std::to_string(i) + " is " + want.shape() + " (" +
-                             std::to_string(want.bytes()) + " bytes)");
+                             " " + std::to_string(i) + " is " + shape + " (" +
+                             std::to_string(need) + " bytes)");
     }
   }
   return Status::Ok();
@@ -172,11 +236,27 @@ Status CheckBufferCounts(const Program& program, size_t inputs, size_t outputs) 
   return Status::Ok();
 }
 
+Status CheckOuterExtent(const Program& program, int64_t outer_extent) {
+  if (!program.shape_generic()) {
+    if (outer_extent == 0) return Status::Ok();
+    return InvalidArgument("bundle " + program.key() + " serves exact shapes, got outer extent " +
+                           std::to_string(outer_extent));
+  }
+  if (outer_extent >= program.min_outer_extent() && outer_extent <= program.max_outer_extent()) {
+    return Status::Ok();
+  }
+  return InvalidArgument("bundle " + program.key() + " serves outer extents " +
+                         std::to_string(program.min_outer_extent()) + " to " +
+                         std::to_string(program.max_outer_extent()) + ", got " +
+                         std::to_string(outer_extent));
+}
+
 Status CheckBufferSizes(const Program& program, std::span<const uint64_t> input_bytes,
-                        std::span<const uint64_t> output_bytes) {
+                        std::span<const uint64_t> output_bytes, int64_t outer_extent) {
   STITCH_RETURN_IF_ERROR(CheckBufferCounts(program, input_bytes.size(), output_bytes.size()));
-  STITCH_RETURN_IF_ERROR(CheckSizes("input", program.bundle().inputs(), input_bytes));
-  return CheckSizes("output", program.bundle().outputs(), output_bytes);
+  STITCH_RETURN_IF_ERROR(CheckOuterExtent(program, outer_extent));
+  STITCH_RETURN_IF_ERROR(CheckSizes("input", program.bundle().inputs(), input_bytes, outer_extent));
+  return CheckSizes("output", program.bundle().outputs(), output_bytes, outer_extent);
 }
 
 }  // namespace stitch::loader

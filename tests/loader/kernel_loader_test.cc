@@ -15,6 +15,7 @@ namespace stitch::loader {
 namespace {
 
 using testing::AddKernel;
+using testing::BucketBundle;
 using testing::TwoKernelBundle;
 
 std::string Bytes(const v1::KernelBundle& b) { return b.SerializeAsString(); }
@@ -574,6 +575,110 @@ TEST_F(LoaderTest, ConcurrentLaunchesLoadOnce) {
   EXPECT_EQ(Fake().Events("load ").size(), 2u);
   EXPECT_EQ(Fake().Events("alloc ").size(), 1u);
   EXPECT_EQ(Fake().Events("launch ").size(), 8u * 20u * 2u);
+}
+
+// The run's extent reaches the kernels that take it, as their last argument.
+TEST_F(LoaderTest, ShapeGenericKernelsGetTheRunsExtentLast) {
+  auto p = Load(BucketBundle());
+  ASSERT_TRUE(p->shape_generic());
+  EXPECT_EQ(p->min_outer_extent(), 33);
+  EXPECT_EQ(p->max_outer_extent(), 64);
+  const std::vector<uint64_t> in = {0x1000, 0x2000}, out = {0x3000};
+  ASSERT_TRUE(loader_->Launch(*p, in, out, 0, /*outer_extent=*/40).ok());
+  ASSERT_TRUE(loader_->Launch(*p, in, out, 0, /*outer_extent=*/64).ok());
+  auto launches = Fake().Events("launch ");
+  ASSERT_EQ(launches.size(), 4u);
+  std::vector<uint64_t> norm = Numbers(Fields(launches[0])["args"]);
+  ASSERT_EQ(norm.size(), 4u) << launches[0];
+  EXPECT_EQ(norm[0], 0x1000u);
+  EXPECT_EQ(norm[3], 40u);  // after the workspace
+  EXPECT_EQ(Numbers(Fields(launches[1])["args"]).size(), 3u) << launches[1];
+  EXPECT_EQ(Numbers(Fields(launches[2])["args"]).back(), 64u);
+}
+
+// A shape-generic program launched without an extent, or at one its buffers were not sized
+// for, would run its loops past them: refused before anything is enqueued.
+TEST_F(LoaderTest, ExtentsABundleDoesNotServeAreRefusedBeforeLaunch) {
+  auto p = Load(BucketBundle());
+  const std::vector<uint64_t> in = {1, 2}, out = {3};
+  for (int64_t extent : {int64_t{0}, int64_t{32}, int64_t{65}, int64_t{-1}}) {
+    Status s = loader_->Launch(*p, in, out, 0, extent);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << extent;
+    EXPECT_NE(s.message().find("serves outer extents 33 to 64, got " + std::to_string(extent)),
+              std::string::npos)
+        << s.ToString();
+  }
+  auto exact = Load(SizedBundle());
+  Status s = loader_->Launch(*exact, in, out, 0, /*outer_extent=*/8);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("serves exact shapes, got outer extent 8"), std::string::npos)
+      << s.ToString();
+  EXPECT_TRUE(Fake().Events("launch ").empty());
+  EXPECT_TRUE(Fake().Events("load ").empty());
+}
+
+// Varying buffers are held to their size at the run's extent, fixed ones to theirs.
+TEST_F(LoaderTest, BufferSizesAreCheckedAtTheRunsExtent) {
+  auto p = Load(BucketBundle());
+  const std::vector<uint64_t> in = {1, 2}, out = {3};
+  const std::vector<uint64_t> fixed_ok = {40 * 256, 256};
+  EXPECT_TRUE(
+      loader_->LaunchChecked(*p, in, fixed_ok, out, std::vector<uint64_t>{40 * 256}, 0, 40).ok());
+  Status s =
+      loader_->LaunchChecked(*p, in, fixed_ok, out, std::vector<uint64_t>{40 * 256 - 1}, 0, 40);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "output 0 is a 10239-byte buffer, but the bundle's output 0 is f32[64,64] at outer "
+            "extent 40 (10240 bytes)");
+  s = loader_->LaunchChecked(*p, in, std::vector<uint64_t>{40 * 256, 255}, out,
+                             std::vector<uint64_t>{40 * 256}, 0, 40);
+  EXPECT_NE(s.message().find("input 1 is a 255-byte buffer, but the bundle's input 1 is f32[64] "
+                             "(256 bytes)"),
+            std::string::npos)
+      << s.ToString();
+  // A buffer sized for extent 40 is too small for the top of the bucket.
+  EXPECT_EQ(
+      loader_->LaunchChecked(*p, in, fixed_ok, out, std::vector<uint64_t>{40 * 256}, 0, 64).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(Fake().Events("launch ").size(), 2u);
+}
+
+TEST(ParseProgram, RefusesMalformedOuterExtents) {
+  struct Case {
+    const char* what;
+    std::function<void(v1::KernelBundle&)> edit;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"no range", [](v1::KernelBundle& b) { b.clear_outer_extent(); },
+       "kernel norm takes an outer extent, but the bundle names no extents it serves"},
+      {"lo 0", [](v1::KernelBundle& b) { b.mutable_outer_extent()->set_lo(0); },
+       "bundle serves outer extents 0 to 64"},
+      {"hi < lo", [](v1::KernelBundle& b) { b.mutable_outer_extent()->set_hi(32); },
+       "bundle serves outer extents 33 to 32"},
+      {"huge hi", [](v1::KernelBundle& b) { b.mutable_outer_extent()->set_hi(int64_t{1} << 40); },
+       "bundle serves outer extents 33 to 1099511627776"},
+      {"input over its bytes", [](v1::KernelBundle& b) { b.mutable_inputs(0)->set_bytes(100); },
+       "input 0 takes 256 bytes per extent, over its 100 bytes at the top extent 64"},
+      {"output over its bytes",
+       [](v1::KernelBundle& b) { b.mutable_outputs(0)->set_bytes_per_extent(257); },
+       "output 0 takes 257 bytes per extent"},
+      {"temporary over its bytes",
+       [](v1::KernelBundle& b) { b.mutable_temporaries(0)->set_bytes_per_extent(1u << 30); },
+       "temporary 0 takes 1073741824 bytes per extent"},
+  };
+  for (const Case& c : cases) {
+    v1::KernelBundle b = BucketBundle();
+    c.edit(b);
+    auto p = ParseProgram(Bytes(b));
+    ASSERT_FALSE(p.ok()) << c.what;
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << c.what;
+    EXPECT_NE(p.status().message().find(c.message), std::string::npos)
+        << c.what << ": " << p.status().ToString();
+  }
+  auto p = ParseProgram(Bytes(BucketBundle()));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_FALSE((*ParseProgram(Bytes(TwoKernelBundle())))->shape_generic());
 }
 
 TEST_F(LoaderTest, InitFailureIsUnavailable) {

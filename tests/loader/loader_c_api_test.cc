@@ -57,13 +57,18 @@ TEST(LoaderCApi, NullHandlesAreReportedNotFollowed) {
 
 #ifdef STITCH_FAKE_LOADER_DRIVER
 
-TEST(LoaderCApi, LoadsAndLaunchesThroughTheDriver) {
-  auto& fake = testing::FakeDriver::Get();
+// Returns a loader on the stand-in driver, reset, as an sm_90 device with context 3 current.
+stitch_loader* OpenOnFakeDriver(const testing::FakeDriver& fake, char** error) {
   fake.SetCc(9, 0);
   fake.SetContext(3);
   fake.Reset();
+  return stitch_loader_open(testing::FakeDriver::Path(), error);
+}
+
+TEST(LoaderCApi, LoadsAndLaunchesThroughTheDriver) {
+  auto& fake = testing::FakeDriver::Get();
   char* error = nullptr;
-  stitch_loader* loader = stitch_loader_open(testing::FakeDriver::Path(), &error);
+  stitch_loader* loader = OpenOnFakeDriver(fake, &error);
   ASSERT_NE(loader, nullptr) << Take(error);
 
   const std::string garbage = "\xff\xff\xff not a bundle";
@@ -101,6 +106,58 @@ TEST(LoaderCApi, LoadsAndLaunchesThroughTheDriver) {
   EXPECT_EQ(fake.LiveModules(), modules - 2);
   EXPECT_EQ(stitch_program_num_inputs(program), 2);
   stitch_program_free(program);
+}
+
+// A shape-generic program says which extents it serves and which inputs carry the extent,
+// and launches at the run's extent, refusing others with the range in the message.
+TEST(LoaderCApi, ShapeGenericProgramsLaunchAtTheRunsExtent) {
+  auto& fake = testing::FakeDriver::Get();
+  char* error = nullptr;
+  stitch_loader* loader = OpenOnFakeDriver(fake, &error);
+  ASSERT_NE(loader, nullptr) << Take(error);
+  const std::string bytes = testing::BucketBundle().SerializeAsString();
+  stitch_program* program = stitch_loader_load(loader, bytes.data(), bytes.size(), &error);
+  ASSERT_NE(program, nullptr) << Take(error);
+  int64_t lo = 0, hi = 0;
+  EXPECT_EQ(stitch_program_outer_extent(program, &lo, &hi), 1);
+  EXPECT_EQ(lo, 33);
+  EXPECT_EQ(hi, 64);
+  EXPECT_EQ(stitch_program_outer_parameter(program, 0), 0);
+  EXPECT_EQ(stitch_program_outer_parameter(program, 1), -1);
+  EXPECT_EQ(stitch_program_outer_extent(nullptr, &lo, &hi), -1);
+
+  const uint64_t inputs[] = {0x1100, 0x2200}, outputs[] = {0x3300};
+  const uint64_t input_bytes[] = {50 * 256, 256}, output_bytes[] = {50 * 256};
+  EXPECT_EQ(stitch_loader_launch_checked(loader, program, inputs, input_bytes, 2, outputs,
+                                         output_bytes, 1, 0, &error),
+            -1);
+  EXPECT_EQ(Take(error), "INVALID_ARGUMENT: bundle bucket serves outer extents 33 to 64, got 0");
+  EXPECT_EQ(stitch_loader_launch_at_extent(loader, program, inputs, input_bytes, 2, outputs,
+                                           output_bytes, 1, /*outer_extent=*/51, 0, &error),
+            -1);
+  EXPECT_NE(Take(error).find("input 0 is a 12800-byte buffer"), std::string::npos);
+  ASSERT_EQ(stitch_loader_launch_at_extent(loader, program, inputs, input_bytes, 2, outputs,
+                                           output_bytes, 1, /*outer_extent=*/50, 0, &error),
+            0)
+      << Take(error);
+  auto launches = fake.Events("launch ");
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(testing::Numbers(testing::Fields(launches[0])["args"]).back(), 50u);
+
+  // A program of exact shapes reports none and takes extent 0 only.
+  const std::string exact = testing::TwoKernelBundle("exact").SerializeAsString();
+  stitch_program* fixed = stitch_loader_load(loader, exact.data(), exact.size(), &error);
+  ASSERT_NE(fixed, nullptr) << Take(error);
+  EXPECT_EQ(stitch_program_outer_extent(fixed, &lo, &hi), 0);
+  EXPECT_EQ(stitch_program_outer_parameter(fixed, 0), -1);
+  const uint64_t unknown[] = {0, 0};
+  EXPECT_EQ(stitch_loader_launch_at_extent(loader, fixed, inputs, unknown, 2, outputs, unknown, 1,
+                                           /*outer_extent=*/7, 0, &error),
+            -1);
+  EXPECT_EQ(Take(error), "INVALID_ARGUMENT: bundle exact serves exact shapes, got outer extent 7");
+  stitch_program_free(fixed);
+  stitch_program_free(program);
+  stitch_loader_close(loader);
 }
 
 #endif  // STITCH_FAKE_LOADER_DRIVER

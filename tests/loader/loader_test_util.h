@@ -74,6 +74,39 @@ inline v1::KernelBundle TwoKernelBundle(const std::string& key = "k2") {
   return b;
 }
 
+// A shape-generic bundle serving outer extents 33 to 64: `norm` takes the extent after its
+// workspace, `tail` does not take it. Input 0 and output 0 vary (256 bytes per extent), input
+// 1 is fixed, and the temporary is sized at the top.
+inline v1::KernelBundle BucketBundle() {
+  v1::KernelBundle b;
+  b.set_key("bucket");
+  b.set_target("sm_90");
+  b.mutable_outer_extent()->set_lo(33);
+  b.mutable_outer_extent()->set_hi(64);
+  b.mutable_outer_extent()->add_parameters(0);
+  v1::TempBuffer* t = b.add_temporaries();
+  t->set_bytes(64 * 4);
+  t->set_bytes_per_extent(4);
+  t->set_alignment(16);
+  v1::Kernel* norm =
+      AddKernel(b, "norm", {{v1::KernelParam::INPUT, 0}, {v1::KernelParam::TEMPORARY, 0}},
+                /*workspace=*/512);
+  norm->set_ptx(Image("norm", 4));  // input, temporary, workspace, extent
+  norm->set_takes_outer_extent(true);
+  AddKernel(
+      b, "tail",
+      {{v1::KernelParam::INPUT, 1}, {v1::KernelParam::TEMPORARY, 0}, {v1::KernelParam::OUTPUT, 0}});
+  const auto spec = [](v1::BufferSpec* s, uint64_t bytes, uint64_t per_extent, const char* shape) {
+    s->set_bytes(bytes);
+    s->set_bytes_per_extent(per_extent);
+    s->set_shape(shape);
+  };
+  spec(b.add_inputs(), 64 * 256, 256, "f32[64,64]");
+  spec(b.add_inputs(), 256, 0, "f32[64]");
+  spec(b.add_outputs(), 64 * 256, 256, "f32[64,64]");
+  return b;
+}
+
 #ifdef STITCH_FAKE_LOADER_DRIVER
 // The stand-in driver's control and inspection functions.
 class FakeDriver {

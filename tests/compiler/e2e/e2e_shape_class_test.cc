@@ -7,10 +7,12 @@
 #include <random>
 #include <set>
 
+#include "stitch/driver/bundle.h"
 #include "stitch/driver/compile.h"
 #include "stitch/emulator/emulated_run.h"
 #include "stitch/ir/shape_class.h"
 #include "stitch/ir/verifier.h"
+#include "stitch/loader/kernel_loader.h"
 #include "stitch/reference/interpreter.h"
 #include "stitch/reference/tensor_compare.h"
 #include "support/random_graph.h"
@@ -56,7 +58,7 @@ CompileOptions EmulatorCompileOptions() {
            << Describe(compiled.graph, compiled.plan);
   }
   for (size_t k = 0; k < expected->size(); ++k) {
-    const double tol = DefaultTolerance((*expected)[k].shape.dtype);
+    const double tol = OutputTolerance(at, (*expected)[k].shape.dtype);
     Comparison cmp = Compare((*expected)[k], run->outputs[k], tol);
     if (!cmp.pass) {
       return ::testing::AssertionFailure()
@@ -172,6 +174,46 @@ TEST(ShapeGenericKernels, TwentyRandomBatchesAndSequencesCompileOncePerBucket) {
   }
   EXPECT_EQ(compiles, static_cast<int>(buckets.size()));
   std::printf("20 steps: %d compiles for %zu buckets\n", compiles, buckets.size());
+}
+
+// What the daemon ships for a bucket is what the kernel loader runs: the bundle parses as
+// shape-generic over the bucket, buffers sized for an extent in it pass the loader's check
+// at that extent, and a varying output one row short is refused.
+TEST(ShapeGenericKernels, BucketBundlesPassTheLoadersChecksAtEveryExtent) {
+  const uint64_t seed = LoggedSeed("bucket bundles through the loader");
+  std::mt19937_64 rng(seed);
+  CompileOptions options = EmulatorCompileOptions();
+  options.emit_ptx = true;  // the loader refuses kernels without an image
+  for (const Graph& g : {TokenBlock(45, 96, DType::kF16), FoldedSoftmax(6, 5, 32),
+                         BatchChannelSums(11, 9, 24, DType::kF32)}) {
+    StatusOr<CompileResult> compiled = CompileGraph(g, options);
+    ASSERT_TRUE(compiled.ok()) << g.name << ": " << compiled.status().ToString();
+    ASSERT_TRUE(compiled->shape_generic()) << g.name << ": " << compiled->not_generic;
+    const v1::KernelBundle bundle = ToBundle(*compiled, options);
+    StatusOr<std::shared_ptr<const loader::Program>> program =
+        loader::ParseProgram(bundle.SerializeAsString());
+    ASSERT_TRUE(program.ok()) << g.name << ": " << program.status().ToString();
+    ASSERT_TRUE((*program)->shape_generic());
+    EXPECT_EQ((*program)->min_outer_extent(), compiled->served.lo);
+    EXPECT_EQ((*program)->max_outer_extent(), compiled->served.hi);
+    for (int64_t e : ExtentsToCheck(compiled->served, rng, 2)) {
+      const Graph at = AtExtent(compiled->graph, compiled->shape_class, e);
+      std::vector<uint64_t> in, out;
+      for (int p : at.Parameters()) in.push_back(static_cast<uint64_t>(at.nodes[p].shape.bytes()));
+      for (int o : at.outputs) out.push_back(static_cast<uint64_t>(at.nodes[o].shape.bytes()));
+      Status fits = loader::CheckBufferSizes(**program, in, out, e);
+      EXPECT_TRUE(fits.ok()) << g.name << " at extent " << e << ": " << fits.ToString();
+      for (size_t k = 0; k < out.size(); ++k) {
+        const uint64_t row = bundle.outputs(static_cast<int>(k)).bytes_per_extent();
+        if (row == 0) continue;
+        std::vector<uint64_t> short_out = out;
+        short_out[k] -= row;
+        EXPECT_EQ(loader::CheckBufferSizes(**program, in, short_out, e).code(),
+                  StatusCode::kInvalidArgument)
+            << g.name << " output " << k << " at extent " << e;
+      }
+    }
+  }
 }
 
 // Random graphs whose parameters share dimension 0: where the graph is shape-generic, its

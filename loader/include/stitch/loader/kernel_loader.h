@@ -82,6 +82,12 @@ class Program {
   // Returns the identity the loader caches modules under: the key, or a per-program serial
   // when the bundle has no key, so two keyless programs never share modules.
   const std::string& cache_key() const { return cache_key_; }
+  // Returns true when the bundle is shape-generic (KernelBundle.outer_extent): it serves
+  // every outer extent from min_outer_extent() to max_outer_extent(), and each launch names
+  // the run's. An exact bundle serves the shapes it was compiled for, and both bounds are 0.
+  bool shape_generic() const { return bundle_.has_outer_extent(); }
+  int64_t min_outer_extent() const { return bundle_.outer_extent().lo(); }
+  int64_t max_outer_extent() const { return bundle_.outer_extent().hi(); }
 
  private:
   friend StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes);
@@ -97,22 +103,33 @@ class Program {
 // Returns the program in `bytes`, a serialized KernelBundle, or INVALID_ARGUMENT when the
 // bytes do not parse, the target is malformed, or a kernel (named in the message) has
 // neither PTX nor cubin, an empty name, a zero launch dimension, more than 1024 threads per
-// block, or a parameter with an unspecified role or a negative index.
+// block, or a parameter with an unspecified role or a negative index. A shape-generic
+// bundle is also refused when its extent range is empty or not positive, or a buffer's
+// bytes per extent times the top extent exceed its bytes; and any bundle whose kernel takes
+// an outer extent without the bundle saying which extents it serves.
 StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes);
 
 // Returns INVALID_ARGUMENT ("bundle K takes 2 inputs and 1 outputs, got 1 and 1") unless a
 // launch passes `inputs` and `outputs` buffers, the counts `program` takes.
 Status CheckBufferCounts(const Program& program, size_t inputs, size_t outputs);
 
+// Returns INVALID_ARGUMENT unless `outer_extent` is one `program` serves: within its range
+// for a shape-generic program ("bundle K serves outer extents 33 to 64, got 65"), 0 for an
+// exact one. A kernel that bounds its loops by an extent its buffers were not sized for
+// would read and write past them, so no launch goes without this check.
+Status CheckOuterExtent(const Program& program, int64_t outer_extent);
+
 // Checks the byte sizes of the buffers a job is about to bind against those the bundle
 // declares (KernelBundle.inputs and .outputs): `input_bytes[i]` is the size of the buffer
 // passed as input i, `output_bytes[i]` that of output i, and 0 means unknown (not checked).
+// A shape-generic program's buffers that vary are held to their size at `outer_extent`.
 // Returns INVALID_ARGUMENT naming the first buffer smaller than the bundle's, e.g. "output 0
 // is a 1024-byte buffer, but the bundle's output 0 is f16[64,56,56,256] (102760448 bytes)",
-// since the kernels would write past its end; or when the counts differ from the program's.
-// A bundle without declared sizes passes every buffer.
+// since the kernels would write past its end; or when the counts differ from the program's,
+// or the extent is not one it serves (CheckOuterExtent). A bundle without declared sizes
+// passes every buffer.
 Status CheckBufferSizes(const Program& program, std::span<const uint64_t> input_bytes,
-                        std::span<const uint64_t> output_bytes);
+                        std::span<const uint64_t> output_bytes, int64_t outer_extent = 0);
 
 // How KernelLoader::Open finds the driver.
 struct LoaderOptions {
@@ -138,22 +155,39 @@ class KernelLoader {
 
   // Enqueues the program's kernels, in bundle order, on `stream` (a CUstream as an integer;
   // 0 for the default stream) in the calling thread's current context. `inputs` and
-  // `outputs` are device pointers, num_inputs() and num_outputs() of them. Returns OK once
-  // enqueued; the caller synchronizes. Returns INVALID_ARGUMENT for wrong pointer counts,
-  // FAILED_PRECONDITION without a current context or when the device cannot run the bundle's
-  // image, INTERNAL when a driver call fails.
-  virtual Status Launch(const Program& program, std::span<const uint64_t> inputs,
-                        std::span<const uint64_t> outputs, uintptr_t stream) = 0;
+  // `outputs` are device pointers, num_inputs() and num_outputs() of them. A shape-generic
+  // program runs at `outer_extent`, which each kernel that takes it gets as its last
+  // argument; an exact program takes 0. Returns OK once enqueued; the caller synchronizes.
+  // Returns INVALID_ARGUMENT for wrong pointer counts or an extent the program does not
+  // serve (CheckOuterExtent), FAILED_PRECONDITION without a current context or when the
+  // device cannot run the bundle's image, INTERNAL when a driver call fails.
+  Status Launch(const Program& program, std::span<const uint64_t> inputs,
+                std::span<const uint64_t> outputs, uintptr_t stream, int64_t outer_extent = 0) {
+    Status counts = CheckBufferCounts(program, inputs.size(), outputs.size());
+    if (!counts.ok()) return counts;
+    Status extent = CheckOuterExtent(program, outer_extent);
+    if (!extent.ok()) return extent;
+    return Enqueue(program, inputs, outputs, stream, outer_extent);
+  }
 
-  // As Launch, after CheckBufferSizes(program, input_bytes, output_bytes): a buffer too
-  // small for what the kernels write is refused before any work is enqueued.
+  // As Launch, after CheckBufferSizes(program, input_bytes, output_bytes, outer_extent): a
+  // buffer too small for what the kernels write at that extent is refused before any work is
+  // enqueued.
   Status LaunchChecked(const Program& program, std::span<const uint64_t> inputs,
                        std::span<const uint64_t> input_bytes, std::span<const uint64_t> outputs,
-                       std::span<const uint64_t> output_bytes, uintptr_t stream) {
-    Status sizes = CheckBufferSizes(program, input_bytes, output_bytes);
+                       std::span<const uint64_t> output_bytes, uintptr_t stream,
+                       int64_t outer_extent = 0) {
+    Status sizes = CheckBufferSizes(program, input_bytes, output_bytes, outer_extent);
     if (!sizes.ok()) return sizes;
-    return Launch(program, inputs, outputs, stream);
+    // Through Launch: the pointer spans are counted apart from the size spans.
+    return Launch(program, inputs, outputs, stream, outer_extent);
   }
+
+ protected:
+  // Launch's driver half, called with counts and extent already checked.
+  virtual Status Enqueue(const Program& program, std::span<const uint64_t> inputs,
+                         std::span<const uint64_t> outputs, uintptr_t stream,
+                         int64_t outer_extent) = 0;
 };
 
 // Opens a loader like KernelLoader::Open, but remembers the first failure per driver
