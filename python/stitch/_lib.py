@@ -128,6 +128,13 @@ _SIGNATURES.update({
     "stitch_loader_launch_checked": (
         ctypes.c_int, [LoaderPtr, ProgramPtr, _c_uint64_p, _c_uint64_p, ctypes.c_size_t,
                        _c_uint64_p, _c_uint64_p, ctypes.c_size_t, ctypes.c_size_t, _c_void_pp]),
+    "stitch_program_outer_extent": (
+        ctypes.c_int, [ProgramPtr, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
+    "stitch_program_outer_parameter": (ctypes.c_int, [ProgramPtr, ctypes.c_int]),
+    "stitch_loader_launch_at_extent": (
+        ctypes.c_int, [LoaderPtr, ProgramPtr, _c_uint64_p, _c_uint64_p, ctypes.c_size_t,
+                       _c_uint64_p, _c_uint64_p, ctypes.c_size_t, ctypes.c_int64,
+                       ctypes.c_size_t, _c_void_pp]),
     "stitch_loader_check_target": (
         ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, _c_void_pp]),
 })

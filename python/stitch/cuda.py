@@ -25,6 +25,7 @@ threads at once; close each after its last use.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import logging
 import threading
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
@@ -144,6 +145,14 @@ class Program:
         self.num_outputs: int = lib.stitch_program_num_outputs(handle)
         self.key: str = lib.stitch_program_key(handle).decode()
         self.target: str = lib.stitch_program_target(handle).decode()
+        lo, hi = ctypes.c_int64(), ctypes.c_int64()
+        generic = lib.stitch_program_outer_extent(handle, ctypes.byref(lo), ctypes.byref(hi)) == 1
+        #: For a shape-generic bundle, the outer extents it serves, ``(lo, hi)``; else None.
+        self.outer_extent: Optional[Tuple[int, int]] = (lo.value, hi.value) if generic else None
+        #: The inputs (parameter numbers) whose dimension 0 is the outer extent.
+        self.outer_parameters: Tuple[int, ...] = tuple(
+            itertools.takewhile(lambda p: p >= 0, (lib.stitch_program_outer_parameter(handle, i)
+                                                   for i in itertools.count())))
 
     def close(self) -> None:
         """Releases the program; later launches of it raise LoaderError."""
@@ -214,6 +223,20 @@ def _stream(stream: Any) -> int:
                     % type(stream).__name__)
 
 
+def _outer_extent(program: Program, inputs: Sequence[Buffer]) -> int:
+    """The run's outer extent for a launch that names none: 0 for an exact program, else
+    dimension 0 of the first outer parameter's input; LoaderError when that is unknown."""
+    if program.outer_extent is None:
+        return 0
+    first = program.outer_parameters[0] if program.outer_parameters else -1
+    shape = getattr(inputs[first], "shape", None) if 0 <= first < len(inputs) else None
+    if not shape:
+        raise LoaderError("the program is shape-generic (outer extents %d to %d): pass "
+                          "outer_extent, or input %d as a tensor with a shape"
+                          % (program.outer_extent + (first,)), "INVALID_ARGUMENT")
+    return int(shape[0])
+
+
 class Loader:
     """The kernel loader on the CUDA driver ``driver_library`` (default ``libcuda.so.1``).
 
@@ -246,7 +269,7 @@ class Loader:
         return Program(handle)
 
     def launch(self, program: Program, inputs: Sequence[Buffer], outputs: Sequence[Buffer],
-               stream: Any = 0) -> None:
+               stream: Any = 0, outer_extent: Optional[int] = None) -> None:
         """Enqueues the program's kernels on ``stream`` in the current CUDA context, with
         ``inputs`` and ``outputs`` as device buffers (ints or tensors), in the order of the
         graph the bundle was compiled from: its parameters by number, its outputs in order.
@@ -255,15 +278,22 @@ class Loader:
         ``INVALID_ARGUMENT`` for wrong counts or a tensor smaller than the bundle's buffer
         (the message names both), ``FAILED_PRECONDITION`` without a current context,
         :class:`ArchMismatchError` for an older device, ``INTERNAL`` when the driver
-        fails."""
+        fails.
+
+        A shape-generic program (``program.outer_extent`` is not None) runs at the run's
+        ``outer_extent``: by default dimension 0 of its first outer parameter, read from that
+        input's ``shape``; pass it where that input is a bare pointer. An extent outside the
+        bundle's range raises ``INVALID_ARGUMENT`` before anything is enqueued."""
         if program._handle is None:
             raise LoaderError("the program is closed", "INVALID_ARGUMENT")
+        if outer_extent is None:
+            outer_extent = _outer_extent(program, inputs)
         ins, outs = _pointers(inputs), _pointers(outputs)
         in_bytes, out_bytes = _sizes(inputs), _sizes(outputs)
         err = ctypes.c_void_p()
-        r = _lib.lib().stitch_loader_launch_checked(
+        r = _lib.lib().stitch_loader_launch_at_extent(
             self._live(), program._handle, ins, in_bytes, len(ins), outs, out_bytes, len(outs),
-            _stream(stream), ctypes.byref(err))
+            outer_extent, _stream(stream), ctypes.byref(err))
         if r != 0:
             raise _error(err)
 

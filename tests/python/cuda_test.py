@@ -59,8 +59,8 @@ def image(name, params, cubin=False):
     return (b"\x7fELF " + text.encode()) if cubin else text.encode()
 
 
-def kernel(name, params, workspace=0, block=128, cubin=False):
-    count = len(params) + (1 if workspace else 0)
+def kernel(name, params, workspace=0, block=128, cubin=False, extra_params=0):
+    count = len(params) + (1 if workspace else 0) + extra_params
     dims = b"".join(field_varint(n, v) for n, v in
                     ((1, 4), (2, 1), (3, 1), (4, block), (5, 1), (6, 1)))
     out = field_bytes(1, name) + field_bytes(2, image(name, count))
@@ -85,6 +85,21 @@ def bundle(key, kernels, temporaries=(), target="sm_90"):
 
 def buffer_spec(size, shape):
     return field_varint(1, size) + field_bytes(2, shape)
+
+
+def bucket_bundle(key="py-bucket"):
+    """A shape-generic bundle serving outer extents 33 to 64: `norm` reads input 0 (256 bytes
+    per extent, the outer parameter) and takes the extent last; `tail` reads input 1 (fixed)
+    and writes output 0 (256 bytes per extent)."""
+    norm = kernel("norm", [(INPUT, 0)], extra_params=1) + field_varint(10, 1)
+    tail = kernel("tail", [(INPUT, 1), (OUTPUT, 0)])
+    out = bundle(key, [norm, tail])
+    out += field_bytes(11, field_varint(1, 64 * 256) + field_bytes(2, "f32[64,64]")
+                       + field_varint(3, 256))
+    out += field_bytes(11, buffer_spec(256, "f32[64]"))
+    out += field_bytes(12, field_varint(1, 64 * 256) + field_bytes(2, "f32[64,64]")
+                       + field_varint(3, 256))
+    return out + field_bytes(13, field_varint(1, 33) + field_varint(2, 64) + field_varint(3, 0))
 
 
 def sized_bundle(key="py-sized"):
@@ -132,6 +147,14 @@ class Tensor:
 
     def data_ptr(self):
         return self.ptr
+
+
+class ShapedTensor(Tensor):
+    """A tensor whose shape gives a shape-generic launch its extent."""
+
+    def __init__(self, ptr, shape, nbytes):
+        super().__init__(ptr, nbytes)
+        self.shape = shape
 
 
 class Stream:
@@ -249,6 +272,35 @@ class FakeDriverTest(unittest.TestCase):
                            [Tensor(0x3300, 1024)])
         self.loader.launch(program, [0x1100, 0x2200], [0x3300])
         self.assertEqual(len(events("launch ")), 4)
+
+    def test_shape_generic_programs_launch_at_the_inputs_extent(self):
+        program = self.loader.load(bucket_bundle())
+        self.assertEqual(program.outer_extent, (33, 64))
+        self.assertEqual(program.outer_parameters, (0,))
+        self.assertIsNone(self.loader.load(two_kernel_bundle()).outer_extent)
+        rows = ShapedTensor(0x1100, (40, 64), 40 * 256)
+        self.loader.launch(program, [rows, Tensor(0x2200, 256)], [Tensor(0x3300, 40 * 256)])
+        self.loader.launch(program, [0x1100, 0x2200], [0x3300], outer_extent=64)
+        norms = [fields(line) for line in events("launch ") if "fn=norm" in line]
+        self.assertEqual([int(n["args"].split(",")[-1]) for n in norms], [40, 64])
+        # An extent the bundle does not serve, a buffer too small for it, or a bare pointer
+        # with no extent: refused, nothing enqueued.
+        before = len(events("launch "))
+        cases = [
+            (dict(inputs=[ShapedTensor(0x1100, (65, 64), 65 * 256), 0x2200], outputs=[0x3300]),
+             "serves outer extents 33 to 64, got 65"),
+            (dict(inputs=[rows, 0x2200], outputs=[Tensor(0x3300, 39 * 256)]),
+             "output 0 is a 9984-byte buffer, but the bundle's output 0 is f32[64,64] at "
+             "outer extent 40 (10240 bytes)"),
+            (dict(inputs=[0x1100, 0x2200], outputs=[0x3300]),
+             "pass outer_extent, or input 0 as a tensor with a shape"),
+        ]
+        for kwargs, message in cases:
+            with self.assertRaises(cuda.LoaderError) as caught:
+                self.loader.launch(program, **kwargs)
+            self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
+            self.assertIn(message, str(caught.exception))
+        self.assertEqual(len(events("launch ")), before)
 
     def test_load_a_result(self):
         class Result:
