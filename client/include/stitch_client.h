@@ -258,6 +258,15 @@ stitch_extraction* stitch_client_extract_hlo(stitch_client* client, const char* 
                                              size_t len);
 
 /*
+ * Like stitch_client_extract_hlo for a job whose batch size (or batch x sequence folded into
+ * rows) varies: each graph names as outer parameters those whose dimension 0 is
+ * `outer_extent`, so the daemon compiles one bundle per bucket of it (0: fixed shapes, as
+ * stitch_client_extract_hlo; negative: an extraction failing with INVALID_ARGUMENT).
+ */
+stitch_extraction* stitch_client_extract_hlo_at_extent(stitch_client* client, const char* hlo_text,
+                                                       size_t len, int64_t outer_extent);
+
+/*
  * Returns "" when the extraction succeeded (possibly with zero graphs), else why it failed as
  * "<gRPC code name>: <message>": "INVALID_ARGUMENT: ..." naming the line for text that is not
  * HLO or for NULL or empty arguments, "RESOURCE_EXHAUSTED: ..." for a subgraph past the

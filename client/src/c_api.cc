@@ -461,6 +461,11 @@ stitch_result* stitch_client_get_entry(stitch_client* client, const char* key) {
 
 stitch_extraction* stitch_client_extract_hlo(stitch_client* client, const char* hlo_text,
                                              size_t len) {
+  return stitch_client_extract_hlo_at_extent(client, hlo_text, len, /*outer_extent=*/0);
+}
+
+stitch_extraction* stitch_client_extract_hlo_at_extent(stitch_client* client, const char* hlo_text,
+                                                       size_t len, int64_t outer_extent) {
   auto* out = new (std::nothrow) stitch_extraction;
   if (out == nullptr) return nullptr;
   try {
@@ -472,7 +477,7 @@ stitch_extraction* stitch_client_extract_hlo(stitch_client* client, const char* 
       out->error = "INVALID_ARGUMENT: empty input";
     } else {
       stitch::StatusOr<std::vector<stitch::v1::Graph>> graphs =
-          client->client->Extract(std::string_view(hlo_text, len));
+          client->client->Extract(std::string_view(hlo_text, len), outer_extent);
       if (!graphs.ok()) {
         out->error = graphs.status().ToString();
         return out;

@@ -616,9 +616,10 @@ StatusOr<v1::ListRuntimesResponse> Client::ListRuntimes(uint32_t limit) {
   return impl_->Admin("ListRuntimes", &Stub::ListRuntimes, request);
 }
 
-StatusOr<std::vector<v1::Graph>> Client::Extract(std::string_view hlo_text) {
+StatusOr<std::vector<v1::Graph>> Client::Extract(std::string_view hlo_text, int64_t outer_extent) {
   v1::ExtractRequest request;
   request.set_hlo_text(std::string(hlo_text));
+  request.set_outer_extent(outer_extent);
   // Extracting a whole training step is seconds of parsing on the daemon, like a compile.
   StatusOr<v1::ExtractResponse> response =
       impl_->Admin("Extract", &Stub::Extract, request, impl_->options.compile_deadline);

@@ -9,6 +9,7 @@
 #include "savings.h"
 #include "stitch/hlo/hlo_import.h"
 #include "stitch/ir/graph_proto.h"
+#include "stitch/ir/shape_class.h"
 #include "stitch/rpc/grpc_status.h"
 
 namespace stitch::daemon {
@@ -299,6 +300,22 @@ Status ExtractionError(const Status& s) {
   return InvalidArgument(s.message());
 }
 
+// The subgraphs an Extract request asks for, each naming the parameters that carry the
+// request's outer extent when it gives one.
+StatusOr<std::vector<Graph>> ExtractRequested(const v1::ExtractRequest& request,
+                                              const HloImportOptions& options) {
+  if (request.outer_extent() < 0) {
+    return InvalidArgument("outer_extent is " + std::to_string(request.outer_extent()) +
+                           " (0 for fixed shapes, or the job's batch size)");
+  }
+  StatusOr<std::vector<Graph>> graphs =
+      ExtractMemoryIntensiveSubgraphs(request.hlo_text(), options);
+  if (!graphs.ok() || request.outer_extent() == 0) return graphs;
+  for (Graph& g : *graphs)
+    g.outer_parameters = ParametersWithOuterExtent(g, request.outer_extent());
+  return graphs;
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* KernelServiceImpl::Extract(grpc::CallbackServerContext* context,
@@ -309,9 +326,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Extract(grpc::CallbackServerContext
   // `request` and `response` stay valid until Finish, so the task reads and fills them in
   // place.
   const bool queued = pool_.TrySubmit([this, reactor, request, response] {
-    HloImportOptions options = resolver_.HloOptions();
-    StatusOr<std::vector<Graph>> graphs =
-        ExtractMemoryIntensiveSubgraphs(request->hlo_text(), options);
+    StatusOr<std::vector<Graph>> graphs = ExtractRequested(*request, resolver_.HloOptions());
     Status status = graphs.ok() ? Status::Ok() : ExtractionError(graphs.status());
     if (status.ok()) {
       response->mutable_graphs()->Reserve(static_cast<int>(graphs->size()));

@@ -88,6 +88,8 @@ _SIGNATURES = {
     "stitch_free": (None, [ctypes.c_void_p]),
     "stitch_outcome_name": (ctypes.c_char_p, [ctypes.c_int]),
     "stitch_client_extract_hlo": (ExtractionPtr, [ClientPtr, ctypes.c_char_p, ctypes.c_size_t]),
+    "stitch_client_extract_hlo_at_extent": (
+        ExtractionPtr, [ClientPtr, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int64]),
     "stitch_extraction_error": (ctypes.c_char_p, [ExtractionPtr]),
     "stitch_extraction_count": (ctypes.c_size_t, [ExtractionPtr]),
     "stitch_extraction_name": (ctypes.c_char_p, [ExtractionPtr, ctypes.c_size_t]),

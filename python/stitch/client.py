@@ -396,7 +396,7 @@ class Client:
             self._release()
         return _read_result(result)
 
-    def extract(self, hlo_text: str) -> List[Signature]:
+    def extract(self, hlo_text: str, outer_extent: int = 0) -> List[Signature]:
         """Returns the memory-intensive subgraphs of ``hlo_text`` (one or more HLO modules, as
         ``jax.jit(f).lower(...).as_text(dialect="hlo")`` prints them), split by the daemon,
         in extraction order; an empty list when the text has no memory-intensive work.
@@ -406,13 +406,24 @@ class Client:
         that is not HLO or is empty, ``"RESOURCE_EXHAUSTED"`` for a subgraph past the
         daemon's limits, ``"UNAVAILABLE"`` or ``"DEADLINE_EXCEEDED"`` when the daemon does
         not answer. Raises TypeError when ``hlo_text`` is not a str.
+
+        A job whose batch size (or batch x sequence, folded into rows) varies passes it as
+        ``outer_extent``: each signature then names as outer parameters those whose
+        dimension 0 is that extent, and the daemon compiles one bundle per power-of-two
+        bucket of it instead of one per shape (a signature that cannot follow the extent
+        still compiles for its exact shapes). Raises ValueError for a negative extent.
         """
         if not isinstance(hlo_text, str):
             raise TypeError("hlo_text is a str, not %s" % type(hlo_text).__name__)
+        if isinstance(outer_extent, bool) or not isinstance(outer_extent, int):
+            raise TypeError("outer_extent is an int, not %s" % type(outer_extent).__name__)
+        if outer_extent < 0 or outer_extent >= 1 << 63:
+            raise ValueError("outer_extent must be in [0, 2**63), got %d" % outer_extent)
         payload = hlo_text.encode("utf-8")
         handle = self._acquire()
         try:
-            extraction = _lib.lib().stitch_client_extract_hlo(handle, payload, len(payload))
+            extraction = _lib.lib().stitch_client_extract_hlo_at_extent(
+                handle, payload, len(payload), outer_extent)
         finally:
             self._release()
         return _read_extraction(extraction)

@@ -92,7 +92,8 @@ def hlo_text(fn: Callable[..., Any], *args: Any, static_argnums: Union[int, Sequ
 
 def signatures(fn: Callable[..., Any], *args: Any, client: Optional[Client] = None,
                address: str = DEFAULT_ADDRESS,
-               static_argnums: Union[int, Sequence[int]] = (), **kwargs: Any) -> List[Signature]:
+               static_argnums: Union[int, Sequence[int]] = (), outer_extent: int = 0,
+               **kwargs: Any) -> List[Signature]:
     """Returns the stitchd signatures of ``jax.jit(fn)`` on these arguments: the
     memory-intensive subgraphs of its HLO (see :func:`hlo_text`), split by the daemon, in
     extraction order. A function with no memory-intensive work has none.
@@ -101,12 +102,17 @@ def signatures(fn: Callable[..., Any], *args: Any, client: Optional[Client] = No
     deadline :data:`EXTRACT_DEADLINE_MS`) and closed. Keyword arguments other than these are
     ``fn``'s. Raises DaemonError when the daemon cannot be reached or refuses the module
     (there is nothing to fall back to), and JAX's exceptions when ``fn`` does not trace.
+
+    ``outer_extent`` names a bucket: for a job whose batch size varies, the batch size of
+    these arguments. Each signature then names the parameters whose dimension 0 it is, and
+    every batch size in the same power-of-two bucket shares one compiled bundle
+    (:meth:`Client.extract`).
     """
     text = hlo_text(fn, *args, static_argnums=static_argnums, **kwargs)
     if client is not None:
-        return client.extract(text)
+        return client.extract(text, outer_extent)
     with Client(address, compile_deadline_ms=EXTRACT_DEADLINE_MS) as own:
-        return own.extract(text)
+        return own.extract(text, outer_extent)
 
 
 @dataclass(frozen=True)
@@ -141,7 +147,8 @@ class WarmReport:
 
 def warm(fn: Callable[..., Any], *args: Any, client: Optional[Client] = None,
          address: str = DEFAULT_ADDRESS, static_argnums: Union[int, Sequence[int]] = (),
-         target: Optional[str] = None, max_in_flight: int = 4, **kwargs: Any) -> WarmReport:
+         target: Optional[str] = None, max_in_flight: int = 4, outer_extent: int = 0,
+         **kwargs: Any) -> WarmReport:
     """Compiles every signature of ``jax.jit(fn)`` on these arguments into the daemon's cache
     and returns what happened to each: the cluster pre-warm path, run once per model and
     shape before the jobs start, so that their lookups hit.
@@ -153,22 +160,23 @@ def warm(fn: Callable[..., Any], *args: Any, client: Optional[Client] = None,
     ``address`` with a compile deadline of :data:`WARM_COMPILE_DEADLINE_MS` and
     ``max_in_flight`` workers is created and closed. A compile the daemon refuses or that
     outlives the deadline is a fallback in the report, not an exception; extraction failures
-    raise DaemonError.
+    raise DaemonError. ``outer_extent`` warms the bucket of that batch size, as in
+    :func:`signatures`.
     """
     if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight <= 0:
         raise ValueError("max_in_flight is a positive int, got %r" % (max_in_flight,))
     start = time.monotonic()
     text = hlo_text(fn, *args, static_argnums=static_argnums, **kwargs)
     if client is not None:
-        return _warm_with(client, text, target, max_in_flight, start)
+        return _warm_with(client, text, target, max_in_flight, start, outer_extent)
     with Client(address, compile_deadline_ms=WARM_COMPILE_DEADLINE_MS,
                 async_workers=max_in_flight) as own:
-        return _warm_with(own, text, target, max_in_flight, start)
+        return _warm_with(own, text, target, max_in_flight, start, outer_extent)
 
 
 def _warm_with(client: Client, text: str, target: Optional[str], max_in_flight: int,
-               start: float) -> WarmReport:
-    sigs = client.extract(text)
+               start: float, outer_extent: int) -> WarmReport:
+    sigs = client.extract(text, outer_extent)
     results: List[Optional[Result]] = [None] * len(sigs)
     # A window of at most max_in_flight futures: the client's executor would queue every
     # signature at once, holding a training step's worth of graphs in its queue.

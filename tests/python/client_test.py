@@ -231,6 +231,32 @@ class ClientTest(unittest.TestCase):
             with self.assertRaises(TypeError):
                 other.extract(b"HloModule m")
 
+    def test_an_outer_extent_makes_every_batch_of_a_bucket_share_one_bundle(self):
+        def row_softmax(rows):
+            return ("HloModule rows_%d\n\nadd {\n  a = f32[] parameter(0)\n"
+                    "  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\n"
+                    "ENTRY main {\n  x = f32[%d,32]{1,0} parameter(0)\n"
+                    "  e = f32[%d,32]{1,0} exponential(x)\n  zero = f32[] constant(0)\n"
+                    "  s = f32[%d]{0} reduce(e, zero), dimensions={1}, to_apply=add\n"
+                    "  b = f32[%d,32]{1,0} broadcast(s), dimensions={0}\n"
+                    "  ROOT d = f32[%d,32]{1,0} divide(e, b)\n}\n") % ((rows,) * 6)
+        with stitch.Client(DAEMON["socket"]) as client:
+            keys = set()
+            for rows in (9, 13, 16):
+                sigs = client.extract(row_softmax(rows), outer_extent=rows)
+                self.assertEqual(len(sigs), 1, sigs)
+                r = client.compile(sigs[0])
+                self.assertTrue(r.ok, r.reason)
+                keys.add(r.key)
+            self.assertEqual(len(keys), 1, "9, 13 and 16 rows share the bucket (8, 16]")
+            exact = {client.compile(client.extract(row_softmax(rows))[0]).key for rows in (9, 13)}
+            self.assertEqual(len(exact), 2, "without an extent, each shape is its own key")
+            self.assertFalse(exact & keys)
+            with self.assertRaises(ValueError):
+                client.extract(row_softmax(9), outer_extent=-1)
+            with self.assertRaises(TypeError):
+                client.extract(row_softmax(9), outer_extent=9.0)
+
     def test_malformed_input_falls_back(self):
         with stitch.Client(DAEMON["socket"]) as client:
             r = client.compile("HloModule broken\nENTRY e { ROOT x = f32[4] nonsense( }\n")

@@ -182,6 +182,26 @@ class SmallFunctionsTest(unittest.TestCase):
             stitch.jax.hlo_text(scaled_softmax, x, 2, static_argnums=(5,), scale=scale)
 
 
+    def test_an_outer_extent_warms_one_bundle_per_bucket_of_batch_sizes(self):
+        import jax
+        import jax.numpy as jnp
+
+        def softmax_residual(x, y):
+            return jax.nn.softmax(x, axis=-1) + y
+
+        keys = []
+        with client() as c:
+            for batch in (5, 7, 8, 9):
+                x = jax.ShapeDtypeStruct((batch, 96), jnp.float32)
+                report = stitch.jax.warm(softmax_residual, x, x, client=c, outer_extent=batch)
+                self.assertTrue(report.ok, report.fallbacks)
+                self.assertEqual(len(report.keys), 1, report)
+                keys.append(report.keys[0])
+        # 5, 7 and 8 share the bucket (4, 8]; 9 is in (8, 16].
+        self.assertEqual(len(set(keys[:3])), 1, keys)
+        self.assertNotEqual(keys[3], keys[0])
+
+
 class ErrorsTest(unittest.TestCase):
     def test_malformed_text_raises_daemon_error_naming_the_line(self):
         with client() as c:

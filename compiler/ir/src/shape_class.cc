@@ -243,6 +243,16 @@ Graph AtExtent(const Graph& g, const ShapeClass& shape_class, int64_t extent) {
   return out;
 }
 
+std::vector<int64_t> ParametersWithOuterExtent(const Graph& g, int64_t extent) {
+  std::vector<int64_t> out;
+  const std::vector<int> params = g.Parameters();
+  for (size_t p = 0; p < params.size(); ++p) {
+    const Shape& s = g.nodes[static_cast<size_t>(params[p])].shape;
+    if (s.rank() > 0 && s.dims[0] == extent) out.push_back(static_cast<int64_t>(p));
+  }
+  return out;
+}
+
 Graph ToShapeClass(const Graph& g, Bucket* served, Status* not_generic) {
   if (g.outer_parameters.empty()) {
     *served = {0, 0};

@@ -71,6 +71,19 @@ TEST(ClassifyShapes, FactorsFollowTheExtentThroughTheBlock) {
   }
 }
 
+// A subgraph cut from a program whose batch is known names the parameters that carry it,
+// and no parameter whose dimension 0 only happens to be another size.
+TEST(ParametersWithOuterExtent, NamesTheParametersWhoseDimensionZeroIsTheExtent) {
+  Graph g = TokenBlock(37, 64);
+  g.outer_parameters.clear();
+  EXPECT_EQ(ParametersWithOuterExtent(g, 37), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(ParametersWithOuterExtent(g, 64), (std::vector<int64_t>{1, 2}))
+      << "gamma and beta are [64]: named, and ClassifyShapes then decides";
+  EXPECT_TRUE(ParametersWithOuterExtent(g, 5).empty());
+  g.outer_parameters = ParametersWithOuterExtent(g, 37);
+  EXPECT_TRUE(ClassifyShapes(g).ok());
+}
+
 TEST(ClassifyShapes, ReshapesThatKeepTheExtentOutermostScaleIt) {
   const Graph g = FoldedSoftmax(5, 12, 16);
   StatusOr<ShapeClass> c = ClassifyShapes(g);

@@ -146,8 +146,10 @@ class Client {
   // Compile or Lookup as CompileRequest::graph. Waits at most options.compile_deadline. Not
   // fail-open (there is nothing to fall back to): returns INVALID_ARGUMENT naming the line
   // for text that is not HLO, RESOURCE_EXHAUSTED for a subgraph past the daemon's limits or
-  // a full queue, and the transport's error when the daemon cannot be reached.
-  StatusOr<std::vector<v1::Graph>> Extract(std::string_view hlo_text);
+  // a full queue, and the transport's error when the daemon cannot be reached. A job whose
+  // batch varies passes it as `outer_extent`: each graph then names the parameters whose
+  // dimension 0 it is (Graph.outer_parameters), and compiles once per bucket of it.
+  StatusOr<std::vector<v1::Graph>> Extract(std::string_view hlo_text, int64_t outer_extent = 0);
 
  private:
   struct Impl;

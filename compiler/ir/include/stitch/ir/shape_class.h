@@ -62,6 +62,11 @@ StatusOr<ShapeClass> ClassifyShapes(const Graph& g);
 // are. `shape_class` must be ClassifyShapes(g)'s.
 Graph AtExtent(const Graph& g, const ShapeClass& shape_class, int64_t extent);
 
+// Returns the parameter numbers of `g` whose dimension 0 is `extent`, in order: the outer
+// parameters of a subgraph cut from a program whose batch (or batch x sequence, folded into
+// rows) is `extent`. Whether the graph then follows the extent is ClassifyShapes' call.
+std::vector<int64_t> ParametersWithOuterExtent(const Graph& g, int64_t extent);
+
 // Returns the graph a cache key and a compile of `g` use: `g` at its bucket's top extent
 // when it is shape-generic; `g` without outer_parameters (exact shapes) otherwise. Sets
 // `*served` to the extents the compiled bundle serves (lo == hi == the graph's own extent
