@@ -19,6 +19,12 @@ Status AsInvalidArgument(const Status& s) {
 StatusOr<Graph> GraphOfRequest(const v1::CompileRequest& request, const HloImportOptions& options) {
   switch (request.subgraph_case()) {
     case v1::CompileRequest::kGraph: {
+      // One source of truth for what varies: a second list could contradict the graph's.
+      if (!request.outer_parameters().empty()) {
+        return InvalidArgument(
+            "outer_parameters is for hlo_text requests: a graph request names them in "
+            "Graph.outer_parameters");
+      }
       StatusOr<Graph> g = FromProto(request.graph());
       if (!g.ok()) return AsInvalidArgument(g.status());
       Status verified = Verify(*g, options.limits);
@@ -28,6 +34,13 @@ StatusOr<Graph> GraphOfRequest(const v1::CompileRequest& request, const HloImpor
     case v1::CompileRequest::kHloText: {
       StatusOr<Graph> g = ImportHloModule(request.hlo_text(), options);
       if (!g.ok()) return AsInvalidArgument(g.status());
+      if (request.outer_parameters().empty()) return g;
+      // The importer verified the graph without them; the verifier checks each names a
+      // parameter with a dimension 0, once.
+      g->outer_parameters.assign(request.outer_parameters().begin(),
+                                 request.outer_parameters().end());
+      Status verified = Verify(*g, options.limits);
+      if (!verified.ok()) return AsInvalidArgument(verified);
       return g;
     }
     case v1::CompileRequest::SUBGRAPH_NOT_SET:

@@ -12,9 +12,10 @@
 
 namespace stitch::daemon {
 
-// Returns the request's graph (imported from hlo_text, or converted from graph and
-// verified against options.limits). Every failure is INVALID_ARGUMENT, whatever code the
-// importer or verifier chose: the payload is the caller's input, and no retry fixes it.
+// Returns the request's graph (imported from hlo_text, with the request's outer_parameters,
+// or converted from graph), verified against options.limits. Every failure is
+// INVALID_ARGUMENT, whatever code the importer or verifier chose: the payload is the caller's
+// input, and no retry fixes it. A graph request that also sets outer_parameters is refused.
 StatusOr<Graph> GraphOfRequest(const v1::CompileRequest& request, const HloImportOptions& options);
 
 }  // namespace stitch::daemon
