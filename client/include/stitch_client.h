@@ -111,6 +111,26 @@ stitch_result* stitch_client_lookup_hlo(stitch_client* client, const char* hlo_t
 stitch_result* stitch_client_lookup_graph(stitch_client* client, const void* graph_pb, size_t len,
                                           const char* target);
 
+/*
+ * Like stitch_client_compile_hlo and stitch_client_lookup_hlo for a module whose outer
+ * dimension varies from run to run (a batch, or batch x sequence folded into rows):
+ * `outer_parameters` holds `count` parameter numbers of the entry computation whose
+ * dimension 0 is that extent (CompileRequest.outer_parameters). The daemon then answers the
+ * bundle of the extent's power-of-two bucket, which every extent of the bucket shares
+ * (stitch_result_outer_extent says which extents it serves), or an exact bundle when the
+ * module cannot follow the extent. `count` 0 is stitch_client_compile_hlo /
+ * stitch_client_lookup_hlo. NULL `outer_parameters` with `count` > 0 and negative numbers
+ * give a fallback result whose reason starts with "INVALID_ARGUMENT", without contacting the
+ * daemon; numbers past the module's parameters, repeated, or of a parameter without a
+ * dimension 0 are the daemon's INVALID_ARGUMENT fallback, naming the number.
+ */
+stitch_result* stitch_client_compile_hlo_generic(stitch_client* client, const char* hlo_text,
+                                                 size_t len, const char* target,
+                                                 const int64_t* outer_parameters, size_t count);
+stitch_result* stitch_client_lookup_hlo_generic(stitch_client* client, const char* hlo_text,
+                                                size_t len, const char* target,
+                                                const int64_t* outer_parameters, size_t count);
+
 /* Returns the result's outcome; STITCH_FALLBACK for NULL. */
 stitch_outcome stitch_result_outcome(const stitch_result* result);
 
@@ -137,6 +157,14 @@ const void* stitch_result_bundle(const stitch_result* result, size_t* len);
  * cache hit, for a NULL result, and when memory runs out.
  */
 const char* stitch_result_runtimes_json(const stitch_result* result);
+
+/*
+ * Returns 1 when the result's bundle is shape-generic, storing the least and greatest outer
+ * extent it serves in `*lo` and `*hi` (each when not NULL): its kernels run at any extent
+ * lo <= e <= hi. Returns 0, storing nothing, for a bundle of exact shapes, a fallback and a
+ * NULL result.
+ */
+int stitch_result_outer_extent(const stitch_result* result, int64_t* lo, int64_t* hi);
 
 /* Returns the number of kernels in the bundle; 0 for a fallback or a NULL result. */
 size_t stitch_result_kernel_count(const stitch_result* result);

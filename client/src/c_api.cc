@@ -69,15 +69,36 @@ stitch_result* FallbackResult(const char* reason, const char* detail = nullptr) 
 
 enum class Kind { kHlo, kGraph };
 
+// The outer parameters of an HLO request, as the caller passed them.
+struct OuterParameters {
+  const int64_t* numbers = nullptr;
+  size_t count = 0;
+};
+
+// Returns the refusal for outer parameters the daemon could never accept, or nullptr.
+const char* OuterParametersError(OuterParameters outer) {
+  if (outer.numbers == nullptr && outer.count > 0) {
+    return "INVALID_ARGUMENT: null outer_parameters with a nonzero count";
+  }
+  for (size_t i = 0; i < outer.count; ++i) {
+    if (outer.numbers[i] < 0) return "INVALID_ARGUMENT: a negative outer parameter number";
+  }
+  return nullptr;
+}
+
 stitch_result* Run(stitch_client* client, Kind kind, const void* data, size_t len,
-                   const char* target, bool lookup) noexcept {
+                   const char* target, bool lookup, OuterParameters outer = {}) noexcept {
   if (client == nullptr) return FallbackResult("INVALID_ARGUMENT: null stitch_client");
   if (data == nullptr && len > 0) return FallbackResult("INVALID_ARGUMENT: null input");
   if (len == 0) return FallbackResult("INVALID_ARGUMENT: empty input");
+  if (const char* error = OuterParametersError(outer)) return FallbackResult(error);
   try {
     stitch::v1::CompileRequest request;
     if (kind == Kind::kHlo) {
       request.set_hlo_text(static_cast<const char*>(data), len);
+      // Part of the request, so the in-process cache (keyed by its bytes) tells apart
+      // requests that differ only here.
+      request.mutable_outer_parameters()->Add(outer.numbers, outer.numbers + outer.count);
     } else if (len > static_cast<size_t>(INT_MAX) ||
                !request.mutable_graph()->ParseFromArray(data, static_cast<int>(len))) {
       return FallbackResult("INVALID_ARGUMENT: the bytes are not a serialized stitch.v1.Graph");
@@ -277,6 +298,20 @@ stitch_result* stitch_client_lookup_graph(stitch_client* client, const void* gra
   return Run(client, Kind::kGraph, graph_pb, len, target, true);
 }
 
+stitch_result* stitch_client_compile_hlo_generic(stitch_client* client, const char* hlo_text,
+                                                 size_t len, const char* target,
+                                                 const int64_t* outer_parameters, size_t count) {
+  return Run(client, Kind::kHlo, hlo_text, len, target, false,
+             OuterParameters{outer_parameters, count});
+}
+
+stitch_result* stitch_client_lookup_hlo_generic(stitch_client* client, const char* hlo_text,
+                                                size_t len, const char* target,
+                                                const int64_t* outer_parameters, size_t count) {
+  return Run(client, Kind::kHlo, hlo_text, len, target, true,
+             OuterParameters{outer_parameters, count});
+}
+
 stitch_outcome stitch_result_outcome(const stitch_result* result) {
   if (result == nullptr) return STITCH_FALLBACK;
   switch (result->result.outcome) {
@@ -329,6 +364,17 @@ const char* stitch_result_runtimes_json(const stitch_result* result) {
     return "";
   }
   return result->runtimes_json.c_str();
+}
+
+int stitch_result_outer_extent(const stitch_result* result, int64_t* lo, int64_t* hi) {
+  if (result == nullptr || result->result.bundle == nullptr ||
+      !result->result.bundle->has_outer_extent()) {
+    return 0;
+  }
+  const stitch::v1::OuterExtent& served = result->result.bundle->outer_extent();
+  if (lo != nullptr) *lo = served.lo();
+  if (hi != nullptr) *hi = served.hi();
+  return 1;
 }
 
 size_t stitch_result_kernel_count(const stitch_result* result) {

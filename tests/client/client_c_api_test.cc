@@ -345,6 +345,106 @@ TEST(ClientCApi, AdminCallsToADeadSocketGiveTheReason) {
   std::filesystem::remove_all(dir);
 }
 
+// A daemon that answers a bucket's bundle for requests naming outer parameters and an exact
+// one otherwise, each under its own key, so a test sees which request reached it.
+grpc::Status AnswerByOuterParameters(const v1::CompileRequest& req, v1::CompileResponse* resp) {
+  const bool generic = req.outer_parameters_size() > 0;
+  const std::string key(64, generic ? 'b' : 'e');
+  resp->set_source(v1::CompileResponse::COMPILED);
+  resp->set_key(key);
+  *resp->mutable_bundle() = MakeBundle(key, 1);
+  if (generic) {
+    v1::OuterExtent* served = resp->mutable_bundle()->mutable_outer_extent();
+    served->set_lo(33);
+    served->set_hi(64);
+    served->mutable_parameters()->CopyFrom(req.outer_parameters());
+  }
+  return grpc::Status::OK;
+}
+
+TEST(ClientCApi, GenericHloNamesOuterParametersAndReadsTheServedExtents) {
+  ScriptedService service;
+  service.compile = AnswerByOuterParameters;
+  service.lookup = [](const v1::CompileRequest&, v1::CompileResponse*) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "miss");
+  };
+  ScriptedServer server(&service);
+  stitch_client* client = stitch_client_create(server.address().c_str(), 2000, 5000);
+  ASSERT_NE(client, nullptr);
+
+  const int64_t outer[] = {0, 2};
+  stitch_result* r =
+      stitch_client_compile_hlo_generic(client, kHlo, std::strlen(kHlo), "sm_90", outer, 2);
+  ASSERT_EQ(stitch_result_outcome(r), STITCH_COMPILED) << stitch_result_reason(r);
+  int64_t lo = -1, hi = -1;
+  EXPECT_EQ(stitch_result_outer_extent(r, &lo, &hi), 1);
+  EXPECT_EQ(lo, 33);
+  EXPECT_EQ(hi, 64);
+  EXPECT_EQ(stitch_result_outer_extent(r, nullptr, nullptr), 1);
+  std::vector<v1::CompileRequest> seen = service.CompileRequests();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].hlo_text(), kHlo);
+  EXPECT_EQ(seen[0].target(), "sm_90");
+  ASSERT_EQ(seen[0].outer_parameters_size(), 2);
+  EXPECT_EQ(seen[0].outer_parameters(0), 0);
+  EXPECT_EQ(seen[0].outer_parameters(1), 2);
+  stitch_result_free(r);
+
+  // The same text without outer parameters is another request: the in-process cache must not
+  // answer it with the bucket's bundle.
+  r = stitch_client_compile_hlo(client, kHlo, std::strlen(kHlo), "sm_90");
+  ASSERT_EQ(stitch_result_outcome(r), STITCH_COMPILED) << stitch_result_reason(r);
+  EXPECT_STREQ(stitch_result_key(r), std::string(64, 'e').c_str());
+  lo = hi = -1;
+  EXPECT_EQ(stitch_result_outer_extent(r, &lo, &hi), 0) << "an exact bundle";
+  EXPECT_EQ(lo, -1);
+  EXPECT_EQ(hi, -1);
+  stitch_result_free(r);
+  // Other outer parameters are another request too; the same ones are this process's bundle.
+  r = stitch_client_compile_hlo_generic(client, kHlo, std::strlen(kHlo), "sm_90", outer, 1);
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_COMPILED) << stitch_result_reason(r);
+  stitch_result_free(r);
+  r = stitch_client_compile_hlo_generic(client, kHlo, std::strlen(kHlo), "sm_90", outer, 2);
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_HIT_LOCAL) << stitch_result_reason(r);
+  EXPECT_STREQ(stitch_result_key(r), std::string(64, 'b').c_str());
+  EXPECT_EQ(stitch_result_outer_extent(r, &lo, &hi), 1);
+  stitch_result_free(r);
+  EXPECT_EQ(service.compile_calls.load(), 3);
+  // No outer parameters (NULL, 0) is the plain call, answered from the cache.
+  r = stitch_client_compile_hlo_generic(client, kHlo, std::strlen(kHlo), "sm_90", nullptr, 0);
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_HIT_LOCAL) << stitch_result_reason(r);
+  EXPECT_STREQ(stitch_result_key(r), std::string(64, 'e').c_str());
+  stitch_result_free(r);
+
+  r = stitch_client_lookup_hlo_generic(client, kHlo, std::strlen(kHlo), nullptr, outer + 1, 1);
+  EXPECT_EQ(stitch_result_outcome(r), STITCH_FALLBACK);
+  EXPECT_STREQ(stitch_result_reason(r), "NOT_FOUND: miss");
+  EXPECT_EQ(stitch_result_outer_extent(r, &lo, &hi), 0) << "a fallback";
+  stitch_result_free(r);
+  EXPECT_EQ(service.lookup_calls.load(), 1);
+
+  // Outer parameters the daemon could never take are refused here, and nothing is sent.
+  const int64_t negative[] = {1, -1};
+  for (stitch_result* f :
+       {stitch_client_compile_hlo_generic(client, kHlo, std::strlen(kHlo), nullptr, nullptr, 1),
+        stitch_client_lookup_hlo_generic(client, kHlo, std::strlen(kHlo), nullptr, nullptr, 3),
+        stitch_client_compile_hlo_generic(client, kHlo, std::strlen(kHlo), nullptr, negative, 2),
+        stitch_client_lookup_hlo_generic(client, kHlo, std::strlen(kHlo), nullptr, negative, 2),
+        stitch_client_compile_hlo_generic(nullptr, kHlo, std::strlen(kHlo), nullptr, outer, 1),
+        stitch_client_compile_hlo_generic(client, nullptr, 4, nullptr, outer, 1)}) {
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(stitch_result_outcome(f), STITCH_FALLBACK);
+    EXPECT_EQ(std::string(stitch_result_reason(f)).rfind("INVALID_ARGUMENT", 0), 0u)
+        << stitch_result_reason(f);
+    EXPECT_EQ(stitch_result_outer_extent(f, &lo, &hi), 0);
+    stitch_result_free(f);
+  }
+  EXPECT_EQ(service.compile_calls.load(), 3);
+  EXPECT_EQ(service.lookup_calls.load(), 1);
+  EXPECT_EQ(stitch_result_outer_extent(nullptr, &lo, &hi), 0);
+  stitch_client_destroy(client);
+}
+
 TEST(ClientCApi, NullArgumentsNeverCrash) {
   stitch_client* client = stitch_client_create(nullptr, -1, -1);  // all defaults
   ASSERT_NE(client, nullptr);
