@@ -65,12 +65,20 @@ _SIGNATURES = {
         ResultPtr, [ClientPtr, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p]),
     "stitch_client_lookup_graph": (
         ResultPtr, [ClientPtr, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p]),
+    "stitch_client_compile_hlo_generic": (
+        ResultPtr, [ClientPtr, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                    ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t]),
+    "stitch_client_lookup_hlo_generic": (
+        ResultPtr, [ClientPtr, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                    ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t]),
     "stitch_client_get_entry": (ResultPtr, [ClientPtr, ctypes.c_char_p]),
     "stitch_result_outcome": (ctypes.c_int, [ResultPtr]),
     "stitch_result_key": (ctypes.c_char_p, [ResultPtr]),
     "stitch_result_reason": (ctypes.c_char_p, [ResultPtr]),
     "stitch_result_bundle": (ctypes.c_void_p, [ResultPtr, _c_size_p]),
     "stitch_result_runtimes_json": (ctypes.c_char_p, [ResultPtr]),
+    "stitch_result_outer_extent": (
+        ctypes.c_int, [ResultPtr, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
     "stitch_result_kernel_count": (ctypes.c_size_t, [ResultPtr]),
     "stitch_result_kernel_name": (ctypes.c_char_p, [ResultPtr, ctypes.c_size_t]),
     "stitch_result_kernel_ptx": (ctypes.c_char_p, [ResultPtr, ctypes.c_size_t]),

@@ -12,11 +12,12 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import json
+import operator
 import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, NamedTuple, Optional, Union
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 from . import _lib
 
@@ -77,6 +78,9 @@ class Result:
         runtimes: what jobs measured for the key, as the daemon held it when it answered
             (``stitch.v1.KernelRuntimes`` as a dict, the form :meth:`Client.list_runtimes`
             gives); None when it held none, for a fallback, and for a ``"hit_local"``.
+        outer_extent: ``(lo, hi)``, the outer extents a shape-generic bundle serves (its
+            kernels run at any extent ``lo <= e <= hi``, see ``outer_parameters`` of
+            :meth:`Client.compile`); None for a bundle of exact shapes and for a fallback.
     """
 
     outcome: str
@@ -85,12 +89,14 @@ class Result:
     kernels: List[Kernel] = field(default_factory=list)
     bundle: bytes = b""
     runtimes: Optional[Dict[str, Any]] = None
+    outer_extent: Optional[Tuple[int, int]] = None
 
     def __repr__(self) -> str:
         if not self.ok:
             return "Result(outcome='fallback', reason=%r)" % self.reason
-        return "Result(outcome=%r, key=%r, kernels=%d, bundle=%d bytes)" % (
-            self.outcome, self.key, len(self.kernels), len(self.bundle))
+        served = "" if self.outer_extent is None else ", outer_extent=%r" % (self.outer_extent,)
+        return "Result(outcome=%r, key=%r, kernels=%d, bundle=%d bytes%s)" % (
+            self.outcome, self.key, len(self.kernels), len(self.bundle), served)
 
     @property
     def ok(self) -> bool:
@@ -179,7 +185,10 @@ def _read_result(handle: Any) -> Result:
             kernels.append(Kernel(name, ptx, ctypes.string_at(cubin, size.value) if cubin else b""))
         runtimes_json = lib.stitch_result_runtimes_json(handle) or b""
         runtimes = json.loads(runtimes_json) if runtimes_json else None
-        return Result(outcome, key, reason, kernels, bundle, runtimes)
+        lo, hi = ctypes.c_int64(0), ctypes.c_int64(0)
+        generic = lib.stitch_result_outer_extent(handle, ctypes.byref(lo), ctypes.byref(hi))
+        outer_extent = (lo.value, hi.value) if generic == 1 else None
+        return Result(outcome, key, reason, kernels, bundle, runtimes, outer_extent)
     finally:
         lib.stitch_result_free(handle)
 
@@ -195,6 +204,35 @@ def _encode_subgraph(subgraph: Subgraph) -> "tuple[bool, bytes]":
         return False, serialize()
     raise TypeError("a subgraph is HLO text (str), a serialized stitch.v1.Graph (bytes) or a "
                     "protobuf message, not %s" % type(subgraph).__name__)
+
+
+def _check_outer_parameters(outer_parameters: Iterable[int], is_hlo: bool) -> Tuple[int, ...]:
+    """Returns the outer parameter numbers of a compile or lookup as a tuple, checked."""
+    if isinstance(outer_parameters, (str, bytes, bytearray, memoryview)):
+        raise TypeError("outer_parameters is a sequence of ints, not %s"
+                        % type(outer_parameters).__name__)
+    try:
+        entries = tuple(outer_parameters)
+    except TypeError:
+        raise TypeError("outer_parameters is a sequence of ints, not %s"
+                        % type(outer_parameters).__name__) from None
+    numbers = []
+    for entry in entries:
+        # operator.index takes numpy's integers too; a bool is an int Python would accept.
+        if isinstance(entry, bool):
+            raise TypeError("outer_parameters holds ints, not bool")
+        try:
+            number = operator.index(entry)
+        except TypeError:
+            raise TypeError("outer_parameters holds ints, not %s"
+                            % type(entry).__name__) from None
+        if number < 0 or number >= 1 << 63:
+            raise ValueError("outer parameter numbers are in [0, 2**63), got %d" % number)
+        numbers.append(number)
+    if numbers and not is_hlo:
+        raise ValueError("outer_parameters is for HLO text: a stitch.v1.Graph names its own "
+                         "(Graph.outer_parameters)")
+    return tuple(numbers)
 
 
 def _check_target(target: Optional[str]) -> Optional[bytes]:
@@ -335,22 +373,32 @@ class Client:
 
     # --- compile and lookup ----------------------------------------------------------------
 
-    def _run(self, subgraph: Subgraph, target: Optional[str], lookup: bool) -> Result:
+    def _run(self, subgraph: Subgraph, target: Optional[str], lookup: bool,
+             outer_parameters: Iterable[int]) -> Result:
         is_hlo, payload = _encode_subgraph(subgraph)
         target_b = _check_target(target)
+        outer = _check_outer_parameters(outer_parameters, is_hlo)
         lib = _lib.lib()
-        if is_hlo:
-            fn = lib.stitch_client_lookup_hlo if lookup else lib.stitch_client_compile_hlo
-        else:
-            fn = lib.stitch_client_lookup_graph if lookup else lib.stitch_client_compile_graph
         handle = self._acquire()
         try:
-            result = fn(handle, payload, len(payload), target_b)
+            if outer:
+                fn = (lib.stitch_client_lookup_hlo_generic if lookup
+                      else lib.stitch_client_compile_hlo_generic)
+                numbers = (ctypes.c_int64 * len(outer))(*outer)
+                result = fn(handle, payload, len(payload), target_b, numbers, len(outer))
+            else:
+                if is_hlo:
+                    fn = lib.stitch_client_lookup_hlo if lookup else lib.stitch_client_compile_hlo
+                else:
+                    fn = (lib.stitch_client_lookup_graph if lookup
+                          else lib.stitch_client_compile_graph)
+                result = fn(handle, payload, len(payload), target_b)
         finally:
             self._release()
         return _read_result(result)
 
-    def compile(self, subgraph: Subgraph, target: Optional[str] = None) -> Result:
+    def compile(self, subgraph: Subgraph, target: Optional[str] = None,
+                outer_parameters: Iterable[int] = ()) -> Result:
         """Returns the bundle for ``subgraph``, compiling it on a miss, within the compile
         deadline.
 
@@ -358,31 +406,45 @@ class Client:
         (``bytes``), or a protobuf message with ``SerializeToString``. ``target``
         (``"sm_80"``, ``"sm_90"``) defaults to the daemon's. Never raises for the daemon's
         failures: those are a ``"fallback"`` Result with the reason.
-        """
-        return self._run(subgraph, target, lookup=False)
 
-    def lookup(self, subgraph: Subgraph, target: Optional[str] = None) -> Result:
+        For HLO text whose outer dimension varies from run to run (a batch, or batch x
+        sequence folded into rows), ``outer_parameters`` names the entry parameters, by
+        number, whose dimension 0 is that extent. The daemon then answers the bundle of the
+        extent's power-of-two bucket, shared by every extent of the bucket
+        (``Result.outer_extent`` gives its ``(lo, hi)``), or an exact bundle when the module
+        cannot follow the extent. Numbers the module does not have are a fallback with code
+        ``"INVALID_ARGUMENT"``. Raises TypeError for entries that are not ints (or are bool),
+        ValueError for negative numbers and for outer parameters with a subgraph that is not
+        HLO text (a ``stitch.v1.Graph`` names its own).
+        """
+        return self._run(subgraph, target, False, outer_parameters)
+
+    def lookup(self, subgraph: Subgraph, target: Optional[str] = None,
+               outer_parameters: Iterable[int] = ()) -> Result:
         """Like :meth:`compile`, but never compiles: answers from this process's bundles or
         the daemon's caches within the lookup deadline. A miss is a fallback whose reason
-        starts with ``"NOT_FOUND"``."""
-        return self._run(subgraph, target, lookup=True)
+        starts with ``"NOT_FOUND"``. ``outer_parameters`` is :meth:`compile`'s."""
+        return self._run(subgraph, target, True, outer_parameters)
 
-    def compile_async(self, subgraph: Subgraph,
-                      target: Optional[str] = None) -> "concurrent.futures.Future[Result]":
+    def compile_async(self, subgraph: Subgraph, target: Optional[str] = None,
+                      outer_parameters: Iterable[int] = ()
+                      ) -> "concurrent.futures.Future[Result]":
         """Starts :meth:`compile` on the client's worker threads; the future's result is the
         Result (a fallback on the daemon's failures, never an exception from them).
 
-        The arguments are checked now: a wrong type raises here, not in the future.
+        The arguments are checked now: a wrong type or value raises here, not in the future.
         """
-        _encode_subgraph(subgraph)
+        is_hlo, _ = _encode_subgraph(subgraph)
         _check_target(target)
+        # Taken once: an iterator would be empty by the time the worker reads it.
+        outer = _check_outer_parameters(outer_parameters, is_hlo)
         with self._cond:
             if self._closed:
                 raise ClientClosedError("this stitch.Client is closed")
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     max_workers=self._async_workers, thread_name_prefix="stitch-compile")
-            return self._executor.submit(self.compile, subgraph, target)
+            return self._executor.submit(self.compile, subgraph, target, outer)
 
     def get_entry(self, key: str) -> Result:
         """Returns the daemon's cached bundle for ``key`` (never compiles, never answers from

@@ -15,6 +15,7 @@ import concurrent.futures
 import json
 import os
 import pathlib
+import random
 import shutil
 import socket
 import subprocess
@@ -256,6 +257,64 @@ class ClientTest(unittest.TestCase):
                 client.extract(row_softmax(9), outer_extent=-1)
             with self.assertRaises(TypeError):
                 client.extract(row_softmax(9), outer_extent=9.0)
+
+    def test_outer_parameters_on_hlo_text_share_the_buckets_bundle(self):
+        def row_softmax(rows):
+            return ("HloModule generic_rows_%d\n\nadd {\n  a = f32[] parameter(0)\n"
+                    "  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\n"
+                    "ENTRY main {\n  x = f32[%d,48]{1,0} parameter(0)\n"
+                    "  e = f32[%d,48]{1,0} exponential(x)\n  zero = f32[] constant(0)\n"
+                    "  s = f32[%d]{0} reduce(e, zero), dimensions={1}, to_apply=add\n"
+                    "  b = f32[%d,48]{1,0} broadcast(s), dimensions={0}\n"
+                    "  ROOT d = f32[%d,48]{1,0} divide(e, b)\n}\n") % ((rows,) * 6)
+        seed = int(os.environ.get("STITCH_TEST_SEED", random.randrange(1 << 32)))
+        print("outer parameters: seed %d" % seed, file=sys.stderr)
+        # Two row counts of the bucket (16, 32], drawn from the logged seed.
+        first, second = random.Random(seed).sample(range(17, 33), 2)
+        with stitch.Client(DAEMON["socket"]) as client:
+            r = client.compile(row_softmax(first), outer_parameters=(0,))
+            self.assertEqual(r.outcome, "compiled", r.reason)
+            self.assertEqual(r.outer_extent, (17, 32))
+            again = client.compile(row_softmax(second), outer_parameters=[0])
+            self.assertEqual(again.outcome, "hit_memory", again.reason)
+            self.assertEqual(again.key, r.key, "%d and %d rows share a bucket" % (first, second))
+            self.assertEqual(again.outer_extent, (17, 32))
+            self.assertIn("outer_extent=(17, 32)", repr(again))
+            local = client.lookup(row_softmax(second), outer_parameters=(0,))
+            self.assertEqual(local.outcome, "hit_local", local.reason)
+            self.assertEqual(local.outer_extent, (17, 32))
+            done = client.compile_async(row_softmax(first), None, iter([0])).result(60)
+            self.assertEqual(done.key, r.key, done.reason)
+            # The same text without outer parameters is an exact bundle of its own.
+            exact = client.compile(row_softmax(first))
+            self.assertTrue(exact.ok, exact.reason)
+            self.assertNotEqual(exact.key, r.key)
+            self.assertIsNone(exact.outer_extent)
+            # Numbers the module does not have are the daemon's refusal, naming them.
+            bad = client.compile(row_softmax(first), outer_parameters=(4,))
+            self.assertEqual(bad.code, "INVALID_ARGUMENT", bad.reason)
+            self.assertIn("outer parameter 4", bad.reason)
+            self.assertIsNone(bad.outer_extent)
+            # A graph names its own outer parameters; the keyword is for HLO text.
+            sig = client.extract(row_softmax(first))[0]
+            for subgraph in (sig, sig.graph):
+                with self.assertRaises(ValueError):
+                    client.compile(subgraph, outer_parameters=(0,))
+                with self.assertRaises(ValueError):
+                    client.compile_async(subgraph, outer_parameters=(0,))
+            self.assertTrue(client.compile(sig, outer_parameters=()).ok)
+            for wrong in ((0.0,), (True,), ("0",), "0", 0, None):
+                with self.assertRaises(TypeError, msg=repr(wrong)):
+                    client.compile(row_softmax(first), outer_parameters=wrong)
+                with self.assertRaises(TypeError, msg=repr(wrong)):
+                    client.lookup(row_softmax(first), outer_parameters=wrong)
+                with self.assertRaises(TypeError, msg=repr(wrong)):
+                    client.compile_async(row_softmax(first), outer_parameters=wrong)
+            for negative in ((-1,), (0, -2), (1 << 63,)):
+                with self.assertRaises(ValueError, msg=repr(negative)):
+                    client.compile(row_softmax(first), outer_parameters=negative)
+                with self.assertRaises(ValueError, msg=repr(negative)):
+                    client.compile_async(row_softmax(first), outer_parameters=negative)
 
     def test_malformed_input_falls_back(self):
         with stitch.Client(DAEMON["socket"]) as client:
