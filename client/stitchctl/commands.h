@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "stitch/base/status.h"
 #include "stitch/client/client.h"
 #include "stitch/plan/target.h"
 
@@ -97,8 +98,14 @@ struct RunArgs {
   bool random_order = false;
   bool json = false;
   Target target;
+  // Parameter numbers whose dimension 0 varies, named on every graph of the file (replacing
+  // any it names): each compiles for its shape class and runs at its own extent.
+  std::optional<std::vector<int64_t>> outer_parameters;
 };
 int RunRun(const RunArgs& args);
+// Returns the numbers of a --outer-parameters flag ("0,2"); INVALID_ARGUMENT naming an entry
+// that is not a number or is negative.
+StatusOr<std::vector<int64_t>> ParseOuterParameters(const std::string& flag);
 
 struct ExtractArgs {
   std::string module;

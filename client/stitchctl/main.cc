@@ -108,6 +108,11 @@ int main(int argc, char** argv) {
   r->add_flag("--random-order", run.random_order, "Run threads in random order between barriers");
   AddTargetOption(r, run.target);
   r->add_flag("--json", run.json, "Print JSON");
+  std::string outer_parameters;
+  auto* outer_option = r->add_option(
+      "--outer-parameters", outer_parameters,
+      "Comma-separated parameter numbers whose dimension 0 varies: compile each graph's "
+      "bucket of extents and run it at the graph's own");
 
   ExtractArgs extract;
   auto* e = app.add_subcommand("extract", "Write the memory-intensive subgraphs of an HLO module");
@@ -144,6 +149,11 @@ int main(int argc, char** argv) {
   if (w->parsed()) return RunWarm(warm);
   if (r->parsed()) {
     if (!inputs.empty()) run.inputs = CLI::detail::split(inputs, ',');
+    if (outer_option->count() > 0) {
+      stitch::StatusOr<std::vector<int64_t>> outer = ParseOuterParameters(outer_parameters);
+      if (!outer.ok()) return Fail(outer.status().message());
+      run.outer_parameters = *outer;
+    }
     return RunRun(run);
   }
   if (e->parsed()) return RunExtract(extract);

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -8,6 +10,7 @@
 #include "graph_input.h"
 #include "stitch/driver/compile.h"
 #include "stitch/emulator/emulated_run.h"
+#include "stitch/ir/shape_class.h"
 #include "stitch/reference/interpreter.h"
 #include "stitch/reference/tensor_compare.h"
 
@@ -54,6 +57,52 @@ nlohmann::json KernelsJson(const std::vector<CompiledKernel>& kernels) {
   return out;
 }
 
+// Kernels compiled for a graph, and what a run of them at the graph's own shapes passes.
+struct RunnableCompile {
+  CompileResult compiled;
+  Graph graph;         // sizes the run's buffers: the compiled graph at the run's extent
+  int64_t extent = 0;  // passed to kernels that take it; 0 for an exact compile
+  Bucket served{0, 0};
+  std::string not_generic;  // why a graph with outer parameters compiled exact
+};
+
+// Returns the extent of a graph with outer parameters: dimension 0 of the first.
+int64_t OuterExtentOf(const Graph& g) {
+  return g.nodes[g.Parameters()[g.outer_parameters[0]]].shape.dims[0];
+}
+
+// Compiles `g` and readies its kernels to run at `g`'s own shapes. A graph with outer
+// parameters compiles for its shape class, whose kernels then run at `g`'s extent; one that
+// compiles exact but at its bucket's top (a plan that cannot follow the extent) is compiled
+// again at its own shapes, which is what a daemon's bundle for its extent would be.
+StatusOr<RunnableCompile> CompileForRun(const Graph& g, const CompileOptions& options) {
+  RunnableCompile out;
+  STITCH_ASSIGN_OR_RETURN(out.compiled, CompileGraph(g, options));
+  out.served = out.compiled.served;
+  if (g.outer_parameters.empty()) {
+    out.graph = out.compiled.graph;
+    return out;
+  }
+  const int64_t extent = OuterExtentOf(g);
+  if (out.compiled.shape_generic()) {
+    out.extent = extent;
+    out.graph = AtExtent(out.compiled.graph, out.compiled.shape_class, extent);
+    return out;
+  }
+  out.not_generic = out.compiled.not_generic;
+  if (out.not_generic.empty()) out.not_generic = ClassifyShapes(g).status().message();
+  out.served = {extent, extent};
+  if (out.compiled.served.hi > 0 && out.compiled.served.hi != extent) {
+    Graph exact = g;
+    exact.outer_parameters.clear();
+    STITCH_ASSIGN_OR_RETURN(out.compiled, CompileGraph(exact, options));
+  }
+  out.graph = out.compiled.graph;
+  return out;
+}
+
+nlohmann::json ServedJson(const Bucket& served) { return {served.lo, served.hi}; }
+
 // The kernels the target really ships for `g` (its own grid, the full shapes), run at full
 // geometry on sampled blocks with every access bounds-checked: the emulated run above may
 // have executed another plan, scheduled for the emulator's grid cap.
@@ -62,14 +111,16 @@ StatusOr<nlohmann::json> RunShipped(const Graph& g, const RunArgs& args, Emulato
   CompileOptions options;
   options.codegen.target = args.target;
   options.emit_ptx = false;
-  STITCH_ASSIGN_OR_RETURN(CompileResult shipped, CompileGraph(g, options));
+  STITCH_ASSIGN_OR_RETURN(RunnableCompile runnable, CompileForRun(g, options));
+  const CompileResult& shipped = runnable.compiled;
   BlockSampling sampling;
   sampling.seed = args.seed;
-  StatusOr<SampledRun> run =
-      RunSampledOnEmulator(shipped.graph, shipped.plan, shipped.kernels, sampling, emulator);
+  StatusOr<SampledRun> run = RunSampledOnEmulator(runnable.graph, shipped.plan, shipped.kernels,
+                                                  sampling, emulator, runnable.extent);
   in_bounds = run.ok();
   nlohmann::json j = {{"target", args.target.name()},
                       {"kernels", KernelsJson(shipped.kernels)},
+                      {"served", ServedJson(runnable.served)},
                       {"in_bounds", in_bounds}};
   if (run.ok()) {
     j["blocks_sampled"] = run->blocks_run();
@@ -94,6 +145,16 @@ StatusOr<nlohmann::json> RunShipped(const Graph& g, const RunArgs& args, Emulato
   return j;
 }
 
+// Says which extents the run's kernels serve, when the graph names outer parameters.
+void PrintServed(const RunnableCompile& runnable) {
+  if (runnable.extent > 0) {
+    std::cout << "  shape-generic: extents " << runnable.served.lo << ".." << runnable.served.hi
+              << ", run at " << runnable.extent << "\n";
+  } else if (!runnable.not_generic.empty()) {
+    std::cout << "  exact shapes: " << runnable.not_generic << "\n";
+  }
+}
+
 StatusOr<GraphOutcome> RunOne(const Graph& g, size_t index, const RunArgs& args,
                               Emulator& emulator) {
   CompileOptions options;
@@ -102,22 +163,26 @@ StatusOr<GraphOutcome> RunOne(const Graph& g, size_t index, const RunArgs& args,
   // The plan stays the target's; only a persistent grid larger than the emulator runs at
   // once is rescheduled onto fewer blocks, so every graph the compiler accepts can run here.
   options.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
-  STITCH_ASSIGN_OR_RETURN(CompileResult compiled, CompileGraph(g, options));
+  STITCH_ASSIGN_OR_RETURN(RunnableCompile runnable, CompileForRun(g, options));
+  const CompileResult& compiled = runnable.compiled;
   STITCH_ASSIGN_OR_RETURN(std::vector<Tensor> inputs, MakeInputs(g, args));
-  STITCH_ASSIGN_OR_RETURN(EmulatedRun run,
-                          RunOnEmulator(compiled.graph, compiled.kernels, inputs, emulator));
+  STITCH_ASSIGN_OR_RETURN(EmulatedRun run, RunOnEmulator(runnable.graph, compiled.kernels, inputs,
+                                                         emulator, runnable.extent));
   STITCH_ASSIGN_OR_RETURN(std::vector<Tensor> expected, Evaluate(g, inputs));
 
   GraphOutcome outcome;
   outcome.json = {{"graph", g.name},
                   {"key", compiled.key.hex},
                   {"kernels", compiled.kernels.size()},
+                  {"served", ServedJson(runnable.served)},
                   {"emulated_kernels", KernelsJson(compiled.kernels)},
                   {"global_bytes", run.global_bytes()},
                   {"outputs", nlohmann::json::array()}};
+  if (!runnable.not_generic.empty()) outcome.json["not_generic"] = runnable.not_generic;
   if (!args.json) {
     std::cout << "graph " << g.name << ": " << compiled.kernels.size()
               << " kernel(s) on the emulator, " << run.global_bytes() << " global bytes\n";
+    PrintServed(runnable);
   }
   for (size_t k = 0; k < expected.size(); ++k) {
     double tol = DefaultTolerance(expected[k].shape.dtype);
@@ -147,12 +212,53 @@ StatusOr<GraphOutcome> RunOne(const Graph& g, size_t index, const RunArgs& args,
   return outcome;
 }
 
+// Names the flag's outer parameters on every graph, or says which graph lacks one.
+Status NameOuterParameters(const std::vector<int64_t>& outer, std::vector<Graph>& graphs) {
+  for (Graph& g : graphs) {
+    const int64_t params = static_cast<int64_t>(g.Parameters().size());
+    for (int64_t p : outer) {
+      if (p >= params) {
+        return InvalidArgument("--outer-parameters names parameter " + std::to_string(p) +
+                               ", but graph '" + g.name + "' has " + std::to_string(params) +
+                               " parameter(s)");
+      }
+    }
+    g.outer_parameters = outer;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+StatusOr<std::vector<int64_t>> ParseOuterParameters(const std::string& flag) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(flag.find(',', start), flag.size());
+    const std::string item = flag.substr(start, end - start);
+    int64_t value = 0;
+    const auto [rest, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || rest != item.data() + item.size()) {
+      return InvalidArgument("--outer-parameters: '" + item +
+                             "' is not a parameter number (a comma-separated list such as 0,2)");
+    }
+    if (value < 0) {
+      return InvalidArgument("--outer-parameters: " + item + " is negative");
+    }
+    out.push_back(value);
+    if (end == flag.size()) return out;
+    start = end + 1;
+  }
+}
 
 int RunRun(const RunArgs& args) {
   if (!args.emulate) return Fail("run needs --emulate (no GPU backend in stitchctl yet)");
   StatusOr<std::vector<Graph>> graphs = LoadGraphs(args.file);
   if (!graphs.ok()) return Fail(graphs.status().ToString());
+  if (args.outer_parameters) {
+    Status named = NameOuterParameters(*args.outer_parameters, *graphs);
+    if (!named.ok()) return Fail(args.file + ": " + named.message());
+  }
   if (!args.outputs_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(args.outputs_dir, ec);
