@@ -186,6 +186,37 @@ class InductorBackendTest(unittest.TestCase):
         self.assertEqual({c.decided_by for c in second.report.choices}, {"daemon"})
         self.assertEqual(len(executor.runs), len(second.report.choices), "one launch each")
 
+    def test_a_recompile_with_symbolic_sizes_keeps_the_stitched_regions(self):
+        """Batch 10, then 12: Dynamo recompiles with a symbolic batch, Inductor compiles the
+        graph with symbolic sizes, and the regions stitch wins stay stitch's: called with
+        the batch's sizes, with no dynamic_shape fallback, at every later batch. (Batches no
+        other test uses: the daemon keeps each key's timings for the next job.)"""
+        timer = StandInTimer(stitched=1e-6, inductor=2e-6)
+        backend, executor, module, x = inductor_backend(timer, batch=10)
+        eager = copy.deepcopy(module)
+        compiled = base.torch_compile(module, backend)
+        g = torch.Generator().manual_seed(base.SEED + 11)
+        for batch in (10, 12, 13, 21):
+            x = torch.randn(batch, 8, 64, generator=g)
+            expected_out, expected_grads = base.run_step(eager, [x])
+            out, grads = base.run_step(compiled, [x])
+            self.assertLessEqual(base.max_relative_error(expected_out, out), TOLERANCE,
+                                 "batch %d" % batch)
+            for i, (e, a) in enumerate(zip(expected_grads, grads)):
+                self.assertLessEqual(base.max_relative_error(e, a), TOLERANCE,
+                                     "gradient %d at batch %d" % (i, batch))
+        report = backend.report
+        print("\n[%s] seed %d\n%s" % (self.id(), base.SEED, report.summary()))
+        # Inductor's decompositions keep var_mean, which stitch leaves to Inductor.
+        self.assertEqual({r for r, n in report.fallbacks.items() if n} - {"unsupported_op"},
+                         set(), report.details)
+        symbolic = [n for n in region_calls(backend) if n.args[2]]
+        self.assertGreater(len(symbolic), 0, "regions of the symbolic graphs, with their sizes")
+        self.assertEqual({c.winner for c in report.choices}, {"stitch"})
+        for run in executor.runs:
+            self.assertTrue(run["report"]["pass"], run)
+        self.assertGreater(report.new_sizes["bucket"], 0, "12 and 13 share the bucket (9, 16)")
+
     def test_kernels_whose_outputs_disagree_are_never_chosen(self):
         timer = StandInTimer(stitched=1e-6, inductor=2e-6)
         backend, executor, module, x = inductor_backend(timer, batch=9, corrupt=True)

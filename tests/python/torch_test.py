@@ -201,6 +201,106 @@ class FxPathTest(unittest.TestCase):
         self.assertGreater(backend.report.stitched_calls, 0)
 
 
+def stats():
+    import stitch
+    with stitch.Client(DAEMON.socket) as client:
+        return client.stats()
+
+
+def bucket_of(extent):
+    """The daemon's power-of-two bucket of an extent (shape_class.h's BucketOf)."""
+    top = 1
+    while top < extent:
+        top *= 2
+    return (top // 2 + 1, top) if top > 2 else (top, top)
+
+
+if HAS_TORCH_COMPILE:
+    class SymbolicSizesTest(unittest.TestCase):
+        """torch.compile with Dynamo's symbolic sizes: a job whose batch varies keeps its
+        stitched regions, one bundle per bucket of the batch."""
+
+        def steps(self, compiled, eager, shapes):
+            g = torch.Generator().manual_seed(SEED + 7)
+            for shape in shapes:
+                x = torch.randn(*shape, generator=g)
+                expected_out, expected_grads = run_step(eager, [x])
+                out, grads = run_step(compiled, [x])
+                self.assertLessEqual(max_relative_error(expected_out, out), 4 * F32_TOLERANCE,
+                                     "output at %s" % (shape,))
+                for i, (e, a) in enumerate(zip(expected_grads, grads)):
+                    self.assertLessEqual(max_relative_error(e, a), 8 * F32_TOLERANCE,
+                                         "gradient %d at %s" % (i, shape))
+
+        def symbolic_regions(self, backend):
+            import stitch.torch
+            return [m for _, gm in backend.graphs for m in gm.modules()
+                    if isinstance(m, stitch.torch.StitchedRegion) and m.shapes.symbolic]
+
+        def test_a_recompile_with_symbolic_sizes_keeps_every_region_stitched(self):
+            """Batch 4, then 3: Dynamo recompiles with a symbolic batch. Every later batch
+            runs stitched kernels, and each region holds one bundle per bucket its batches
+            fell in."""
+            import random
+            backend, executor = make_backend()
+            case = cases()[0]
+            eager = copy.deepcopy(case.module)
+            compiled = torch_compile(copy.deepcopy(case.module), backend)
+            batches = [4, 3, 5, 7] + random.Random(SEED).sample(range(9, 40), 3)
+            compiles_before = stats()["compiles"]
+            self.steps(compiled, eager, [(b, 8, 64) for b in batches])
+            report = backend.report
+            print("\n[batches %s] seed %d\n%s" % (batches, SEED, report.summary()))
+            self.assertEqual(dict(report.fallbacks), {}, report.details)
+            self.assertEqual(report.fallbacks["dynamic_shape"], 0)
+            for run in executor.runs:
+                self.assertTrue(run["report"]["pass"], run)
+            regions = self.symbolic_regions(backend)
+            self.assertGreater(len(regions), 0, "Dynamo recompiled with symbolic sizes")
+            self.assertTrue(any(r.info.name.startswith("backward") for r in regions))
+            buckets = {bucket_of(b) for b in batches[1:]}
+            held_bundles = 0
+            for region in regions:
+                held = region.bundles
+                served = [s for _, s in held if s is not None]
+                self.assertEqual(len(served), len(set(served)), "%s: one bundle per bucket %s"
+                                 % (region.info.name, held))
+                self.assertTrue(set(served) <= buckets, "%s %s" % (region.info.name, served))
+                held_bundles += len(held)
+            self.assertGreater(report.new_sizes["bucket"], 0, "5 and 7 share (5, 8)")
+            # The daemon compiled no more than the regions hold, and the static first graph's.
+            self.assertLessEqual(stats()["compiles"] - compiles_before,
+                                 held_bundles + len(report.regions))
+
+        def test_sequence_lengths_compile_per_length_and_stay_stitched(self):
+            """A varying sequence length (dimension 1) cannot be bucketed: each length gets
+            exact kernels, and every call still runs stitched."""
+            backend, executor = make_backend()
+            case = cases()[0]
+            eager = copy.deepcopy(case.module)
+            compiled = torch_compile(copy.deepcopy(case.module), backend)
+            self.steps(compiled, eager, [(2, 8, 64), (2, 5, 64), (2, 11, 64)])
+            report = backend.report
+            self.assertEqual(dict(report.fallbacks), {}, report.details)
+            regions = self.symbolic_regions(backend)
+            self.assertGreater(len(regions), 0)
+            for region in regions:
+                self.assertTrue(all(s is None for _, s in region.bundles), region.bundles)
+            for run in executor.runs:
+                self.assertTrue(run["report"]["pass"], run)
+
+        def test_dynamic_true_stitches_from_the_first_call(self):
+            backend, executor = make_backend()
+            case = cases()[0]
+            eager = copy.deepcopy(case.module)
+            compiled = torch_compile(copy.deepcopy(case.module), backend, dynamic=True)
+            self.steps(compiled, eager, [(4, 8, 64), (6, 8, 64)])
+            report = backend.report
+            self.assertEqual(dict(report.fallbacks), {}, report.details)
+            self.assertGreater(len(self.symbolic_regions(backend)), 0)
+            self.assertEqual(report.stitched_calls, 2 * len(report.regions))
+
+
 class FallbackTest(unittest.TestCase):
     """Each way a region cannot run stitched gives PyTorch's own result and a counted reason."""
 
@@ -238,12 +338,45 @@ class FallbackTest(unittest.TestCase):
         self.assertGreater(report.stitched_calls, 0)
         self.assertTrue(all("cumsum" not in op for r in report.regions for op in r.ops))
 
-    def test_dynamic_shape(self):
+    def test_a_new_batch_size_is_traced_again_and_shares_the_buckets(self):
+        """optimize(): a call at another batch size is traced again, not left to the
+        original module; regions that follow the batch name it, so the daemon answers a batch
+        of the same power-of-two bucket from the bundle it compiled for the first."""
+        import stitch.torch
+        backend, executor = make_backend()
+        case = cases()[0]
+        eager = copy.deepcopy(case.module)
+        stitched = stitch.torch.optimize(copy.deepcopy(case.module), backend=backend)
+        run_step(stitched, case.inputs)  # batch 4: the bucket (3, 4]
+        stitched.zero_grad(set_to_none=True)
+        first = list(backend.report.regions)
+        other = torch.randn(3, 8, 64, generator=torch.Generator().manual_seed(SEED + 1))
+        expected_out, expected_grads = run_step(eager, [other])
+        out, grads = run_step(stitched, [other])
+        report = backend.report
+        print("\n[optimize, batch 4 then 3] seed %d\n%s" % (SEED, report.summary()))
+        self.assertEqual(dict(report.fallbacks), {}, report.details)
+        self.assertEqual(len(stitched.signatures), 2)
+        self.assertLessEqual(max_relative_error(expected_out, out), 4 * F32_TOLERANCE)
+        for i, (e, a) in enumerate(zip(expected_grads, grads)):
+            self.assertLessEqual(max_relative_error(e, a), 8 * F32_TOLERANCE, "gradient %d" % i)
+        second = report.regions[len(first):]
+        self.assertEqual(len(second), len(first))
+        bucketed = [r for r in second if r.served is not None]
+        self.assertGreater(len(bucketed), 0, "a region follows the batch")
+        for r in bucketed:
+            self.assertEqual(r.served, (3, 4), r.name)
+            self.assertIn(r.key, {f.key for f in first}, "%s: the first batch's bundle" % r.name)
+            self.assertTrue(r.outcome.startswith("hit"), "%s: %s" % (r.name, r.outcome))
+        for run in executor.runs:
+            self.assertTrue(run["report"]["pass"], run)
+
+    def test_signatures_past_the_limit_run_the_original_module(self):
         import stitch.torch
         backend, executor = make_backend()
         case = cases()[0]
         module = copy.deepcopy(case.module)
-        stitched = stitch.torch.optimize(module, backend=backend)
+        stitched = stitch.torch.optimize(module, backend=backend, max_signatures=1)
         stitched(*case.inputs)
         calls = backend.report.stitched_calls
         other = torch.randn(3, 8, 64, generator=torch.Generator().manual_seed(SEED + 1))
@@ -251,22 +384,6 @@ class FallbackTest(unittest.TestCase):
         self.assertTrue(torch.equal(out, module(other).detach()), "the module's own result")
         self.assertEqual(backend.report.fallbacks["dynamic_shape"], 1)
         self.assertEqual(backend.report.stitched_calls, calls, "nothing stitched for it")
-
-    if HAS_TORCH_COMPILE:
-        def test_symbolic_shapes(self):
-            """torch.compile(dynamic=True): the tensors of symbolic sizes stay PyTorch's, counted
-            as dynamic_shape, and the size arithmetic between them is not counted as an op
-            the lowering lacks."""
-            backend, executor = make_backend()
-            case = cases()[0]
-            expected = case.module(*case.inputs).detach()
-            compiled = torch_compile(copy.deepcopy(case.module), backend, dynamic=True)
-            out = compiled(*case.inputs).detach()
-            self.assertLessEqual(max_relative_error(expected, out), 4 * F32_TOLERANCE)
-            report = backend.report
-            self.assertGreater(report.fallbacks["dynamic_shape"], 0)
-            self.assertIn("has a dynamic shape", " ".join(d for _, d in report.details))
-            self.assertEqual(report.fallbacks["unsupported_op"], 0, report.details)
 
     def test_region_guard_on_shapes(self):
         """A region called with inputs other than the trace's runs its own FX code."""
@@ -278,7 +395,7 @@ class FallbackTest(unittest.TestCase):
                    if isinstance(m, stitch.torch.StitchedRegion)]
         self.assertGreater(len(regions), 0)
         runs = len(executor.runs)
-        args = [torch.zeros(spec[:-1], dtype=torch.float64) for spec in regions[0]._inputs]
+        args = [torch.zeros(spec[:-1], dtype=torch.float64) for spec in regions[0].input_specs]
         try:
             regions[0](*args)
         except Exception:  # the region's own code may reject them, as eager would

@@ -23,8 +23,15 @@ class RegionKernels:
         key: the daemon's cache key.
         target: the GPU target the bundle was compiled for (``"sm_90"``).
         bundle: the serialized ``stitch.v1.KernelBundle``.
-        hlo: the region's signature (HLO text), from which the bundle was compiled.
-        outputs: (shape, dtype) of each output, in order.
+        hlo: the region's signature (HLO text) at the sizes of the run.
+        outputs: (shape, dtype) of each output at the sizes of the run, in order.
+        outer_parameters: the inputs whose dimension 0 is the bundle's outer extent, for a
+            bundle that serves a bucket of extents (the daemon's shape classes); () otherwise.
+        served: the (lo, hi) extents a shape-generic bundle serves; None for exact shapes.
+        inputs: (shape, dtype) of each parameter as the signature declares it: an input
+            whose rows are k times the outer extent is declared ``[extent, k, ...]``, the same
+            bytes; the executor views the inputs so.
+        extent: the run's outer extent for a shape-generic bundle; 0 otherwise.
     """
 
     key: str
@@ -32,6 +39,10 @@ class RegionKernels:
     bundle: bytes
     hlo: str
     outputs: Tuple[Tuple[Tuple[int, ...], torch.dtype], ...]
+    outer_parameters: Tuple[int, ...] = ()
+    served: Optional[Tuple[int, int]] = None
+    inputs: Tuple[Tuple[Tuple[int, ...], torch.dtype], ...] = ()
+    extent: int = 0
 
 
 class Executor:
@@ -83,6 +94,9 @@ class CudaExecutor(Executor):
         device = inputs[0].device
         outputs = [torch.empty(shape, dtype=dtype, device=device)
                    for shape, dtype in kernels.outputs]
-        self._loader.launch(program, list(inputs), outputs,
-                            stream=torch.cuda.current_stream(device).cuda_stream)
+        declared = ([x.view(shape) for x, (shape, _) in zip(inputs, kernels.inputs)]
+                    if kernels.inputs else list(inputs))
+        self._loader.launch(program, declared, outputs,
+                            stream=torch.cuda.current_stream(device).cuda_stream,
+                            outer_extent=kernels.extent if kernels.served else None)
         return outputs

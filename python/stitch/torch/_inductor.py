@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from . import _shapes
 from ._backend import StitchBackend, StitchedRegion
 from ._report import RegionChoice, Report
 
@@ -95,8 +96,11 @@ class DeviceTimer(RegionTimer):
 
 @dataclasses.dataclass(frozen=True)
 class _OutputSpec:
-    shape: Tuple[int, ...]
-    stride: Tuple[int, ...]
+    """One output as the graph traced it; ``shape`` and ``stride`` are None where its sizes
+    are symbolic (the output is then dense row-major at the call's sizes)."""
+
+    shape: Optional[Tuple[int, ...]]
+    stride: Optional[Tuple[int, ...]]
     dtype: torch.dtype
 
 
@@ -108,28 +112,62 @@ class _Replacement:
     outputs: List[_OutputSpec]
     report: Report
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    def run(self, inputs: Sequence[torch.Tensor], sizes: Sequence[int]) -> List[torch.Tensor]:
         for x in inputs:
             if not x.is_contiguous():  # the executor reads a dense copy
                 self.report.count_layout_copy()
-        result = self.region(*inputs)
+        result = self.region.call_split(inputs, sizes)
         result = list(result) if isinstance(result, (tuple, list)) else [result]
         # The op's contract: fresh tensors with the declared strides, never an input's storage
         # (the region's own FX code, run on a fallback, may return a view).
         storages = {x.untyped_storage().data_ptr() for x in inputs}
         out = []
         for r, spec in zip(result, self.outputs):
-            if r.untyped_storage().data_ptr() in storages or tuple(r.stride()) != spec.stride:
-                r = torch.empty_strided(spec.shape, spec.stride, dtype=spec.dtype,
+            declared = spec.stride if spec.stride is not None else _dense_strides(r.shape)
+            if r.untyped_storage().data_ptr() in storages or tuple(r.stride()) != declared:
+                r = torch.empty_strided(tuple(r.shape), declared, dtype=spec.dtype,
                                         device=r.device).copy_(r)
                 self.report.count_layout_copy()
             out.append(r)
         return out
 
+    def fake(self, inputs: Sequence[torch.Tensor], sizes: Sequence[Any]) -> List[torch.Tensor]:
+        """The outputs' metadata for the inputs' (possibly symbolic) sizes."""
+        device = inputs[0].device if inputs else torch.device("cpu")
+        if all(s.shape is not None for s in self.outputs):
+            return [torch.empty_strided(s.shape, s.stride, dtype=s.dtype, device=device)
+                    for s in self.outputs]
+        shapes_ = self.region.shapes
+        args: List[Any] = [None] * shapes_.arity
+        for k, x in zip(shapes_.tensor_positions, inputs):
+            args[k] = x
+        for k, v in zip(shapes_.size_positions, sizes):
+            args[k] = v
+        symbols = shapes_.symint_binding(args)
+        shapes = [tuple(_shapes.evaluate_symint(d, symbols) for d in dims)
+                  for dims in _output_dims(self.region.fallback)]
+        return [torch.empty(shape, dtype=s.dtype, device=device)
+                for shape, s in zip(shapes, self.outputs)]
+
+
+def _dense_strides(shape: Sequence[int]) -> Tuple[int, ...]:
+    strides, step = [], 1
+    for d in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+def _output_dims(sub: torch.fx.GraphModule) -> List[Tuple[Any, ...]]:
+    out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
+    items = out if isinstance(out, (tuple, list)) else [out]
+    return [_shapes.symbolic_meta(o)[0] for o in items]
+
 
 def _region_op() -> Any:
-    """The ``stitch::region(str name, Tensor[] inputs) -> Tensor[]`` op, defined on first use:
-    Inductor calls it as an extern kernel with the inputs in the strides the graph traced."""
+    """The ``stitch::region(str name, Tensor[] inputs, SymInt[] sizes) -> Tensor[]`` op,
+    defined on first use: Inductor calls it as an extern kernel with the tensor inputs in the
+    strides the graph traced, and the region's size inputs (none for static sizes)."""
     global _OP
     with _REGIONS_LOCK:
         if _OP is not None:
@@ -137,14 +175,14 @@ def _region_op() -> Any:
 
         @torch.library.custom_op("stitch::region", mutates_args=(),
                                  tags=(torch.Tag.needs_fixed_stride_order,))
-        def region(name: str, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
-            return _REGIONS[name].run(inputs)
+        def region(name: str, inputs: List[torch.Tensor],
+                   sizes: List[int]) -> List[torch.Tensor]:
+            return _REGIONS[name].run(inputs, sizes)
 
         @region.register_fake
-        def _(name: str, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
-            device = inputs[0].device if inputs else torch.device("cpu")
-            return [torch.empty_strided(s.shape, s.stride, dtype=s.dtype, device=device)
-                    for s in _REGIONS[name].outputs]
+        def _(name: str, inputs: List[torch.Tensor],
+              sizes: List[int]) -> List[torch.Tensor]:
+            return _REGIONS[name].fake(inputs, sizes)
 
         _OP = torch.ops.stitch.region.default
         return _OP
@@ -208,7 +246,7 @@ class InductorStitchBackend:
                 choice = self._choose_region(module, node)
                 self.report.add_choice(choice)
                 if choice.winner == "stitch":
-                    _replace(fused, node, module.fallback, self._register(module))
+                    _replace(fused, node, module, self._register(module))
                     continue
             _inline(fused, node, module.fallback if isinstance(module, StitchedRegion) else module)
         for name in [n for n, _ in fused.named_children() if n.startswith("region")]:
@@ -222,6 +260,7 @@ class InductorStitchBackend:
     def _register(self, region: StitchedRegion) -> str:
         name = "%s.%s" % (self._id, region.info.name)
         specs = [_OutputSpec(tuple(v.shape), tuple(v.stride()), v.dtype)
+                 if not region.shapes.symbolic else _OutputSpec(None, None, v.dtype)
                  for v in _outputs(region.fallback)[0]]
         with _REGIONS_LOCK:
             _REGIONS[name] = _Replacement(region, specs, self.report)
@@ -320,12 +359,14 @@ def _layout_problem(node: torch.fx.Node, sub: torch.fx.GraphModule) -> str:
     return ""
 
 
-def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule,
+def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, region: StitchedRegion,
              name: str) -> None:
     """Replaces the region's call_module by one ``stitch::region`` call."""
-    vals, returns_tuple = _outputs(sub)
+    vals, returns_tuple = _outputs(region.fallback)
+    tensors = [node.args[k] for k in region.shapes.tensor_positions]
+    sizes = [node.args[k] for k in region.shapes.size_positions]
     with gm.graph.inserting_before(node):
-        call = gm.graph.call_function(_region_op(), (name, list(node.args)))
+        call = gm.graph.call_function(_region_op(), (name, tensors, sizes))
     call.meta["val"] = vals
     if returns_tuple:
         for user in list(node.users):  # getitems, which index the op's list alike
@@ -367,6 +408,9 @@ def _random_inputs(region: StitchedRegion, device: torch.device) -> List[torch.T
     g = torch.Generator(device="cpu").manual_seed(0)
     inputs = []
     for spec in region.input_specs:
+        if not isinstance(spec, tuple):  # a size
+            inputs.append(spec)
+            continue
         shape, dtype = spec[:-1], spec[-1]
         if dtype.is_floating_point:
             x = torch.randn(shape, generator=g, dtype=torch.float32).to(dtype)

@@ -3,8 +3,9 @@
 The regions come from AOTAutograd graphs after the decompositions in ``DECOMPOSITIONS``, so
 they hold ATen core ops and a few prims. ``LOWERINGS`` is the one list of the ops a region
 may hold: the partitioner asks it what is supported, and the lowering emits from it, so the
-two cannot disagree. Every value carries the static shape and dtype that shape propagation
-put on its node (``meta["val"]`` in PyTorch 2.x, ``meta["tensor_meta"]`` in 1.13).
+two cannot disagree. Every value carries the shape and dtype that shape propagation put on its
+node (``meta["val"]`` in PyTorch 2.x, ``meta["tensor_meta"]`` in 1.13); symbolic sizes are
+lowered at one binding of their symbols (``_shapes``), so the text always has exact shapes.
 
 Arithmetic runs in the node's own result dtype, as PyTorch's type promotion makes it; sums,
 means and variances of 16-bit floats accumulate in f32 and round once, as PyTorch's CUDA
@@ -13,10 +14,13 @@ reductions do.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
+
+from . import _shapes
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -42,6 +46,12 @@ class Value:
         self.name = name
         self.shape = tuple(int(d) for d in shape)
         self.dtype = dtype
+
+
+class Size(int):
+    """A symbolic size's value in the binding a region is lowered at. A lowering that writes
+    one into the text as a number (rather than a shape) makes the text hold for that binding
+    only: the Emitter then says so (``Emitter.binding_specific``)."""
 
 
 def static_meta(node: torch.fx.Node) -> Optional[Tuple[Tuple[int, ...], torch.dtype]]:
@@ -71,12 +81,6 @@ def is_size_arithmetic(node: torch.fx.Node) -> bool:
     return isinstance(node.meta.get("val"), _SYMBOLIC_SCALARS)
 
 
-def has_dynamic_shape(node: torch.fx.Node) -> bool:
-    """True when the node's tensor metadata holds symbolic sizes."""
-    val = node.meta.get("val")
-    return isinstance(val, torch.Tensor) and not all(isinstance(d, int) for d in val.shape)
-
-
 def _shape_text(shape: Sequence[int], dtype: torch.dtype) -> str:
     return "%s[%s]" % (DTYPES[dtype], ",".join(str(d) for d in shape))
 
@@ -101,6 +105,14 @@ class Emitter:
         self.lines: List[str] = []
         self.reducers: Dict[Tuple[str, torch.dtype], str] = {}
         self._count = 0
+        # Why the text holds only at the sizes it was lowered at, beyond its shapes (a count
+        # or a bound derived from a symbolic size); "" when it follows them.
+        self.binding_specific = ""
+        self.declared: List[Tuple[Tuple[int, ...], torch.dtype]] = []  # each parameter's
+
+    def depends_on_sizes(self, why: str) -> None:
+        """Notes that the text bakes in the value of a symbolic size."""
+        self.binding_specific = self.binding_specific or why
 
     def emit(self, shape: Sequence[int], dtype: torch.dtype, op: str, operands: Sequence[Value],
              attrs: str = "") -> Value:
@@ -114,6 +126,7 @@ class Emitter:
 
     def parameter(self, index: int, shape: Sequence[int], dtype: torch.dtype) -> Value:
         """Declares entry parameter ``index``."""
+        self.declared.append((tuple(int(d) for d in shape), dtype))
         self._count += 1
         name = "p%d" % index
         self.lines.append("  %s = %s parameter(%d)" % (name, _shape_text(shape, dtype), index))
@@ -223,6 +236,8 @@ def _value(e: Emitter, x: Any, shape: Sequence[int], dtype: torch.dtype) -> Valu
     constants)."""
     if isinstance(x, Value):
         return e.broadcast_to(e.convert(x, dtype), shape)
+    if isinstance(x, Size):
+        e.depends_on_sizes("a size used as a number")
     if isinstance(x, (bool, int, float)):
         return e.constant(x, dtype, shape)
     raise Unsupported("operand %r is neither a tensor nor a number" % (x,))
@@ -388,10 +403,19 @@ def _reduction(kind: str, init: Callable[[torch.dtype], Any], mean: bool = False
             accumulate = dtype
         r = e.reduce(e.convert(x, accumulate), dims, kind, init(accumulate))
         if mean:
+            _note_symbolic_count(e, node, dims, "mean")
             count = math.prod(x.shape[d] for d in dims)
             r = e.emit(r.shape, accumulate, "divide", [r, e.constant(count, accumulate, r.shape)])
         return e.reshape(e.convert(r, dtype), shape)  # keepdim puts back size-1 dimensions
     return lower
+
+
+def _note_symbolic_count(e: Emitter, node: Any, dims: Sequence[int], what: str) -> None:
+    """A mean or variance over a symbolic dimension divides by that size's value."""
+    arg = node.args[0]
+    meta = _shapes.symbolic_meta(arg) if isinstance(arg, torch.fx.Node) else None
+    if meta is not None and any(not isinstance(meta[0][d], int) for d in dims):
+        e.depends_on_sizes("a %s over a symbolic dimension" % what)
 
 
 def _lowest(dtype: torch.dtype) -> Any:
@@ -418,6 +442,7 @@ def _var(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -
     correction = node.kwargs.get("correction", node.args[2] if len(node.args) > 2 else 0)
     acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     xv = e.convert(x, acc)
+    _note_symbolic_count(e, node, dims, "variance")
     n = math.prod(x.shape[d] for d in dims)
     kept = tuple(d for i, d in enumerate(x.shape) if i not in dims)
     total = e.reduce(xv, dims, "add", 0)
@@ -496,14 +521,34 @@ def _fill(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) 
     return e.constant(value, dtype, shape)
 
 
+def _index_arg(e: Emitter, node: Any, arg: Callable, i: int, default: int) -> int:
+    """Argument ``i`` of a slice as an int (``default`` when absent or None)."""
+    if len(node.args) <= i or node.args[i] is None:
+        return default
+    value = arg(i)
+    if isinstance(value, Size):
+        e.depends_on_sizes("a slice bound from a symbolic size")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Unsupported("slice bound %r" % (value,))
+    return int(value)
+
+
+def _note_symbolic_dim(e: Emitter, value: Any, dim: int, what: str) -> None:
+    """A slice or its gradient along a symbolic dimension computes its bounds from its size."""
+    meta = _shapes.symbolic_meta(value) if isinstance(value, torch.fx.Node) else None
+    if meta is not None and not isinstance(meta[0][dim], int):
+        e.depends_on_sizes("a %s of a symbolic dimension" % what)
+
+
 @_register(_op(_maybe(aten, "slice"), "Tensor"))
 def _slice(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -> Value:
     x = arg(0)
     dim = (node.args[1] if len(node.args) > 1 else 0) % len(x.shape)
+    _note_symbolic_dim(e, node.args[0], dim, "slice")
     size = x.shape[dim]
-    start = node.args[2] if len(node.args) > 2 and node.args[2] is not None else 0
-    end = node.args[3] if len(node.args) > 3 and node.args[3] is not None else size
-    step = node.args[4] if len(node.args) > 4 else 1
+    start = _index_arg(e, node, arg, 2, 0)
+    end = _index_arg(e, node, arg, 3, size)
+    step = _index_arg(e, node, arg, 4, 1)
     start = max(0, min(size, start + size if start < 0 else start))
     end = max(start, min(size, end + size if end < 0 else end))
     spec = ",".join("[%d:%d:%d]" % ((start, end, step) if i == dim else (0, d, 1))
@@ -516,7 +561,9 @@ def _slice_backward(e: Emitter, node: Any, arg: Callable, shape: Any,
                     dtype: torch.dtype) -> Value:
     # The gradient of a slice: the slice's gradient padded with zeros back to the input's size.
     grad = arg(0)
-    dim, start, step = node.args[2] % len(shape), node.args[3], node.args[5]
+    dim = node.args[2] % len(shape)
+    _note_symbolic_dim(e, node, dim, "slice gradient")
+    start, step = _index_arg(e, node, arg, 3, 0), _index_arg(e, node, arg, 5, 1)
     size = shape[dim]
     start = max(0, min(size, start + size if start < 0 else start))
     taken = grad.shape[dim]
@@ -556,25 +603,61 @@ def op_name(node: torch.fx.Node) -> str:
     return str(target) if hasattr(target, "_schema") else getattr(target, "__name__", str(target))
 
 
-def lower_region(graph_module: torch.fx.GraphModule, name: str) -> str:
-    """Returns the HLO module of a fused region: its placeholders are parameters in order, its
-    outputs the root tuple's elements in order. Raises Unsupported naming the first node it
-    cannot express."""
+@dataclasses.dataclass(frozen=True)
+class Lowered:
+    """One region as HLO at one binding of its sizes.
+
+    Attributes:
+        hlo: the module text; parameters are the region's tensor inputs in order.
+        inputs: (shape, dtype) of each parameter, as declared (an input split for an outer
+            extent is declared ``[extent, k, ...]``: the executor views it so).
+        outputs: (shape, dtype) of each output, in order.
+        binding_specific: why the text holds at this binding only, beyond its shapes (see
+            Emitter); "" when every binding of the same shapes gives the same text.
+    """
+
+    hlo: str
+    inputs: Tuple[Tuple[Tuple[int, ...], torch.dtype], ...]
+    outputs: Tuple[Tuple[Tuple[int, ...], torch.dtype], ...]
+    binding_specific: str = ""
+
+
+def concrete_meta(node: torch.fx.Node, binding: Optional[Mapping[Any, int]] = None
+                  ) -> Optional[Tuple[Tuple[int, ...], torch.dtype]]:
+    """The node's (shape, dtype) when it is one tensor, its symbolic sizes evaluated at
+    ``binding``; None for a non-tensor, or for symbolic sizes without a binding."""
+    if binding is None:
+        return static_meta(node)
+    meta = _shapes.symbolic_meta(node)
+    if meta is None:
+        return None
+    try:
+        return tuple(_shapes.evaluate(d, binding) for d in meta[0]), meta[1]
+    except KeyError:
+        return None
+
+
+def lower_region(graph_module: torch.fx.GraphModule, name: str,
+                 binding: Optional[Mapping[Any, int]] = None,
+                 splits: Optional[Mapping[int, int]] = None) -> Lowered:
+    """Returns the HLO module of a fused region at ``binding`` (None for a region of static
+    shapes): its tensor placeholders are parameters in order, its size placeholders the
+    binding's values, its outputs the root tuple's elements in order. ``splits`` maps a
+    parameter to k: it is declared with dimension 0 split into (d/k, k) and reshaped back (the
+    same bytes), so that its dimension 0 is an outer extent (``_shapes.OuterRule``). Raises
+    Unsupported naming the first node it cannot express."""
     e = Emitter()
     values: Dict[torch.fx.Node, Any] = {}
+    inputs: List[Tuple[Tuple[int, ...], torch.dtype]] = []
     outputs: List[Value] = []
-    index = 0
     for node in graph_module.graph.nodes:
         if node.op == "placeholder":
-            meta = static_meta(node)
-            if meta is None:
-                raise Unsupported("input %s has no static shape" % node.name)
-            if meta[1] not in DTYPES:
-                raise Unsupported("input %s has dtype %s" % (node.name, meta[1]))
-            values[node] = e.parameter(index, *meta)
-            index += 1
+            k = len(inputs)
+            values[node] = _lower_input(e, node, binding, k, (splits or {}).get(k, 1))
+            if isinstance(values[node], Value):
+                inputs.append(e.declared[-1])
         elif node.op == "call_function":
-            values[node] = _lower_node(e, node, values)
+            values[node] = _lower_node(e, node, values, binding)
         elif node.op == "output":
             result = node.args[0]
             items = result if isinstance(result, (list, tuple)) else [result]
@@ -585,14 +668,41 @@ def lower_region(graph_module: torch.fx.GraphModule, name: str) -> str:
                 outputs.append(v)
         else:
             raise Unsupported("%s node %s" % (node.op, node.name))
-    return e.module(name, outputs)
+    return Lowered(e.module(name, outputs), tuple(inputs),
+                   tuple((o.shape, o.dtype) for o in outputs), e.binding_specific)
 
 
-def _lower_node(e: Emitter, node: torch.fx.Node, values: Dict[torch.fx.Node, Any]) -> Value:
+def _lower_input(e: Emitter, node: torch.fx.Node, binding: Optional[Mapping[Any, int]],
+                 index: int, split: int = 1) -> Any:
+    """A placeholder: parameter ``index`` for a tensor (declared with dimension 0 split by
+    ``split``), the Size it is bound to for a size."""
+    scalar = _shapes.symbolic_scalar(node) if binding is not None else None
+    if scalar is not None:
+        try:
+            return Size(_shapes.evaluate(scalar, binding))
+        except KeyError as err:
+            raise Unsupported("input %s: %s" % (node.name, err))
+    meta = concrete_meta(node, binding)
+    if meta is None:
+        raise Unsupported("input %s has no static shape" % node.name)
+    if meta[1] not in DTYPES:
+        raise Unsupported("input %s has dtype %s" % (node.name, meta[1]))
+    shape, dtype = meta
+    if split > 1:
+        if not shape or shape[0] % split:
+            raise Unsupported("input %s %s: dimension 0 is not a multiple of %d"
+                              % (node.name, shape, split))
+        declared = (shape[0] // split, split) + tuple(shape[1:])
+        return e.reshape(e.parameter(index, declared, dtype), shape)
+    return e.parameter(index, shape, dtype)
+
+
+def _lower_node(e: Emitter, node: torch.fx.Node, values: Dict[torch.fx.Node, Any],
+                binding: Optional[Mapping[Any, int]] = None) -> Value:
     lower = lowering_for(node)
     if lower is None:
         raise Unsupported("unsupported op %s" % op_name(node))
-    meta = static_meta(node)
+    meta = concrete_meta(node, binding)
     if meta is None:
         raise Unsupported("%s (%s) has no static shape" % (node.name, op_name(node)))
     shape, dtype = meta

@@ -1,7 +1,8 @@
 """Partitioning of an ATen FX graph into the memory-intensive regions stitchd compiles.
 
-A node joins a region when the lowering has it (``_lowering.LOWERINGS``), its shapes are
-static and its dtypes are ones stitchd compiles. PyTorch's own ``CapabilityBasedPartitioner``
+A node joins a region when the lowering has it (``_lowering.LOWERINGS``), its sizes are static
+or symbolic sizes with an example value (``_shapes``: not ones that depend on the data), and
+its dtypes are ones stitchd compiles. PyTorch's own ``CapabilityBasedPartitioner``
 groups the supported nodes into the largest regions that create no cycle through the nodes
 left out; regions with no arithmetic (views and copies only) are left to PyTorch, since a
 kernel for them saves nothing.
@@ -17,7 +18,7 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from . import _lowering
+from . import _lowering, _shapes
 
 # Ops left to PyTorch by design, not counted as fallbacks: matrix products, convolutions and
 # gathers, which its libraries run better than a memory-intensive kernel would, and random
@@ -48,8 +49,7 @@ def _packet_name(node: torch.fx.Node) -> str:
 
 
 def _tensor_inputs(node: torch.fx.Node) -> List[torch.fx.Node]:
-    return [a for a in node.all_input_nodes if _lowering.static_meta(a) is not None
-            or _lowering.has_dynamic_shape(a)]
+    return [a for a in node.all_input_nodes if _shapes.symbolic_meta(a) is not None]
 
 
 def why_not_supported(node: torch.fx.Node) -> Optional[Tuple[str, str]]:
@@ -68,11 +68,11 @@ def why_not_supported(node: torch.fx.Node) -> Optional[Tuple[str, str]]:
     if _lowering.lowering_for(node) is None:
         return ("unsupported_op", "unsupported op %s" % _lowering.op_name(node))
     for v in [node] + _tensor_inputs(node):
-        if _lowering.has_dynamic_shape(v):
-            return ("dynamic_shape", "%s has a dynamic shape" % v.name)
-        meta = _lowering.static_meta(v)
+        meta = _shapes.symbolic_meta(v)
         if meta is None:
-            return ("dynamic_shape", "%s has no static shape" % v.name)
+            return ("dynamic_shape", "%s has no shape" % v.name)
+        if not _shapes.has_example_sizes(v):
+            return ("dynamic_shape", "%s has a size that depends on the data" % v.name)
         if meta[1] not in _lowering.DTYPES:
             return ("dtype", "%s has dtype %s" % (v.name, meta[1]))
     return None

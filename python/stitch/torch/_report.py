@@ -6,14 +6,14 @@ import collections
 import dataclasses
 import logging
 import threading
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 LOG = logging.getLogger("stitch.torch")
 
 # Why a region, or an op, ran on PyTorch's own kernels.
 DAEMON = "daemon"                  # the daemon gave no bundle (down, slow, refused)
 UNSUPPORTED_OP = "unsupported_op"  # an op the lowering does not know: left out of every region
-DYNAMIC_SHAPE = "dynamic_shape"    # symbolic sizes, or a call whose shapes differ from the trace
+DYNAMIC_SHAPE = "dynamic_shape"    # sizes that depend on the data, or a call against the trace
 DTYPE = "dtype"                    # an element type stitchd does not compile
 LOWERING = "lowering"              # the region could not be written as HLO
 ARCH_MISMATCH = "arch_mismatch"    # the bundle's target cannot run on the tensors' device
@@ -37,6 +37,8 @@ class RegionInfo:
             ``"fallback"``.
         reason: why the region runs on PyTorch, ``""`` when it runs stitched kernels.
         kernels: the number of kernels of its bundle.
+        served: the (lo, hi) outer extents its bundle serves when it is shape-generic (one
+            bundle per power-of-two bucket of the batch); None for exact shapes.
     """
 
     name: str
@@ -46,6 +48,7 @@ class RegionInfo:
     outcome: str = "fallback"
     reason: str = ""
     kernels: int = 0
+    served: Optional[Tuple[int, int]] = None
 
     @property
     def stitched(self) -> bool:
@@ -103,6 +106,13 @@ class Report:
         # Copies a replaced region's call made because a tensor came or had to leave in other
         # strides than the graph traced; 0 when stitch's kernels fit the graph as traced.
         self.layout_copies = 0
+        # Sizes of symbolic regions met after the trace's, by how their kernels were found:
+        # "daemon" (asked for them) or "bucket" (a bundle already held serves that extent).
+        self.new_sizes: Dict[str, int] = collections.Counter()
+
+    def count_new_size(self, how: str) -> None:
+        with self._lock:
+            self.new_sizes[how] += 1
 
     def count_layout_copy(self) -> None:
         with self._lock:
@@ -153,6 +163,9 @@ class Report:
             lines.append("%-28s %s kernels (%s, %s)%s %s" % (
                 c.region, c.winner, c.reason, c.decided_by or "untimed", gain, c.detail))
         lines.append("stitched calls: %d" % self.stitched_calls)
+        if self.new_sizes:
+            lines.append("new sizes of symbolic regions: %d from the daemon, %d from a bucket held"
+                         % (self.new_sizes["daemon"], self.new_sizes["bucket"]))
         for reason in REASONS:
             if self.fallbacks.get(reason):
                 lines.append("fallbacks (%s): %d" % (reason, self.fallbacks[reason]))
