@@ -289,6 +289,28 @@ if HAS_TORCH_COMPILE:
             for run in executor.runs:
                 self.assertTrue(run["report"]["pass"], run)
 
+        def test_a_bundle_that_does_not_serve_the_extent_is_replaced_by_exact_shapes(self):
+            """Where the daemon's bundle does not serve the call's extent (a bucket the
+            planner could not follow is compiled for its top alone), the region asks for its
+            exact shapes instead of launching kernels the loader would refuse."""
+            import stitch.torch._backend as backend_module
+            from stitch.torch import _lowering
+            backend, executor = make_backend()
+            hlo = ("HloModule rows\n\nENTRY main {\n  p0 = f32[5,16] parameter(0)\n"
+                   "  e = f32[5,16] exponential(p0)\n  ROOT out = (f32[5,16]) tuple(e)\n}\n")
+            lowered = _lowering.Lowered(hlo, (((5, 16), torch.float32),),
+                                        (((5, 16), torch.float32),))
+            bucketed = backend.client.compile(hlo, "sm_90", outer_parameters=(0,))
+            self.assertEqual(bucketed.outer_extent, (5, 8))
+            inside = backend_module._Signature(lowered, (0,), 5)
+            self.assertIs(backend.covering(bucketed, inside, "sm_90")[0], bucketed)
+            outside = backend_module._Signature(lowered, (0,), 9)
+            result, sig = backend.covering(bucketed, outside, "sm_90")
+            self.assertTrue(result.ok, result)
+            self.assertIsNone(result.outer_extent)
+            self.assertNotEqual(result.key, bucketed.key)
+            self.assertEqual(sig.outer, ())
+
         def test_dynamic_true_stitches_from_the_first_call(self):
             backend, executor = make_backend()
             case = cases()[0]

@@ -226,6 +226,7 @@ class StitchedRegion(torch.nn.Module):
         result = self._backend.client.compile(sig.lowered.hlo, self.kernels.target,
                                               outer_parameters=sig.outer)
         self._backend.report.count_new_size("daemon")
+        result, sig = self._backend.covering(result, sig, self.kernels.target)
         if not result.ok:
             return (DAEMON, result.reason)
         kernels = sig.kernels(result.key, self.kernels.target, result.bundle, result.outer_extent)
@@ -399,6 +400,7 @@ class StitchBackend:
                  info: RegionInfo, result: Any, target: Optional[str],
                  device: Optional[torch.device], shapes: _shapes.RegionShapes,
                  binding: Dict[Any, int], sig: _Signature) -> None:
+        result, sig = self.covering(result, sig, target)
         info.outcome = result.outcome
         if not result.ok:
             info.reason = result.reason
@@ -413,6 +415,19 @@ class StitchBackend:
         self.report.add_region(info)
         LOG.debug("%s: %s %s, %d kernels, ops %s", info.name, info.outcome, info.key[:12],
                   info.kernels, " ".join(info.ops))
+
+    def covering(self, result: Any, sig: "_Signature", target: Optional[str]
+                 ) -> Tuple[Any, "_Signature"]:
+        """``result`` when its bundle serves the signature's extent; else (a bucket the
+        planner could not follow is compiled for its top extent alone) the exact shapes'
+        bundle and the exact signature."""
+        if not result.ok or not sig.outer:
+            return result, sig
+        served = result.outer_extent
+        if served is not None and served[0] <= sig.extent <= served[1]:
+            return result, sig
+        exact = _Signature(sig.lowered, (), 0)
+        return self.client.compile(sig.lowered.hlo, target), exact
 
     # -- collaborators ------------------------------------------------------------------------
     @property
