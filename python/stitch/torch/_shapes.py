@@ -236,15 +236,6 @@ class RegionShapes:
             return tuple(evaluate(d, binding) for d in spec[0]), spec[1]
         return evaluate(spec, binding) if spec is not None else None
 
-    def scalar_inputs(self, binding: Mapping[Any, Any], symint: bool = False) -> Dict[int, Any]:
-        """The size inputs (position -> value) at ``binding``; with ``symint``, computed with
-        Python arithmetic so symbolic sizes stay symbolic."""
-        out = {}
-        for i, spec in enumerate(self._inputs):
-            if i not in self.tensor_positions:
-                out[i] = evaluate_symint(spec, binding) if symint else evaluate(spec, binding)
-        return out
-
     def static_outer_rule(self, batch: int, sequence: int = 1) -> Optional[OuterRule]:
         """For a region of static sizes traced at ``batch`` (and ``sequence``, the next
         dimension of the same input): the inputs whose dimension 0 is the batch, or batch x
