@@ -18,6 +18,12 @@ What happens, in order:
      the task's busy GPU time holds, with the job's fallback (XLA).
   4. The replay's own totals are checked against what Prometheus recorded from the daemons,
      and it writes report.json, report.md, series.json and three PNG plots to --out.
+  5. The variable-shape workload (shapes.py, cited in PARAMETERS.md): the first --shape-tasks
+     tasks that run BERT replay their start-up as BERT fine-tuning on SQuAD v1.1 with dynamic
+     padding, asking for the kernels of every shape their steps ran at, twice: through a fleet
+     whose jobs ask for exact shapes, and through one whose jobs name the outer parameters so
+     the daemons key one bundle per power-of-two bucket. Each mode's compiles are checked
+     against the daemons' own counters; report.md compares them.
 
 --plan-only writes the task plan (plan.jsonl) without starting anything: the replay is a
 function of --seed, and the plan shows it.
@@ -43,6 +49,7 @@ sys.path.insert(0, str(HERE))
 import numpy as np  # noqa: E402  (Debian's python3-numpy)
 
 import population  # noqa: E402
+import shapes  # noqa: E402
 
 # The papers' fleet figures (../../README.md, "Fleet savings"): GPU-hours saved per task.
 PAPERS = {
@@ -78,6 +85,13 @@ MODEL_FOR_WORKLOAD = {
 }
 OTHER_MODEL_WEIGHTS = {"bert_base_mlm": 0.25, "gpt2_small": 0.25, "resnet50": 0.25,
                        "dlrm_criteo": 0.25}
+
+# The variable-shape workload (shapes.py): tasks of this model, fine-tuning BERT on SQuAD v1.1
+# with dynamic padding, at batch shapes.BATCH (the model step's own batch). Its HLO has the
+# batch in dimension 0 and the sequence in dimension 1, so a step is asked for at its token
+# count in rows of the HLO's sequence length (step_extent; README.md, "Variable shapes").
+SHAPE_MODEL = "bert_base_mlm"
+SHAPE_MODES = ("exact", "bucketed")
 
 
 def log(message: str) -> None:
@@ -256,6 +270,221 @@ def series(plan: list[dict[str, Any]], results: list[dict[str, Any]],
                                  else float("nan") for n in points]}
 
 
+def model_rows(model: dict[str, Any]) -> int:
+    """The model step's outer extent as its HLO has it: dimension 0 of its activations, the
+    batch (the sequence, model["seq_or_image"] tokens, is dimension 1)."""
+    return int(model["batch"])
+
+
+def step_extent(model: dict[str, Any], padded_length: int) -> int:
+    """The extent a step of shapes.BATCH sequences padded to `padded_length` tokens is asked
+    for at: its token count in rows of the HLO's sequence length (both powers of two times the
+    same factor, so the extent falls in the bucket the token count would)."""
+    tokens, seq = shapes.BATCH * padded_length, int(model["seq_or_image"])
+    if tokens % seq:
+        raise SystemExit("replay: %d tokens are not whole rows of %d" % (tokens, seq))
+    return tokens // seq
+
+
+def plan_shape_tasks(plan: list[dict[str, Any]], results: list[dict[str, Any]], n: int,
+                     seed: int, model: dict[str, Any]) -> list[dict[str, Any]]:
+    """The variable-shape workload: the first `n` tasks of the plan that run SHAPE_MODEL, each
+    at the distinct padded lengths its steps drew (as many batches as the task ran steps at
+    the model's fixed shape; at least one)."""
+    rng = np.random.default_rng(np.random.PCG64(seed + 2))
+    out = []
+    for task, r in zip(plan, results):
+        if len(out) == n:
+            break
+        if task["model"] != SHAPE_MODEL:
+            continue
+        lengths = shapes.distinct_padded_lengths(rng, r["steps"])
+        out.append({"task": task["task"], "daemon_index": task["daemon_index"],
+                    "steps": r["steps"], "padded_lengths": lengths,
+                    "tokens": [shapes.BATCH * length for length in lengths],
+                    "extents": [step_extent(model, length) for length in lengths]})
+    return out
+
+
+def describe_model(driver: pathlib.Path, path: str, rows: int) -> dict[str, Any]:
+    """The driver's account of the model's distinct subgraphs: which follow the extent."""
+    done = subprocess.run([str(driver), "--describe", path, "--rows", str(rows)],
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit("replay: %s --describe failed: %s%s" % (driver, done.stdout,
+                                                                 done.stderr))
+    return json.loads(done.stdout)
+
+
+def run_shape_tasks(shape_plan: list[dict[str, Any]], mode: str, model_path: str, rows: int,
+                    subgraphs: list[int], fleet: Any, driver: pathlib.Path,
+                    workdir: pathlib.Path) -> list[dict[str, Any]]:
+    """Asks `mode`'s fleet for the kernels of every variable-shape task, one task at a time."""
+    stderr = open(workdir / ("driver-%s.log" % mode), "w")
+    process = subprocess.Popen([str(driver)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=stderr, text=True, bufsize=1)
+    results = []
+    started = time.time()
+    every = max(1, len(shape_plan) // 5)
+    compiled = 0
+    try:
+        for i, task in enumerate(shape_plan):
+            process.stdin.write(json.dumps({
+                "task": task["task"], "daemon": fleet.daemons[task["daemon_index"]].address,
+                "model": model_path, "fallback": FALLBACK, "rows": rows,
+                "extents": task["extents"], "shapes": mode, "subgraphs": subgraphs}) + "\n")
+            process.stdin.flush()
+            answer = process.stdout.readline()
+            if not answer:
+                raise SystemExit("replay: the driver exited (see %s)" % stderr.name)
+            result = json.loads(answer)
+            if "error" in result or result.get("fallbacks"):
+                raise SystemExit("replay: %s task %d failed: %s" % (mode, task["task"],
+                                                                  answer.strip()[:2000]))
+            results.append(result)
+            compiled += result["outcomes"].get("compiled", 0)
+            if (i + 1) % every == 0 or i + 1 == len(shape_plan):
+                log("[shapes %s] %d/%d tasks, compiles %d, %.0f s" % (
+                    mode, i + 1, len(shape_plan), compiled, time.time() - started))
+    finally:
+        process.stdin.close()
+        process.wait(timeout=60)
+        stderr.close()
+    return results
+
+
+def counter_sum(scraped: dict[str, float], name: str, **labels: str) -> float:
+    """The sum of a scraped counter's series whose labels include `labels`."""
+    total = 0.0
+    for series, value in scraped.items():
+        if series != name and not series.startswith(name + "{"):
+            continue
+        if all('%s="%s"' % (k, v) in series for k, v in labels.items()):
+            total += value
+    return total
+
+
+def shape_mode_summary(results: list[dict[str, Any]], fleet: Any) -> dict[str, Any]:
+    """One mode's compiles, requests and hits as the driver saw them, beside the daemons' own
+    counters (each daemon's /metrics, read after the last task)."""
+    outcomes = collections.Counter()
+    for r in results:
+        outcomes.update(r["outcomes"])
+    asked = [(s, e) for r in results for s, e in r["asked"]]
+    scraped = [fleet.scrape(d) for d in fleet.daemons]
+    return {
+        "compiles": outcomes.get("compiled", 0),
+        "outcomes": dict(outcomes),
+        "requests": len(asked),
+        "requests_at_extent": sum(1 for _, e in asked if e),
+        "distinct_keys": len({k for r in results for k in r["keys"]}),
+        "subgraph_shapes": len(set(asked)),
+        "subgraph_buckets": len({(s, shapes.bucket_top(e) if e else 0) for s, e in asked}),
+        "recorded_compiles": sum(counter_sum(m, "stitch_compiles_total", result="ok")
+                                 for m in scraped),
+        "recorded_requests": sum(counter_sum(m, "stitch_requests_total", method="Compile")
+                                 for m in scraped),
+        "recorded_bucket_requests": sum(counter_sum(m, "stitch_requests_total",
+                                                    method="Compile", shape="bucket")
+                                        for m in scraped),
+        "recorded_cluster_writes": sum(counter_sum(m, "stitch_cluster_writes_total")
+                                       for m in scraped),
+    }
+
+
+def shape_report(shape_plan: list[dict[str, Any]], described: dict[str, Any],
+                 modes: dict[str, dict[str, Any]], seq: int) -> dict[str, Any]:
+    """The variable-shape workload's figures and the checks on them. `described` lists the
+    subgraphs the tasks asked for."""
+    follow = [s["subgraph"] for s in described["subgraphs"] if s["follows"]]
+    fixed = [s["subgraph"] for s in described["subgraphs"] if not s["follows"]]
+    extents = sorted({e for t in shape_plan for e in t["extents"]})
+    buckets = sorted({shapes.bucket_top(e) for e in extents})
+    exact, bucketed = modes["exact"], modes["bucketed"]
+    checks = {}
+    for mode, m in modes.items():
+        checks[mode + "_compiles_agree"] = m["recorded_compiles"] == m["compiles"]
+        checks[mode + "_requests_agree"] = m["recorded_requests"] == m["requests"]
+    # Only bucketed jobs' graphs name outer parameters, and the daemons answer every such
+    # request with a bucket's bundle.
+    checks["bucket_requests_agree"] = (
+        bucketed["recorded_bucket_requests"] == bucketed["requests_at_extent"]
+        and exact["recorded_bucket_requests"] == 0)
+    checks["exact_one_per_subgraph_shape"] = (
+        exact["compiles"] == exact["subgraph_shapes"] == len(fixed) + len(follow) * len(extents))
+    checks["bucketed_at_most_one_per_subgraph_bucket"] = (
+        bucketed["compiles"] <= bucketed["subgraph_buckets"]
+        <= len(fixed) + len(follow) * len(buckets))
+    checks["bucketed_at_most_exact"] = bucketed["compiles"] <= exact["compiles"]
+    return {
+        "model": SHAPE_MODEL,
+        "tasks": len(shape_plan),
+        "source": shapes.SOURCE,
+        "batch": shapes.BATCH,
+        "max_length": shapes.MAX_LENGTH,
+        "pad_multiple": shapes.PAD_MULTIPLE,
+        "rows": described["rows"],
+        "seq": seq,
+        "steps": sum(t["steps"] for t in shape_plan),
+        "padded_lengths_per_task": (sum(len(t["extents"]) for t in shape_plan)
+                                    / max(1, len(shape_plan))),
+        "distinct_extents": extents,
+        "buckets": buckets,
+        "subgraphs_following": follow,
+        "subgraphs_fixed": fixed,
+        "occurrences_following": sum(s["occurrences"] for s in described["subgraphs"]
+                                     if s["follows"]),
+        "occurrences_fixed": sum(s["occurrences"] for s in described["subgraphs"]
+                                 if not s["follows"]),
+        "described": described["subgraphs"],
+        "subgraphs_left_out": described.get("left_out", []),
+        "modes": modes,
+        "checks": checks,
+    }
+
+
+def shape_markdown(r: dict[str, Any]) -> list[str]:
+    """The variable-shape table of report.md."""
+    e, b = r["modes"]["exact"], r["modes"]["bucketed"]
+
+    def hits(m, outcome):
+        return m["outcomes"].get(outcome, 0)
+
+    return [
+        "",
+        "Variable shapes: %d %s tasks fine-tuning on SQuAD v1.1 with dynamic padding (batch %d, "
+        "padded to a multiple of %d tokens, at most %d; %.1f padded lengths per task), their "
+        "subgraphs asked for at every extent: %d of %d distinct subgraphs follow the extent "
+        "(%d of %d occurrences per step), %d stay as the HLO has them." % (
+            r["tasks"], r["model"], r["batch"], r["pad_multiple"], r["max_length"],
+            r["padded_lengths_per_task"], len(r["subgraphs_following"]),
+            len(r["subgraphs_following"]) + len(r["subgraphs_fixed"]),
+            r["occurrences_following"], r["occurrences_following"] + r["occurrences_fixed"],
+            len(r["subgraphs_fixed"])) + (
+            " %d larger subgraphs were left out (--shape-max-nodes)."
+            % len(r["subgraphs_left_out"]) if r["subgraphs_left_out"] else ""),
+        "",
+        "| | exact shapes | power-of-two buckets |",
+        "|---|---|---|",
+        "| distinct extents (rows of %d tokens) / buckets seen | %d (%d to %d) | %d (top %s) |" % (
+            r["seq"],
+            len(r["distinct_extents"]), r["distinct_extents"][0], r["distinct_extents"][-1],
+            len(r["buckets"]), ", ".join(str(t) for t in r["buckets"])),
+        "| (subgraph, shape) / (subgraph, bucket) pairs asked for | %d | %d |" % (
+            e["subgraph_shapes"], b["subgraph_buckets"]),
+        "| kernel requests | %s | %s |" % (f"{e['requests']:,}", f"{b['requests']:,}"),
+        "| compiles (daemons' own counters) | **%d** (%d) | **%d** (%d) |" % (
+            e["compiles"], e["recorded_compiles"], b["compiles"], b["recorded_compiles"]),
+        "| cluster-tier hits | %s | %s |" % (
+            f"{hits(e, 'hit_cluster'):,}", f"{hits(b, 'hit_cluster'):,}"),
+        "| node hits (memory, disk) | %s | %s |" % (
+            f"{hits(e, 'hit_memory') + hits(e, 'hit_disk'):,}",
+            f"{hits(b, 'hit_memory') + hits(b, 'hit_disk'):,}"),
+        "| requests answered by a bucket's bundle (daemons' counters) | %s | %s |" % (
+            f"{int(e['recorded_bucket_requests']):,}", f"{int(b['recorded_bucket_requests']):,}"),
+    ]
+
+
 def dashboard_savings_queries() -> list[str]:
     """The Grafana dashboard's queries of the all-time GPU-hours saved, for every instance."""
     dashboard = json.loads((ROOT / "deploy/grafana/stitchd-dashboard.json").read_text())
@@ -406,6 +635,8 @@ def markdown(report: dict[str, Any]) -> str:
         "%.2f GPU-h (%.4f per task)." % (r["saved_if_eager_gpu_hours"],
                                           r["saved_if_eager_gpu_hours"] / max(r["tasks"], 1)),
     ]
+    if r.get("shapes"):
+        lines += shape_markdown(r["shapes"])
     return "\n".join(lines) + "\n"
 
 
@@ -468,12 +699,17 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--prometheus", default="prometheus")
     ap.add_argument("--workers", type=int, default=2, help="compile threads per daemon")
     ap.add_argument("--bins", type=int, default=48, help="time bins of the plots")
+    ap.add_argument("--shape-tasks", type=int, default=0,
+                    help="BERT tasks of the plan replayed at variable shapes (0: none)")
+    ap.add_argument("--shape-max-nodes", type=int, default=0,
+                    help="variable-shape tasks ask only for the subgraphs of at most this many "
+                         "nodes (0: all); a shorter run for CI")
     ap.add_argument("--plan-only", action="store_true")
     ap.add_argument("--replot", action="store_true",
                     help="redraw the plots of --out from its report.json and series.json")
     args = ap.parse_args(None if argv is None else list(argv))
-    if args.tasks < 1 or args.daemons < 1:
-        ap.error("--tasks and --daemons must be at least 1")
+    if args.tasks < 1 or args.daemons < 1 or args.shape_tasks < 0:
+        ap.error("--tasks and --daemons must be at least 1, --shape-tasks at least 0")
     if args.replot:
         report = json.loads((args.out / "report.json").read_text())
         timeline = json.loads((args.out / "series.json").read_text())
@@ -504,7 +740,35 @@ def main(argv: Iterable[str] | None = None) -> int:
         requests = sum(sum(r["outcomes"].values()) for r in results)
         saved = sum(r["saved_gpu_seconds"] for r in results)
         checks = check_prometheus(fleet, saved, compiled, requests)
+    shape_section = None
+    shape_plan = plan_shape_tasks(plan, results, args.shape_tasks, args.seed,
+                                  models[SHAPE_MODEL])
+    if shape_plan:
+        with open(args.out / "shapes.jsonl", "w") as f:
+            for task in shape_plan:
+                f.write(json.dumps(task, sort_keys=True) + "\n")
+        model = models[SHAPE_MODEL]
+        rows = model_rows(model)
+        described = describe_model(args.driver, model["path"], rows)
+        if args.shape_max_nodes > 0:
+            described["left_out"] = [g["subgraph"] for g in described["subgraphs"]
+                                     if g["nodes"] > args.shape_max_nodes]
+            described["subgraphs"] = [g for g in described["subgraphs"]
+                                      if g["nodes"] <= args.shape_max_nodes]
+        asked_for = [g["subgraph"] for g in described["subgraphs"]]
+        modes = {}
+        for mode in SHAPE_MODES:
+            # Each mode has its own fleet (daemons and Redis Cluster), so the two share no
+            # cache entry and each fleet's counters are its mode's.
+            with fleet_module.Fleet(args.out / ("fleet-" + mode), args.stitchd, args.daemons,
+                                    target=TARGET, workers=args.workers, ptx_only=True,
+                                    prometheus=None, log=log) as shape_fleet:
+                shape_results = run_shape_tasks(shape_plan, mode, model["path"], rows,
+                                                asked_for, shape_fleet, args.driver, args.out)
+                modes[mode] = shape_mode_summary(shape_results, shape_fleet)
+        shape_section = shape_report(shape_plan, described, modes, int(model["seq_or_image"]))
     report = build_report(args, plan, results, models, checks)
+    report["shapes"] = shape_section
     report["distinct_keys"] = len({k for r in results for k in r["keys"]})
     span = plan[-1]["submit_seconds"] - plan[0]["submit_seconds"]
     timeline = series(plan, results, max(span / args.bins, 60.0))
@@ -519,6 +783,9 @@ def main(argv: Iterable[str] | None = None) -> int:
                                   "requests_agree"))
     if not ok:
         log("replay: the replay's totals and Prometheus's disagree: %s" % json.dumps(checks))
+        return 1
+    if shape_section is not None and not all(shape_section["checks"].values()):
+        log("replay: the variable-shape checks failed: %s" % json.dumps(shape_section["checks"]))
         return 1
     return 0
 

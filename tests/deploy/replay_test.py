@@ -8,7 +8,10 @@ Checks: the plan is a function of the seed; the replay's totals equal what Prome
 from the daemons (GPU-hours saved through the recording rule, compiles, requests); every
 distinct key is compiled exactly once across the fleet and other nodes hit the cluster tier;
 the term-by-term account multiplies out to the savings; the plotted series sum to the totals;
-the plots are PNG images of a sensible size.
+the plots are PNG images of a sensible size. The variable-shape workload (BERT on SQuAD with
+dynamic padding): recomputed here from the tasks' extents, exact shapes compile one bundle per
+(subgraph, shape) and buckets at most one per (subgraph, bucket), buckets compile fewer, and
+each mode's compiles and requests are the daemons' own counters.
 """
 
 import argparse
@@ -23,6 +26,11 @@ import tempfile
 SEED = 11
 TASKS = 150
 DAEMONS = 3
+SHAPE_TASKS = 8
+# The variable-shape tasks ask only for BERT's subgraphs of at most this many nodes (one that
+# follows the extent, 36 occurrences a step, and one that is not shape-generic): each of the
+# four large ones takes 5 to 30 s to compile, once per shape.
+SHAPE_MAX_NODES = 1100
 
 
 def fail(message):
@@ -38,7 +46,8 @@ def run_replay(args, out, seed, plan_only=False):
     argv = [sys.executable, str(args.source_dir / "deploy/replay/replay.py"),
             "--tasks", str(TASKS), "--seed", str(seed), "--daemons", str(DAEMONS),
             "--out", str(out), "--stitchd", str(args.stitchd), "--driver", str(args.driver),
-            "--prometheus", args.prometheus, "--models", str(args.source_dir / "testdata/models")]
+            "--prometheus", args.prometheus, "--models", str(args.source_dir / "testdata/models"),
+            "--shape-tasks", str(SHAPE_TASKS), "--shape-max-nodes", str(SHAPE_MAX_NODES)]
     if plan_only:
         argv.append("--plan-only")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
@@ -144,6 +153,68 @@ def check_plots(out, report):
     print("PASS the plotted series add up to the totals; 3 PNG plots")
 
 
+def bucket_top(extent):
+    top = 1
+    while top < extent:
+        top *= 2
+    return top
+
+
+def check_shapes(out, report):
+    shapes = report["shapes"]
+    tasks = [json.loads(line) for line in (out / "shapes.jsonl").read_text().splitlines()]
+    if len(tasks) != SHAPE_TASKS or shapes["tasks"] != SHAPE_TASKS:
+        fail("%d variable-shape tasks planned, %d reported, %d asked for"
+             % (len(tasks), shapes["tasks"], SHAPE_TASKS))
+    for t in tasks:
+        lengths = t["padded_lengths"]
+        if not lengths or any(l % shapes["pad_multiple"] or not 0 < l <= shapes["max_length"]
+                              for l in lengths):
+            fail("task %d: padded lengths %r" % (t["task"], lengths))
+        # A step of batch x l tokens runs at that many tokens in rows of the HLO's sequence.
+        if [e * shapes["seq"] for e in t["extents"]] != [shapes["batch"] * l for l in lengths]:
+            fail("task %d: extents %r are not %d x %r tokens in rows of %d"
+                 % (t["task"], t["extents"], shapes["batch"], lengths, shapes["seq"]))
+    extents = {e for t in tasks for e in t["extents"]}
+    buckets = {bucket_top(e) for e in extents}
+    follow, fixed = len(shapes["subgraphs_following"]), len(shapes["subgraphs_fixed"])
+    if follow < 1 or len(extents) <= len(buckets):
+        fail("nothing to compare: %d subgraphs follow the extent; %d extents in %d buckets"
+             % (follow, len(extents), len(buckets)))
+    exact, bucketed = shapes["modes"]["exact"], shapes["modes"]["bucketed"]
+    for mode, m in (("exact", exact), ("bucketed", bucketed)):
+        if m["compiles"] != m["recorded_compiles"] or m["requests"] != m["recorded_requests"]:
+            fail("%s: the replay counted %d compiles and %d requests, the daemons %r and %r"
+                 % (mode, m["compiles"], m["requests"], m["recorded_compiles"],
+                    m["recorded_requests"]))
+    if exact["recorded_bucket_requests"] != 0 or \
+            bucketed["recorded_bucket_requests"] != bucketed["requests_at_extent"] or \
+            bucketed["requests_at_extent"] <= 0:
+        fail("requests answered by bucket bundles: exact %r, bucketed %r of %r"
+             % (exact["recorded_bucket_requests"], bucketed["recorded_bucket_requests"],
+                bucketed["requests_at_extent"]))
+    if not bucketed["compiles"] < exact["compiles"]:
+        fail("buckets compiled %d, exact shapes %d" % (bucketed["compiles"], exact["compiles"]))
+    want_exact = fixed + follow * len(extents)
+    if exact["compiles"] != want_exact:
+        fail("exact shapes compiled %d bundles, not one per (subgraph, shape): %d + %d x %d = %d"
+             % (exact["compiles"], fixed, follow, len(extents), want_exact))
+    most_bucketed = fixed + follow * len(buckets)
+    if bucketed["compiles"] > most_bucketed:
+        fail("buckets compiled %d bundles, over one per (subgraph, bucket): %d + %d x %d = %d"
+             % (bucketed["compiles"], fixed, follow, len(buckets), most_bucketed))
+    if not all(shapes["checks"].values()):
+        fail("the replay's own variable-shape checks failed: %r" % shapes["checks"])
+    if "| compiles (daemons' own counters) | **%d**" % exact["compiles"] not in \
+            (out / "report.md").read_text():
+        fail("report.md lacks the variable-shape table")
+    print("PASS variable shapes: %d tasks, %d extents in %d buckets, %d subgraphs follow the "
+          "extent and %d do not; compiles exact %d = one per (subgraph, shape), bucketed %d <= "
+          "%d (one per (subgraph, bucket)); both the daemons' own counts"
+          % (len(tasks), len(extents), len(buckets), follow, fixed, exact["compiles"],
+             bucketed["compiles"], most_bucketed))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--source-dir", type=pathlib.Path, required=True)
@@ -159,6 +230,7 @@ def main():
         run_replay(args, out, SEED)
         report = check_report(out)
         check_plots(out, report)
+        check_shapes(out, report)
     print("all checks passed")
 
 
