@@ -14,11 +14,20 @@
 //   gpu_bench [--warmup N] [--repeats N] [--only ID,...] [--no-flush-l2] [--no-verify]
 //             [--target sm_XX] [--device N] [--driver LIB] [--csv PATH] [--out-dir DIR]
 //   gpu_bench --list [--target sm_XX] [--only ID,...] [--csv PATH]   (no GPU needed)
+//   gpu_bench --buckets [--list] [flags as above]                    (shape classes)
 //   gpu_bench --export-graphs FILE [--only ID,...]                   (for frameworks.py)
 //   gpu_bench --export-reference DIR [--only ID,...]                 (frameworks.py check)
 //
 // --out-dir writes stitch.csv, device.json (the device and the run's settings) and
 // graphs.json there, which `frameworks.py time/merge` read (scripts/bench gpu).
+//
+// --buckets replaces the three planners with shape classes (shape_class.h): each row names
+// its outer parameters at its extent e (bucket_case.h) and, where the compile is
+// shape-generic, stitch's plan is timed four ways: the exact bundle at e, the bucket's
+// bundle at e, the exact bundle at e' and the bucket's bundle at e' (3/4 of the bucket's
+// top, or the top when that is e). The bucket's kernels of the emulation-scale graph are
+// checked against the interpreter at its e'. --out-dir then writes buckets.csv and
+// device.json; with --list the plans are compiled and priced only.
 //
 // Exit status: 0 success; 1 a subgraph failed to compile or run, or its outputs did not
 // match; 2 no usable GPU (one line on stderr says why); 3 bad flags.
@@ -38,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/bucket_case.h"
 #include "gpu/gpu_runner.h"
 #include "gpu/suite_export.h"
 #include "stitch/driver/compile.h"
@@ -62,6 +72,7 @@ constexpr const char* kUsage =
     "usage: gpu_bench [--warmup N] [--repeats N] [--only ID,...] [--no-flush-l2] [--no-verify]\n"
     "                 [--target sm_XX] [--device N] [--driver LIB] [--csv PATH] [--out-dir DIR]\n"
     "       gpu_bench --list [--target sm_XX] [--only ID,...] [--csv PATH]\n"
+    "       gpu_bench --buckets [--list] [run flags as above]\n"
     "       gpu_bench --export-graphs FILE [--only ID,...]\n"
     "       gpu_bench --export-reference DIR [--only ID,...]\n";
 
@@ -78,6 +89,7 @@ struct Flags {
   std::string driver = "libcuda.so.1";
   std::string csv_path;
   std::string out_dir;
+  bool buckets = false;  // the shape-class comparison instead of the three planners
 };
 
 // One plan's figures; -1 (or "-") where not measured.
@@ -199,20 +211,27 @@ void VerifyOnGpu(Gpu& gpu, const Graph& g, int seed, PlannerKind planner, const 
   }
 }
 
-// Compiles (and, given a GPU, times and verifies) one plan of one entry.
-void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const Target& target, Gpu* gpu,
-                 const Flags& flags, PlanFigures& p, std::string& error) {
-  const std::string which(PlannerKindName(planner));
-  StatusOr<CompileResult> compiled = CompileGraph(e.graph, OptionsFor(planner, target));
-  if (!compiled.ok() && gpu != nullptr) {
+// Compiles `planner`'s plan of `g`, for a GPU when `on_gpu`.
+StatusOr<CompileResult> CompileForDevice(const Graph& g, PlannerKind planner, const Target& target,
+                                         bool on_gpu) {
+  StatusOr<CompileResult> compiled = CompileGraph(g, OptionsFor(planner, target));
+  if (!compiled.ok() && on_gpu) {
     // The toolkit may not assemble for this GPU (CUDA 13 dropped sm_70 and older); its PTX
     // can still go to the driver's JIT.
     CompileOptions ptx_only = OptionsFor(planner, target);
     ptx_only.codegen.emit_cubin = false;
-    if (StatusOr<CompileResult> retry = CompileGraph(e.graph, ptx_only); retry.ok()) {
+    if (StatusOr<CompileResult> retry = CompileGraph(g, ptx_only); retry.ok()) {
       compiled = std::move(retry);
     }
   }
+  return compiled;
+}
+
+// Compiles (and, given a GPU, times and verifies) one plan of one entry.
+void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const Target& target, Gpu* gpu,
+                 const Flags& flags, PlanFigures& p, std::string& error) {
+  const std::string which(PlannerKindName(planner));
+  StatusOr<CompileResult> compiled = CompileForDevice(e.graph, planner, target, gpu != nullptr);
   if (!compiled.ok()) {
     if (error.empty()) error = which + " compile: " + compiled.status().ToString();
     return;
@@ -354,7 +373,7 @@ Status WriteCsv(const std::string& path, const std::vector<Row>& rows, double pe
 }
 
 Status WriteDeviceJson(const std::string& path, const DeviceInfo& d, const Target& target,
-                       const Flags& flags, const std::vector<Row>& rows) {
+                       const Flags& flags, const std::vector<int>& ids) {
   nlohmann::json j;
   j["name"] = d.name;
   j["slug"] = DeviceSlug(d.name);
@@ -370,8 +389,7 @@ Status WriteDeviceJson(const std::string& path, const DeviceInfo& d, const Targe
   j["warmup"] = flags.timing.warmup;
   j["repeats"] = flags.timing.repeats;
   j["flush_l2"] = flags.timing.flush_l2;
-  j["ids"] = nlohmann::json::array();
-  for (const Row& r : rows) j["ids"].push_back(r.id);
+  j["ids"] = ids;
   const std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
@@ -447,6 +465,309 @@ void PrintSummary(const std::vector<Row>& rows, const Target& target, const Gpu*
   }
 }
 
+// --buckets: each row's stitched plan as an exact bundle and as its bucket's bundle
+// (bucket_case.h), at the row's own extent e and at e' inside the same bucket.
+enum Way { kExactAtE, kBucketAtE, kExactAtOther, kBucketAtOther, kWays };
+
+struct BucketRow {
+  int id = 0;
+  std::string subgraph;
+  int64_t extent = -1, other = -1;  // e and e'
+  Bucket served{0, 0};
+  bool generic = false;
+  std::string not_generic;  // why the row compiles exact only
+  int bucket_kernels = -1, exact_kernels = -1;
+  double us[kWays] = {-1, -1, -1, -1};
+  // The cost model's estimates: each exact plan on its own graph, and the bucket's plan as it
+  // ships, scheduled at the bucket's planning extent; the model has no term for the blocks a
+  // run below it masks off, so that one figure prices the bundle at every extent it serves.
+  double model_exact_us = -1, model_exact_other_us = -1, model_bucket_us = -1;
+  std::string loaded_from = "-";
+  std::string matches = "-";  // the bucket's kernels at e' against the interpreter
+  double max_rel_error = -1;
+  std::string verify_note;  // why the check at e' did not run
+  std::string error;
+};
+
+double Ratio(double a, double b) { return a > 0 && b > 0 ? a / b : -1; }
+
+std::string BucketText(const BucketRow& r) {
+  if (r.served.hi <= 0) return "-";
+  return std::to_string(r.served.lo) + ".." + std::to_string(r.served.hi);
+}
+
+double ModelUs(const Graph& g, const FusionPlan& plan, const Gpu* gpu, const Target& target) {
+  return NewAnalyticalCostModel(PricingDevice(gpu, target))->Estimate(g, plan).seconds * 1e6;
+}
+
+// Times `compiled`, run on `g` at `extent`, into `us`; the first failure goes to `r.error`.
+void TimeWay(Gpu& gpu, const Graph& g, const CompileResult& compiled, int64_t extent,
+             const Flags& flags, const char* what, double& us, BucketRow& r) {
+  TimingOptions timing = flags.timing;
+  timing.seed = static_cast<uint64_t>(r.id);
+  StatusOr<PlanTiming> t = gpu.TimePlan(g, compiled, timing, extent);
+  if (!t.ok()) {
+    if (r.error.empty()) r.error = std::string(what) + " run: " + t.status().ToString();
+    return;
+  }
+  us = t->median_us;
+  r.loaded_from = t->loaded_from;
+}
+
+// Runs the bucket's kernels of the row's emulation-scale graph at its e' on the GPU and
+// compares them with the interpreter, as the default run checks each plan.
+void VerifyBucketOnGpu(Gpu& gpu, const suite::SuiteEntry& e, const OuterNamed& named,
+                       const Target& target, bool cubin, BucketRow& r) {
+  std::optional<ScaledGraph> scaled = ScaleForEmulation(e.graph);
+  if (!scaled) {
+    r.verify_note = "no emulation-scale shape";
+    return;
+  }
+  CompileOptions options = OptionsFor(PlannerKind::kStitch, target);
+  options.codegen.emit_cubin = cubin;
+  StatusOr<BucketCheck> check = PrepareBucketCheck(scaled->graph, named.graph.outer_parameters,
+                                                   options, 1000 + static_cast<uint64_t>(e.id));
+  if (!check.ok()) {
+    if (check.status().code() == StatusCode::kFailedPrecondition) {
+      r.verify_note = "emulation-scale graph " + check.status().message();
+    } else if (r.error.empty()) {
+      r.error = "bucket check (scaled): " + check.status().ToString();
+    }
+    return;
+  }
+  StatusOr<std::vector<Tensor>> got =
+      gpu.RunPlan(check->run_graph, check->compiled, check->inputs, check->extent);
+  if (!got.ok()) {
+    if (r.error.empty()) r.error = "bucket run (scaled): " + got.status().ToString();
+    return;
+  }
+  const CheckOutcome outcome = CompareWithReference(*check, *got);
+  r.matches = outcome.pass ? "yes" : "NO";
+  r.max_rel_error = outcome.max_rel_error;
+  if (!outcome.pass && r.error.empty()) r.error = "bucket (scaled) " + outcome.message;
+}
+
+// Compiles the exact bundles at e and e' and prices all three plans.
+Status CompileExactWays(const suite::SuiteEntry& e, const OuterNamed& named, const Target& target,
+                        const Gpu* gpu, CompileResult& exact, CompileResult& exact_other,
+                        BucketRow& r) {
+  const bool on_gpu = gpu != nullptr;
+  STITCH_ASSIGN_OR_RETURN(exact, CompileForDevice(e.graph, PlannerKind::kStitch, target, on_gpu));
+  STITCH_ASSIGN_OR_RETURN(Graph at_other, ExactAt(named.graph, r.other));
+  STITCH_ASSIGN_OR_RETURN(exact_other,
+                          CompileForDevice(at_other, PlannerKind::kStitch, target, on_gpu));
+  r.exact_kernels = static_cast<int>(exact.kernels.size());
+  r.model_exact_us = ModelUs(exact.graph, exact.plan, gpu, target);
+  r.model_exact_other_us = ModelUs(exact_other.graph, exact_other.plan, gpu, target);
+  return Status::Ok();
+}
+
+BucketRow MeasureBuckets(const suite::SuiteEntry& e, const Target& target, Gpu* gpu,
+                         const Flags& flags) {
+  BucketRow r;
+  r.id = e.id;
+  r.subgraph = e.model + " / " + e.pattern + ", " + e.shape_text;
+  StatusOr<OuterNamed> named = NameOuterParameters(e.graph);
+  if (!named.ok()) {
+    r.not_generic = named.status().message();
+    return r;
+  }
+  r.extent = named->extent;
+  StatusOr<CompileResult> bucket =
+      CompileForDevice(named->graph, PlannerKind::kStitch, target, gpu != nullptr);
+  if (!bucket.ok()) {
+    r.error = "bucket compile: " + bucket.status().ToString();
+    return r;
+  }
+  r.served = bucket->served;
+  r.bucket_kernels = static_cast<int>(bucket->kernels.size());
+  if (!bucket->shape_generic()) {
+    r.not_generic = NotGenericReason(named->graph, *bucket);
+    return r;
+  }
+  r.generic = true;
+  r.other = SecondExtent(r.served, r.extent);
+  r.model_bucket_us = ModelUs(bucket->graph, bucket->plan, gpu, target);
+  CompileResult exact, exact_other;
+  if (Status s = CompileExactWays(e, *named, target, gpu, exact, exact_other, r); !s.ok()) {
+    r.error = "exact compile: " + s.ToString();
+    return r;
+  }
+  if (gpu == nullptr) return r;
+  TimeWay(*gpu, exact.graph, exact, 0, flags, "exact at e", r.us[kExactAtE], r);
+  TimeWay(*gpu, RunGraphAt(*bucket, r.extent), *bucket, r.extent, flags, "bucket at e",
+          r.us[kBucketAtE], r);
+  TimeWay(*gpu, exact_other.graph, exact_other, 0, flags, "exact at e'", r.us[kExactAtOther], r);
+  TimeWay(*gpu, RunGraphAt(*bucket, r.other), *bucket, r.other, flags, "bucket at e'",
+          r.us[kBucketAtOther], r);
+  if (flags.verify) {
+    const bool cubin = !bucket->kernels.empty() && !bucket->kernels[0].cubin.empty();
+    VerifyBucketOnGpu(*gpu, e, *named, target, cubin, r);
+  }
+  return r;
+}
+
+void PrintBucketTable(const std::vector<BucketRow>& rows) {
+  std::cout << "| id | subgraph | e | e' | bucket | kernels (bucket / exact) | exact e µs | "
+               "bucket e µs | exact e' µs | bucket e' µs | bucket / exact at e | at e' | "
+               "bucket = interp at e' | model µs (exact e / bucket / exact e') | model bucket "
+               "/ exact at e / e' |\n"
+               "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|\n";
+  for (const BucketRow& r : rows) {
+    std::cout << "| " << r.id << " | " << r.subgraph << " | " << Count(r.extent) << " | "
+              << Count(r.other) << " | " << (r.generic ? BucketText(r) : "exact only") << " | "
+              << Pair(Count(r.bucket_kernels), Count(r.exact_kernels)) << " | "
+              << Fixed(r.us[kExactAtE], 1) << " | " << Fixed(r.us[kBucketAtE], 1) << " | "
+              << Fixed(r.us[kExactAtOther], 1) << " | " << Fixed(r.us[kBucketAtOther], 1) << " | "
+              << Fixed(Ratio(r.us[kBucketAtE], r.us[kExactAtE]), 3) << " | "
+              << Fixed(Ratio(r.us[kBucketAtOther], r.us[kExactAtOther]), 3) << " | " << r.matches
+              << " | "
+              << Pair(Pair(Fixed(r.model_exact_us, 1), Fixed(r.model_bucket_us, 1)),
+                      Fixed(r.model_exact_other_us, 1))
+              << " | "
+              << Pair(Fixed(Ratio(r.model_bucket_us, r.model_exact_us), 3),
+                      Fixed(Ratio(r.model_bucket_us, r.model_exact_other_us), 3))
+              << " |\n";
+  }
+}
+
+// Geometric mean of a / b over the rows where both are positive, and how many rows that is.
+std::pair<double, int> RatioGeomean(const std::vector<BucketRow>& rows,
+                                    double (*a)(const BucketRow&), double (*b)(const BucketRow&)) {
+  std::vector<double> ratios;
+  for (const BucketRow& r : rows) {
+    if (Ratio(a(r), b(r)) > 0) ratios.push_back(Ratio(a(r), b(r)));
+  }
+  return {GeometricMean(ratios), static_cast<int>(ratios.size())};
+}
+
+// Rows whose bucket / exact ratio is at most 1.10, of those measured.
+int WithinTenPercent(const std::vector<BucketRow>& rows, Way bucket, Way exact) {
+  int n = 0;
+  for (const BucketRow& r : rows)
+    n += Ratio(r.us[bucket], r.us[exact]) > 0 && Ratio(r.us[bucket], r.us[exact]) <= 1.10;
+  return n;
+}
+
+void PrintBucketSummary(const std::vector<BucketRow>& rows, const Target& target, const Gpu* gpu) {
+  int generic = 0, verified = 0, matched = 0;
+  for (const BucketRow& r : rows) {
+    generic += r.generic;
+    verified += r.matches != "-";
+    matched += r.matches == "yes";
+  }
+  const auto model_e = RatioGeomean(
+      rows, [](const BucketRow& r) { return r.model_bucket_us; },
+      [](const BucketRow& r) { return r.model_exact_us; });
+  const auto model_other = RatioGeomean(
+      rows, [](const BucketRow& r) { return r.model_bucket_us; },
+      [](const BucketRow& r) { return r.model_exact_other_us; });
+  std::cout << "\nShape-generic: " << generic << "/" << rows.size() << " rows compiled for "
+            << target.name() << " as one bundle per power-of-two bucket of their outer extent.\n"
+            << "Cost model, bucket's plan as shipped over the exact plan (geometric mean over "
+            << model_e.second << " rows): " << Fixed(model_e.first, 3) << " at e, "
+            << Fixed(model_other.first, 3) << " at e'.\n";
+  if (gpu == nullptr) {
+    std::cout << "Not run: this listing only compiles (no GPU used).\n";
+  } else {
+    const auto at_e = RatioGeomean(
+        rows, [](const BucketRow& r) { return r.us[kBucketAtE]; },
+        [](const BucketRow& r) { return r.us[kExactAtE]; });
+    const auto at_other = RatioGeomean(
+        rows, [](const BucketRow& r) { return r.us[kBucketAtOther]; },
+        [](const BucketRow& r) { return r.us[kExactAtOther]; });
+    std::cout << "Timed " << at_e.second << "/" << generic
+              << " shape-generic rows; geometric-mean bucket / exact: " << Fixed(at_e.first, 3)
+              << " at e, " << Fixed(at_other.first, 3)
+              << " at e'; within 10%: " << WithinTenPercent(rows, kBucketAtE, kExactAtE)
+              << " rows at e, " << WithinTenPercent(rows, kBucketAtOther, kExactAtOther)
+              << " at e'.\n"
+              << (verified == 0 ? std::string("Outputs not verified.\n")
+                                : "Outputs of the bucket's kernels at e' matched the reference "
+                                  "interpreter for " +
+                                      std::to_string(matched) + "/" + std::to_string(verified) +
+                                      " rows (emulation-scale shapes).\n")
+              << "Device: " << gpu->info().name << " (" << gpu->info().arch() << ").\n";
+  }
+  for (const BucketRow& r : rows) {
+    if (!r.not_generic.empty())
+      std::cout << "  #" << r.id << " exact only: " << r.not_generic << "\n";
+    if (!r.verify_note.empty())
+      std::cout << "  #" << r.id << " not verified: " << r.verify_note << "\n";
+    if (!r.error.empty()) std::cout << "  #" << r.id << ": " << r.error << "\n";
+  }
+}
+
+Status WriteBucketCsv(const std::string& path, const std::vector<BucketRow>& rows) {
+  std::ofstream out(path);
+  if (!out) return InvalidArgument("cannot write " + path);
+  out << "id,subgraph,extent,other_extent,bucket_lo,bucket_hi,generic,not_generic,"
+         "bucket_kernels,exact_kernels,exact_us,bucket_us,exact_other_us,bucket_other_us,"
+         "bucket_over_exact,bucket_over_exact_other,exact_model_us,bucket_model_us,"
+         "exact_other_model_us,model_bucket_over_exact,model_bucket_over_exact_other,loaded,"
+         "matches_other,max_rel_error_other,error\n";
+  auto num = [](double v, int digits) { return v < 0 ? std::string() : Fixed(v, digits); };
+  auto cnt = [](int64_t v) { return v < 0 ? std::string() : std::to_string(v); };
+  for (const BucketRow& r : rows) {
+    out << r.id << "," << CsvField(r.subgraph) << "," << cnt(r.extent) << "," << cnt(r.other) << ","
+        << (r.generic ? cnt(r.served.lo) : "") << "," << (r.generic ? cnt(r.served.hi) : "") << ","
+        << (r.generic ? "yes" : "no") << "," << CsvField(r.not_generic) << ","
+        << cnt(r.bucket_kernels) << "," << cnt(r.exact_kernels) << "," << num(r.us[kExactAtE], 2)
+        << "," << num(r.us[kBucketAtE], 2) << "," << num(r.us[kExactAtOther], 2) << ","
+        << num(r.us[kBucketAtOther], 2) << "," << num(Ratio(r.us[kBucketAtE], r.us[kExactAtE]), 4)
+        << "," << num(Ratio(r.us[kBucketAtOther], r.us[kExactAtOther]), 4) << ","
+        << num(r.model_exact_us, 2) << "," << num(r.model_bucket_us, 2) << ","
+        << num(r.model_exact_other_us, 2) << ","
+        << num(Ratio(r.model_bucket_us, r.model_exact_us), 4) << ","
+        << num(Ratio(r.model_bucket_us, r.model_exact_other_us), 4) << "," << r.loaded_from << ","
+        << r.matches << "," << Scientific(r.max_rel_error) << "," << CsvField(r.error) << "\n";
+  }
+  out.close();
+  if (!out) return Internal("error writing " + path);
+  return Status::Ok();
+}
+
+// Exit status of a --buckets run: a row that is not shape-generic is a finding, not a
+// failure; a compile error, a generic row not timed four ways on a GPU, or a mismatch is.
+bool BucketRunOk(const std::vector<BucketRow>& rows, const Gpu* gpu) {
+  for (const BucketRow& r : rows) {
+    if (!r.error.empty() || r.matches == "NO") return false;
+    if (gpu == nullptr || !r.generic) continue;
+    for (double us : r.us) {
+      if (us <= 0) return false;
+    }
+  }
+  return true;
+}
+
+int RunBuckets(const std::vector<suite::SuiteEntry>& entries, const Target& target, Gpu* gpu,
+               const Flags& flags) {
+  std::vector<BucketRow> rows;
+  for (const suite::SuiteEntry& e : entries) {
+    rows.push_back(MeasureBuckets(e, target, gpu, flags));
+    std::cerr << "#" << e.id << " done\n";
+  }
+  PrintBucketTable(rows);
+  PrintBucketSummary(rows, target, gpu);
+  std::string csv_path = flags.csv_path;
+  if (!flags.out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(flags.out_dir, ec);
+    if (csv_path.empty()) csv_path = flags.out_dir + "/buckets.csv";
+  }
+  Status s = csv_path.empty() ? Status::Ok() : WriteBucketCsv(csv_path, rows);
+  if (s.ok() && !flags.out_dir.empty() && gpu != nullptr) {
+    std::vector<int> ids;
+    for (const BucketRow& r : rows) ids.push_back(r.id);
+    s = WriteDeviceJson(flags.out_dir + "/device.json", gpu->info(), target, flags, ids);
+  }
+  if (!s.ok()) {
+    std::cerr << "gpu_bench: " << s.ToString() << "\n";
+    return kExitFailed;
+  }
+  return BucketRunOk(rows, gpu) ? 0 : kExitFailed;
+}
+
 // The architecture to compile for on a device: its own where stitch supports it, else the
 // default target, whose PTX the driver JIT-compiles for newer GPUs.
 Target TargetForDevice(const DeviceInfo& d) {
@@ -478,6 +799,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.timing.flush_l2 = false;
     } else if (arg == "--no-verify") {
       f.verify = false;
+    } else if (arg == "--buckets") {
+      f.buckets = true;
     } else if (arg == "--export-graphs" || arg == "--export-reference" || arg == "--warmup" ||
                arg == "--repeats" || arg == "--only" || arg == "--target" || arg == "--device" ||
                arg == "--driver" || arg == "--csv" || arg == "--out-dir") {
@@ -553,6 +876,7 @@ int Main(int argc, char** argv) {
   }
 
   const std::vector<suite::SuiteEntry> entries = suite::SelectSuite(flags.only);
+  if (flags.buckets) return RunBuckets(entries, target, gpu.get(), flags);
   std::vector<Row> rows;
   for (const suite::SuiteEntry& e : entries) {
     rows.push_back(Measure(e, target, gpu.get(), flags));
@@ -577,7 +901,9 @@ int Main(int argc, char** argv) {
   if (!flags.out_dir.empty()) {
     Status s = WriteGraphsJson(flags.out_dir + "/graphs.json", entries);
     if (s.ok() && gpu) {
-      s = WriteDeviceJson(flags.out_dir + "/device.json", gpu->info(), target, flags, rows);
+      std::vector<int> ids;
+      for (const Row& r : rows) ids.push_back(r.id);
+      s = WriteDeviceJson(flags.out_dir + "/device.json", gpu->info(), target, flags, ids);
     }
     if (!s.ok()) {
       std::cerr << "gpu_bench: " << s.ToString() << "\n";

@@ -15,6 +15,12 @@
 // SMs) it is not launched and the plan fails with FAILED_PRECONDITION naming it, as it does
 // when the driver lacks cuLaunchCooperativeKernel.
 //
+// A shape-generic compile (CompileResult::shape_generic(), shape_class.h) runs at an outer
+// extent inside the bucket it serves: `g` is then the compiled graph at that extent
+// (AtExtent), which sizes every buffer, and each kernel with
+// CompiledKernel::takes_outer_extent gets the extent as its last argument, an int64 by value
+// after its pointers and workspace. An exact compile runs at outer extent 0.
+//
 // Thread-safety: a Gpu is used from one thread at a time.
 #pragma once
 
@@ -75,15 +81,18 @@ class Gpu {
   // Loads the kernels of `compiled` (cubin when it was built for this device's arch, PTX
   // otherwise or when the cubin does not load), fills parameter buffers with random values
   // of their dtype and times the whole plan with CUDA events: `warmup` runs, then `repeats`
-  // timed runs.
+  // timed runs. `outer_extent` is the run's extent for a shape-generic compile (above);
+  // INVALID_ARGUMENT when it is missing or outside the bucket compiled.served, when an exact
+  // compile is given one, or when `g` is not the compiled graph at that extent.
   virtual StatusOr<PlanTiming> TimePlan(const Graph& g, const CompileResult& compiled,
-                                        const TimingOptions& options) = 0;
+                                        const TimingOptions& options, int64_t outer_extent = 0) = 0;
 
   // Runs the plan once on `params` (ordered by parameter number) and returns one tensor per
   // graph output. Output and temporary buffers start as 0xff bytes, so an element no kernel
-  // writes shows up as NaN or all-ones.
+  // writes shows up as NaN or all-ones. `outer_extent` as TimePlan's.
   virtual StatusOr<std::vector<Tensor>> RunPlan(const Graph& g, const CompileResult& compiled,
-                                                const std::vector<Tensor>& params) = 0;
+                                                const std::vector<Tensor>& params,
+                                                int64_t outer_extent = 0) = 0;
 };
 
 // Opens device `ordinal` through the driver library `driver_library` (a name for dlopen,

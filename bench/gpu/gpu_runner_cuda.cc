@@ -134,6 +134,36 @@ std::string ErrorText(const DriverApi& api, CUresult r) {
   return out;
 }
 
+// Checks `outer_extent` against the compile before anything is allocated: a shape-generic
+// compile needs one inside its bucket and `g` at it, since the buffers are sized from `g`
+// and the kernels index up to the extent; an exact compile takes none.
+Status CheckOuterExtent(const Graph& g, const CompileResult& compiled, int64_t outer_extent) {
+  if (!compiled.shape_generic()) {
+    if (outer_extent == 0) return Status::Ok();
+    return InvalidArgument("outer extent " + std::to_string(outer_extent) +
+                           " given for an exact compile, whose kernels take none");
+  }
+  const Bucket& b = compiled.served;
+  if (outer_extent < b.lo || outer_extent > b.hi) {
+    return InvalidArgument((outer_extent == 0
+                                ? std::string("no outer extent given")
+                                : "outer extent " + std::to_string(outer_extent) + " is outside") +
+                           " for a bucket compile serving extents " + std::to_string(b.lo) + ".." +
+                           std::to_string(b.hi));
+  }
+  const std::vector<int64_t>& factor = compiled.shape_class.factor;
+  if (g.nodes.size() != factor.size()) {
+    return InvalidArgument("the graph is not the compiled graph at the run's extent");
+  }
+  for (size_t i = 0; i < factor.size(); ++i) {
+    if (factor[i] > 0 && g.nodes[i].shape.dims[0] != factor[i] * outer_extent) {
+      return InvalidArgument("node " + std::to_string(i) + " is " + g.nodes[i].shape.ToString() +
+                             ", not at outer extent " + std::to_string(outer_extent));
+    }
+  }
+  return Status::Ok();
+}
+
 // A device allocation, freed on destruction (errors on a broken context are ignored).
 class DeviceBuffer {
  public:
@@ -172,7 +202,8 @@ struct LoadedPlan {
     bool cooperative = false;
     DeviceBuffer workspace;             // CompiledKernel::workspace_bytes, zero-filled once
     std::vector<CUdeviceptr> pointers;  // in param_nodes order, then the workspace
-    std::vector<void*> args;            // &pointers[i], as cuLaunchKernel takes them
+    int64_t outer_extent = 0;           // the last argument where the kernel takes it
+    std::vector<void*> args;            // &pointers[i] (and &outer_extent), for cuLaunchKernel
   };
   const DriverApi* api = nullptr;
   std::vector<CUmodule> modules;
@@ -201,9 +232,10 @@ class CudaGpu final : public Gpu {
   Status Open(int ordinal);
   const DeviceInfo& info() const override { return info_; }
   StatusOr<PlanTiming> TimePlan(const Graph& g, const CompileResult& compiled,
-                                const TimingOptions& options) override;
+                                const TimingOptions& options, int64_t outer_extent) override;
   StatusOr<std::vector<Tensor>> RunPlan(const Graph& g, const CompileResult& compiled,
-                                        const std::vector<Tensor>& params) override;
+                                        const std::vector<Tensor>& params,
+                                        int64_t outer_extent) override;
 
  private:
   using Buffers = std::map<int, DeviceBuffer>;
@@ -221,15 +253,17 @@ class CudaGpu final : public Gpu {
   // Allocates a buffer for every parameter of `g` and every node a kernel takes.
   Status AllocateBuffers(const Graph& g, const CompileResult& compiled, Buffers& buffers);
   // Sets every launch's arguments; allocates and zero-fills each kernel's workspace, which
-  // then serves all of that kernel's launches of the plan (they run one at a time).
-  Status Bind(const CompileResult& compiled, Buffers& buffers, LoadedPlan& plan);
+  // then serves all of that kernel's launches of the plan (they run one at a time), and
+  // passes `outer_extent` to the kernels that take it.
+  Status Bind(const CompileResult& compiled, Buffers& buffers, int64_t outer_extent,
+              LoadedPlan& plan);
   Status FillRandom(const DeviceBuffer& buffer, const Shape& shape, std::mt19937_64& rng);
   Status Launch(const LoadedPlan& plan);
   Status FlushL2(int round);
   StatusOr<PlanTiming> Time(const Graph& g, const CompileResult& compiled,
-                            const TimingOptions& options);
+                            const TimingOptions& options, int64_t outer_extent);
   StatusOr<std::vector<Tensor>> Run(const Graph& g, const CompileResult& compiled,
-                                    const std::vector<Tensor>& params);
+                                    const std::vector<Tensor>& params, int64_t outer_extent);
   // After a failure: a kernel fault leaves the context unusable, so reset it then.
   void Recover();
 
@@ -378,7 +412,8 @@ Status CudaGpu::AllocateBuffers(const Graph& g, const CompileResult& compiled, B
   return Status::Ok();
 }
 
-Status CudaGpu::Bind(const CompileResult& compiled, Buffers& buffers, LoadedPlan& plan) {
+Status CudaGpu::Bind(const CompileResult& compiled, Buffers& buffers, int64_t outer_extent,
+                     LoadedPlan& plan) {
   for (size_t i = 0; i < compiled.kernels.size(); ++i) {
     const CompiledKernel& k = compiled.kernels[i];
     LoadedPlan::Launch& launch = plan.launches[i];
@@ -392,6 +427,10 @@ Status CudaGpu::Bind(const CompileResult& compiled, Buffers& buffers, LoadedPlan
       launch.pointers.push_back(launch.workspace.ptr());
     }
     for (CUdeviceptr& p : launch.pointers) launch.args.push_back(&p);
+    if (k.takes_outer_extent) {
+      launch.outer_extent = outer_extent;
+      launch.args.push_back(&launch.outer_extent);
+    }
   }
   return Status::Ok();
 }
@@ -443,7 +482,7 @@ Status CudaGpu::FlushL2(int round) {
 }
 
 StatusOr<PlanTiming> CudaGpu::Time(const Graph& g, const CompileResult& compiled,
-                                   const TimingOptions& options) {
+                                   const TimingOptions& options, int64_t outer_extent) {
   LoadedPlan plan;
   STITCH_RETURN_IF_ERROR(Load(compiled, plan));
   Buffers buffers;
@@ -452,7 +491,7 @@ StatusOr<PlanTiming> CudaGpu::Time(const Graph& g, const CompileResult& compiled
   for (int p : g.Parameters()) {
     STITCH_RETURN_IF_ERROR(FillRandom(buffers.at(p), g.nodes[p].shape, rng));
   }
-  STITCH_RETURN_IF_ERROR(Bind(compiled, buffers, plan));
+  STITCH_RETURN_IF_ERROR(Bind(compiled, buffers, outer_extent, plan));
 
   for (int i = 0; i < options.warmup; ++i) STITCH_RETURN_IF_ERROR(Launch(plan));
   STITCH_RETURN_IF_ERROR(Check(api_.CtxSynchronize(), "warm-up runs"));
@@ -498,7 +537,8 @@ StatusOr<PlanTiming> CudaGpu::Time(const Graph& g, const CompileResult& compiled
 }
 
 StatusOr<std::vector<Tensor>> CudaGpu::Run(const Graph& g, const CompileResult& compiled,
-                                           const std::vector<Tensor>& params) {
+                                           const std::vector<Tensor>& params,
+                                           int64_t outer_extent) {
   const std::vector<int> param_nodes = g.Parameters();
   if (params.size() != param_nodes.size()) {
     return InvalidArgument("graph takes " + std::to_string(param_nodes.size()) +
@@ -524,7 +564,7 @@ StatusOr<std::vector<Tensor>> CudaGpu::Run(const Graph& g, const CompileResult& 
         Check(api_.MemcpyHtoD(buffers.at(param_nodes[k]).ptr(), bytes.data(), bytes.size()),
               "cuMemcpyHtoD"));
   }
-  STITCH_RETURN_IF_ERROR(Bind(compiled, buffers, plan));
+  STITCH_RETURN_IF_ERROR(Bind(compiled, buffers, outer_extent, plan));
   STITCH_RETURN_IF_ERROR(Launch(plan));
   STITCH_RETURN_IF_ERROR(Check(api_.CtxSynchronize(), "running the plan"));
   std::vector<Tensor> outputs;
@@ -558,17 +598,20 @@ void CudaGpu::Recover() {
 }
 
 StatusOr<PlanTiming> CudaGpu::TimePlan(const Graph& g, const CompileResult& compiled,
-                                       const TimingOptions& options) {
+                                       const TimingOptions& options, int64_t outer_extent) {
   if (context_ == nullptr) return Unavailable("the CUDA context could not be recreated");
-  StatusOr<PlanTiming> t = Time(g, compiled, options);
+  STITCH_RETURN_IF_ERROR(CheckOuterExtent(g, compiled, outer_extent));
+  StatusOr<PlanTiming> t = Time(g, compiled, options, outer_extent);
   if (!t.ok()) Recover();
   return t;
 }
 
 StatusOr<std::vector<Tensor>> CudaGpu::RunPlan(const Graph& g, const CompileResult& compiled,
-                                               const std::vector<Tensor>& params) {
+                                               const std::vector<Tensor>& params,
+                                               int64_t outer_extent) {
   if (context_ == nullptr) return Unavailable("the CUDA context could not be recreated");
-  StatusOr<std::vector<Tensor>> out = Run(g, compiled, params);
+  STITCH_RETURN_IF_ERROR(CheckOuterExtent(g, compiled, outer_extent));
+  StatusOr<std::vector<Tensor>> out = Run(g, compiled, params, outer_extent);
   if (!out.ok()) Recover();
   return out;
 }

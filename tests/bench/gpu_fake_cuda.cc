@@ -7,14 +7,17 @@
 //   * copies and memsets stay inside one live allocation;
 //   * modules are PTX (cubin is refused with CUDA_ERROR_NO_BINARY_FOR_GPU, as a GPU of another
 //     architecture would), and a launch passes exactly as many arguments as the PTX entry
-//     declares parameters, each pointing at a device pointer into a live allocation;
+//     declares parameters, each pointing at a device pointer into a live allocation, but for
+//     a shape-generic kernel's last one, its outer extent (codegen.h): an int64 by value,
+//     taken as one where it is positive and below the first device address;
 //   * launch dimensions are non-zero with at most 1024 threads per block;
 //   * a cooperative launch (cuLaunchCooperativeKernel) has a grid that fits at once, by the
 //     occupancy cuOccupancyMaxActiveBlocksPerMultiprocessor reports, or fails with
 //     CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE as a real driver does.
 // It records its last launches for tests that load it in-process: stitch_fake_cuda_log()
 // returns one line per launch, oldest first,
-//   "<entry point> <kernel> args=<n> last=<bytes of the last argument's allocation>B[ zeroed]"
+//   "<entry point> <kernel> args=<n> last=<bytes of the last pointer's allocation>B[ zeroed]
+//    [ extent=<outer extent>]"
 // where "zeroed" says a cuMemsetD8 of 0 covered that whole allocation since it was made.
 // Environment: STITCH_FAKE_CUDA_DEVICES sets the device count (default 1).
 #include <cuda.h>
@@ -52,12 +55,13 @@ struct Allocation {
 
 constexpr int kSms = 132;
 constexpr size_t kLogLines = 256;
+constexpr CUdeviceptr kFirstAddress = 0x10000000;
 
 struct State {
   bool initialized = false;
   bool context_current = false;
   CUctx_st context;
-  CUdeviceptr next = 0x10000000;
+  CUdeviceptr next = kFirstAddress;
   uint64_t clock_ns = 0;                          // the simulated device clock
   std::map<CUdeviceptr, Allocation> allocations;  // by base
   std::set<CUmod_st*> modules;
@@ -326,8 +330,14 @@ CUresult CheckLaunch(const char* entry, CUfunction f, unsigned int gx, unsigned 
   }
   if (f->params > 0 && params == nullptr) return Fail(CUDA_ERROR_INVALID_VALUE, "no params");
   // The ABI: every parameter is a pointer, so every slot holds a device pointer into a live
-  // allocation. (Surplus slots past the declared count cannot be seen from here.)
-  for (int i = 0; i < f->params; ++i) {
+  // allocation, but a last one that holds the outer extent, 8 bytes by value. (Surplus slots
+  // past the declared count cannot be seen from here.)
+  int pointers = f->params;
+  const CUdeviceptr last_value =
+      f->params > 0 ? *static_cast<const CUdeviceptr*>(params[f->params - 1]) : 0;
+  const bool extent = f->params > 1 && last_value > 0 && last_value < kFirstAddress;
+  if (extent) --pointers;
+  for (int i = 0; i < pointers; ++i) {
     const CUdeviceptr p = *static_cast<const CUdeviceptr*>(params[i]);
     if (!InAllocation(p, 1)) {
       return Fail(CUDA_ERROR_INVALID_VALUE,
@@ -335,11 +345,12 @@ CUresult CheckLaunch(const char* entry, CUfunction f, unsigned int gx, unsigned 
     }
   }
   std::string line = std::string(entry) + " " + f->name + " args=" + std::to_string(f->params);
-  if (f->params > 0) {
-    const auto* last = AllocationAt(*static_cast<const CUdeviceptr*>(params[f->params - 1]));
+  if (pointers > 0) {
+    const auto* last = AllocationAt(*static_cast<const CUdeviceptr*>(params[pointers - 1]));
     line += " last=" + std::to_string(last->second.bytes) + "B";
     if (last->second.zeroed) line += " zeroed";
   }
+  if (extent) line += " extent=" + std::to_string(last_value);
   S().launches.push_back(std::move(line));
   if (S().launches.size() > kLogLines) S().launches.pop_front();
   S().clock_ns += 2000 + uint64_t{gx} * gy * gz * bx * by * bz / 64;
