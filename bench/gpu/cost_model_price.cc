@@ -6,7 +6,7 @@
 //
 // Usage:
 //   cost_model_price [--target sm_XX] [--version NAME] [--parameters FILE] [--only ID,...]
-//                    --csv PATH
+//                    [--ptx DIR] --csv PATH
 //
 // --version names the model version whose constants are priced (default: the current one);
 // --parameters names a JSON array of objects, each a candidate set of constants: its fields
@@ -16,8 +16,13 @@
 // the prices with measured kernel times.
 //
 // The CSV has one line per set, row and plan: set (0-based; 0 without --parameters), id,
-// plan (stitch, xla_model, inductor_model), model_us, kernels, dram_bytes and the shipped
-// kernels' assembled registers ('-' where the toolkit is missing), separated by ';'.
+// plan (stitch, xla_model, inductor_model), model_us, kernels, dram_bytes, the kernels'
+// assembled registers and cubin instructions (each ';'-separated per kernel, '-' where the
+// toolkit is missing), and the plan's memory_us and issue_us (the kernels' memory and
+// instruction-issue terms, summed; a kernel takes the longer of its two).
+//
+// --ptx DIR writes each plan's kernels to DIR as <id>_<plan>_<kernel>.ptx, and .cubin where
+// assembled, to study what the model reads from them.
 //
 // Exit status: 0 success; 1 a row did not compile, or the CSV could not be written; 3 bad
 // flags or a malformed parameter file.
@@ -40,7 +45,7 @@ constexpr int kExitUsage = 3;
 
 constexpr const char* kUsage =
     "usage: cost_model_price [--target sm_XX] [--version NAME] [--parameters FILE]\n"
-    "                        [--only ID,...] --csv PATH\n";
+    "                        [--only ID,...] [--ptx DIR] --csv PATH\n";
 
 struct Flags {
   Target target;
@@ -48,6 +53,7 @@ struct Flags {
   std::string parameters_path;
   std::vector<int> only;
   std::string csv_path;
+  std::string ptx_dir;
 };
 
 struct CompiledPlan {
@@ -74,6 +80,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       STITCH_ASSIGN_OR_RETURN(f.only, suite::ParseSuiteIds(v));
     } else if (arg == "--csv") {
       f.csv_path = v;
+    } else if (arg == "--ptx") {
+      f.ptx_dir = v;
     } else {
       return InvalidArgument("unknown argument '" + arg + "'");
     }
@@ -100,6 +108,8 @@ StatusOr<CostModelParameters> Override(CostModelParameters p, const nlohmann::js
                     : name == "block_barrier_seconds"    ? &p.block_barrier_seconds
                     : name == "row_pass_seconds"         ? &p.row_pass_seconds
                     : name == "reuse_window_bytes"       ? &p.reuse_window_bytes
+                    : name == "issue_seconds"            ? &p.issue_seconds
+                    : name == "dependent_issue_seconds"  ? &p.dependent_issue_seconds
                                                          : nullptr;
     if (field == nullptr) return InvalidArgument(where + ": unknown field '" + name + "'");
     if (!value.is_number() || value.get<double>() < 0) {
@@ -152,11 +162,12 @@ StatusOr<std::vector<CompiledPlan>> CompileSuite(const Flags& flags) {
   return plans;
 }
 
-std::string Registers(const FusionPlan& plan) {
+// One figure of each kernel of `plan`, ';'-separated, '-' where it is 0 (not assembled).
+std::string PerKernel(const FusionPlan& plan, int ThreadMapping::*field) {
   std::string out;
   for (const KernelSpec& k : plan.kernels) {
     if (!out.empty()) out += ";";
-    out += k.mapping.assembled_registers > 0 ? std::to_string(k.mapping.assembled_registers) : "-";
+    out += k.mapping.*field > 0 ? std::to_string(k.mapping.*field) : "-";
   }
   return out;
 }
@@ -178,19 +189,45 @@ int Main(int argc, char** argv) {
     return kExitFailed;
   }
   std::ofstream csv(flags->csv_path);
-  csv << "set,id,plan,model_us,kernels,dram_bytes,registers\n";
+  csv << "set,id,plan,model_us,kernels,dram_bytes,registers,instructions,memory_us,issue_us\n";
   const GpuDevice& device = flags->target.device();
   for (size_t s = 0; s < sets->size(); ++s) {
     std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, (*sets)[s]);
     for (const CompiledPlan& p : *plans) {
       const PlanCost cost = model->Estimate(p.result.graph, p.result.plan);
       int64_t dram = 0;
-      for (const KernelCost& k : cost.per_kernel) dram += k.dram_bytes;
+      double memory = 0, issue = 0;
+      for (const KernelCost& k : cost.per_kernel) {
+        dram += k.dram_bytes;
+        memory += k.memory_seconds;
+        issue += k.issue_seconds;
+      }
       csv << s << "," << p.id << "," << p.plan << "," << cost.seconds * 1e6 << "," << cost.kernels
-          << "," << dram << "," << Registers(p.result.plan) << "\n";
+          << "," << dram << "," << PerKernel(p.result.plan, &ThreadMapping::assembled_registers)
+          << "," << PerKernel(p.result.plan, &ThreadMapping::assembled_instructions) << ","
+          << memory * 1e6 << "," << issue * 1e6 << "\n";
     }
   }
   csv.close();
+  if (!flags->ptx_dir.empty()) {
+    for (const CompiledPlan& p : *plans) {
+      for (const CompiledKernel& k : p.result.kernels) {
+        const std::string path =
+            flags->ptx_dir + "/" + std::to_string(p.id) + "_" + p.plan + "_" + k.name + ".ptx";
+        std::ofstream out(path);
+        out << k.ptx;
+        if (!k.cubin.empty()) {
+          std::ofstream cubin(path.substr(0, path.size() - 4) + ".cubin", std::ios::binary);
+          cubin << k.cubin;
+          if (!cubin) out.setstate(std::ios::failbit);
+        }
+        if (!out) {
+          std::cerr << "cost_model_price: cannot write " << path << "\n";
+          return kExitFailed;
+        }
+      }
+    }
+  }
   if (!csv) {
     std::cerr << "cost_model_price: cannot write " << flags->csv_path << "\n";
     return kExitFailed;

@@ -74,6 +74,7 @@ void RepriceAssembled(CompileResult& result, PlannerKind requested, const GpuDev
     const CompiledKernel::AssemblyReport& a = result.kernels[i].assembly;
     if (!a.reported) continue;
     result.plan.kernels[i].mapping.assembled_registers = a.registers;
+    result.plan.kernels[i].mapping.assembled_instructions = a.instructions;
     reported = true;
   }
   if (!reported) return;

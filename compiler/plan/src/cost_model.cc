@@ -23,7 +23,10 @@
 //   launch    = device.launch_seconds
 //   barriers  = grid_barriers x grid_barrier_seconds
 //             + block_barriers_per_item x critical x block_barrier_seconds
-//   seconds   = memory + launch + barriers
+//   issue     = critical x I x warps per block x blocks per SM / schedulers
+//               / min(1 / issue_seconds, warps per scheduler / dependent_issue_seconds)
+//               (h100-fit-2: I, the cubin's instructions a warp issues per pass)
+//   seconds   = max(memory, issue) + launch + barriers
 //
 // A split reduction (reduce_chunks > 1) adds its grid barrier and ceil(chunks / 32) DRAM
 // round trips for combining the partials. A global kernel is one launch plus its phases,
@@ -38,11 +41,13 @@
 // 85-97% of it on A100 and H100 PCIe and 66-81% on H200, so the model is optimistic there.
 // Data that stays in L2 from one kernel to the next, or across a grid barrier, is charged at
 // DRAM bandwidth (pessimistic, mostly for multi-kernel plans); re-reads inside one launch are
-// free (optimistic for long rows that outgrow L1 and L2). There is no term for DRAM page or
-// partition effects, atomics, instruction issue (transcendentals), register spills, clock
-// changes, launch overlap (CUDA graphs, programmatic dependent launch on sm_90) or the faster
-// tail of a partial wave. Each effect, which way it biases the estimate, and the source of
-// every constant are in compiler/plan/COST_MODEL_SOURCES.md.
+// free (optimistic for long rows that outgrow L1 and L2). The issue term counts each of the
+// cubin's instructions once per pass: inner loops, and slow paths the data takes (IEEE
+// division's), are not counted, and every instruction costs the same. There is no term for
+// DRAM page or partition effects, atomics, register spills, clock changes, launch overlap
+// (CUDA graphs, programmatic dependent launch on sm_90) or the faster tail of a partial wave.
+// Each effect, which way it biases the estimate, and the source of every constant are in
+// compiler/plan/COST_MODEL_SOURCES.md.
 #include "stitch/plan/cost_model.h"
 
 #include <algorithm>
@@ -75,6 +80,14 @@ constexpr double kFitLaunchSeconds = 3.0e-6;
 constexpr double kFitGridBarrierSeconds = 3.0e-6;
 constexpr double kFitBlockBarrierSeconds = 72e-9;
 constexpr double kFitRowPassSeconds = 2.0e-6;
+
+// h100-fit-2's constants: h100-fit-1's above, held, and the two of its instruction-issue
+// term, fitted by tools/fit_cost_model.py --fit issue_seconds,dependent_issue_seconds on the
+// same 90 plans, rounded (COST_MODEL_SOURCES.md, section 6): a scheduler's time per warp
+// instruction (1.17 cycles of the 1.98 GHz boost clock) and the time between two issues of
+// one warp (9.4 cycles; the objective is nearly flat from 2.5 to 7 ns).
+constexpr double kFit2IssueSeconds = 0.59e-9;
+constexpr double kFit2DependentIssueSeconds = 4.75e-9;
 
 // Elements, rows or tiles (the unit of `work_items`) one block covers per pass of its
 // grid-stride loop.
@@ -227,6 +240,7 @@ class AnalyticalCostModel : public CostModel {
       bandwidth = std::min(bandwidth, in_flight / p_.dram_latency_seconds);
     }
 
+    c.issue_seconds = IssueSeconds(m, parallel, critical, c.resident_blocks_per_sm);
     c.dram_bytes = c.global_bytes + MissedRereadBytes(kernel.kind, m, p_, parallel);
     c.memory_seconds = static_cast<double>(c.dram_bytes) * imbalance / bandwidth;
     // A row kernel's pass is a chain: load the row, reduce it across the row's threads,
@@ -242,8 +256,9 @@ class AnalyticalCostModel : public CostModel {
       c.memory_seconds = std::max(c.memory_seconds, p_.dram_latency_seconds);
     }
     const double datasheet = device_.hbm_bytes_per_second;
-    c.bandwidth_fraction = c.global_bytes > 0 && c.memory_seconds > 0
-                               ? static_cast<double>(c.global_bytes) / c.memory_seconds / datasheet
+    const double busy_seconds = std::max(c.memory_seconds, c.issue_seconds);
+    c.bandwidth_fraction = c.global_bytes > 0 && busy_seconds > 0
+                               ? static_cast<double>(c.global_bytes) / busy_seconds / datasheet
                                : bandwidth / imbalance / datasheet;
 
     // Barriers. A grid barrier costs its measured latency each time. Block barriers stall
@@ -261,11 +276,36 @@ class AnalyticalCostModel : public CostModel {
           static_cast<double>(CeilDiv(m.reduce_chunks, 32)) * p_.dram_latency_seconds;
     }
 
-    c.seconds = c.memory_seconds + c.launch_seconds + c.barrier_seconds;
+    c.seconds = busy_seconds + c.launch_seconds + c.barrier_seconds;
     return c;
   }
 
  private:
+  // The time the busiest SM takes to issue the kernel's instructions: its resident blocks'
+  // warps each issue the cubin's instructions once per pass, for the busiest slot's
+  // `critical` passes. Each of the SM's schedulers (register_sub_partitions) issues one warp
+  // instruction per issue_seconds at best; a warp issues at most one per
+  // dependent_issue_seconds, so with few warps per scheduler (one large block per SM) the
+  // warps' chains of dependent instructions set the pace. 0 without an instruction count
+  // (not assembled, or a global kernel's phase, whose share of the cubin is not known) or
+  // in versions without the term.
+  double IssueSeconds(const ThreadMapping& m, int64_t parallel, int64_t critical,
+                      int resident_blocks_per_sm) const {
+    if (p_.issue_seconds <= 0 || m.assembled_instructions <= 0) return 0;
+    const int64_t sms = std::max(device_.sms, 1);
+    const double schedulers = std::max(device_.register_sub_partitions, 1);
+    const double warps_per_block = static_cast<double>(CeilDiv(m.launch.block_threads(), 32));
+    const double blocks_per_sm = static_cast<double>(
+        std::min<int64_t>(CeilDiv(parallel, sms), std::max(resident_blocks_per_sm, 1)));
+    const double warps_per_scheduler = warps_per_block * blocks_per_sm / schedulers;
+    double issue_rate = 1.0 / p_.issue_seconds;  // warp instructions per second per scheduler
+    if (p_.dependent_issue_seconds > 0) {
+      issue_rate = std::min(issue_rate, warps_per_scheduler / p_.dependent_issue_seconds);
+    }
+    return static_cast<double>(critical) * static_cast<double>(m.assembled_instructions) *
+           warps_per_scheduler / issue_rate;
+  }
+
   // A global kernel: one launch, its phases one after another on the same co-resident grid
   // (each priced with the kernel's block, shared memory and registers, which set how many
   // blocks are resident), and a grid barrier between consecutive phases.
@@ -315,12 +355,15 @@ std::string_view CostModelVersionName(CostModelVersion v) {
       return "datasheet";
     case CostModelVersion::kH100Fit1:
       return "h100-fit-1";
+    case CostModelVersion::kH100Fit2:
+      return "h100-fit-2";
   }
   return "datasheet";
 }
 
 std::optional<CostModelVersion> ParseCostModelVersion(std::string_view name) {
-  for (CostModelVersion v : {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1}) {
+  for (CostModelVersion v :
+       {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1, CostModelVersion::kH100Fit2}) {
     if (CostModelVersionName(v) == name) return v;
   }
   return std::nullopt;
@@ -334,10 +377,11 @@ CostModelParameters CostModelParametersFor(const GpuDevice& device, CostModelVer
   p.grid_barrier_seconds = device.grid_barrier_seconds;
   p.block_barrier_seconds = device.block_barrier_seconds;
   if (version == CostModelVersion::kDatasheet) return p;
-  // h100-fit-1: tools/fit_cost_model.py on testdata/gpu/h100_80gb_hbm3/2026-11-26_a83a312
-  // (COST_MODEL_SOURCES.md, section 6). The bandwidth fraction and the share of L2 a
-  // re-read survives in are taken to hold on every device; the times are the H100's, and
-  // the H200 (the same die) shares them. Other devices keep their table's times.
+  // The fitted versions: tools/fit_cost_model.py on
+  // testdata/gpu/h100_80gb_hbm3/2026-11-26_a83a312 (COST_MODEL_SOURCES.md, section 6). The
+  // bandwidth fraction and the share of L2 a re-read survives in are taken to hold on every
+  // device; the times are the H100's, and the H200 (the same die) shares them. Other devices
+  // keep their table's times and have no issue term.
   p.bandwidth_bytes_per_second = device.hbm_bytes_per_second * kFitBandwidthFraction;
   p.reuse_window_bytes = static_cast<double>(device.l2_bytes) * kFitReuseWindowFraction;
   p.assembled_registers = true;
@@ -347,6 +391,12 @@ CostModelParameters CostModelParametersFor(const GpuDevice& device, CostModelVer
     p.grid_barrier_seconds = kFitGridBarrierSeconds;
     p.block_barrier_seconds = kFitBlockBarrierSeconds;
     p.row_pass_seconds = kFitRowPassSeconds;
+    // h100-fit-2 adds the issue term. Plans priced before assembly have no instruction
+    // count, so they price as under h100-fit-1 (the never-slower choice among them too).
+    if (version == CostModelVersion::kH100Fit2) {
+      p.issue_seconds = kFit2IssueSeconds;
+      p.dependent_issue_seconds = kFit2DependentIssueSeconds;
+    }
   }
   return p;
 }

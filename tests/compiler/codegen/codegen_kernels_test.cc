@@ -311,7 +311,12 @@ TEST(CodegenCubin, BothAssemblersAgreeOnValidity) {
     EXPECT_GT(c->assembly.registers, 0);
     EXPECT_LE(c->assembly.registers, 255);
     EXPECT_EQ(c->assembly.stack_bytes + c->assembly.spill_store_bytes, 0);
+    // The cubin's own instructions: a row reduction's loads, shuffles and stores, more than
+    // a handful and far fewer than its 16-byte encodings could fill the cubin.
+    EXPECT_GT(c->assembly.instructions, 16);
+    EXPECT_LT(c->assembly.instructions * 16, static_cast<int>(c->cubin.size()));
   }
+  EXPECT_EQ(k->assembly.instructions, viaptxas.assembly.instructions);
   // Broken PTX must fail with the assembler's log in the message.
   for (bool ptxas : {false, true}) {
     o.prefer_ptxas = ptxas;

@@ -513,13 +513,82 @@ TEST(CostModelProperties, PlansSumTheirKernelsAndLaunchesCost) {
 // --- Model versions and the fitted version's terms --------------------------------------
 
 TEST(CostModelVersions, NamesRoundTripAndUnknownNamesAreRefused) {
-  for (CostModelVersion v : {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1}) {
+  for (CostModelVersion v :
+       {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1, CostModelVersion::kH100Fit2}) {
     std::optional<CostModelVersion> parsed = ParseCostModelVersion(CostModelVersionName(v));
     ASSERT_TRUE(parsed.has_value()) << CostModelVersionName(v);
     EXPECT_EQ(*parsed, v);
   }
   EXPECT_FALSE(ParseCostModelVersion("").has_value());
   EXPECT_FALSE(ParseCostModelVersion("h100-fit-0").has_value());
+  EXPECT_EQ(CostModelVersionName(CostModelVersion::kH100Fit2), "h100-fit-2");
+}
+
+TEST(CostModelVersions, Fit2AddsTheIssueTermToFit1sConstants) {
+  for (const GpuDevice& d : KnownDevices()) {
+    const CostModelParameters sheet = CostModelParametersFor(d, CostModelVersion::kDatasheet);
+    const CostModelParameters fit1 = CostModelParametersFor(d, CostModelVersion::kH100Fit1);
+    const CostModelParameters fit2 = CostModelParametersFor(d, CostModelVersion::kH100Fit2);
+    EXPECT_EQ(sheet.issue_seconds, 0.0) << d.name;
+    EXPECT_EQ(fit1.issue_seconds, 0.0) << d.name;
+    // The constants fit-1 has stay as they were, so the plans priced before assembly (the
+    // never-slower choice) compare the same way under both versions.
+    EXPECT_EQ(fit2.bandwidth_bytes_per_second, fit1.bandwidth_bytes_per_second) << d.name;
+    EXPECT_EQ(fit2.dram_latency_seconds, fit1.dram_latency_seconds) << d.name;
+    EXPECT_EQ(fit2.launch_seconds, fit1.launch_seconds) << d.name;
+    EXPECT_EQ(fit2.grid_barrier_seconds, fit1.grid_barrier_seconds) << d.name;
+    EXPECT_EQ(fit2.block_barrier_seconds, fit1.block_barrier_seconds) << d.name;
+    EXPECT_EQ(fit2.row_pass_seconds, fit1.row_pass_seconds) << d.name;
+    EXPECT_EQ(fit2.reuse_window_bytes, fit1.reuse_window_bytes) << d.name;
+    if (d.name == "H100" || d.name == "H200") {
+      // A scheduler issues at most one warp instruction per cycle (under 2 GHz), and one
+      // warp's dependent instructions come several cycles apart.
+      EXPECT_GT(fit2.issue_seconds, 0.4e-9) << d.name;
+      EXPECT_GT(fit2.dependent_issue_seconds, 2 * fit2.issue_seconds) << d.name;
+    } else {
+      EXPECT_EQ(fit2.issue_seconds, 0.0) << d.name;
+    }
+  }
+}
+
+// An issue-heavy loop kernel: `instructions` per pass of 256 threads x 4 elements.
+KernelSpec IssueHeavy(uint32_t blocks, int64_t elements, int instructions, int registers) {
+  KernelSpec k = Copy(blocks, elements * 4, 4, 16);
+  k.mapping.assembled_registers = registers;
+  k.mapping.assembled_instructions = instructions;
+  return k;
+}
+
+TEST(CostModel, IssueTermCountsTheCubinsInstructionsOnTheBusiestSm) {
+  const GpuDevice h100 = H100();
+  CostModelParameters p = CostModelParametersFor(h100, CostModelVersion::kH100Fit2);
+  p.issue_seconds = 0.5e-9;
+  p.dependent_issue_seconds = 2e-9;
+  // 132 x 8 blocks of 256 threads at 32 registers: 8 resident blocks, 64 warps per SM, 16
+  // per scheduler, enough to cover a warp's dependent issues. 2^26 elements are 65,536
+  // passes, 63 on the busiest slot.
+  const int64_t elements = int64_t{1} << 26;
+  KernelSpec k = IssueHeavy(132 * 8, elements, 2000, 32);
+  const KernelCost c = NewAnalyticalCostModel(h100, p)->EstimateKernel(Graph(), k);
+  ASSERT_EQ(c.resident_blocks_per_sm, 8);
+  const double expected = 63.0 * 2000 * 16 * p.issue_seconds;
+  EXPECT_NEAR(c.issue_seconds, expected, expected * 1e-9);
+  EXPECT_GT(c.issue_seconds, c.memory_seconds);
+  EXPECT_NEAR(c.seconds, c.issue_seconds + c.launch_seconds, c.seconds * 1e-9);
+  // With 200 registers one block is resident: 2 warps per scheduler, fewer than the 4 it
+  // takes to cover a warp's dependent issues, so each warp's chain sets the pace.
+  k.mapping.launch.grid = {132, 1, 1};
+  k.mapping.assembled_registers = 200;
+  const KernelCost one = NewAnalyticalCostModel(h100, p)->EstimateKernel(Graph(), k);
+  ASSERT_EQ(one.resident_blocks_per_sm, 1);
+  const double chain = 497.0 * 2000 * p.dependent_issue_seconds;
+  EXPECT_NEAR(one.issue_seconds, chain, chain * 1e-9);
+  // The versions without the term, and kernels without an instruction count, ignore it.
+  for (CostModelVersion v : {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1}) {
+    EXPECT_EQ(NewAnalyticalCostModel(h100, v)->EstimateKernel(Graph(), k).issue_seconds, 0.0);
+  }
+  k.mapping.assembled_instructions = 0;
+  EXPECT_EQ(NewAnalyticalCostModel(h100, p)->EstimateKernel(Graph(), k).issue_seconds, 0.0);
 }
 
 TEST(CostModelVersions, DatasheetIsTheDeviceTableAndTheFitChangesOnlyWhatItFitted) {

@@ -99,6 +99,12 @@ struct CompiledKernel {
     int stack_bytes = 0;
     int spill_store_bytes = 0;
     int spill_load_bytes = 0;
+    // Machine instructions of the kernel's own code in the cubin: its function symbol's
+    // bytes, less those of out-of-line subroutines that share its section (the slow paths
+    // of division and the like), over 16 bytes per instruction (sm_70 and later). The
+    // straight-line body of a pass is most of it, so the cost model reads it as the
+    // instructions a warp issues per pass. 0 when the cubin could not be read.
+    int instructions = 0;
   };
   AssemblyReport assembly;
 };

@@ -7,7 +7,10 @@
 //     (Little's law over resident threads and the loads each keeps in flight);
 //   * the tail of partial waves when the grid does not fill the SMs evenly;
 //   * one launch overhead per kernel;
-//   * block barriers per row or tile, and grid-wide barriers per launch.
+//   * block barriers per row or tile, and grid-wide barriers per launch;
+//   * from h100-fit-2 on, the issue of the cubin's instructions, when it takes longer than
+//     moving the bytes: the SM's schedulers at their sustained rate, or, with too few
+//     resident warps to cover a warp's dependent issues, each warp's chain of instructions.
 // It sits behind CostModel so that a learned model (trained on runtimes measured on real
 // GPUs) plugs in without changing callers.
 //
@@ -32,6 +35,9 @@ struct KernelCost {
   double memory_seconds = 0;  // bytes over achieved bandwidth, stretched by wave tails
   double launch_seconds = 0;
   double barrier_seconds = 0;  // block and grid barriers
+  // Issuing the kernel's instructions on the busiest SM (0 without an instruction count);
+  // the kernel takes the longer of this and memory_seconds.
+  double issue_seconds = 0;
   int64_t global_bytes = 0;
   // What the model moves through DRAM: global_bytes plus the re-reads and partly used
   // sectors that miss L2.
@@ -70,11 +76,15 @@ enum class CostModelVersion {
   // DRAM latency, kernel overhead and barrier costs, with re-reads and strided reads charged
   // when they outgrow L2, and occupancy from the assembled cubin's registers.
   kH100Fit1,
+  // h100-fit-1's terms with an instruction-issue bound read from the cubin (its
+  // instruction count, registers and the mapping's resident warps), refitted to the same
+  // measurements (COST_MODEL_SOURCES.md, section 6).
+  kH100Fit2,
 };
 
 // The version stitchd prices with: the cost of every plan it compares, the never-slower
 // choice between them, and every figure it reports.
-inline constexpr CostModelVersion kCurrentCostModel = CostModelVersion::kH100Fit1;
+inline constexpr CostModelVersion kCurrentCostModel = CostModelVersion::kH100Fit2;
 
 // The version the planners and the scheduler search with when they build plans (thread
 // mappings, merges, the baseline models' rules). It stays at the datasheet constants until
@@ -83,7 +93,8 @@ inline constexpr CostModelVersion kCurrentCostModel = CostModelVersion::kH100Fit
 // fit rests on are of today's plans.
 inline constexpr CostModelVersion kPlanningCostModel = CostModelVersion::kDatasheet;
 
-std::string_view CostModelVersionName(CostModelVersion v);  // "datasheet", "h100-fit-1"
+// "datasheet", "h100-fit-1", "h100-fit-2"
+std::string_view CostModelVersionName(CostModelVersion v);
 // Returns the version named `name`, or nullopt for an unknown name.
 std::optional<CostModelVersion> ParseCostModelVersion(std::string_view name);
 
@@ -103,6 +114,14 @@ struct CostModelParameters {
   double reuse_window_bytes = 0;
   // Whether occupancy comes from the assembler's register count where a kernel has one.
   bool assembled_registers = false;
+  // Instruction issue, for kernels whose cubin's instruction count is known. A warp issues
+  // the kernel's instructions once per pass; an SM's schedulers (register_sub_partitions)
+  // each issue one warp instruction per issue_seconds at best, and one warp issues at most
+  // one per dependent_issue_seconds (its instructions wait on earlier results), so a
+  // scheduler with fewer resident warps than dependent_issue_seconds / issue_seconds
+  // issues below its rate. 0 leaves the term out (datasheet, h100-fit-1).
+  double issue_seconds = 0;
+  double dependent_issue_seconds = 0;
 };
 
 // Returns the constants of `version` for `device`.

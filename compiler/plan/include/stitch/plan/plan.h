@@ -125,6 +125,10 @@ struct ThreadMapping {
   // code generation so that the cost model reads occupancy from the compiled code rather
   // than from registers_per_thread, the scheduler's estimate.
   int assembled_registers = 0;
+  // The machine instructions of the kernel's cubin, out-of-line subroutines excluded
+  // (0: not assembled yet): what a warp issues per pass of the grid-stride loop, for the
+  // cost model's instruction-issue bound. It counts each inner loop's body once.
+  int assembled_instructions = 0;
 };
 
 struct KernelSpec {
