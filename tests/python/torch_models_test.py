@@ -155,25 +155,35 @@ class ModelsTest(unittest.TestCase):
             self.assertTrue(run["report"]["pass"], run)
 
 
+def groupnorm_on_inductor(layout_optimization):
+    """One step of the GroupNorm block under backend="stitch", stitch timed faster, with
+    Inductor's layout optimization on or off; returns (backend, executor, eager's (output,
+    gradients), the step's)."""
+    import stitch.torch
+    from torch._inductor import config
+    module, inputs = small("groupnorm_block")
+    eager = copy.deepcopy(module)
+    stitch_backend, executor = base.make_backend()
+    backend = stitch.torch.InductorStitchBackend(
+        stitch_backend, timer=StandInTimer(stitched=1e-6, inductor=2e-6))
+    with config.patch(layout_optimization=layout_optimization):
+        compiled = base.torch_compile(module, backend)
+        got = base.run_step(compiled, inputs)
+    print("\n[groupnorm_block on Inductor, layout optimization %s] seed %d\n%s" % (
+        layout_optimization, base.SEED, backend.report.summary()))
+    return backend, executor, base.run_step(eager, inputs), got
+
+
 class GroupNormOnInductorTest(unittest.TestCase):
-    """backend="stitch" on the GroupNorm block: Inductor's decompositions turn GroupNorm's
+    """backend="stitch" on the GroupNorm block, with Inductor's layout optimization off (so
+    its tensors keep the traced row-major strides): Inductor's decompositions turn GroupNorm's
     backward into reductions that stitch lowers. With stitch timed faster (a stand-in timer;
-    both sides still run and are compared), every region is replaced, runs on the emulator,
-    and the step matches eager. One compile, shared by the tests."""
+    both sides still run and are compared), every region is replaced, runs on the emulator
+    with no copy around it, and the step matches eager. One compile, shared by the tests."""
 
     @classmethod
     def setUpClass(cls):
-        import stitch.torch
-        module, inputs = small("groupnorm_block")
-        eager = copy.deepcopy(module)
-        stitch_backend, cls.executor = base.make_backend()
-        cls.backend = stitch.torch.InductorStitchBackend(
-            stitch_backend, timer=StandInTimer(stitched=1e-6, inductor=2e-6))
-        compiled = base.torch_compile(module, cls.backend)
-        cls.expected = base.run_step(eager, inputs)
-        cls.got = base.run_step(compiled, inputs)
-        print("\n[groupnorm_block on Inductor] seed %d\n%s" % (base.SEED,
-                                                              cls.backend.report.summary()))
+        cls.backend, cls.executor, cls.expected, cls.got = groupnorm_on_inductor(False)
 
     def test_every_region_replaced_and_the_step_matches_eager(self):
         (expected_out, expected_grads), (out, grads) = self.expected, self.got
@@ -192,13 +202,30 @@ class GroupNormOnInductorTest(unittest.TestCase):
         backward = [op for r in report.regions if r.name.startswith("backward") for op in r.ops]
         self.assertIn("aten.sum.dim_IntList", backward, "GroupNorm's backward reductions")
 
-    # Inductor lays the convolutions' outputs out channels-last (its layout optimization)
-    # after stitch checked the traced strides, which were row-major: the regions that read
-    # them get channels-last tensors, which they copy before the launch. Expected to fail
-    # until a replaced region's inputs keep the traced strides.
-    @unittest.expectedFailure
     def test_no_layout_copy(self):
         self.assertEqual(self.backend.report.layout_copies, 0)
+
+
+class GroupNormChannelsLastTest(unittest.TestCase):
+    """The same block with Inductor's layout optimization on (its default; on the CPU it always
+    applies): Inductor lays the convolutions' 4-d tensors, and what it computes from them,
+    out channels-last after the graph was traced row-major. Stitch's kernels read and write
+    row-major tensors, so every region with a 4-d tensor stays Inductor's (``layout``): no
+    copy is added, and the step matches eager."""
+
+    def test_regions_with_4d_tensors_stay_inductors_and_nothing_is_copied(self):
+        backend, executor, expected, got = groupnorm_on_inductor(True)
+        (expected_out, expected_grads), (out, grads) = expected, got
+        report = backend.report
+        self.assertLessEqual(base.max_relative_error(expected_out, out), INDUCTOR_TOLERANCE)
+        check_grads(self, "groupnorm_block", expected_grads, grads, INDUCTOR_TOLERANCE)
+        self.assertGreater(len(report.choices), 1)
+        self.assertEqual({(c.winner, c.reason) for c in report.choices},
+                         {("inductor", "layout")},
+                         [(c.region, c.reason, c.detail) for c in report.choices])
+        self.assertTrue(all("channels-last" in c.detail for c in report.choices))
+        self.assertEqual(report.layout_copies, 0)
+        self.assertEqual(region_calls(backend), [])
 
 
 # -- the benchmark's plumbing, on the CPU, with stand-in backends ---------------------------------

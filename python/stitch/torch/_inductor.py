@@ -227,14 +227,16 @@ class InductorStitchBackend:
                        **kwargs: Any) -> Any:
         from torch._inductor.compile_fx import compile_fx_inner
         kind = "backward" if kwargs.get("is_backward") else "forward"
-        gm = self.choose(gm, example_inputs, kind)
+        gm = self.choose(gm, example_inputs, kind,
+                         channels_last=_lays_out_channels_last(gm, kwargs.get("is_inference")))
         return compile_fx_inner(gm, example_inputs, **kwargs)
 
     # -- one graph ---------------------------------------------------------------------------
     def choose(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-               kind: str = "graph") -> torch.fx.GraphModule:
+               kind: str = "graph", channels_last: bool = False) -> torch.fx.GraphModule:
         """Returns ``gm`` with each region stitch wins replaced by a ``stitch::region`` call
-        and every other node as it was."""
+        and every other node as it was. ``channels_last``: Inductor will lay the graph's
+        convolutions out channels-last, so a region next to one would need a copy."""
         client = self.stitch.client
         client.set_fallback("inductor")  # the timings reported below are Inductor's
         fused = self.stitch.compile_graph(gm, example_inputs, kind, leave_input_views=True)
@@ -243,7 +245,7 @@ class InductorStitchBackend:
                 continue
             module = getattr(fused, node.target)
             if isinstance(module, StitchedRegion):
-                choice = self._choose_region(module, node)
+                choice = self._choose_region(module, node, channels_last)
                 self.report.add_choice(choice)
                 if choice.winner == "stitch":
                     _replace(fused, node, module, self._register(module))
@@ -267,9 +269,11 @@ class InductorStitchBackend:
         return name
 
     # -- one region --------------------------------------------------------------------------
-    def _choose_region(self, region: StitchedRegion, node: torch.fx.Node) -> RegionChoice:
+    def _choose_region(self, region: StitchedRegion, node: torch.fx.Node,
+                       channels_last: bool = False) -> RegionChoice:
         choice = RegionChoice(region.info.name, region.kernels.key)
-        layout = _layout_problem(node, region.fallback)
+        layout = _layout_problem(node, region.fallback) or (
+            _channels_last_problem(node, region.fallback) if channels_last else "")
         if layout:
             return choice.keep("layout", layout)
         if self._decide_from_daemon(choice, region):
@@ -356,6 +360,41 @@ def _layout_problem(node: torch.fx.Node, sub: torch.fx.GraphModule) -> str:
     for i, val in enumerate(_outputs(sub)[0]):
         if not isinstance(val, torch.Tensor) or not val.is_contiguous():
             return "output %d is not a dense row-major tensor" % i
+    return ""
+
+
+def _lays_out_channels_last(gm: torch.fx.GraphModule, is_inference: Optional[bool]) -> bool:
+    """True when Inductor's layout optimization will make this graph's 4-d tensors
+    channels-last, after the graph was traced row-major: its own decision for a graph with
+    convolutions; for a backward graph (convolution_backward only, where Inductor decides
+    nothing), whenever the optimization is on, since the forward's activations it reads come
+    channels-last."""
+    try:
+        from torch._inductor import config
+        from torch._inductor.graph import GraphLowering
+        if not config.layout_optimization:
+            return False
+        backward = torch.ops.aten.convolution_backward.default
+        if any(n.target is backward for n in gm.graph.nodes):
+            return True
+        return bool(GraphLowering.decide_layout_opt(gm, is_inference=bool(is_inference)))
+    except Exception as e:  # another PyTorch: assume the layouts stay as traced
+        LOG.debug("layout optimization unknown: %s", e)
+        return False
+
+
+def _channels_last_problem(node: torch.fx.Node, sub: torch.fx.GraphModule) -> str:
+    """In a graph Inductor lays out channels-last, why the region's call would take a copy, or
+    ``""``: Inductor gives the convolutions' 4-d tensors, and the pointwise work it derives
+    from them, channels-last strides after the graph was traced row-major, while stitch's
+    kernels read and write dense row-major tensors."""
+    for a in node.args:
+        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and val.dim() >= 4:
+            return "input %s is 4-d, which Inductor lays out channels-last here" % a.name
+    for i, val in enumerate(_outputs(sub)[0]):
+        if isinstance(val, torch.Tensor) and val.dim() >= 4:
+            return "output %d is 4-d, which Inductor lays out channels-last here" % i
     return ""
 
 
