@@ -67,7 +67,9 @@ BaselineCompiler CompilerOf(PlannerKind planner) {
 
 // Gives the shipped plan's kernels what the assembler reported and prices the plan again:
 // the plan was chosen on the scheduler's register estimates, and its cost now reads the
-// cubin's. The other plans were never assembled and keep their estimates.
+// cubin's. The other plans were never assembled and keep their estimates. The instruction
+// count stays on the plan (the calibration prices it) but out of the bundle's prices: the
+// baselines have none, and an issue term on the stitched side alone would bias every saving.
 void RepriceAssembled(CompileResult& result, PlannerKind requested, const GpuDevice& device) {
   bool reported = false;
   for (size_t i = 0; i < result.kernels.size(); ++i) {
@@ -78,7 +80,9 @@ void RepriceAssembled(CompileResult& result, PlannerKind requested, const GpuDev
     reported = true;
   }
   if (!reported) return;
-  result.cost = NewAnalyticalCostModel(device)->Estimate(result.graph, result.plan);
+  FusionPlan priced = result.plan;
+  for (KernelSpec& k : priced.kernels) k.mapping.assembled_instructions = 0;
+  result.cost = NewAnalyticalCostModel(device)->Estimate(result.graph, priced);
   // Under kXla and kInductor the shipped plan stands for both the stitched and the baseline
   // figure; under kStitch it is one or the other.
   const bool stitched = result.shipped == PlannerKind::kStitch;
