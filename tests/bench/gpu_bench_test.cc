@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/fake_cuda_driver.h"
 #include "bench/gpu_command.h"
 #include "gpu/gpu_runner.h"
 #include "suite/suite.h"
@@ -31,22 +32,6 @@ std::vector<std::string> TableRows(const std::string& out) {
     }
   }
   return rows;
-}
-
-// Splits a CSV line whose only quoted field may contain commas.
-std::vector<std::string> CsvFields(const std::string& line) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (char c : line) {
-    if (c == '"') {
-      quoted = !quoted;
-    } else if (c == ',' && !quoted) {
-      fields.emplace_back();
-    } else {
-      fields.back() += c;
-    }
-  }
-  return fields;
 }
 
 void ExpectNoGpuMessage(const CommandResult& r, const std::string& reason) {
@@ -92,10 +77,6 @@ TEST(GpuBenchTest, DefaultDriverEitherTimesOrSaysThereIsNoGpu) {
   const std::vector<std::string> rows = TableRows(r.out);
   ASSERT_EQ(rows.size(), 1u) << r.out;
   EXPECT_EQ(rows[0].find(" - "), std::string::npos) << "unmeasured figures: " << rows[0];
-}
-
-std::string FakeDriver() {
-  return std::string(STITCH_BINARY_DIR) + "/bench/gpu/libstitch_fake_cuda.so";
 }
 
 // The driver code end to end against tests/bench/gpu_fake_cuda.cc, which checks every call
@@ -166,16 +147,6 @@ CompiledKernel PtxKernel(const std::string& name, int params, std::vector<int> p
   }
   k.ptx += ")\n{\n  ret;\n}\n";
   return k;
-}
-
-// The stand-in's record of its recent launches, one line each.
-std::string FakeLaunchLog() {
-  void* lib = dlopen(FakeDriver().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (lib == nullptr) return "(the stand-in driver is not loaded)";
-  auto* log = reinterpret_cast<const char* (*)()>(dlsym(lib, "stitch_fake_cuda_log"));
-  std::string out = log != nullptr ? log() : "(no stitch_fake_cuda_log)";
-  dlclose(lib);
-  return out;
 }
 
 // A kernel with a workspace (codegen.h) takes it as one more argument, zero-filled before its
