@@ -12,9 +12,7 @@ any choice is made. Inputs and weights are random from a seed that is printed, a
 from STITCH_TEST_SEED.
 """
 
-import argparse
 import copy
-import os
 import pathlib
 import sys
 import unittest
@@ -229,25 +227,5 @@ class InductorBackendTest(unittest.TestCase):
         self.assertEqual(region_calls(backend), [])
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--stitchd", required=True)
-    parser.add_argument("--stitchctl", required=True)
-    parser.add_argument("--library", required=True)
-    known, rest = parser.parse_known_args()
-    base.ARGS.__dict__.update(vars(known))
-    os.environ["STITCH_CLIENT_LIBRARY"] = known.library
-    print("torch %s, seed %d (STITCH_TEST_SEED replays it)" % (torch.__version__, base.SEED))
-    from stitchd_process import StitchdProcess
-    base.DAEMON = StitchdProcess(known.stitchd).start()
-    try:
-        program = unittest.main(module=__name__, argv=[sys.argv[0]] + rest, exit=False,
-                                verbosity=2)
-    finally:
-        base.DAEMON.stop()
-    result = program.result
-    sys.exit(0 if result.wasSuccessful() and not result.skipped else 1)
-
-
 if __name__ == "__main__":
-    main()
+    base.main()

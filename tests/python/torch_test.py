@@ -447,7 +447,9 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual(backend.report.fallbacks["no_executor"], len(backend.report.regions))
 
 
-def main():
+def main(module="__main__"):
+    """Starts a stitchd, runs ``module``'s tests against it (torch_test's own, or those of a
+    file that imports it as its base), stops it; exits 1 on any failure or skip."""
     global DAEMON
     parser = argparse.ArgumentParser()
     parser.add_argument("--stitchd", required=True)
@@ -460,7 +462,7 @@ def main():
     from stitchd_process import StitchdProcess
     DAEMON = StitchdProcess(known.stitchd).start()
     try:
-        program = unittest.main(module=__name__, argv=[sys.argv[0]] + rest, exit=False,
+        program = unittest.main(module=module, argv=[sys.argv[0]] + rest, exit=False,
                                 verbosity=2)
     finally:
         DAEMON.stop()
