@@ -158,6 +158,14 @@ struct KeyResult {
   std::string outcome;
   uint64_t occurrences = 0;
   stitch::v1::CostEstimate cost;
+
+  // Counts `occurrences` more of the key, answered by `r`; the outcome kept is the best
+  // tier any of them was answered from.
+  void Add(const stitch::client::Result& r, uint64_t more) {
+    const std::string tier = stitch::client::OutcomeName(r.outcome);
+    if (occurrences == 0 || Rank(tier) < Rank(outcome)) outcome = tier;
+    occurrences += more;
+  }
 };
 
 // A model's distinct subgraphs: the requests, and the graphs they were made from.
@@ -210,9 +218,7 @@ class Driver {
         continue;
       }
       KeyResult& k = keys[r.key];
-      const std::string outcome = stitch::client::OutcomeName(r.outcome);
-      if (k.occurrences == 0 || Rank(outcome) < Rank(k.outcome)) k.outcome = outcome;
-      k.occurrences += (*subgraphs)[i].occurrences;
+      k.Add(r, (*subgraphs)[i].occurrences);
       k.cost = r.bundle->cost();
     }
     json outcomes = json::object(), key_list = json::array(), per_step = json::object();
@@ -309,10 +315,7 @@ class Driver {
           fallbacks.push_back(r.reason);
           continue;
         }
-        KeyResult& k = keys[r.key];
-        const std::string outcome = stitch::client::OutcomeName(r.outcome);
-        if (k.occurrences == 0 || Rank(outcome) < Rank(k.outcome)) k.outcome = outcome;
-        ++k.occurrences;
+        keys[r.key].Add(r, 1);
       }
     }
     json outcomes = json::object(), key_list = json::array();
