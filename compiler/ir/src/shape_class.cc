@@ -30,6 +30,15 @@ struct FixedUse {
   const char* why = "";
 };
 
+// A node whose own dimension 0 cannot vary: it is taken from a dimension other than its
+// operand's dimension 0 (which only dimension 0 may be), or cut to a fixed size. Such a node
+// must not meet the outer extent through the ops around it, or the graph would disagree with
+// itself at every other extent.
+struct FixedNode {
+  int node = -1;
+  const char* why = "";
+};
+
 std::string Describe(const Graph& g, int i) {
   const Node& n = g.nodes[i];
   std::string s = "node " + std::to_string(i);
@@ -71,12 +80,21 @@ bool KeepsAColumnAfterItsReducedDims(const Shape& input, const std::vector<int64
 
 // Joins each node to the operands whose dimension 0 it keeps, and lists the uses that need
 // an operand's dimension 0 fixed.
-void LinkDimZero(const Graph& g, int i, DimZeroSets& sets, std::vector<FixedUse>& fixed) {
+void LinkDimZero(const Graph& g, int i, DimZeroSets& sets, std::vector<FixedUse>& fixed,
+                 std::vector<FixedNode>& fixed_nodes) {
   const Node& n = g.nodes[i];
   // A scalar has no dimension 0 to share; only a reduce to one reads one.
   if (n.shape.rank() == 0 && ClassOf(n.op) != OpClass::kReduce) return;
   auto keep = [&](int operand) { sets.Join(n.operands[operand], i); };
-  auto fix = [&](int operand, const char* why) { fixed.push_back({i, n.operands[operand], why}); };
+  auto fix_own = [&](const char* why) {
+    if (n.shape.rank() > 0) fixed_nodes.push_back({i, why});
+  };
+  // The operand's dimension 0 must not vary, and neither can this node's, which comes from
+  // the operand's fixed dimensions.
+  auto fix = [&](int operand, const char* why) {
+    fixed.push_back({i, n.operands[operand], why});
+    fix_own("takes its dimension 0 from dimensions that do not vary");
+  };
   switch (ClassOf(n.op)) {
     case OpClass::kElementwise:
       for (size_t k = 0; k < n.operands.size(); ++k) keep(static_cast<int>(k));
@@ -90,7 +108,10 @@ void LinkDimZero(const Graph& g, int i, DimZeroSets& sets, std::vector<FixedUse>
       if (g.nodes[n.operands[0]].shape.rank() == 0) return;
       if (!reduces_dim_zero) {
         keep(0);
-      } else if (!KeepsAColumnAfterItsReducedDims(g.nodes[n.operands[0]].shape, n.dimensions)) {
+        return;
+      }
+      fix_own("takes its dimension 0 from a dimension that does not vary");
+      if (!KeepsAColumnAfterItsReducedDims(g.nodes[n.operands[0]].shape, n.dimensions)) {
         fix(0, "reduces dimension 0 into rows of varying length");
       }
       return;
@@ -101,9 +122,17 @@ void LinkDimZero(const Graph& g, int i, DimZeroSets& sets, std::vector<FixedUse>
   const std::vector<int64_t>& in = g.nodes[n.operands[0]].shape.dims;
   switch (n.op) {
     case OpCode::kBroadcast:
+      // Operand dimension k lands in output dimension dimensions[k]. The operand's dimension
+      // 0 may land only in dimension 0; the output's dimension 0 follows the extent when it is
+      // the operand's or a new one, and is fixed when it is another operand dimension.
       for (size_t k = 0; k < n.dimensions.size(); ++k) {
-        if (n.dimensions[k] == 0 && k == 0) keep(0);
-        if ((n.dimensions[k] == 0) != (k == 0)) fix(0, "moves dimension 0 elsewhere");
+        const bool from_zero = k == 0;
+        const bool to_zero = n.dimensions[k] == 0;
+        if (from_zero && to_zero) keep(0);
+        if (from_zero != to_zero)
+          fixed.push_back({i, n.operands[0], "moves dimension 0 elsewhere"});
+        if (to_zero && !from_zero)
+          fix_own("takes its dimension 0 from a dimension that does not vary");
       }
       return;
     case OpCode::kTranspose:
@@ -125,6 +154,8 @@ void LinkDimZero(const Graph& g, int i, DimZeroSets& sets, std::vector<FixedUse>
       // at every extent that has them (ShapeClass::min_extent), and its size is fixed.
       if (n.slice_starts[0] == 0 && n.slice_limits[0] == in[0] && n.slice_strides[0] == 1) {
         keep(0);
+      } else {
+        fix_own("cuts dimension 0 to a fixed size");
       }
       return;
     case OpCode::kPad:
@@ -193,7 +224,10 @@ StatusOr<ShapeClass> ClassifyShapes(const Graph& g) {
   STITCH_ASSIGN_OR_RETURN(c.extent, SharedExtent(g, params));
   DimZeroSets sets(g.nodes.size());
   std::vector<FixedUse> fixed;
-  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) LinkDimZero(g, i, sets, fixed);
+  std::vector<FixedNode> fixed_nodes;
+  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
+    LinkDimZero(g, i, sets, fixed, fixed_nodes);
+  }
   std::vector<bool> varying_set(g.nodes.size(), false);
   for (int64_t p : g.outer_parameters) varying_set[sets.Find(params[p])] = true;
 
@@ -216,6 +250,12 @@ StatusOr<ShapeClass> ClassifyShapes(const Graph& g) {
     const Node& n = g.nodes[i];
     if (n.op == OpCode::kSlice && c.Varies(n.operands[0]) && !c.Varies(static_cast<int>(i))) {
       c.min_extent = std::max(c.min_extent, n.slice_limits[0]);
+    }
+  }
+  for (const FixedNode& f : fixed_nodes) {
+    if (c.Varies(f.node)) {
+      return InvalidArgument("not shape-generic: " + Describe(g, f.node) + " " + f.why +
+                             ", yet meets the outer extent through the ops around it");
     }
   }
   for (const FixedUse& use : fixed) {

@@ -203,6 +203,35 @@ TEST(ClassifyShapes, OpsThatMoveOrCutTheVaryingDimensionAreNamed) {
   }
 }
 
+// A node whose dimension 0 comes from a dimension that does not vary (a transpose's, a
+// column sum's, a broadcast's from an inner operand dimension) cannot follow the extent, even
+// where, at the graph's own extent, it has the right size to meet one that does: here the
+// transposed column sums of x, broadcast back over x's shape, divide x. Classifying it as
+// varying once gave kernels that read past the fixed buffer at other extents.
+TEST(ClassifyShapes, ANodeWhoseDimensionZeroIsFixedMayNotMeetTheExtent) {
+  Graph g;
+  const int x = Param(g, {DType::kF32, {31, 31, 31}}, 0, "x");
+  const int sums = Reduce(g, x, ConstScalar(g, DType::kF32, 0), {0}, ReduceKind::kSum);
+  const int turned = Transpose(g, sums, {1, 0});
+  const int back = Broadcast(g, turned, {31, 31, 31}, {0, 2});
+  Output(g, Binary(g, OpCode::kDiv, x, back));
+  const std::string why = WhyNotGeneric(g);
+  EXPECT_NE(why.find("takes its dimension 0 from dimensions that do not vary"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("meets the outer extent"), std::string::npos) << why;
+
+  // The same sums broadcast back along the dimensions they came from follow the extent.
+  Graph ok;
+  const int y = Param(ok, {DType::kF32, {31, 31, 31}}, 0, "y");
+  const int column_sums = Reduce(ok, y, ConstScalar(ok, DType::kF32, 0), {0}, ReduceKind::kSum);
+  Output(ok, Binary(ok, OpCode::kDiv, y, Broadcast(ok, column_sums, {31, 31, 31}, {1, 2})));
+  ok.outer_parameters = {0};
+  StatusOr<ShapeClass> c = ClassifyShapes(ok);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->Varies(y));
+  EXPECT_FALSE(c->Varies(column_sums));
+}
+
 // A slice of the first rows has the same size at every extent that has them: the bucket
 // starts no lower than its limit.
 TEST(ClassifyShapes, ASliceOfTheFirstRowsRaisesTheLeastExtent) {
