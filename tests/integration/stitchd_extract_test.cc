@@ -112,29 +112,6 @@ TEST_F(StitchdExtractTest, SeveralModulesComeInTextOrderAndTheirGraphsCompile) {
   EXPECT_EQ(r.outcome, Outcome::kCompiled) << r.reason;
 }
 
-// A row softmax over `rows` rows of 64 features, as HLO text.
-std::string RowSoftmaxHlo(int64_t rows) {
-  const std::string r = std::to_string(rows);
-  return "HloModule row_softmax_" + r +
-         "\n\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
-         "  ROOT s = f32[] add(a, b)\n}\n\nENTRY main {\n"
-         "  x = f32[" +
-         r +
-         ",64]{1,0} parameter(0)\n"
-         "  e = f32[" +
-         r +
-         ",64]{1,0} exponential(x)\n"
-         "  zero = f32[] constant(0)\n"
-         "  s = f32[" +
-         r +
-         "]{0} reduce(e, zero), dimensions={1}, to_apply=add\n"
-         "  b = f32[" +
-         r +
-         ",64]{1,0} broadcast(s), dimensions={0}\n"
-         "  ROOT d = f32[" +
-         r + ",64]{1,0} divide(e, b)\n}\n";
-}
-
 // A job whose batch varies names it at extraction: its signatures carry outer parameters,
 // and every batch size of a bucket compiles once, while fixed shapes key per size.
 TEST_F(StitchdExtractTest, AnOuterExtentNamesABucketThatEveryBatchOfItShares) {
@@ -143,7 +120,8 @@ TEST_F(StitchdExtractTest, AnOuterExtentNamesABucketThatEveryBatchOfItShares) {
   Client c(PatientClientOptions(d));
   std::vector<std::string> bucket_keys, exact_keys;
   for (int64_t rows : {40, 50, 64}) {
-    StatusOr<std::vector<v1::Graph>> graphs = c.Extract(RowSoftmaxHlo(rows), rows);
+    StatusOr<std::vector<v1::Graph>> graphs =
+        c.Extract(SoftmaxHlo(static_cast<int>(rows), 64), rows);
     ASSERT_TRUE(graphs.ok()) << graphs.status().ToString();
     ASSERT_EQ(graphs->size(), 1u);
     ASSERT_EQ((*graphs)[0].outer_parameters_size(), 1);
@@ -161,7 +139,7 @@ TEST_F(StitchdExtractTest, AnOuterExtentNamesABucketThatEveryBatchOfItShares) {
     EXPECT_EQ(r.bundle->outer_extent().hi(), 64);
     bucket_keys.push_back(r.key);
 
-    StatusOr<std::vector<v1::Graph>> fixed = c.Extract(RowSoftmaxHlo(rows));
+    StatusOr<std::vector<v1::Graph>> fixed = c.Extract(SoftmaxHlo(static_cast<int>(rows), 64));
     ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
     ASSERT_EQ(fixed->size(), 1u);
     EXPECT_EQ((*fixed)[0].outer_parameters_size(), 0);
@@ -176,7 +154,7 @@ TEST_F(StitchdExtractTest, AnOuterExtentNamesABucketThatEveryBatchOfItShares) {
   EXPECT_NE(exact_keys[0], exact_keys[1]);
   EXPECT_NE(exact_keys[0], bucket_keys[0]);
 
-  StatusOr<std::vector<v1::Graph>> negative = c.Extract(RowSoftmaxHlo(40), -3);
+  StatusOr<std::vector<v1::Graph>> negative = c.Extract(SoftmaxHlo(40, 64), -3);
   ASSERT_FALSE(negative.ok());
   EXPECT_EQ(negative.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(negative.status().message().find("outer_extent is -3"), std::string::npos)
