@@ -178,8 +178,7 @@ class StitchedRegion(torch.nn.Module):
         binding, why = self.shapes.bind(args)
         if binding is None:
             return None, (DYNAMIC_SHAPE, why)
-        for k, t in zip(self.shapes.tensor_positions, tensors):
-            dtype = self.shapes.input_spec(k, binding)[1]
+        for t, dtype in zip(tensors, self.shapes.tensor_dtypes):
             if t.dtype != dtype:
                 return None, (DYNAMIC_SHAPE, "input %s is %s where the trace has %s" %
                               (tuple(t.shape), t.dtype, dtype))

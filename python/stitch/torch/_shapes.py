@@ -152,6 +152,8 @@ class RegionShapes:
             symbolic_meta(p) if i in self.tensor_positions else symbolic_scalar(p)
             for i, p in enumerate(placeholders)]
         self._hints = [self._hint_of(p) for p in placeholders]
+        #: The dtype of each tensor input, in tensor-input order.
+        self.tensor_dtypes = tuple(self._inputs[i][1] for i in self.tensor_positions)
         tensors = [symbolic_meta(n) for n in region.graph.nodes if n.op != "output"]
         self._tensor_dims = [m[0] for m in tensors if m is not None]
         self.symbols = frozenset(s for dims in self._tensor_dims for d in dims
