@@ -14,6 +14,7 @@
 #include "jit.h"
 #include "retarget.h"
 #include "runtime.h"
+#include "sector_counter.h"
 
 namespace stitch {
 namespace {
@@ -36,6 +37,7 @@ struct LoadedKernel {
   uint64_t shared_bytes = 0;
   uint64_t shared_align = 16;
   bool grid_barrier = false;
+  uint32_t sites = 0;  // instrumented accesses, with EmulatorOptions::count_sectors
   // Two words per parameter, [begin, end) of its buffer in the current launch; the
   // instrumented code reads it (retarget.h's BoundsCheck).
   std::unique_ptr<uint64_t[]> bounds;
@@ -117,6 +119,14 @@ class EmulatorImpl final : public Emulator {
     const uint64_t barriers_before = scheduler_.barriers();
     const uint64_t grid_barriers_before = scheduler_.grid_barriers();
     phase_grid_barriers_ = grid_barriers_before;
+    if (options_.count_sectors) {
+      const uint64_t warps_per_block = (block_threads + emu::kWarpSize - 1) / emu::kWarpSize;
+      const uint64_t blocks_at_once = loaded->grid_barrier ? BlockCount(dims, options.blocks) : 1;
+      sector_counter_.StartLaunch(options_.reuse_window_bytes,
+                                  static_cast<uint32_t>(warps_per_block * blocks_at_once),
+                                  loaded->sites);
+      sector_grid_barriers_ = grid_barriers_before;
+    }
     std::vector<void*> arg_copy = args;
     emu::BlockGeometry geometry;
     geometry.ntid = dims.block;
@@ -133,6 +143,11 @@ class EmulatorImpl final : public Emulator {
     ClosePhase();
     stats.footprint_bytes_loaded = footprint_[0];
     stats.footprint_bytes_stored = footprint_[1];
+    if (options_.count_sectors) {
+      sector_counter_.Flush();
+      stats.sector_loads = sector_counter_.loads();
+      stats.sector_stores = sector_counter_.stores();
+    }
     stats.barriers = scheduler_.barriers() - barriers_before;
     stats.grid_barriers = scheduler_.grid_barriers() - grid_barriers_before;
     stats.threads = dims.threads();
@@ -153,7 +168,9 @@ class EmulatorImpl final : public Emulator {
         // with NaN/-1 bytes so reads before writes show up.
         std::memset(loaded.shared, SharedFill(), loaded.shared_bytes);
       }
+      if (options_.count_sectors) sector_counter_.StartBlock();
       STITCH_RETURN_IF_ERROR(scheduler_.RunBlock(loaded.entry, args, geometry));
+      if (options_.count_sectors) sector_counter_.Flush();
     }
     return Status::Ok();
   }
@@ -294,9 +311,11 @@ class EmulatorImpl final : public Emulator {
                                std::to_string(kMaxFrameBytes));
     }
     jit_->Optimize(*rm.module);
+    uint32_t sites = 0;
     STITCH_RETURN_IF_ERROR(emu::InstrumentGlobalTraffic(
         *rm.module, rm.kernel_name, counters_,
-        options_.count_footprint ? &EmulatorImpl::Touch : nullptr, this));
+        options_.count_footprint ? &EmulatorImpl::Touch : nullptr, this,
+        options_.count_sectors ? &EmulatorImpl::Sector : nullptr, &sites));
     auto loaded = std::make_unique<LoadedKernel>();
     loaded->bounds = std::make_unique<uint64_t[]>(2 * size_t{rm.num_params});
     STITCH_RETURN_IF_ERROR(emu::InstrumentBoundsChecks(
@@ -318,6 +337,7 @@ class EmulatorImpl final : public Emulator {
     loaded->shared_bytes = rm.shared_bytes;
     loaded->shared_align = rm.shared_align;
     loaded->grid_barrier = rm.grid_barrier;
+    loaded->sites = sites;
     LoadedKernel* out = loaded.get();
     cache_.emplace(std::move(key), std::move(loaded));
     return out;
@@ -350,6 +370,22 @@ class EmulatorImpl final : public Emulator {
     }
     phase_grid_barriers_ = scheduler_.grid_barriers();
   }
+  // Called by instrumented code for every global load and store with count_sectors.
+  static void Sector(void* self, const void* address, uint64_t bytes, uint32_t store,
+                     uint32_t site) {
+    auto* impl = static_cast<EmulatorImpl*>(self);
+    // The warp accesses of a grid-wide launch's phase are ordered among themselves, so each
+    // phase's go through the cache before the next phase's.
+    if (impl->scheduler_.grid_barriers() != impl->sector_grid_barriers_) {
+      impl->sector_counter_.Flush();
+      impl->sector_grid_barriers_ = impl->scheduler_.grid_barriers();
+    }
+    const emu::ThreadState* t = emu::BlockScheduler::Current();
+    impl->sector_counter_.Record(t->warp, t->linear % emu::kWarpSize, site, store != 0,
+                                 reinterpret_cast<uintptr_t>(address), bytes);
+  }
+  emu::SectorCounter sector_counter_;
+  uint64_t sector_grid_barriers_ = 0;        // scheduler_.grid_barriers() at the last flush
   std::unordered_set<uint64_t> sectors_[2];  // of the current phase: loaded, stored
   uint64_t footprint_[2] = {0, 0};           // bytes of the launch's closed phases
   uint64_t phase_grid_barriers_ = 0;         // scheduler_.grid_barriers() as the phase began

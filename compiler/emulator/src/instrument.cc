@@ -131,7 +131,8 @@ Status InstrumentBoundsChecks(llvm::Module& module, const std::string& kernel_na
 }
 
 Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_name,
-                               uint64_t* counters, FootprintFn footprint, void* recorder) {
+                               uint64_t* counters, FootprintFn footprint, void* recorder,
+                               SectorFn sectors, uint32_t* sites) {
   llvm::Function* kernel = module.getFunction(kernel_name);
   if (kernel == nullptr || kernel->isDeclaration()) {
     return Internal("kernel " + kernel_name + " vanished before instrumentation");
@@ -156,16 +157,27 @@ Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_n
   auto* i32 = llvm::Type::getInt32Ty(ctx);
   auto* footprint_ty =
       llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, ptr, i64, i32}, false);
+  auto* sector_ty =
+      llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, ptr, i64, i32, i32}, false);
+  uint32_t next_site = 0;
   auto report = [&](llvm::Instruction* at, llvm::Value* address, uint64_t bytes, int store) {
-    if (footprint == nullptr) return;
+    if (footprint == nullptr && sectors == nullptr) return;
     llvm::IRBuilder<> b(at);
     auto as_ptr = [&](const void* p) {
       return llvm::ConstantExpr::getIntToPtr(
           llvm::ConstantInt::get(i64, reinterpret_cast<uintptr_t>(p)), ptr);
     };
-    b.CreateCall(footprint_ty, as_ptr(reinterpret_cast<const void*>(footprint)),
-                 {as_ptr(recorder), b.CreatePointerCast(address, ptr),
-                  llvm::ConstantInt::get(i64, bytes), llvm::ConstantInt::get(i32, store)});
+    llvm::Value* address_ptr = b.CreatePointerCast(address, ptr);
+    if (footprint != nullptr) {
+      b.CreateCall(footprint_ty, as_ptr(reinterpret_cast<const void*>(footprint)),
+                   {as_ptr(recorder), address_ptr, llvm::ConstantInt::get(i64, bytes),
+                    llvm::ConstantInt::get(i32, store)});
+    }
+    if (sectors != nullptr) {
+      b.CreateCall(sector_ty, as_ptr(reinterpret_cast<const void*>(sectors)),
+                   {as_ptr(recorder), address_ptr, llvm::ConstantInt::get(i64, bytes),
+                    llvm::ConstantInt::get(i32, store), llvm::ConstantInt::get(i32, next_site++)});
+    }
   };
 
   for (llvm::BasicBlock& bb : *kernel) {
@@ -219,6 +231,7 @@ Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_n
     if (loaded != 0) bump(b, 0, llvm::ConstantInt::get(i64, loaded));
     if (stored != 0) bump(b, 1, llvm::ConstantInt::get(i64, stored));
   }
+  if (sites != nullptr) *sites = next_site;
   return Status::Ok();
 }
 

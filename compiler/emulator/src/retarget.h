@@ -50,10 +50,18 @@ StatusOr<RetargetedModule> Retarget(llvm::LLVMContext& ctx, const std::string& b
 // to InstrumentGlobalTraffic, `store` is 0 for a load and 1 for a store.
 using FootprintFn = void (*)(void* recorder, const void* address, uint64_t bytes, uint32_t store);
 
-// `footprint` and `recorder` are null unless each access is to be reported to `footprint`.
+// Receives every global load and store when sector traffic is counted, as FootprintFn does,
+// with `site`, the access's static site: the instrumented loads and stores of the kernel are
+// numbered 0, 1, ... in the order they appear in it.
+using SectorFn = void (*)(void* recorder, const void* address, uint64_t bytes, uint32_t store,
+                          uint32_t site);
+
+// `footprint` (`sectors`) and `recorder` are null unless each access is to be reported to
+// `footprint` (`sectors`). When `sectors` is given, `*sites` receives the number of sites.
 Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_name,
                                uint64_t* counters, FootprintFn footprint = nullptr,
-                               void* recorder = nullptr);
+                               void* recorder = nullptr, SectorFn sectors = nullptr,
+                               uint32_t* sites = nullptr);
 
 // Bounds checks. `table` holds two words per parameter of the kernel, the first byte of its
 // buffer and the byte past its end; an access whose bytes lie outside the buffers of every

@@ -43,6 +43,48 @@ struct EmulatorOptions {
   // traffic; the grid barrier's own protocol on it is not. Every global access then calls
   // into the emulator, which makes runs several times slower.
   bool count_footprint = false;
+  // Also measure how the launch's global loads and stores meet the GPU's memory system
+  // (LaunchStats::sector_loads and sector_stores), as a GPU's DRAM and L2 would see them:
+  //
+  // - Sector efficiency. A warp instruction fetches every 32-byte sector its active lanes
+  //   touch, once. The emulator numbers each instrumented load and store of the kernel (its
+  //   site) and takes the k-th execution of one site by the threads of one warp as one warp
+  //   instruction: fetched bytes are 32 times the distinct sectors of each such access,
+  //   summed over them; used bytes are what the lanes asked for. A coalesced access fetches
+  //   what it uses; a lane-strided one fetches a sector per lane (16 times the bytes for
+  //   bf16, 8 times for f32). Where lanes run a loop a different number of times, their
+  //   k-th executions are taken as one instruction though the GPU's would not align, so
+  //   a divergent kernel's figure is approximate.
+  // - Re-reads. The warp accesses' sectors, in the order below, go through a model of L2: a
+  //   fully associative, write-back LRU cache of reuse_window_bytes. A sector is resident
+  //   from a touch until more than reuse_window_bytes of other distinct sectors have been
+  //   touched since. A load of a sector not resident reads it from DRAM; a store to a
+  //   sector not resident and dirty (stored since it last came in) will write it back once.
+  //   Those are the DRAM bytes of loads and of stores; the re-reads (re-writes) among them
+  //   are the ones of a sector the same kind of access had moved before. Distinct bytes
+  //   are the sectors loaded (stored) at all: a kernel that moves each sector once has
+  //   DRAM bytes equal to them, and a load of what the kernel itself stored just before
+  //   hits.
+  //
+  // Order: blocks run one after another in linear order (x fastest), the order in which the
+  // GPU dispatches them; within a block (between barriers, where the emulator runs each
+  // thread as far as it goes) the warp accesses are ordered by execution count, then warp,
+  // so the warps of a block advance together as on the GPU. The GPU runs many blocks at
+  // once, so a re-use distance the emulator sees inside one block is on the GPU that
+  // distance times the blocks in flight; between blocks the emulator's distances are the
+  // GPU's. A re-read inside a block (a loop-mode row read twice) is therefore seen only at
+  // a window the block's own traffic exceeds; one between blocks (a transposed operand
+  // whose sector serves rows far apart) is seen as on the GPU. In a kernel with grid
+  // barriers every block runs at once, the warp accesses of each phase are ordered as
+  // above over the whole grid, and the cache carries across phases. Atomics and memory
+  // intrinsics are not counted. The cache's state starts empty at every launch. Off by
+  // default: every access then calls into the emulator, as with count_footprint.
+  bool count_sectors = false;
+  // The L2 share a sector survives in between two touches, for count_sectors. The cost
+  // model's fitted value for a device is CostModelParametersFor(device,
+  // kCurrentCostModel).reuse_window_bytes (half the H100's 50 MiB L2). 0 makes every touch
+  // after another sector's a re-read.
+  uint64_t reuse_window_bytes = 0;
 };
 
 // How one launch runs (Emulator::Launch).
@@ -65,6 +107,25 @@ struct LaunchOptions {
   std::vector<uint64_t> blocks;
 };
 
+// Global traffic by sectors (EmulatorOptions::count_sectors), of loads or of stores.
+struct SectorTraffic {
+  uint64_t warp_accesses = 0;   // warp instructions (a site's k-th execution by a warp)
+  uint64_t used_bytes = 0;      // bytes the lanes asked for
+  uint64_t fetched_bytes = 0;   // 32 x the distinct sectors of each warp access, summed
+  uint64_t dram_bytes = 0;      // sectors moved to or from DRAM (see above), in bytes
+  uint64_t distinct_bytes = 0;  // the distinct sectors this kind of access touched, in bytes
+  uint64_t reread_bytes = 0;    // of dram_bytes: sectors moved again (re-reads, re-writes)
+  SectorTraffic& operator+=(const SectorTraffic& o) {
+    warp_accesses += o.warp_accesses;
+    used_bytes += o.used_bytes;
+    fetched_bytes += o.fetched_bytes;
+    dram_bytes += o.dram_bytes;
+    distinct_bytes += o.distinct_bytes;
+    reread_bytes += o.reread_bytes;
+    return *this;
+  }
+};
+
 // What one launch did.
 struct LaunchStats {
   // Bytes the kernel's own loads and stores move through its pointer parameters, the
@@ -75,6 +136,9 @@ struct LaunchStats {
   // summed over the phases between grid barriers (see above).
   uint64_t footprint_bytes_loaded = 0;
   uint64_t footprint_bytes_stored = 0;
+  // With EmulatorOptions::count_sectors: sector efficiency and re-reads (see above).
+  SectorTraffic sector_loads;
+  SectorTraffic sector_stores;
   uint64_t barriers = 0;       // block-wide barriers completed, over all blocks
   uint64_t grid_barriers = 0;  // grid-wide barriers completed (each counted once)
   uint64_t threads = 0;        // of the launch's full geometry
