@@ -6,7 +6,7 @@
 //
 // Usage:
 //   cost_model_price [--target sm_XX] [--version NAME] [--parameters FILE] [--only ID,...]
-//                    [--ptx DIR] --csv PATH
+//                    [--ptx DIR] [--features PATH] --csv PATH
 //
 // --version names the model version whose constants are priced (default: the current one);
 // --parameters names a JSON array of objects, each a candidate set of constants: its fields
@@ -21,6 +21,10 @@
 // toolkit is missing), and the plan's memory_us and issue_us (the kernels' memory and
 // instruction-issue terms, summed; a kernel takes the longer of its two).
 //
+// --features PATH writes, per set, row and plan, the figures the learned residual reads
+// (stitch/plan/learned_residual.h: ResidualFeaturesOf, at full precision) beside set, id, plan
+// and model_us; tools/train_cost_residual.py trains on them.
+//
 // --ptx DIR writes each plan's kernels to DIR as <id>_<plan>_<kernel>.ptx, and .cubin where
 // assembled, to study what the model reads from them.
 //
@@ -31,10 +35,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stitch/driver/compile.h"
 #include "stitch/plan/cost_model.h"
+#include "stitch/plan/learned_residual.h"
 #include "suite/suite.h"
 
 namespace stitch::gpu {
@@ -45,7 +51,7 @@ constexpr int kExitUsage = 3;
 
 constexpr const char* kUsage =
     "usage: cost_model_price [--target sm_XX] [--version NAME] [--parameters FILE]\n"
-    "                        [--only ID,...] [--ptx DIR] --csv PATH\n";
+    "                        [--only ID,...] [--ptx DIR] [--features PATH] --csv PATH\n";
 
 struct Flags {
   Target target;
@@ -54,6 +60,7 @@ struct Flags {
   std::vector<int> only;
   std::string csv_path;
   std::string ptx_dir;
+  std::string features_path;
 };
 
 struct CompiledPlan {
@@ -82,6 +89,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.csv_path = v;
     } else if (arg == "--ptx") {
       f.ptx_dir = v;
+    } else if (arg == "--features") {
+      f.features_path = v;
     } else {
       return InvalidArgument("unknown argument '" + arg + "'");
     }
@@ -190,6 +199,14 @@ int Main(int argc, char** argv) {
   }
   std::ofstream csv(flags->csv_path);
   csv << "set,id,plan,model_us,kernels,dram_bytes,registers,instructions,memory_us,issue_us\n";
+  std::ofstream features;
+  if (!flags->features_path.empty()) {
+    features.open(flags->features_path);
+    features << "set,id,plan,model_us";
+    for (std::string_view name : ResidualFeatureNames()) features << "," << name;
+    features << "\n";
+    features.precision(17);
+  }
   const GpuDevice& device = flags->target.device();
   for (size_t s = 0; s < sets->size(); ++s) {
     std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, (*sets)[s]);
@@ -206,6 +223,11 @@ int Main(int argc, char** argv) {
           << "," << dram << "," << PerKernel(p.result.plan, &ThreadMapping::assembled_registers)
           << "," << PerKernel(p.result.plan, &ThreadMapping::assembled_instructions) << ","
           << memory * 1e6 << "," << issue * 1e6 << "\n";
+      if (features.is_open()) {
+        features << s << "," << p.id << "," << p.plan << "," << cost.seconds * 1e6;
+        for (double value : ResidualFeaturesOf(p.result.plan, cost)) features << "," << value;
+        features << "\n";
+      }
     }
   }
   csv.close();
@@ -231,6 +253,13 @@ int Main(int argc, char** argv) {
   if (!csv) {
     std::cerr << "cost_model_price: cannot write " << flags->csv_path << "\n";
     return kExitFailed;
+  }
+  if (features.is_open()) {
+    features.close();
+    if (!features) {
+      std::cerr << "cost_model_price: cannot write " << flags->features_path << "\n";
+      return kExitFailed;
+    }
   }
   return 0;
 }
