@@ -109,31 +109,43 @@ class StitchedRegion(torch.nn.Module):
         self._buckets: List[RegionKernels] = [kernels] if kernels.served else []
 
     def forward(self, *args: Any) -> Any:
+        return self._run(args)[0]
+
+    def _run(self, args: Sequence[Any]) -> Tuple[Any, Optional[RegionKernels], Any]:
+        """:meth:`forward`'s result, the kernels launched and the executor that launched them
+        (None, None where the region's own code ran)."""
         tensors, reason = self._tensor_args(args)
         kernels = None
         if reason is None:
             kernels, reason = self._kernels_for(args, tensors)
         if reason is not None:
             self._backend.report.fallback(reason[0], "%s: %s" % (self.info.name, reason[1]))
-            return self.fallback(*args)
+            return self.fallback(*args), None, None
+        executor = self._executor
         try:
-            outputs = self._executor.run(kernels, [a.contiguous() for a in tensors])
+            outputs = executor.run(kernels, [a.contiguous() for a in tensors])
         except Exception as e:  # any failure leaves the step on PyTorch's code
             self._backend.report.fallback(LAUNCH_ERROR, "%s: %s" % (self.info.name, e))
-            return self.fallback(*args)
+            return self.fallback(*args), None, None
         self._backend.report.count_stitched_call()
         self._backend.record_invocation(kernels.key)
-        return tuple(outputs) if self._tuple_output else outputs[0]
+        return (tuple(outputs) if self._tuple_output else outputs[0]), kernels, executor
 
     def call_split(self, tensors: Sequence[torch.Tensor], sizes: Sequence[int]) -> Any:
         """:meth:`forward` with the tensor inputs and the size inputs given apart, each in
         order (as the ``stitch::region`` op takes them)."""
+        return self.run_split(tensors, sizes)[0]
+
+    def run_split(self, tensors: Sequence[torch.Tensor], sizes: Sequence[int]
+                  ) -> Tuple[Any, Optional[RegionKernels], Any]:
+        """:meth:`call_split`'s result, the kernels launched and the executor that launched
+        them (None, None where the region's own code ran)."""
         args: List[Any] = [None] * self.shapes.arity
         for k, t in zip(self.shapes.tensor_positions, tensors):
             args[k] = t
         for k, v in zip(self.shapes.size_positions, sizes):
             args[k] = int(v)
-        return self(*args)
+        return self._run(args)
 
     @property
     def input_specs(self) -> List[Any]:
@@ -467,10 +479,10 @@ class StitchBackend:
             self._executor_notes[device_type] = str(e)
             return None
 
-    def record_invocation(self, key: str) -> None:
-        """Counts one launch of ``key`` toward the daemon's savings metrics."""
+    def record_invocation(self, key: str, launches: int = 1) -> None:
+        """Counts ``launches`` launches of ``key`` toward the daemon's savings metrics."""
         try:
-            self.client.record_invocations(key, 1)
+            self.client.record_invocations(key, launches)
         except Exception as e:  # usage accounting never fails a step
             LOG.debug("usage not recorded: %s", e)
 

@@ -4,6 +4,11 @@ The backend looks an executor up by device type (``"cuda"``, ``"cpu"``). The CUD
 launches through ``stitch.cuda``'s loader on PyTorch's current stream; a device type without
 an executor runs PyTorch's own code for every region. Tests register a host executor that
 runs the compiler's kernels on its emulator.
+
+Under ``torch.compile(backend="stitch")`` an executor whose ``native`` gives the loader and
+program of a bundle (the CUDA executor, where ``libstitch_torch_launch.so`` is loaded) hands
+the region to the C++ launch path (``_launch``): later calls launch from the ``stitch::launch``
+operator without Python, and ``launch_path`` says which path an executor's regions take.
 """
 
 from __future__ import annotations
@@ -61,17 +66,36 @@ class Executor:
         failure; the region then runs PyTorch's code."""
         raise NotImplementedError
 
+    #: How :meth:`run` launches: ``"python"``; ``"cpp"`` for an executor whose :meth:`native`
+    #: hands regions to the C++ launch path (``stitch::launch``).
+    launch_path = "python"
+
+    def native(self, kernels: RegionKernels) -> Optional[Tuple[Any, Any]]:
+        """The ``stitch.cuda`` (loader, program) that launch ``kernels`` for the C++ launch
+        path, or None where the executor has none (the region then launches through
+        :meth:`run` on every call)."""
+        return None
+
 
 class CudaExecutor(Executor):
     """Launches bundles on CUDA tensors through ``stitch.cuda.Loader``, on PyTorch's current
-    stream, so the kernels order with the framework's own. Thread-safe."""
+    stream, so the kernels order with the framework's own. Thread-safe.
+
+    Where the C++ launch path is available (``stitch.torch._launch``), :meth:`native` hands
+    regions to it and ``launch_path`` is ``"cpp"``; the loader and every program loaded stay
+    alive with the executor, as that path needs."""
 
     def __init__(self, loader: Any = None) -> None:
         from .. import cuda
+        from . import _launch
         self._cuda = cuda
         self._loader = loader if loader is not None else cuda.Loader()
         self._programs: Dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._native = _launch.available()
+        self.launch_path = "cpp" if self._native else "python"
+        #: Why the C++ launch path is not used, or its library's path.
+        self.launch_path_note = _launch.status()[1]
 
     def device_target(self, device: torch.device) -> Optional[str]:
         major, minor = torch.cuda.get_device_capability(device)
@@ -85,18 +109,28 @@ class CudaExecutor(Executor):
             return str(e)
         return None
 
-    def run(self, kernels: RegionKernels, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    def _program(self, kernels: RegionKernels) -> Any:
         with self._lock:
             program = self._programs.get(kernels.key)
             if program is None:
                 program = self._loader.load(kernels.bundle)
                 self._programs[kernels.key] = program
+            return program
+
+    def run(self, kernels: RegionKernels, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        program = self._program(kernels)
         device = inputs[0].device
         outputs = [torch.empty(shape, dtype=dtype, device=device)
                    for shape, dtype in kernels.outputs]
         declared = ([x.view(shape) for x, (shape, _) in zip(inputs, kernels.inputs)]
                     if kernels.inputs else list(inputs))
-        self._loader.launch(program, declared, outputs,
-                            stream=torch.cuda.current_stream(device).cuda_stream,
+        # A CPU tensor launches on stream 0: only tests do, against a stand-in driver.
+        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+        self._loader.launch(program, declared, outputs, stream=stream,
                             outer_extent=kernels.extent if kernels.served else None)
         return outputs
+
+    def native(self, kernels: RegionKernels) -> Optional[Tuple[Any, Any]]:
+        if not self._native:
+            return None
+        return self._loader, self._program(kernels)

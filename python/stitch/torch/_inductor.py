@@ -14,9 +14,13 @@ decided:
   and the timings go to the daemon, which keeps them per key (and so per target) for every
   later job on the node.
 
-A region whose kernels beat Inductor's by ``margin`` becomes one call of the ``stitch::region``
-op, which Inductor runs as an opaque kernel between its own; every other region goes back into
-the graph node for node, and Inductor compiles it exactly as it would have without stitch.
+A region whose kernels beat Inductor's by ``margin`` becomes one call of an op that Inductor
+runs as an opaque kernel between its own; every other region goes back into the graph node for
+node, and Inductor compiles it exactly as it would have without stitch. The op is
+``stitch::launch``, the C++ launch path (``_launch``), where its library is loaded and the
+region's executor has a native launch; else ``stitch::region``, which launches from Python.
+``stitch::launch`` hands each call it cannot serve to ``stitch::region``, which launches it and
+registers the variant, so that later calls at those sizes stay in C++.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _shapes
+from . import _launch, _shapes
 from ._backend import StitchBackend, StitchedRegion
 from ._report import RegionChoice, Report
 
@@ -53,8 +57,10 @@ AGREEMENT = {torch.float32: 1e-3, torch.float64: 1e-6}
 AGREEMENT_16_BIT = 5e-2
 
 _REGIONS: Dict[str, "_Replacement"] = {}
+_NATIVE: Dict[int, "_Replacement"] = {}  # by stitch::launch region number
 _REGIONS_LOCK = threading.Lock()
 _OP: Optional[Any] = None
+_NATIVE_OP: Optional[Any] = None
 _BACKEND_IDS = itertools.count()
 
 
@@ -111,12 +117,17 @@ class _Replacement:
     region: StitchedRegion
     outputs: List[_OutputSpec]
     report: Report
+    backend: Optional[StitchBackend] = None
+    #: The region on the C++ launch path, where the graph calls stitch::launch.
+    native: Optional[_launch.NativeRegion] = None
 
     def run(self, inputs: Sequence[torch.Tensor], sizes: Sequence[int]) -> List[torch.Tensor]:
+        dense = True
         for x in inputs:
             if not x.is_contiguous():  # the executor reads a dense copy
                 self.report.count_layout_copy()
-        result = self.region.call_split(inputs, sizes)
+                dense = False
+        result, kernels, executor = self.region.run_split(inputs, sizes)
         result = list(result) if isinstance(result, (tuple, list)) else [result]
         # The op's contract: fresh tensors with the declared strides, never an input's storage
         # (the region's own FX code, run on a fallback, may return a view).
@@ -128,8 +139,35 @@ class _Replacement:
                 r = torch.empty_strided(tuple(r.shape), declared, dtype=spec.dtype,
                                         device=r.device).copy_(r)
                 self.report.count_layout_copy()
+                dense = False
             out.append(r)
+        if self.native is not None and kernels is not None and dense and \
+                all(r.is_contiguous() for r in out):
+            self._add_variant(inputs, sizes, out, kernels, executor)
         return out
+
+    def _add_variant(self, inputs: Sequence[torch.Tensor], sizes: Sequence[int],
+                     outputs: Sequence[torch.Tensor], kernels: Any, executor: Any) -> None:
+        """Hands the call's sizes to the C++ launch path: its next calls at them launch there,
+        allocating outputs like ``outputs``."""
+        try:
+            native = executor.native(kernels) if executor is not None else None
+            if native is not None:
+                self.native.add(inputs, sizes, outputs, native[0], native[1],
+                                kernels.extent if kernels.served else 0, kernels.key)
+        except Exception as e:  # the Python path goes on serving these sizes
+            LOG.debug("%s: not on the C++ launch path: %s", self.region.info.name, e)
+
+    def sync(self) -> None:
+        """Counts the C++ launch path's launches into the report and the daemon's usage."""
+        if self.native is None:
+            return
+        _, launches = self.native.counts()
+        for key, n in launches:
+            if n:
+                self.report.count_stitched_call(n, "cpp")
+                if self.backend is not None:
+                    self.backend.record_invocation(key, n)
 
     def fake(self, inputs: Sequence[torch.Tensor], sizes: Sequence[Any]) -> List[torch.Tensor]:
         """The outputs' metadata for the inputs' (possibly symbolic) sizes."""
@@ -186,6 +224,24 @@ def _region_op() -> Any:
 
         _OP = torch.ops.stitch.region.default
         return _OP
+
+
+def _native_op() -> Any:
+    """The ``stitch::launch(int region, Tensor[] inputs, SymInt[] sizes) -> Tensor[]`` op of
+    the C++ launch path, with its fake kernel (the outputs' metadata) registered on first
+    use. Calls C++ cannot serve go to ``stitch::region``, defined here first."""
+    global _NATIVE_OP
+    _region_op()
+    with _REGIONS_LOCK:
+        if _NATIVE_OP is not None:
+            return _NATIVE_OP
+
+        @torch.library.register_fake("stitch::launch")
+        def _(region: int, inputs: List[torch.Tensor], sizes: List[Any]) -> List[torch.Tensor]:
+            return _NATIVE[region].fake(inputs, sizes)
+
+        _NATIVE_OP = torch.ops.stitch.launch.default
+        return _NATIVE_OP
 
 
 class InductorStitchBackend:
@@ -248,7 +304,7 @@ class InductorStitchBackend:
                 choice = self._choose_region(module, node, channels_last)
                 self.report.add_choice(choice)
                 if choice.winner == "stitch":
-                    _replace(fused, node, module, self._register(module))
+                    _replace(fused, node, module, *self._register(module))
                     continue
             _inline(fused, node, module.fallback if isinstance(module, StitchedRegion) else module)
         for name in [n for n, _ in fused.named_children() if n.startswith("region")]:
@@ -259,14 +315,27 @@ class InductorStitchBackend:
         fused.recompile()
         return fused
 
-    def _register(self, region: StitchedRegion) -> str:
+    def _register(self, region: StitchedRegion) -> Tuple[Any, tuple]:
+        """Registers a replaced region; returns the op its call runs and the op's first
+        arguments: ``stitch::launch`` and the region's number on the C++ launch path where its
+        device's executor has one, else ``stitch::region`` and its name."""
         name = "%s.%s" % (self._id, region.info.name)
         specs = [_OutputSpec(tuple(v.shape), tuple(v.stride()), v.dtype)
                  if not region.shapes.symbolic else _OutputSpec(None, None, v.dtype)
                  for v in _outputs(region.fallback)[0]]
+        replacement = _Replacement(region, specs, self.report, self.stitch)
         with _REGIONS_LOCK:
-            _REGIONS[name] = _Replacement(region, specs, self.report)
-        return name
+            _REGIONS[name] = replacement
+        executor = (self.stitch.executor_for(region.device) if region.device is not None
+                    else None)
+        if getattr(executor, "launch_path", "python") != "cpp" or not _launch.available():
+            return _region_op(), (name,)
+        op = _native_op()
+        replacement.native = _launch.NativeRegion(name)
+        with _REGIONS_LOCK:
+            _NATIVE[replacement.native.id] = replacement
+        self.report.add_source(replacement.sync)
+        return op, (replacement.native.id,)
 
     # -- one region --------------------------------------------------------------------------
     def _choose_region(self, region: StitchedRegion, node: torch.fx.Node,
@@ -399,13 +468,14 @@ def _channels_last_problem(node: torch.fx.Node, sub: torch.fx.GraphModule) -> st
 
 
 def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, region: StitchedRegion,
-             name: str) -> None:
-    """Replaces the region's call_module by one ``stitch::region`` call."""
+             op: Any, first: tuple) -> None:
+    """Replaces the region's call_module by one call of ``op`` (``stitch::launch`` or
+    ``stitch::region``) with the arguments ``first`` and the region's tensors and sizes."""
     vals, returns_tuple = _outputs(region.fallback)
     tensors = [node.args[k] for k in region.shapes.tensor_positions]
     sizes = [node.args[k] for k in region.shapes.size_positions]
     with gm.graph.inserting_before(node):
-        call = gm.graph.call_function(_region_op(), (name, tensors, sizes))
+        call = gm.graph.call_function(op, first + (tensors, sizes))
     call.meta["val"] = vals
     if returns_tuple:
         for user in list(node.users):  # getitems, which index the op's list alike

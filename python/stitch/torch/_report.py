@@ -6,7 +6,7 @@ import collections
 import dataclasses
 import logging
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 LOG = logging.getLogger("stitch.torch")
 
@@ -101,7 +101,11 @@ class Report:
         self.regions: List[RegionInfo] = []
         self.fallbacks: Dict[str, int] = collections.Counter()
         self.details: List[Tuple[str, str]] = []  # (reason, explanation), oldest first
-        self.stitched_calls = 0
+        self._stitched_calls = 0
+        # Stitched calls by how they launched: "python" (the executor's run) or "cpp" (the
+        # stitch::launch operator, counted in C++ and read by the sources at each sync).
+        self._launch_paths: Dict[str, int] = collections.Counter()
+        self._sources: List[Callable[[], None]] = []
         self.choices: List[RegionChoice] = []  # the "stitch" backend's, one per region
         # Copies a replaced region's call made because a tensor came or had to leave in other
         # strides than the graph traced; 0 when stitch's kernels fit the graph as traced.
@@ -147,9 +151,39 @@ class Report:
         with self._lock:
             self.regions.append(region)
 
-    def count_stitched_call(self) -> None:
+    def count_stitched_call(self, calls: int = 1, path: str = "python") -> None:
         with self._lock:
-            self.stitched_calls += 1
+            self._stitched_calls += calls
+            self._launch_paths[path] += calls
+
+    def add_source(self, sync: Callable[[], None]) -> None:
+        """Adds a function that counts calls kept outside Python (the C++ launch path's) into
+        this report; :meth:`sync` runs each."""
+        with self._lock:
+            self._sources.append(sync)
+
+    def sync(self) -> None:
+        """Counts the calls the sources hold; reading ``stitched_calls``, ``launch_paths`` or
+        the summary syncs first."""
+        with self._lock:
+            sources = list(self._sources)
+        for sync in sources:
+            sync()
+
+    @property
+    def stitched_calls(self) -> int:
+        """Calls that launched stitched kernels, from Python or C++."""
+        self.sync()
+        with self._lock:
+            return self._stitched_calls
+
+    @property
+    def launch_paths(self) -> Dict[str, int]:
+        """Stitched calls by the path that launched them: ``"python"`` (the executor's
+        ``run``, ctypes over the loader) and ``"cpp"`` (the ``stitch::launch`` operator)."""
+        self.sync()
+        with self._lock:
+            return dict(self._launch_paths)
 
     def summary(self) -> str:
         """A table of the regions and the fallback counts, for people."""
@@ -162,7 +196,9 @@ class Report:
                     if c.stitched_seconds > 0 else "")
             lines.append("%-28s %s kernels (%s, %s)%s %s" % (
                 c.region, c.winner, c.reason, c.decided_by or "untimed", gain, c.detail))
-        lines.append("stitched calls: %d" % self.stitched_calls)
+        paths = self.launch_paths
+        lines.append("stitched calls: %d (launched from C++: %d, from Python: %d)" % (
+            self.stitched_calls, paths.get("cpp", 0), paths.get("python", 0)))
         if self.new_sizes:
             lines.append("new sizes of symbolic regions: %d from the daemon, %d from a bucket held"
                          % (self.new_sizes["daemon"], self.new_sizes["bucket"]))

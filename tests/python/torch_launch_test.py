@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""stitch.torch's C++ launch path (the stitch::launch operator of libstitch_torch_launch.so,
+loader/torch/launch_op.cc) against the loader's stand-in CUDA driver, with the pinned PyTorch
+2.x of .venv-torch2/ (python_torch2_launch).
+
+  torch_launch_test.py --stitchd PATH --stitchctl PATH --library PATH --fake-driver PATH
+      --extension PATH [unittest arguments]
+
+CI has no GPU: CPU tensors' pointers stand for device pointers, and the stand-in driver
+(tests/loader/fake_cuda_driver.cc) records each launch as a line of text instead of running
+it. The tests check that a region launched through the operator issues exactly the driver
+launches the Python path (ctypes over the loader) issues, with the outputs allocated once in
+the graph's strides and no copy; that a buffer smaller than the bundle declares is refused
+with the loader's message; and, under torch.compile(backend="stitch") with a real stitchd,
+that the replaced regions run through the operator after their first call, are counted per
+path in the report and as invocations for the daemon. They print the host time per launch of
+both paths (on this machine's CPU, against the stand-in driver).
+"""
+
+import argparse
+import contextlib
+import ctypes
+import os
+import pathlib
+import sys
+import time
+import unittest
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import torch_test as base  # noqa: E402  (its helpers, its daemon, its seed)
+import cuda_test as bundles  # noqa: E402  (bundles in the protobuf wire format)
+
+ARGS = argparse.Namespace()
+FAKE = None  # the stand-in driver
+
+
+def events(prefix=""):
+    text = FAKE.stitch_fake_loader_events().decode()
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def launches(outputs=()):
+    """The recorded launches as dicts of their fields, each output's data pointer in the
+    arguments replaced by "out<i>" (fresh on each call), in order."""
+    names = {str(t.data_ptr()): "out%d" % i for i, t in enumerate(outputs)}
+    result = []
+    for line in events("launch "):
+        f = bundles.fields(line)
+        f["args"] = ",".join(names.get(a, a) for a in f["args"].split(","))
+        result.append(f)
+    return result
+
+
+def fake_executor():
+    """stitch.torch's CUDA executor on the stand-in driver, for CPU tensors."""
+    import stitch.cuda
+    import stitch.torch
+
+    class FakeDriverExecutor(stitch.torch.CudaExecutor):
+        def device_target(self, device):
+            return "sm_90"
+
+        def check(self, target, device):
+            return None
+
+    return FakeDriverExecutor(stitch.cuda.Loader(ARGS.fake_driver))
+
+
+@contextlib.contextmanager
+def profiled_ops(counts):
+    """Counts the ATen ops run inside, by name, into ``counts``."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        yield
+    for e in prof.events():
+        counts[e.name] = counts.get(e.name, 0) + 1
+
+
+COPIES = ("aten::clone", "aten::copy_", "aten::contiguous", "aten::_to_copy")
+
+
+def per_call_us(fn, calls):
+    """Host microseconds per call of ``fn`` over ``calls`` calls, after 50 untimed ones; the
+    stand-in driver's log is cleared between rounds so that it does not grow."""
+    for _ in range(50):
+        fn()
+    FAKE.stitch_fake_loader_reset()
+    best = float("inf")
+    for _ in range(3):
+        begin = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - begin) / calls * 1e6)
+        FAKE.stitch_fake_loader_reset()
+    return best
+
+
+class OperatorTest(unittest.TestCase):
+    """stitch::launch on a bundle made here: inputs of 16 floats, an output of 256."""
+
+    def setUp(self):
+        import stitch.torch
+        from stitch.torch import _launch
+        FAKE.stitch_fake_loader_set_cc(9, 0)
+        FAKE.stitch_fake_loader_set_context(1)
+        FAKE.stitch_fake_loader_reset()
+        self.assertEqual(_launch.status(), (True, ARGS.extension))
+        self.executor = fake_executor()
+        self.assertEqual(self.executor.launch_path, "cpp")
+        self.kernels = stitch.torch.RegionKernels(
+            "launch-sized", "sm_90", bundles.sized_bundle("launch-sized"), "",
+            (((256,), torch.float32),))
+        self.inputs = [torch.randn(16), torch.randn(4, 4)]
+
+    def python_launch(self):
+        FAKE.stitch_fake_loader_reset()
+        outputs = self.executor.run(self.kernels, self.inputs)
+        return outputs, launches(outputs)
+
+    def native_region(self, outputs, fallback=""):
+        from stitch.torch import _launch
+        region = _launch.NativeRegion(fallback)
+        loader, program = self.executor.native(self.kernels)
+        self.assertTrue(region.add(self.inputs, [], outputs, loader, program, 0,
+                                   self.kernels.key))
+        return region
+
+    def test_the_same_driver_launches_as_the_python_path(self):
+        expected_outputs, expected = self.python_launch()
+        self.assertEqual([l["fn"] for l in expected], ["scale", "add"])
+        region = self.native_region(expected_outputs)
+        FAKE.stitch_fake_loader_reset()
+        counts = {}
+        with profiled_ops(counts):
+            outputs = region(self.inputs, [])
+        got = launches(outputs)
+        self.assertEqual(got, expected)  # function, grid, block, stream, every argument
+        # The arguments are the tensors' data pointers in the bundle's order.
+        self.assertEqual(got[0]["args"].split(",")[0], str(self.inputs[0].data_ptr()))
+        self.assertEqual(got[1]["args"].split(",")[0], str(self.inputs[1].data_ptr()))
+        self.assertEqual(got[1]["args"].split(",")[2], "out0")
+        self.assertEqual(len(outputs), 1)
+        self.assertEqual((tuple(outputs[0].shape), outputs[0].stride(), outputs[0].dtype),
+                         ((256,), (1,), torch.float32))
+        self.assertEqual(outputs[0].nbytes, 1024)  # the bundle's declared output 0
+        self.assertNotIn(outputs[0].data_ptr(), [x.data_ptr() for x in self.inputs])
+        self.assertEqual({n: counts.get(n, 0) for n in COPIES}, {n: 0 for n in COPIES})
+        self.assertEqual(counts.get("aten::empty_strided"), 1, counts)
+        self.assertEqual(region.counts(), (0, [("launch-sized", 1)]))
+
+    def test_a_buffer_smaller_than_the_bundle_declares_is_refused(self):
+        region = self.native_region([torch.empty(16)])  # the bundle writes 256 floats
+        FAKE.stitch_fake_loader_reset()
+        with self.assertRaises(RuntimeError) as caught:
+            region(self.inputs, [])
+        self.assertIn("INVALID_ARGUMENT: output 0 is a 64-byte buffer, but the bundle's "
+                      "output 0 is f32[256] (1024 bytes)", str(caught.exception))
+        self.assertEqual(events("launch "), [])
+        # The variant is retired: the sizes are no longer served in C++.
+        with self.assertRaises(RuntimeError) as caught:
+            region(self.inputs, [])
+        self.assertIn("no variant for the inputs' sizes and dtypes", str(caught.exception))
+
+    def test_calls_it_cannot_serve_are_refused_without_a_fallback(self):
+        region = self.native_region(self.python_launch()[0])
+        cases = [([torch.randn(16), torch.randn(4, 4).t()], "not dense row-major"),
+                 ([torch.randn(16), torch.randn(4, 5)], "no variant"),
+                 ([torch.randn(16).double(), torch.randn(4, 4)], "no variant")]
+        for inputs, message in cases:
+            with self.assertRaises(RuntimeError) as caught:
+                region(inputs, [])
+            self.assertIn(message, str(caught.exception))
+
+    def test_host_time_per_launch(self):
+        outputs, _ = self.python_launch()
+        region = self.native_region(outputs)
+        python = per_call_us(lambda: self.executor.run(self.kernels, self.inputs), 2000)
+        native = per_call_us(lambda: region(self.inputs, []), 2000)
+        print("\nhost time per launch (this CPU, stand-in driver, a 2-kernel bundle): "
+              "Python executor (ctypes) %.1f us, stitch::launch %.1f us" % (python, native))
+
+
+class InductorTest(unittest.TestCase):
+    """torch.compile(backend="stitch") whose replaced regions launch on the stand-in driver."""
+
+    def test_replaced_regions_launch_from_cpp(self):
+        import stitch
+        import stitch.torch
+        from stitch.torch import _inductor
+        from torch_inductor_test import StandInTimer
+        FAKE.stitch_fake_loader_set_cc(10, 0)  # loads the PTX (the stand-in reads its text)
+        FAKE.stitch_fake_loader_set_context(1)
+        FAKE.stitch_fake_loader_reset()
+        executor = fake_executor()
+        client = stitch.Client(base.DAEMON.socket, compile_deadline_ms=300000)
+        stitch_backend = stitch.torch.StitchBackend(client=client, executors={"cpu": executor})
+        recorded = []
+        record = stitch_backend.record_invocation
+        stitch_backend.record_invocation = lambda key, n=1: (recorded.append((key, n)),
+                                                             record(key, n))
+        backend = stitch.torch.InductorStitchBackend(
+            stitch_backend, timer=StandInTimer(stitched=1.0, inductor=2.0))
+
+        def f(x, y):
+            z = x * y + 1.0
+            return torch.softmax(z, dim=-1) * torch.tanh(y)
+
+        g = torch.Generator().manual_seed(base.SEED)
+        x, y = torch.randn(32, 64, generator=g), torch.randn(32, 64, generator=g)
+        # The stand-in driver computes nothing: the outputs cannot agree with Inductor's.
+        agree, _inductor._disagreement = _inductor._disagreement, lambda a, b: ""
+        try:
+            compiled = base.torch_compile(f, backend)
+            # Compiles (each side runs once on random inputs to be timed), then calls
+            # stitch::launch, which has no variant yet: the Python path launches and adds it.
+            first = compiled(x, y)
+        finally:
+            _inductor._disagreement = agree
+        calls = [n for _, gm in backend.stitch.graphs for n in gm.graph.nodes
+                 if n.op == "call_function" and "stitch." in str(n.target)]
+        print("\n[%s]\n%s" % (self.id(), backend.report.summary()))
+        self.assertEqual(len(backend.report.replaced()), 1, backend.report.summary())
+        self.assertEqual([str(n.target) for n in calls], ["stitch.launch.default"])
+        self.assertEqual(backend.report.launch_paths, {"python": 1})
+        on_x_and_y = "%d,%d," % (x.data_ptr(), y.data_ptr())
+        expected = [l for l in launches([first]) if l["args"].startswith(on_x_and_y)]
+        self.assertEqual(len(expected), 1)
+        self.assertTrue(expected[0]["args"].endswith(",out0"), expected)
+        FAKE.stitch_fake_loader_reset()
+        counts = {}
+        with profiled_ops(counts):
+            out = compiled(x, y)
+        self.assertEqual(launches([out]), expected)
+        self.assertEqual((out.shape, out.stride(), out.dtype), (first.shape, first.stride(),
+                                                                first.dtype))
+        self.assertEqual({n: counts.get(n, 0) for n in COPIES}, {n: 0 for n in COPIES})
+        for _ in range(3):
+            compiled(x, y)
+        self.assertEqual(backend.report.launch_paths, {"python": 1, "cpp": 4})
+        self.assertEqual(backend.report.stitched_calls, 5)
+        key = backend.report.replaced()[0].key
+        self.assertEqual(sum(n for k, n in recorded if k == key), 5)
+        self.assertTrue(client.flush_usage())
+
+        # Inputs C++ cannot launch as they are go to the Python path, which copies them.
+        strided = [torch.randn(tuple(reversed(x.shape))).t(), y]
+        out = torch.ops.stitch.launch.default(calls[0].args[0], strided, [])[0]
+        self.assertEqual((out.shape, out.stride()), (first.shape, first.stride()))
+        self.assertEqual(backend.report.launch_paths, {"python": 2, "cpp": 4})
+        self.assertEqual(backend.report.layout_copies, 1)
+
+        # What the compiled graph calls per region: stitch::region (the Python path) against
+        # stitch::launch.
+        replacement = _inductor._NATIVE[calls[0].args[0]]
+        native = replacement.native
+        name = next(n for n, r in _inductor._REGIONS.items() if r is replacement)
+        inputs = [torch.randn(a.meta["val"].shape) for a in calls[0].args[1]]
+        replacement.native = None  # the Python path as it runs without the C++ operator
+        try:
+            python = per_call_us(lambda: torch.ops.stitch.region.default(name, inputs, []),
+                                 1000)
+        finally:
+            replacement.native = native
+        torch.ops.stitch.launch.default(native.id, inputs, [])  # registers these sizes
+        cpp = per_call_us(lambda: torch.ops.stitch.launch.default(native.id, inputs, []), 1000)
+        print("host time per region call from the compiled graph (this CPU, stand-in driver): "
+              "stitch::region (Python) %.1f us, stitch::launch (C++) %.1f us" % (python, cpp))
+
+
+def main():
+    global FAKE
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fake-driver", required=True)
+    parser.add_argument("--extension", required=True)
+    known, rest = parser.parse_known_args()
+    ARGS.fake_driver = os.path.abspath(known.fake_driver)
+    ARGS.extension = os.path.abspath(known.extension)
+    os.environ["STITCH_TORCH_LAUNCH_LIBRARY"] = ARGS.extension
+    FAKE = ctypes.CDLL(ARGS.fake_driver)
+    FAKE.stitch_fake_loader_events.restype = ctypes.c_char_p
+    for name in ("stitch_fake_loader_set_cc", "stitch_fake_loader_set_context"):
+        getattr(FAKE, name).restype = None
+    sys.argv = [sys.argv[0]] + rest
+    base.main(module="__main__")
+
+
+if __name__ == "__main__":
+    main()
