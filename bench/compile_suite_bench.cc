@@ -48,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "stitch/codegen/code_checks.h"
 #include "stitch/driver/compile.h"
 #include "stitch/emulator/emulated_run.h"
 #include "stitch/emulator/emulator.h"
@@ -124,6 +125,13 @@ struct Result {
   std::string match;          // "yes", "NO", or "-" when it could not run
   std::string error;          // the first failure, if any
   std::string cubin_note;
+  // The static checks of each shipped kernel's code (code_checks.h), in launch order.
+  struct KernelCode {
+    KernelCodeFacts facts;
+    KernelCodeFigures figures;
+    std::string failed;  // the failed checks' names, comma-separated; empty when all pass
+  };
+  std::vector<KernelCode> code;
 
   double BytesRatio() const {
     return shipped.bytes > 0 && lower_bound > 0
@@ -383,6 +391,21 @@ void RunShippedAtFullGeometry(const CompileResult& c, uint64_t seed, Result& r) 
   r.grid_blocks = run->blocks_total();
 }
 
+// Runs the static checks (code_checks.h) on every kernel `c` ships, on the target's device.
+void CheckShippedCode(const CompileResult& c, Result& r) {
+  if (c.kernels.size() != c.plan.kernels.size()) return;
+  for (size_t i = 0; i < c.kernels.size(); ++i) {
+    Result::KernelCode k;
+    k.facts = FactsOf(c.graph, c.plan.kernels[i], c.kernels[i]);
+    k.figures = FiguresOf(k.facts, kTarget.device());
+    for (const CodeCheck& check : CheckKernelCode(k.facts, kTarget.device())) {
+      if (!check.ok) k.failed += (k.failed.empty() ? "" : ", ") + check.name;
+    }
+    k.facts.ptx.clear();  // read; not needed again
+    r.code.push_back(std::move(k));
+  }
+}
+
 void CompileAndPrice(const Graph& g, const GpuDevice& device, bool describe, int runs, Result& r) {
   CompileOptions options;
   options.codegen.target = kTarget;
@@ -398,6 +421,7 @@ void CompileAndPrice(const Graph& g, const GpuDevice& device, bool describe, int
     total.push_back(c->timings.total_ms());
     if (i == 0) {
       r.cubin_note = c->cubin_note;
+      CheckShippedCode(*c, r);
       RunShippedAtFullGeometry(*c, 3000 + static_cast<uint64_t>(r.id), r);
       choice = static_cast<PlanChoice&&>(std::move(*c));
     }
@@ -585,6 +609,36 @@ void PrintTable(const std::vector<Result>& results, const GpuDevice& device) {
               << " / " << r.grid_blocks << ", " << r.bounds << " | " << Fixed(r.EmulatedRatio(), 2)
               << " | " << r.match << " | " << Scientific(r.max_rel_error) << " |\n";
   }
+}
+
+// One row per shipped kernel: what its PTX and cubin do against what the plan promised
+// and what the device needs (code_checks.h).
+void PrintCodeChecks(const std::vector<Result>& results) {
+  std::cout << "\nStatic checks of the shipped code (PTX and cubin for " << kTarget.name()
+            << ", no GPU): the widest global load and store against the plan's vector "
+               "promise, registers and the blocks per SM they allow against the plan's, local "
+               "memory, load bytes in flight per busy SM against Little's law at the "
+               "calibrated bandwidth and latency, and instructions per element.\n\n"
+            << "| id | kernel | kind | load / store B (promised) | registers | blocks/SM "
+               "(planned) | local B | in flight B/SM (needed) | instructions/element | failed "
+               "checks |\n|---:|---|---|---|---:|---|---:|---|---:|---|\n";
+  int kernels = 0, clean = 0;
+  for (const Result& r : results) {
+    for (const Result::KernelCode& k : r.code) {
+      const KernelCodeFacts& f = k.facts;
+      const KernelCodeFigures& x = k.figures;
+      ++kernels;
+      if (k.failed.empty()) ++clean;
+      std::cout << "| " << r.id << " | " << f.name << " | " << KernelKindName(f.kind) << " | "
+                << x.ptx.widest_global_load << " / " << x.ptx.widest_global_store << " ("
+                << f.promised_load_bytes << " / " << f.promised_store_bytes << ") | " << f.registers
+                << " | " << x.assembled_blocks_per_sm << " (" << x.planned_blocks_per_sm << ") | "
+                << f.local_bytes << " | " << x.bytes_in_flight_per_sm << " ("
+                << x.bytes_in_flight_needed << ") | " << Fixed(x.instructions_per_element, 1)
+                << " | " << (k.failed.empty() ? "-" : k.failed) << " |\n";
+    }
+  }
+  std::cout << "\nShipped kernels passing every static check: " << clean << "/" << kernels << ".\n";
 }
 
 std::string CsvField(const std::string& s) {
@@ -813,6 +867,7 @@ int Main(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (flags->plans) PrintPlans(results);
   PrintTable(results, *device);
+  PrintCodeChecks(results);
   PrintSummary(results, wall_s);
   if (!flags->csv_path.empty()) {
     if (Status s = WriteCsv(flags->csv_path, results, *device); !s.ok()) {

@@ -64,64 +64,6 @@ uint64_t ReadLe(const std::string& b, size_t at, int n) {
   return v;
 }
 
-// The machine instructions of kernel `name` in `cubin`, an ELF64 file: the bytes of its
-// function symbol less those of the other function symbols in its section (out-of-line
-// subroutines the assembler places after the kernel's exit, within the kernel's extent),
-// over 16 bytes per instruction, the encoding of sm_70 and later. 0 when the file is not
-// an ELF64 cubin or has no such symbol.
-int CubinInstructions(const std::string& cubin, const std::string& name) {
-  constexpr uint64_t kInstructionBytes = 16;
-  constexpr char kElfMagic[] = {0x7f, 'E', 'L', 'F'};
-  constexpr char kElfClass64 = 2;
-  if (cubin.size() < 64 || std::memcmp(cubin.data(), kElfMagic, sizeof(kElfMagic)) != 0 ||
-      cubin[4] != kElfClass64) {
-    return 0;
-  }
-  const uint64_t shoff = ReadLe(cubin, 0x28, 8);
-  const uint64_t shentsize = ReadLe(cubin, 0x3a, 2);
-  const uint64_t shnum = ReadLe(cubin, 0x3c, 2);
-  if (shentsize < 64 || shoff + shnum * shentsize > cubin.size()) return 0;
-  struct Symbol {
-    std::string name;
-    uint64_t section = 0, value = 0, size = 0;
-  };
-  std::vector<Symbol> functions;
-  for (uint64_t i = 0; i < shnum; ++i) {
-    const size_t sh = shoff + i * shentsize;
-    if (ReadLe(cubin, sh + 4, 4) != 2) continue;  // SHT_SYMTAB
-    const uint64_t offset = ReadLe(cubin, sh + 0x18, 8);
-    const uint64_t size = ReadLe(cubin, sh + 0x20, 8);
-    const uint64_t link = ReadLe(cubin, sh + 0x28, 4);
-    const uint64_t entsize = std::max<uint64_t>(ReadLe(cubin, sh + 0x38, 8), 24);
-    if (link >= shnum || offset + size > cubin.size()) return 0;
-    const size_t strsh = shoff + link * shentsize;
-    const uint64_t stroff = ReadLe(cubin, strsh + 0x18, 8);
-    const uint64_t strsize = ReadLe(cubin, strsh + 0x20, 8);
-    if (stroff + strsize > cubin.size()) return 0;
-    for (uint64_t at = offset; at + 24 <= offset + size; at += entsize) {
-      if ((ReadLe(cubin, at + 4, 1) & 0xf) != 2) continue;  // STT_FUNC
-      const uint64_t name_at = ReadLe(cubin, at, 4);
-      if (name_at >= strsize) continue;
-      const char* text = cubin.data() + stroff + name_at;
-      functions.push_back({std::string(text, strnlen(text, strsize - name_at)),
-                           ReadLe(cubin, at + 6, 2), ReadLe(cubin, at + 8, 8),
-                           ReadLe(cubin, at + 16, 8)});
-    }
-  }
-  for (const Symbol& kernel : functions) {
-    if (kernel.name != name) continue;
-    uint64_t bytes = kernel.size;
-    for (const Symbol& other : functions) {
-      if (&other == &kernel || other.section != kernel.section) continue;
-      if (other.value >= kernel.value && other.value + other.size <= kernel.value + kernel.size) {
-        bytes -= other.size;
-      }
-    }
-    return static_cast<int>(bytes / kInstructionBytes);
-  }
-  return 0;
-}
-
 #ifdef STITCH_HAVE_NVJITLINK
 // Returns nvJitLink's error log, or with `info` its info log (the assembler's -verbose
 // report); empty when there is none.
@@ -276,6 +218,59 @@ Status AssembleCubin(CompiledKernel& kernel, const CodegenOptions& options) {
                        "') is available; PTX-only mode");
   }
   return AssembleWithPtxas(kernel, options.ptxas_path, options.target.name());
+}
+
+int CubinInstructions(const std::string& cubin, const std::string& name) {
+  constexpr uint64_t kInstructionBytes = 16;
+  constexpr char kElfMagic[] = {0x7f, 'E', 'L', 'F'};
+  constexpr char kElfClass64 = 2;
+  if (cubin.size() < 64 || std::memcmp(cubin.data(), kElfMagic, sizeof(kElfMagic)) != 0 ||
+      cubin[4] != kElfClass64) {
+    return 0;
+  }
+  const uint64_t shoff = ReadLe(cubin, 0x28, 8);
+  const uint64_t shentsize = ReadLe(cubin, 0x3a, 2);
+  const uint64_t shnum = ReadLe(cubin, 0x3c, 2);
+  if (shentsize < 64 || shoff + shnum * shentsize > cubin.size()) return 0;
+  struct Symbol {
+    std::string name;
+    uint64_t section = 0, value = 0, size = 0;
+  };
+  std::vector<Symbol> functions;
+  for (uint64_t i = 0; i < shnum; ++i) {
+    const size_t sh = shoff + i * shentsize;
+    if (ReadLe(cubin, sh + 4, 4) != 2) continue;  // SHT_SYMTAB
+    const uint64_t offset = ReadLe(cubin, sh + 0x18, 8);
+    const uint64_t size = ReadLe(cubin, sh + 0x20, 8);
+    const uint64_t link = ReadLe(cubin, sh + 0x28, 4);
+    const uint64_t entsize = std::max<uint64_t>(ReadLe(cubin, sh + 0x38, 8), 24);
+    if (link >= shnum || offset + size > cubin.size()) return 0;
+    const size_t strsh = shoff + link * shentsize;
+    const uint64_t stroff = ReadLe(cubin, strsh + 0x18, 8);
+    const uint64_t strsize = ReadLe(cubin, strsh + 0x20, 8);
+    if (stroff + strsize > cubin.size()) return 0;
+    for (uint64_t at = offset; at + 24 <= offset + size; at += entsize) {
+      if ((ReadLe(cubin, at + 4, 1) & 0xf) != 2) continue;  // STT_FUNC
+      const uint64_t name_at = ReadLe(cubin, at, 4);
+      if (name_at >= strsize) continue;
+      const char* text = cubin.data() + stroff + name_at;
+      functions.push_back({std::string(text, strnlen(text, strsize - name_at)),
+                           ReadLe(cubin, at + 6, 2), ReadLe(cubin, at + 8, 8),
+                           ReadLe(cubin, at + 16, 8)});
+    }
+  }
+  for (const Symbol& kernel : functions) {
+    if (kernel.name != name) continue;
+    uint64_t bytes = kernel.size;
+    for (const Symbol& other : functions) {
+      if (&other == &kernel || other.section != kernel.section) continue;
+      if (other.value >= kernel.value && other.value + other.size <= kernel.value + kernel.size) {
+        bytes -= other.size;
+      }
+    }
+    return static_cast<int>(bytes / kInstructionBytes);
+  }
+  return 0;
 }
 
 }  // namespace stitch

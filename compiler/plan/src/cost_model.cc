@@ -55,6 +55,7 @@
 
 #include "int_math.h"
 #include "stitch/plan/baseline_planner.h"
+#include "stitch/plan/schedule.h"
 
 namespace stitch {
 
@@ -88,26 +89,6 @@ constexpr double kFitRowPassSeconds = 2.0e-6;
 // one warp (9.4 cycles; the objective is nearly flat from 2.5 to 7 ns).
 constexpr double kFit2IssueSeconds = 0.59e-9;
 constexpr double kFit2DependentIssueSeconds = 4.75e-9;
-
-// Elements, rows or tiles (the unit of `work_items`) one block covers per pass of its
-// grid-stride loop.
-int64_t ItemsPerPass(KernelKind kind, const ThreadMapping& m) {
-  switch (kind) {
-    case KernelKind::kLoop:
-      // Each thread handles one vector of `vector_width` elements per pass.
-      return static_cast<int64_t>(m.launch.block_threads()) * std::max(m.vector_width, 1);
-    case KernelKind::kRowReduce:
-    case KernelKind::kRowStitch:
-      // Rows side by side in a block (several per warp, a warp each, or one per block).
-      return std::max(m.rows_per_block, 1);
-    case KernelKind::kColumnReduce:
-      // A 32 x column_tile_y block owns one tile of 32 kept columns at a time.
-      return 1;
-    case KernelKind::kGlobalStitch:
-      return 1;  // priced phase by phase
-  }
-  return 1;
-}
 
 // A kernel that has not been through the scheduler: its mapping is the default one and
 // carries no traffic. Plans built by a planner alone (no scheduler pass yet) are priced the

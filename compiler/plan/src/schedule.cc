@@ -714,6 +714,24 @@ void AddBoundaries(const Graph& g, const KernelSpec& k, std::vector<uint64_t>& o
 
 }  // namespace
 
+int64_t ItemsPerPass(KernelKind kind, const ThreadMapping& m) {
+  switch (kind) {
+    case KernelKind::kLoop:
+      // Each thread handles one vector of `vector_width` elements per pass.
+      return static_cast<int64_t>(m.launch.block_threads()) * std::max(m.vector_width, 1);
+    case KernelKind::kRowReduce:
+    case KernelKind::kRowStitch:
+      // Rows side by side in a block (several per warp, a warp each, or one per block).
+      return std::max(m.rows_per_block, 1);
+    case KernelKind::kColumnReduce:
+      // A 32 x column_tile_y block owns one tile of 32 kept columns at a time.
+      return 1;
+    case KernelKind::kGlobalStitch:
+      return 1;  // priced phase by phase
+  }
+  return 1;
+}
+
 std::vector<uint64_t> BoundaryBlocks(const Graph& g, const KernelSpec& kernel) {
   std::vector<uint64_t> blocks;
   AddBoundaries(g, kernel, blocks);

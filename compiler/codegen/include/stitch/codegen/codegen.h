@@ -126,6 +126,13 @@ Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options);
 // nvJitLink is absent. Returns UNAVAILABLE when neither exists (PTX-only mode).
 Status AssembleCubin(CompiledKernel& kernel, const CodegenOptions& options);
 
+// Returns the machine instructions of kernel `name` in `cubin`, an ELF64 cubin: the bytes of
+// its function symbol less those of the other function symbols inside it (out-of-line
+// subroutines the assembler places after the kernel's exit), over 16 bytes per instruction,
+// the encoding of sm_70 and later. 0 when `cubin` is not an ELF64 file or has no such
+// symbol. AssembleCubin fills AssemblyReport::instructions with it.
+int CubinInstructions(const std::string& cubin, const std::string& name);
+
 // Returns true when AssembleCubin can work in this build and on this machine.
 bool CubinAvailable(const CodegenOptions& options);
 

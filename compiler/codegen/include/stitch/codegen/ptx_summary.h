@@ -21,6 +21,17 @@ struct PtxMemorySummary {
   // Global accesses through generic addresses (plain ld/st of a cvta'd pointer): the
   // backend lost the address space, and with it the read-only path and vector merging.
   int generic_accesses = 0;
+  // The most bytes of global loads one thread issues back to back before it reads any of
+  // the loaded values (within one basic block, up to a branch or barrier): the loads the
+  // code keeps in flight per thread, for Little's law, as opposed to what the plan promised
+  // (ThreadMapping::load_bytes_in_flight_per_thread). ptxas may hoist loads further; it
+  // does not split a burst the PTX already has.
+  int widest_load_burst = 0;
+  // Instructions in the text, and those inside innermost loops (a body from a label to a
+  // branch back to it, holding no other such body): the share of the code a thread runs
+  // once per trip of its innermost loop rather than once per pass.
+  int instructions = 0;
+  int innermost_loop_instructions = 0;
 };
 
 // Summarises `ptx` (one or more entry functions). Never fails: text that is not PTX gives

@@ -40,6 +40,12 @@ void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device)
 // include them (emulated_run.h).
 std::vector<uint64_t> BoundaryBlocks(const Graph& g, const KernelSpec& kernel);
 
+// Returns the elements, rows or tiles (the unit of ThreadMapping::work_items) one block of
+// a `kind` kernel with mapping `m` covers per pass of its grid-stride loop: a vector per
+// thread (loop kernels), rows_per_block rows (row kernels), one 32-column tile (column
+// reductions); 1 for a global_stitch kernel, whose phases are their own kernels.
+int64_t ItemsPerPass(KernelKind kind, const ThreadMapping& m);
+
 // Schedules every kernel of `plan`.
 Status SchedulePlan(const Graph& g, FusionPlan& plan, const GpuDevice& device);
 

@@ -1,0 +1,85 @@
+// Static checks of a compiled kernel: what its PTX and cubin really do, set against what its
+// plan promised and what the target needs to reach its bandwidth. Each check reads only the
+// compiled code and the plan, so it runs without a GPU; each is a signal that predicted a
+// slow kernel on a real one (a planned vector split into scalar accesses, local memory, a
+// cubin whose registers cost the occupancy the plan counted on, too few loads in flight for
+// the memory's latency, too many instructions per element).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stitch/codegen/codegen.h"
+#include "stitch/codegen/ptx_summary.h"
+#include "stitch/ir/graph.h"
+#include "stitch/plan/gpu_device.h"
+#include "stitch/plan/plan.h"
+
+namespace stitch {
+
+// What the checks read of one kernel. FactsOf fills it from a compile; a kernel kept as
+// files (a PTX, a cubin and its plan) fills it by hand.
+struct KernelCodeFacts {
+  std::string name;
+  KernelKind kind = KernelKind::kLoop;
+  ThreadMapping mapping;  // the plan's: launch, vector width, estimated registers, work
+  // Elements of the kernel's largest buffer (its iteration space at full shapes).
+  int64_t elements = 0;
+  // The widest access the plan promises to that buffer's inputs and outputs, in bytes: the
+  // vector width times the widest full-size element, at most 16; 0 when it promises none.
+  int promised_load_bytes = 0;
+  int promised_store_bytes = 0;
+  std::string ptx;
+  // From the assembler's report and the cubin; 0 when the kernel was not assembled.
+  int registers = 0;
+  int local_bytes = 0;  // stack and spilled bytes per thread
+  int instructions = 0;
+};
+
+// Returns the facts of `kernel`, compiled from `spec` of a plan for `g`.
+KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKernel& kernel);
+
+// The figures the checks compare, per kernel.
+struct KernelCodeFigures {
+  PtxMemorySummary ptx;
+  // Blocks resident per SM with the plan's estimated registers, and with the cubin's (equal
+  // to the first when the kernel was not assembled).
+  int planned_blocks_per_sm = 0;
+  int assembled_blocks_per_sm = 0;
+  // Global load bytes in flight on a busy SM: its resident threads (the grid's blocks spread
+  // over the SMs, at most assembled_blocks_per_sm each) times the PTX's widest load burst.
+  int64_t bytes_in_flight_per_sm = 0;
+  // What a busy SM needs in flight: the device's bandwidth share times its DRAM latency
+  // (Little's law), or the kernel's whole load per busy SM when that is less.
+  int64_t bytes_in_flight_needed = 0;
+  // Instructions a thread runs per element of the kernel's iteration space: the cubin's
+  // instructions, once per pass of the grid-stride loop over the elements a thread handles
+  // per pass; in a row or column kernel that steps through its rows in loop mode, the
+  // PTX's share in innermost loops once per trip (a vector per step). 0 when the kernel
+  // was not assembled.
+  double instructions_per_element = 0;
+};
+
+// One check's verdict.
+struct CodeCheck {
+  std::string name;  // "width", "generic", "local", "registers", "in_flight", "instructions"
+  bool ok = true;
+  std::string detail;  // what was found against what was expected
+};
+
+// The bound on instructions per element for a kernel of `kind`, for the "instructions"
+// check.
+double InstructionsPerElementBound(KernelKind kind);
+
+// Returns the figures of `facts` on `device`.
+KernelCodeFigures FiguresOf(const KernelCodeFacts& facts, const GpuDevice& device);
+
+// Runs every check on `facts` for `device`, in the order of CodeCheck::name's list. Checks
+// that need the cubin (registers, local memory from the report, instructions) pass when the
+// kernel was not assembled.
+std::vector<CodeCheck> CheckKernelCode(const KernelCodeFacts& facts, const GpuDevice& device);
+
+}  // namespace stitch

@@ -1,0 +1,169 @@
+#include "stitch/codegen/code_checks.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "stitch/plan/cost_model.h"
+#include "stitch/plan/schedule.h"
+
+namespace stitch {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The widest access `buffers` of `elements` elements take with `width` lanes: the widest
+// element times the width, at most 16 bytes.
+int PromisedBytes(const Graph& g, const std::vector<int>& buffers, int64_t elements, int width) {
+  int bytes = 0;
+  for (int id : buffers) {
+    const Shape& s = g.nodes[id].shape;
+    if (s.elements() == elements)
+      bytes = std::max<int>(bytes, static_cast<int>(DTypeBytes(s.dtype)));
+  }
+  return std::min(16, bytes * width);
+}
+
+// Passes of the grid-stride loop over the whole launch: each is one block's trip through
+// the loop body.
+int64_t Passes(const KernelCodeFacts& f) {
+  const int64_t blocks = std::max<int64_t>(f.mapping.launch.blocks(), 1);
+  if (f.kind == KernelKind::kGlobalStitch || f.mapping.work_items <= 0) return blocks;
+  return CeilDiv(f.mapping.work_items, std::max<int64_t>(ItemsPerPass(f.kind, f.mapping), 1));
+}
+
+// Elements of the iteration space one thread handles per pass of the grid-stride loop.
+double ElementsPerPass(const KernelCodeFacts& f) {
+  return static_cast<double>(f.elements) / static_cast<double>(std::max<int64_t>(Passes(f), 1)) /
+         static_cast<double>(std::max<uint64_t>(f.mapping.launch.block_threads(), 1));
+}
+
+// Row and column kernels in loop mode step through their rows or columns in inner loops,
+// a vector (times the loads per step) per trip; the others handle a pass's elements in
+// straight-line code (a loop kernel's vector, a thread's share of a row in registers).
+bool StepsThroughRows(const KernelCodeFacts& f) {
+  return ((f.kind == KernelKind::kRowReduce || f.kind == KernelKind::kRowStitch) &&
+          f.mapping.values_per_thread == 0) ||
+         f.kind == KernelKind::kColumnReduce;
+}
+
+// Instructions per element: the cubin's instructions, split in the PTX's proportion between
+// innermost loops (run once per trip) and the rest (once per pass).
+double InstructionsPerElement(const KernelCodeFacts& f, const PtxMemorySummary& ptx) {
+  const double per_pass = std::max(ElementsPerPass(f), 1e-9);
+  if (!StepsThroughRows(f) || ptx.instructions == 0) return f.instructions / per_pass;
+  const int kind_step =
+      f.kind == KernelKind::kColumnReduce ? 1 : std::max(f.mapping.vector_width, 1);
+  const double per_trip =
+      std::min(per_pass, static_cast<double>(kind_step * std::max(f.mapping.loads_per_step, 1)));
+  const double in_loops =
+      static_cast<double>(ptx.innermost_loop_instructions) / static_cast<double>(ptx.instructions);
+  return f.instructions * (in_loops / per_trip + (1 - in_loops) / per_pass);
+}
+
+std::string Format(const char* format, double a, double b) {
+  char text[160];
+  std::snprintf(text, sizeof(text), format, a, b);
+  return text;
+}
+
+}  // namespace
+
+KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKernel& kernel) {
+  KernelCodeFacts f;
+  f.name = kernel.name;
+  f.kind = spec.kind;
+  f.mapping = spec.mapping;
+  for (const auto* list : {&spec.inputs, &spec.outputs}) {
+    for (int id : *list) f.elements = std::max(f.elements, g.nodes[id].shape.elements());
+  }
+  // Only loop and row-stitch kernels vectorise their full-size accesses.
+  const int width = spec.mapping.vector_width;
+  if (width > 1 && (spec.kind == KernelKind::kLoop || spec.kind == KernelKind::kRowStitch)) {
+    f.promised_load_bytes = PromisedBytes(g, spec.inputs, f.elements, width);
+    f.promised_store_bytes = PromisedBytes(g, spec.outputs, f.elements, width);
+  }
+  f.ptx = kernel.ptx;
+  f.registers = kernel.assembly.registers;
+  f.local_bytes = kernel.assembly.stack_bytes + kernel.assembly.spill_store_bytes;
+  f.instructions = kernel.assembly.instructions;
+  return f;
+}
+
+double InstructionsPerElementBound(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::kLoop:
+      return 40;
+    case KernelKind::kRowReduce:
+    case KernelKind::kRowStitch:
+    case KernelKind::kColumnReduce:
+    case KernelKind::kGlobalStitch:
+      return 60;
+  }
+  return 60;
+}
+
+KernelCodeFigures FiguresOf(const KernelCodeFacts& f, const GpuDevice& device) {
+  KernelCodeFigures x;
+  x.ptx = SummarizePtx(f.ptx);
+  x.planned_blocks_per_sm = ResidentBlocksPerSm(device, f.mapping);
+  ThreadMapping assembled = f.mapping;
+  if (f.registers > 0) assembled.registers_per_thread = f.registers;
+  x.assembled_blocks_per_sm = ResidentBlocksPerSm(device, assembled);
+
+  const int64_t sms = std::max(device.sms, 1);
+  const int64_t busy_blocks = std::min<int64_t>(f.mapping.launch.blocks(), Passes(f));
+  const int64_t busy_sms = std::max<int64_t>(std::min(busy_blocks, sms), 1);
+  const int64_t blocks_per_sm =
+      std::min<int64_t>(x.assembled_blocks_per_sm, CeilDiv(std::max<int64_t>(busy_blocks, 1), sms));
+  x.bytes_in_flight_per_sm =
+      blocks_per_sm * f.mapping.launch.block_threads() * x.ptx.widest_load_burst;
+  if (f.mapping.bytes_loaded > 0) {
+    // The calibrated bandwidth and loaded latency where the cost model has them (the
+    // datasheet's figures elsewhere): what the kernel must cover to run at bandwidth.
+    const CostModelParameters p = CostModelParametersFor(device, kCurrentCostModel);
+    const double need =
+        p.bandwidth_bytes_per_second / static_cast<double>(sms) * p.dram_latency_seconds;
+    x.bytes_in_flight_needed =
+        std::min(static_cast<int64_t>(need), CeilDiv(f.mapping.bytes_loaded, busy_sms));
+  }
+  if (f.instructions > 0 && f.elements > 0) {
+    x.instructions_per_element = InstructionsPerElement(f, x.ptx);
+  }
+  return x;
+}
+
+std::vector<CodeCheck> CheckKernelCode(const KernelCodeFacts& f, const GpuDevice& device) {
+  const KernelCodeFigures x = FiguresOf(f, device);
+  std::vector<CodeCheck> checks;
+  checks.push_back(
+      {"width",
+       x.ptx.widest_global_load >= f.promised_load_bytes &&
+           x.ptx.widest_global_store >= f.promised_store_bytes,
+       Format("widest load %.0f B, store %.0f B", x.ptx.widest_global_load,
+              x.ptx.widest_global_store) +
+           Format(" (promised %.0f B, %.0f B)", f.promised_load_bytes, f.promised_store_bytes)});
+  checks.push_back(
+      {"generic", x.ptx.generic_accesses == 0,
+       std::to_string(x.ptx.generic_accesses) + " global accesses through generic addresses"});
+  checks.push_back({"local", x.ptx.local_accesses == 0 && f.local_bytes == 0,
+                    Format("%.0f local accesses in the PTX, %.0f B of stack and spills",
+                           x.ptx.local_accesses, f.local_bytes)});
+  checks.push_back(
+      {"registers", f.registers == 0 || x.assembled_blocks_per_sm >= x.planned_blocks_per_sm,
+       Format("%.0f registers: %.0f blocks per SM", f.registers, x.assembled_blocks_per_sm) +
+           Format(" (the plan counted on %.0f at %.0f registers)", x.planned_blocks_per_sm,
+                  f.mapping.registers_per_thread)});
+  checks.push_back({"in_flight", x.bytes_in_flight_per_sm >= x.bytes_in_flight_needed,
+                    Format("%.0f B of loads in flight per SM (needed %.0f B)",
+                           static_cast<double>(x.bytes_in_flight_per_sm),
+                           static_cast<double>(x.bytes_in_flight_needed))});
+  checks.push_back(
+      {"instructions",
+       f.instructions == 0 || x.instructions_per_element <= InstructionsPerElementBound(f.kind),
+       Format("%.1f instructions per element (bound %.0f)", x.instructions_per_element,
+              InstructionsPerElementBound(f.kind))});
+  return checks;
+}
+
+}  // namespace stitch
