@@ -10,6 +10,7 @@
 #include "stitch/plan/baseline_planner.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/eager_model.h"
+#include "stitch/plan/learned_residual.h"
 #include "stitch/plan/schedule.h"
 #include "stitch/plan/statistics_rewrite.h"
 #include "stitch/plan/stitch_planner.h"
@@ -82,7 +83,7 @@ void RepriceAssembled(CompileResult& result, PlannerKind requested, const GpuDev
   if (!reported) return;
   FusionPlan priced = result.plan;
   for (KernelSpec& k : priced.kernels) k.mapping.assembled_instructions = 0;
-  result.cost = NewAnalyticalCostModel(device)->Estimate(result.graph, priced);
+  result.cost = NewPricingCostModel(device)->Estimate(result.graph, priced);
   // Under kXla and kInductor the shipped plan stands for both the stitched and the baseline
   // figure; under kStitch it is one or the other.
   const bool stitched = result.shipped == PlannerKind::kStitch;
@@ -182,7 +183,9 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
   // the input twice for a variance; the shifted sums give stitched plans the same single pass.
   const Graph g = OnePassStatisticsRewrite(input);
   PlanChoice result;
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device);
+  // The model stitchd prices with: the analytical model of kCurrentCostModel, with the learned
+  // correction only where its table ships for this device (learned_residual.h).
+  std::unique_ptr<CostModel> model = NewPricingCostModel(device);
   XlaModelOptions xla;
   xla.triton_normalization_fusion = options.codegen.target.compute_capability() >= 80;
   std::optional<BaselinePlan> best;
