@@ -7,7 +7,9 @@ default backend) and stitch on Inductor (backend="stitch"), side by side.
 
 Needs PyTorch 2.x with CUDA, a running stitchd for the GPU's target, and the stitch package
 (with STITCH_CLIENT_LIBRARY in a source checkout); exits 2 where there is no CUDA device or
-no torch.compile.
+no torch.compile. Replaced regions launch from C++ (the stitch::launch operator) where
+STITCH_TORCH_LAUNCH_LIBRARY names a built libstitch_torch_launch.so (build/loader/), else from
+Python; each row's ``launch_paths`` counts the stitched calls by path.
 
 Models (torch_models.py), in the order they run by default, the most wanted first; each is a
 training step (forward, then backward of a weighted sum of the output) in training mode, with
@@ -484,6 +486,7 @@ def run_model(torch, spec, backends, args, device):
     if report is not None:
         row["fallbacks"] = dict(report.fallbacks)  # with any that a timed step counted
         row["layout_copies"] = report.layout_copies
+        row["launch_paths"] = report.launch_paths
     return row
 
 
