@@ -97,8 +97,21 @@ def per_call_us(fn, calls):
     return best
 
 
+def masked(runs, reference):
+    """``runs`` (one run's launches) with each argument at which ``reference`` (another run's
+    launches of the same kernels) names an output replaced by "out": where each run wrote its
+    outputs."""
+    result = []
+    for line, ref in zip(runs, reference):
+        outs = [a.startswith("out") for a in ref["args"].split(",")]
+        args = ["out" if o else a for a, o in zip(line["args"].split(","), outs)]
+        result.append(dict(line, args=",".join(args)))
+    return result
+
+
 class OperatorTest(unittest.TestCase):
-    """stitch::launch on a bundle made here: inputs of 16 floats, an output of 256."""
+    """stitch::launch on a bundle made here: inputs of 16 floats, an output of 256 (two
+    kernels, a temporary, a workspace)."""
 
     def setUp(self):
         import stitch.torch
@@ -115,8 +128,14 @@ class OperatorTest(unittest.TestCase):
         self.inputs = [torch.randn(16), torch.randn(4, 4)]
 
     def python_launch(self):
+        """The Python path's launch (ctypes over the loader): its outputs and launches."""
         FAKE.stitch_fake_loader_reset()
-        outputs = self.executor.run(self.kernels, self.inputs)
+        self.executor.launch_path = "python"
+        try:
+            outputs = self.executor.run(self.kernels, self.inputs)
+        finally:
+            self.executor.launch_path = "cpp"
+        self.assertEqual(self.executor.last_launch_path(), "python")
         return outputs, launches(outputs)
 
     def native_region(self, outputs, fallback=""):
@@ -150,6 +169,22 @@ class OperatorTest(unittest.TestCase):
         self.assertEqual(counts.get("aten::empty_strided"), 1, counts)
         self.assertEqual(region.counts(), (0, [("launch-sized", 1)]))
 
+    def test_the_executor_launches_from_cpp_at_sizes_it_launched_before(self):
+        _, expected = self.python_launch()
+        first = self.executor.run(self.kernels, self.inputs)  # from Python: adds the sizes
+        self.assertEqual(self.executor.last_launch_path(), "python")
+        FAKE.stitch_fake_loader_reset()
+        outputs = self.executor.run(self.kernels, self.inputs)
+        self.assertEqual(self.executor.last_launch_path(), "cpp")
+        self.assertEqual(launches(outputs), expected)
+        self.assertEqual([(o.shape, o.stride()) for o in outputs],
+                         [(o.shape, o.stride()) for o in first])
+        # Other sizes launch from Python again (here refused by the loader: too small).
+        with self.assertRaises(Exception) as caught:
+            self.executor.run(self.kernels, [torch.randn(8), torch.randn(4, 4)])
+        self.assertIn("input 0 is a 32-byte buffer", str(caught.exception))
+        self.assertEqual(self.executor.last_launch_path(), "python")
+
     def test_a_buffer_smaller_than_the_bundle_declares_is_refused(self):
         region = self.native_region([torch.empty(16)])  # the bundle writes 256 floats
         FAKE.stitch_fake_loader_reset()
@@ -176,45 +211,83 @@ class OperatorTest(unittest.TestCase):
     def test_host_time_per_launch(self):
         outputs, _ = self.python_launch()
         region = self.native_region(outputs)
-        python = per_call_us(lambda: self.executor.run(self.kernels, self.inputs), 2000)
+        run = lambda: self.executor.run(self.kernels, self.inputs)  # noqa: E731
+        self.executor.launch_path = "python"
+        try:
+            python = per_call_us(run, 2000)
+        finally:
+            self.executor.launch_path = "cpp"
+        executor = per_call_us(run, 2000)
         native = per_call_us(lambda: region(self.inputs, []), 2000)
         print("\nhost time per launch (this CPU, stand-in driver, a 2-kernel bundle): "
-              "Python executor (ctypes) %.1f us, stitch::launch %.1f us" % (python, native))
+              "CudaExecutor.run from Python (ctypes) %.1f us, CudaExecutor.run through "
+              "stitch::launch %.1f us, stitch::launch alone %.1f us" % (python, executor, native))
 
 
-class InductorTest(unittest.TestCase):
-    """torch.compile(backend="stitch") whose replaced regions launch on the stand-in driver."""
+def fake_backend(executor):
+    """A StitchBackend on the test's daemon and ``executor``, and the invocations it
+    records, as (key, count)."""
+    import stitch
+    import stitch.torch
+    client = stitch.Client(base.DAEMON.socket, compile_deadline_ms=300000)
+    backend = stitch.torch.StitchBackend(client=client, executors={"cpu": executor})
+    recorded = []
+    record = backend.record_invocation
+    backend.record_invocation = lambda key, n=1: (recorded.append((key, n)), record(key, n))
+    return backend, recorded
 
-    def test_replaced_regions_launch_from_cpp(self):
-        import stitch
-        import stitch.torch
-        from stitch.torch import _inductor
-        from torch_inductor_test import StandInTimer
+
+def region_function(x, y):
+    z = x * y + 1.0
+    return torch.softmax(z, dim=-1) * torch.tanh(y)
+
+
+class CompiledTest(unittest.TestCase):
+    """Compiled functions whose stitched region launches on the stand-in driver."""
+
+    def setUp(self):
         FAKE.stitch_fake_loader_set_cc(10, 0)  # loads the PTX (the stand-in reads its text)
         FAKE.stitch_fake_loader_set_context(1)
         FAKE.stitch_fake_loader_reset()
+        g = torch.Generator().manual_seed(base.SEED)
+        self.x, self.y = torch.randn(32, 64, generator=g), torch.randn(32, 64, generator=g)
+        self.on_x_and_y = "%d,%d," % (self.x.data_ptr(), self.y.data_ptr())
+
+    def test_the_eager_backend_launches_from_cpp_after_the_first_call(self):
+        # backend=stitch.torch.backend: the graph is Python; the executor's run launches
+        # through stitch::launch at sizes it launched before.
         executor = fake_executor()
-        client = stitch.Client(base.DAEMON.socket, compile_deadline_ms=300000)
-        stitch_backend = stitch.torch.StitchBackend(client=client, executors={"cpu": executor})
-        recorded = []
-        record = stitch_backend.record_invocation
-        stitch_backend.record_invocation = lambda key, n=1: (recorded.append((key, n)),
-                                                             record(key, n))
+        backend, recorded = fake_backend(executor)
+        compiled = base.torch_compile(region_function, backend)
+        first = compiled(self.x, self.y)
+        python = [l for l in launches([first]) if l["args"].startswith(self.on_x_and_y)]
+        self.assertTrue(python)
+        FAKE.stitch_fake_loader_reset()
+        out = compiled(self.x, self.y)
+        got = launches([out])
+        self.assertEqual(len(got), len(python))
+        self.assertEqual(masked(got, got), masked(python, got))
+        compiled(self.x, self.y)
+        print("\n[%s]\n%s" % (self.id(), backend.report.summary()))
+        self.assertEqual(backend.report.launch_paths, {"python": 1, "cpp": 2})
+        self.assertEqual(sum(n for _, n in recorded), 3)
+
+    def test_replaced_regions_launch_from_cpp(self):
+        import stitch.torch
+        from stitch.torch import _inductor
+        from torch_inductor_test import StandInTimer
+        executor = fake_executor()
+        stitch_backend, recorded = fake_backend(executor)
         backend = stitch.torch.InductorStitchBackend(
             stitch_backend, timer=StandInTimer(stitched=1.0, inductor=2.0))
-
-        def f(x, y):
-            z = x * y + 1.0
-            return torch.softmax(z, dim=-1) * torch.tanh(y)
-
-        g = torch.Generator().manual_seed(base.SEED)
-        x, y = torch.randn(32, 64, generator=g), torch.randn(32, 64, generator=g)
+        x, y = self.x, self.y
         # The stand-in driver computes nothing: the outputs cannot agree with Inductor's.
         agree, _inductor._disagreement = _inductor._disagreement, lambda a, b: ""
         try:
-            compiled = base.torch_compile(f, backend)
-            # Compiles (each side runs once on random inputs to be timed), then calls
-            # stitch::launch, which has no variant yet: the Python path launches and adds it.
+            compiled = base.torch_compile(region_function, backend)
+            # Compiles: stitch's side runs twice on random inputs (from Python, then through
+            # the executor's stitch::launch); then the graph's stitch::launch has no variant
+            # yet and hands the call to stitch::region, which adds it.
             first = compiled(x, y)
         finally:
             _inductor._disagreement = agree
@@ -223,11 +296,15 @@ class InductorTest(unittest.TestCase):
         print("\n[%s]\n%s" % (self.id(), backend.report.summary()))
         self.assertEqual(len(backend.report.replaced()), 1, backend.report.summary())
         self.assertEqual([str(n.target) for n in calls], ["stitch.launch.default"])
-        self.assertEqual(backend.report.launch_paths, {"python": 1})
-        on_x_and_y = "%d,%d," % (x.data_ptr(), y.data_ptr())
-        expected = [l for l in launches([first]) if l["args"].startswith(on_x_and_y)]
-        self.assertEqual(len(expected), 1)
-        self.assertTrue(expected[0]["args"].endswith(",out0"), expected)
+        self.assertEqual(backend.report.launch_paths, {"cpp": 1})
+        recorded_launches = launches([first])
+        expected = [l for l in recorded_launches if l["args"].startswith(self.on_x_and_y)]
+        k = len(expected)
+        self.assertEqual(len(recorded_launches), 3 * k)
+        self.assertTrue(expected[-1]["args"].endswith(",out0"), expected)
+        # The Python path's launches on the timing inputs, and the C++ path's on the same.
+        self.assertEqual(masked(recorded_launches[:k], expected),
+                         masked(recorded_launches[k:2 * k], expected))
         FAKE.stitch_fake_loader_reset()
         counts = {}
         with profiled_ops(counts):
@@ -238,32 +315,33 @@ class InductorTest(unittest.TestCase):
         self.assertEqual({n: counts.get(n, 0) for n in COPIES}, {n: 0 for n in COPIES})
         for _ in range(3):
             compiled(x, y)
-        self.assertEqual(backend.report.launch_paths, {"python": 1, "cpp": 4})
+        self.assertEqual(backend.report.launch_paths, {"cpp": 5})
         self.assertEqual(backend.report.stitched_calls, 5)
         key = backend.report.replaced()[0].key
         self.assertEqual(sum(n for k, n in recorded if k == key), 5)
-        self.assertTrue(client.flush_usage())
+        self.assertTrue(stitch_backend.client.flush_usage())
+        replacement = _inductor._NATIVE[calls[0].args[0]]
+        self.assertEqual(replacement.native.counts(), (0, [(key, 0)]))  # all counted
 
         # Inputs C++ cannot launch as they are go to the Python path, which copies them.
         strided = [torch.randn(tuple(reversed(x.shape))).t(), y]
         out = torch.ops.stitch.launch.default(calls[0].args[0], strided, [])[0]
         self.assertEqual((out.shape, out.stride()), (first.shape, first.stride()))
-        self.assertEqual(backend.report.launch_paths, {"python": 2, "cpp": 4})
         self.assertEqual(backend.report.layout_copies, 1)
+        self.assertEqual(backend.report.stitched_calls, 6)
 
-        # What the compiled graph calls per region: stitch::region (the Python path) against
-        # stitch::launch.
-        replacement = _inductor._NATIVE[calls[0].args[0]]
+        # What the compiled graph calls per region: stitch::region as it runs without the
+        # C++ path against stitch::launch.
         native = replacement.native
         name = next(n for n, r in _inductor._REGIONS.items() if r is replacement)
         inputs = [torch.randn(a.meta["val"].shape) for a in calls[0].args[1]]
-        replacement.native = None  # the Python path as it runs without the C++ operator
+        replacement.native, executor.launch_path = None, "python"
         try:
             python = per_call_us(lambda: torch.ops.stitch.region.default(name, inputs, []),
                                  1000)
         finally:
-            replacement.native = native
-        torch.ops.stitch.launch.default(native.id, inputs, [])  # registers these sizes
+            replacement.native, executor.launch_path = native, "cpp"
+        torch.ops.stitch.launch.default(native.id, inputs, [])  # adds these sizes
         cpp = per_call_us(lambda: torch.ops.stitch.launch.default(native.id, inputs, []), 1000)
         print("host time per region call from the compiled graph (this CPU, stand-in driver): "
               "stitch::region (Python) %.1f us, stitch::launch (C++) %.1f us" % (python, cpp))

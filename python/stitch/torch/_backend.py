@@ -127,7 +127,8 @@ class StitchedRegion(torch.nn.Module):
         except Exception as e:  # any failure leaves the step on PyTorch's code
             self._backend.report.fallback(LAUNCH_ERROR, "%s: %s" % (self.info.name, e))
             return self.fallback(*args), None, None
-        self._backend.report.count_stitched_call()
+        last_path = getattr(executor, "last_launch_path", None)
+        self._backend.report.count_stitched_call(path=last_path() if last_path else "python")
         self._backend.record_invocation(kernels.key)
         return (tuple(outputs) if self._tuple_output else outputs[0]), kernels, executor
 

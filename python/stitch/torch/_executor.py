@@ -66,8 +66,9 @@ class Executor:
         failure; the region then runs PyTorch's code."""
         raise NotImplementedError
 
-    #: How :meth:`run` launches: ``"python"``; ``"cpp"`` for an executor whose :meth:`native`
-    #: hands regions to the C++ launch path (``stitch::launch``).
+    #: How the executor launches: ``"python"``; ``"cpp"`` for one that launches through the
+    #: C++ launch path (``stitch::launch``) where it can, and whose :meth:`native` hands
+    #: regions to it.
     launch_path = "python"
 
     def native(self, kernels: RegionKernels) -> Optional[Tuple[Any, Any]]:
@@ -76,24 +77,32 @@ class Executor:
         :meth:`run` on every call)."""
         return None
 
+    def last_launch_path(self) -> str:
+        """How the calling thread's latest :meth:`run` launched: ``"python"`` or ``"cpp"``."""
+        return "python"
+
 
 class CudaExecutor(Executor):
     """Launches bundles on CUDA tensors through ``stitch.cuda.Loader``, on PyTorch's current
     stream, so the kernels order with the framework's own. Thread-safe.
 
-    Where the C++ launch path is available (``stitch.torch._launch``), :meth:`native` hands
-    regions to it and ``launch_path`` is ``"cpp"``; the loader and every program loaded stay
-    alive with the executor, as that path needs."""
+    Where the C++ launch path is available (``stitch.torch._launch``), ``launch_path`` is
+    ``"cpp"``: :meth:`run` launches each bundle through ``stitch::launch`` at the sizes it
+    launched before from Python, and :meth:`native` hands regions to it. Set ``launch_path``
+    to ``"python"`` to launch from Python alone. The loader and every program loaded stay
+    alive with the executor, as the C++ path needs."""
 
     def __init__(self, loader: Any = None) -> None:
         from .. import cuda
         from . import _launch
         self._cuda = cuda
+        self._launch = _launch
         self._loader = loader if loader is not None else cuda.Loader()
         self._programs: Dict[str, Any] = {}
+        self._regions: Dict[str, Any] = {}  # bundle key -> _launch.NativeRegion
         self._lock = threading.Lock()
-        self._native = _launch.available()
-        self.launch_path = "cpp" if self._native else "python"
+        self._local = threading.local()
+        self.launch_path = "cpp" if _launch.available() else "python"
         #: Why the C++ launch path is not used, or its library's path.
         self.launch_path_note = _launch.status()[1]
 
@@ -118,6 +127,40 @@ class CudaExecutor(Executor):
             return program
 
     def run(self, kernels: RegionKernels, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        native = self.launch_path == "cpp"
+        if native:
+            region = self._regions.get(kernels.key)
+            if region is not None:
+                try:
+                    outputs = region(inputs, [])
+                    self._local.path = "cpp"
+                    return outputs
+                except RuntimeError:  # sizes it has not launched, or a failed launch
+                    pass
+        self._local.path = "python"
+        outputs = self._run_python(kernels, inputs)
+        if native:
+            self._add_variant(kernels, inputs, outputs)
+        return outputs
+
+    def last_launch_path(self) -> str:
+        return str(getattr(self._local, "path", "python"))
+
+    def _add_variant(self, kernels: RegionKernels, inputs: Sequence[torch.Tensor],
+                     outputs: Sequence[torch.Tensor]) -> None:
+        """Lets :meth:`run` launch ``kernels`` at the sizes of ``inputs`` from C++."""
+        try:
+            with self._lock:
+                region = self._regions.get(kernels.key)
+                if region is None:
+                    region = self._regions[kernels.key] = self._launch.NativeRegion("")
+            region.add(inputs, [], outputs, self._loader, self._program(kernels),
+                       kernels.extent if kernels.served else 0, kernels.key)
+        except Exception:  # noqa: BLE001 (these sizes go on launching from Python)
+            pass
+
+    def _run_python(self, kernels: RegionKernels, inputs: Sequence[torch.Tensor]
+                    ) -> List[torch.Tensor]:
         program = self._program(kernels)
         device = inputs[0].device
         outputs = [torch.empty(shape, dtype=dtype, device=device)
@@ -131,6 +174,6 @@ class CudaExecutor(Executor):
         return outputs
 
     def native(self, kernels: RegionKernels) -> Optional[Tuple[Any, Any]]:
-        if not self._native:
+        if self.launch_path != "cpp":
             return None
         return self._loader, self._program(kernels)
