@@ -6,15 +6,18 @@ loader/torch/launch_op.cc) against the loader's stand-in CUDA driver, with the p
   torch_launch_test.py --stitchd PATH --stitchctl PATH --library PATH --fake-driver PATH
       --extension PATH [unittest arguments]
 
-CI has no GPU: CPU tensors' pointers stand for device pointers, and the stand-in driver
-(tests/loader/fake_cuda_driver.cc) records each launch as a line of text instead of running
-it. The tests check that a region launched through the operator issues exactly the driver
-launches the Python path (ctypes over the loader) issues, with the outputs allocated once in
-the graph's strides and no copy; that a buffer smaller than the bundle declares is refused
-with the loader's message; and, under torch.compile(backend="stitch") with a real stitchd,
-that the replaced regions run through the operator after their first call, are counted per
-path in the report and as invocations for the daemon. They print the host time per launch of
-both paths (on this machine's CPU, against the stand-in driver).
+CI has no GPU: CPU tensors' pointers stand for device pointers (the operator's CPU kernel is
+the same code as its CUDA one, less the device guard and PyTorch's current CUDA stream), and
+the stand-in driver (tests/loader/fake_cuda_driver.cc) records each launch as a line of text
+instead of running it. The tests check that a region launched through the operator issues
+exactly the driver launches the Python path (ctypes over the loader) issues, with the outputs
+allocated once in the graph's strides and no copy; that a buffer smaller than the bundle
+declares is refused with the loader's message; that CudaExecutor.run launches from C++ at
+sizes it launched before; and, with a real stitchd, that torch.compile's regions launch from
+C++ after their first call under backend="stitch" (the graph calls stitch::launch) and under
+stitch.torch's own backend, counted per path in the report and as invocations for the daemon.
+They print the host time per launch of both paths (on this machine's CPU, against the
+stand-in driver, whose logging is part of both).
 """
 
 import argparse
