@@ -9,13 +9,16 @@ lowered at one binding of their symbols (``_shapes``), so the text always has ex
 
 Arithmetic runs in the node's own result dtype, as PyTorch's type promotion makes it; sums,
 means and variances of 16-bit floats accumulate in f32 and round once, as PyTorch's CUDA
-reductions do.
+reductions do. Ops with several results (var_mean, native_group_norm and its backward) lower
+to a tuple of values that the region's getitems take apart. An op lowered in some of its
+forms only says which (``FORMS``), so that the partitioner leaves the others to PyTorch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -205,16 +208,28 @@ class Emitter:
 # -- op lowerings --------------------------------------------------------------------------
 # Each lowering takes (emitter, node, operand, out_shape, out_dtype), where operand(i) is the
 # i-th argument lowered to a Value (python scalars stay scalars), and returns the node's Value.
+# An op with several results (var_mean, native_group_norm) gets a tuple of shapes and one of
+# dtypes (None for a result PyTorch does not compute) and returns a tuple of Values, which the
+# region's getitem nodes take apart.
 
 Lowering = Callable[..., Value]
 LOWERINGS: Dict[Any, Lowering] = {}
 
 
-def _register(*targets: Any) -> Callable[[Lowering], Lowering]:
+# For an op lowered in some of its forms only: node -> why this one is not, or None. The
+# partitioner asks (``unsupported_form``), so that such a node stays PyTorch's, with its reason,
+# while the region around it is stitched.
+FORMS: Dict[Any, Callable[[torch.fx.Node], Optional[str]]] = {}
+
+
+def _register(*targets: Any, form: Optional[Callable[[torch.fx.Node], Optional[str]]] = None
+              ) -> Callable[[Lowering], Lowering]:
     def wrap(fn: Lowering) -> Lowering:
         for t in targets:
             if t is not None:
                 LOWERINGS[t] = fn
+                if form is not None:
+                    FORMS[t] = form
         return fn
     return wrap
 
@@ -434,27 +449,88 @@ _register(_op(_maybe(aten, "amax")), _op(_maybe(prims, "amax")))(_reduction("max
 _register(_op(_maybe(aten, "amin")), _op(_maybe(prims, "amin")))(_reduction("minimum", _highest))
 
 
-@_register(_op(_maybe(prims, "var")))
-def _var(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -> Value:
-    # sum((x - mean)^2) / (n - correction), in two passes as PyTorch computes it.
-    x = arg(0)
-    dims = _dims(node, 1, len(x.shape))
-    correction = node.kwargs.get("correction", node.args[2] if len(node.args) > 2 else 0)
-    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    xv = e.convert(x, acc)
-    _note_symbolic_count(e, node, dims, "variance")
+def _accumulation(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums and statistics of ``dtype`` accumulate in: f32 for 16-bit floats."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _variance(e: Emitter, x: Value, dims: Sequence[int], correction: Any
+              ) -> Tuple[Value, Value]:
+    """(variance, mean) of ``x`` (already in its accumulation dtype) over ``dims``, with the
+    reduced dimensions dropped: sum((x - mean)^2) / max(n - correction, 0), in two passes as
+    PyTorch's reference computes it (n - correction <= 0 divides by zero: inf, or nan for a
+    zero sum, as PyTorch gives)."""
+    acc = x.dtype
     n = math.prod(x.shape[d] for d in dims)
     kept = tuple(d for i, d in enumerate(x.shape) if i not in dims)
-    total = e.reduce(xv, dims, "add", 0)
+    total = e.reduce(x, dims, "add", 0)
     mean = e.emit(kept, acc, "divide", [total, e.constant(n, acc, kept)])
     kept_dims = [i for i in range(len(x.shape)) if i not in dims]
     mean_b = e.emit(x.shape, acc, "broadcast", [mean],
                     "dimensions={%s}" % ",".join(str(d) for d in kept_dims))
-    centered = e.emit(x.shape, acc, "subtract", [xv, mean_b])
+    centered = e.emit(x.shape, acc, "subtract", [x, mean_b])
     square = e.emit(x.shape, acc, "multiply", [centered, centered])
     ss = e.reduce(square, dims, "add", 0)
     var = e.emit(kept, acc, "divide", [ss, e.constant(max(n - correction, 0), acc, kept)])
+    return var, mean
+
+
+def _correction(node: Any) -> Any:
+    """The correction of a variance node, as each overload defines it: ``correction`` (absent
+    or None means 1) for ``.correction`` and prims.var, ``unbiased`` (True means 1) for
+    ``.dim`` and ``.default``."""
+    overload = node.target._overloadname if hasattr(node.target, "_overloadname") else ""
+    if str(node.target).startswith("prims."):
+        value = node.args[2] if len(node.args) > 2 else node.kwargs.get("correction", 1)
+        return 1 if value is None else value
+    if overload in ("correction", "correction_names"):
+        value = node.kwargs.get("correction")
+        return 1 if value is None else value
+    # aten.var.default(self, unbiased=True), aten.var.dim(self, dim, unbiased=True, keepdim)
+    index = 1 if overload == "default" else 2
+    unbiased = node.args[index] if len(node.args) > index else node.kwargs.get("unbiased", True)
+    return 1 if (unbiased is None or unbiased) else 0
+
+
+def _variance_dims(node: Any, rank: int) -> List[int]:
+    """The reduced dimensions of a variance node: all for ``.default`` (which has no dim)."""
+    if getattr(node.target, "_overloadname", "") == "default" and \
+            not str(node.target).startswith("prims."):
+        return list(range(rank))
+    return _dims(node, 1, rank)
+
+
+@_register(_op(_maybe(prims, "var")), _op(_maybe(aten, "var")),
+           _op(_maybe(aten, "var"), "dim"), _op(_maybe(aten, "var"), "correction"))
+def _var(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -> Value:
+    # keepdim needs no argument here: the node's shape has its size-1 dimensions.
+    x = arg(0)
+    dims = _variance_dims(node, len(x.shape))
+    _note_symbolic_count(e, node, dims, "variance")
+    var, _ = _variance(e, e.convert(x, _accumulation(dtype)), dims, _correction(node))
     return e.reshape(e.convert(var, dtype), shape)
+
+
+@_register(_op(_maybe(aten, "var_mean")), _op(_maybe(aten, "var_mean"), "dim"),
+           _op(_maybe(aten, "var_mean"), "correction"))
+def _var_mean(e: Emitter, node: Any, arg: Callable, shapes: Any, dtypes: Any) -> Tuple:
+    # Two results, (variance, mean), of the same shape and dtype.
+    x = arg(0)
+    dims = _variance_dims(node, len(x.shape))
+    _note_symbolic_count(e, node, dims, "variance")
+    shape, dtype = _result_meta(node, shapes, dtypes, 0, 1)
+    var, mean = _variance(e, e.convert(x, _accumulation(dtype)), dims, _correction(node))
+    return tuple(e.reshape(e.convert(v, dtype), shape) for v in (var, mean))
+
+
+def _result_meta(node: Any, shapes: Sequence[Any], dtypes: Sequence[Any], *indices: int
+                 ) -> Tuple[Tuple[int, ...], torch.dtype]:
+    """The (shape, dtype) that results ``indices`` of a node with several results share."""
+    metas = {(tuple(shapes[i]), dtypes[i]) for i in indices if shapes[i] is not None}
+    if len(metas) != 1:
+        raise Unsupported("%s: results %s have shapes and dtypes %s" % (
+            op_name(node), list(indices), sorted(str(m) for m in metas)))
+    return next(iter(metas))
 
 
 @_register(_op(_maybe(aten, "view")), _op(_maybe(aten, "_unsafe_view")),
@@ -505,10 +581,11 @@ def _broadcast_in_dim(e: Emitter, node: Any, arg: Callable, shape: Any,
 @_register(_op(_maybe(aten, "full")), _op(_maybe(aten, "full_like")),
            _op(_maybe(aten, "zeros_like")), _op(_maybe(aten, "ones_like")),
            _op(_maybe(aten, "scalar_tensor")), _op(_maybe(aten, "zeros")),
-           _op(_maybe(aten, "ones")))
+           _op(_maybe(aten, "ones")), _op(_maybe(aten, "fill"), "Scalar"),
+           _op(_maybe(aten, "empty_like")))
 def _fill(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -> Value:
     name = node.target.overloadpacket.__name__
-    if name in ("zeros_like", "zeros"):
+    if name in ("zeros_like", "zeros", "empty_like"):  # empty_like's values are any values
         value = 0
     elif name in ("ones_like", "ones"):
         value = 1
@@ -586,6 +663,379 @@ def _cat(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -
     return e.emit(shape, dtype, "concatenate", parts, "dimensions={%d}" % dim)
 
 
+@_register(operator.getitem)
+def _getitem(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -> Value:
+    # One result of an op with several (var_mean, native_group_norm): the region lowered
+    # that op to a tuple of Values.
+    results, index = arg(0), node.args[1]
+    if not isinstance(results, tuple) or not isinstance(index, int) or \
+            not -len(results) <= index < len(results):
+        raise Unsupported("%s: element %r of %s" % (node.name, index, node.args[0]))
+    v = results[index]
+    if not isinstance(v, Value):
+        raise Unsupported("%s: element %d of %s was not computed" % (node.name, index,
+                                                                      node.args[0]))
+    return e.reshape(e.convert(v, dtype), shape)
+
+
+def _group_norm_shapes(x: Value, group: Any) -> Tuple[int, int, int, int]:
+    """(N, C, HxW, C / group) of a group norm's (N, C, *) input."""
+    if len(x.shape) < 2 or isinstance(group, bool) or not isinstance(group, int) or \
+            group <= 0 or x.shape[1] % group:
+        raise Unsupported("group norm of %s in %r groups" % (x.shape, group))
+    n, c = x.shape[0], x.shape[1]
+    hw = math.prod(x.shape[2:])
+    if n * c * hw == 0:
+        raise Unsupported("group norm of an empty tensor %s" % (x.shape,))
+    return n, c, hw, c // group
+
+
+def _channels(e: Emitter, v: Any, acc: torch.dtype, c: int) -> Optional[Value]:
+    """A group norm's (C,) weight or bias in ``acc``; None stays None."""
+    if v is None:
+        return None
+    if not isinstance(v, Value) or math.prod(v.shape) != c:
+        raise Unsupported("group norm weight or bias %r for %d channels" % (
+            v.shape if isinstance(v, Value) else v, c))
+    return e.reshape(e.convert(v, acc), (c,))
+
+
+@_register(_op(_maybe(aten, "native_group_norm")))
+def _native_group_norm(e: Emitter, node: Any, arg: Callable, shapes: Any, dtypes: Any
+                       ) -> Tuple:
+    # (input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean, rstd), mean and rstd
+    # (N, group). As ATen's kernels compute it, in f32 for 16-bit floats: the group's mean and
+    # biased variance, rstd = rsqrt(var + eps), then out = x * a + b per (sample, channel),
+    # with a = rstd * weight and b = bias - mean * a.
+    x, weight, bias = arg(0), arg(1), arg(2)
+    group, eps = node.args[6], node.args[7]
+    if not isinstance(x, Value):
+        raise Unsupported("group norm of %r" % (x,))
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool):
+        raise Unsupported("group norm eps %r" % (eps,))
+    n, c, hw, cpg = _group_norm_shapes(x, group)
+    acc = _accumulation(x.dtype)
+    xa = e.convert(x, acc)
+    grouped = e.reshape(xa, (n, group, cpg * hw))
+    var, mean = _variance(e, grouped, [2], 0)
+    rstd = e.emit((n, group), acc, "rsqrt",
+                  [e.emit((n, group), acc, "add", [var, e.constant(eps, acc, (n, group))])])
+    nc = (n, group, cpg)
+
+    def per_group(v: Value) -> Value:  # (N, group) to (N, group, C / group)
+        return e.emit(nc, acc, "broadcast", [v], "dimensions={0,1}")
+
+    def per_channel(v: Value) -> Value:  # (C,) to (N, group, C / group)
+        return e.emit(nc, acc, "broadcast", [e.reshape(v, (group, cpg))], "dimensions={1,2}")
+
+    a = per_group(rstd)
+    w, bias = _channels(e, weight, acc, c), _channels(e, bias, acc, c)
+    if w is not None:
+        a = e.emit(nc, acc, "multiply", [a, per_channel(w)])
+    b = e.emit(nc, acc, "negate", [e.emit(nc, acc, "multiply", [per_group(mean), a])])
+    if bias is not None:
+        b = e.emit(nc, acc, "add", [b, per_channel(bias)])
+    full = (n, c, hw)
+    a_full = e.emit(full, acc, "broadcast", [e.reshape(a, (n, c))], "dimensions={0,1}")
+    b_full = e.emit(full, acc, "broadcast", [e.reshape(b, (n, c))], "dimensions={0,1}")
+    y = e.emit(full, acc, "add", [e.emit(full, acc, "multiply", [e.reshape(xa, full), a_full]),
+                                  b_full])
+    results = []
+    for v, shape, dtype in zip((y, mean, rstd), shapes, dtypes):
+        results.append(None if shape is None else e.reshape(e.convert(v, dtype), shape))
+    return tuple(results)
+
+
+@_register(_op(_maybe(aten, "native_group_norm_backward")))
+def _native_group_norm_backward(e: Emitter, node: Any, arg: Callable, shapes: Any,
+                                dtypes: Any) -> Tuple:
+    # (grad_out, input, mean, rstd, weight?, N, C, HxW, group, output_mask) -> (grad_input,
+    # grad_weight, grad_bias), each computed only where output_mask asks; PyTorch's own
+    # decomposition of it (torch._decomp), in f32 for 16-bit floats.
+    grad, x, mean, rstd, gamma = (arg(i) for i in range(5))
+    group, mask = node.args[8], list(node.args[9])
+    for v in (grad, x, mean, rstd):
+        if not isinstance(v, Value):
+            raise Unsupported("group norm gradient of %r" % (v,))
+    n, c, hw, cpg = _group_norm_shapes(x, group)
+    if grad.shape != x.shape or math.prod(mean.shape) != n * group or \
+            math.prod(rstd.shape) != n * group:
+        raise Unsupported("group norm gradient of %s, %s, statistics %s and %s" % (
+            grad.shape, x.shape, mean.shape, rstd.shape))
+    acc = _accumulation(x.dtype)
+    full, ng, nc, ngc = (n, c, hw), (n, group), (n, c), (n, group, cpg)
+    dy = e.reshape(e.convert(grad, acc), full)
+    xa = e.reshape(e.convert(x, acc), full)
+    mu = e.reshape(e.convert(mean, acc), ng)
+    rs = e.reshape(e.convert(rstd, acc), ng)
+    ds = e.reduce(e.emit(full, acc, "multiply", [dy, xa]), [2], "add", 0)  # (N, C)
+    db = e.reduce(dy, [2], "add", 0)
+    w = _channels(e, gamma, acc, c)
+    results: List[Optional[Value]] = [None, None, None]
+
+    def mul(a: Value, b: Value) -> Value:
+        return e.emit(a.shape, acc, "multiply", [a, b])
+
+    def by_group(v: Value) -> Value:  # (N, group) to (N, group, C / group)
+        return e.emit(ngc, acc, "broadcast", [v], "dimensions={0,1}")
+
+    if mask[0] and shapes[0] is not None:
+        s = 1.0 / (hw * cpg)
+        ds_w, db_w = ds, db
+        if w is not None:
+            wb = e.emit(nc, acc, "broadcast", [w], "dimensions={1}")
+            ds_w, db_w = mul(ds, wb), mul(db, wb)
+        ds_val = e.reduce(e.reshape(ds_w, ngc), [2], "add", 0)  # (N, group)
+        db_val = e.reduce(e.reshape(db_w, ngc), [2], "add", 0)
+        c1 = by_group(rs)  # (N, group, C / group)
+        if w is not None:
+            c1 = mul(c1, e.emit(ngc, acc, "broadcast", [e.reshape(w, (group, cpg))],
+                                "dimensions={1,2}"))
+        c2 = e.emit(ng, acc, "subtract", [mul(db_val, mu), ds_val])
+        c2 = mul(mul(mul(mul(c2, rs), rs), rs), e.constant(s, acc, ng))
+        c3 = e.emit(ng, acc, "subtract", [
+            mul(e.emit(ng, acc, "negate", [c2]), mu),
+            mul(mul(db_val, rs), e.constant(s, acc, ng))])
+        g4 = (n, group, cpg, hw)
+
+        def spread(v: Value, dims: str) -> Value:
+            return e.emit(g4, acc, "broadcast", [v], "dimensions={%s}" % dims)
+
+        d = e.emit(g4, acc, "add", [
+            e.emit(g4, acc, "add", [mul(e.reshape(dy, g4), spread(c1, "0,1,2")),
+                                    mul(e.reshape(xa, g4), spread(c2, "0,1"))]),
+            spread(c3, "0,1")])
+        results[0] = e.reshape(e.convert(d, dtypes[0]), shapes[0])
+    if mask[1] and shapes[1] is not None:
+        centered = e.emit(ngc, acc, "subtract", [e.reshape(ds, ngc),
+                                                 mul(e.reshape(db, ngc), by_group(mu))])
+        dg = e.reduce(mul(centered, by_group(rs)), [0], "add", 0)  # (group, C / group)
+        results[1] = e.reshape(e.convert(dg, dtypes[1]), shapes[1])
+    if mask[2] and shapes[2] is not None:
+        results[2] = e.reshape(e.convert(e.reduce(db, [0], "add", 0), dtypes[2]), shapes[2])
+    return tuple(results)
+
+
+def _dim_index(e: Emitter, node: Any, arg: Callable, shape: Sequence[int], dim_at: int,
+               index_at: int) -> Tuple[int, int]:
+    """(dim, index) of a select or its gradient on a tensor of ``shape``, both made
+    non-negative as PyTorch does; an index out of range is not lowered."""
+    rank = len(shape)
+    dim = node.args[dim_at]
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -rank <= dim < rank:
+        raise Unsupported("%s: dimension %r of a %d-d tensor" % (op_name(node), dim, rank))
+    dim %= rank
+    index = arg(index_at)
+    if isinstance(index, Size):
+        e.depends_on_sizes("a select index from a symbolic size")
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise Unsupported("%s: index %r" % (op_name(node), index))
+    size = shape[dim]
+    if not -size <= index < size:
+        raise Unsupported("%s: index %d out of range for size %d" % (op_name(node), index, size))
+    return dim, index % size
+
+
+@_register(_op(_maybe(aten, "select"), "int"))
+def _select(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -> Value:
+    # x[..., index, ...]: a slice of width one along dim, then the dimension dropped.
+    x = arg(0)
+    dim, index = _dim_index(e, node, arg, x.shape, 1, 2)
+    _note_symbolic_dim(e, node.args[0], dim, "select")
+    spec = ",".join("[%d:%d:1]" % ((index, index + 1) if i == dim else (0, d))
+                    for i, d in enumerate(x.shape))
+    kept = tuple(1 if i == dim else d for i, d in enumerate(x.shape))
+    return e.reshape(e.emit(kept, x.dtype, "slice", [x], "slice={%s}" % spec), shape)
+
+
+def _placed(e: Emitter, src: Value, shape: Sequence[int], dim: int, index: int,
+            dtype: torch.dtype) -> Value:
+    """``src`` (``shape`` without ``dim``) at ``index`` of dimension ``dim``, zeros around."""
+    one = tuple(1 if i == dim else d for i, d in enumerate(shape))
+    config = "x".join("%d_%d" % ((index, shape[dim] - index - 1) if i == dim else (0, 0))
+                      for i in range(len(shape)))
+    return e.emit(shape, dtype, "pad", [e.reshape(e.convert(src, dtype), one),
+                                        e.constant(0, dtype)], "padding=" + config)
+
+
+@_register(_op(_maybe(aten, "select_backward")))
+def _select_backward(e: Emitter, node: Any, arg: Callable, shape: Any,
+                     dtype: torch.dtype) -> Value:
+    # (grad, input_sizes, dim, index): the gradient of a select, zeros elsewhere.
+    grad = arg(0)
+    dim, index = _dim_index(e, node, arg, shape, 2, 3)
+    _note_symbolic_dim(e, node, dim, "select gradient")
+    return _placed(e, grad, shape, dim, index, dtype)
+
+
+@_register(_op(_maybe(aten, "select_scatter")))
+def _select_scatter(e: Emitter, node: Any, arg: Callable, shape: Any,
+                    dtype: torch.dtype) -> Value:
+    # (base, src, dim, index): base with its slice at index replaced by src.
+    base, src = arg(0), arg(1)
+    dim, index = _dim_index(e, node, arg, shape, 2, 3)
+    _note_symbolic_dim(e, node, dim, "select_scatter")
+    base = _value(e, base, shape, dtype)
+    placed = _placed(e, _value(e, src, tuple(d for i, d in enumerate(shape) if i != dim),
+                               dtype), shape, dim, index, dtype)
+    position = e.emit(shape, torch.int64, "iota", [], "iota_dimension=%d" % dim)
+    at = e.emit(shape, torch.bool, "compare", [position, e.constant(index, torch.int64, shape)],
+                "direction=EQ")
+    return e.emit(shape, dtype, "select", [at, placed, base])
+
+
+def _layout(node: Any) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...], int]]:
+    """(shape, strides, storage offset) of a node's tensor as eager PyTorch lays it out, from
+    its traced value; None where they are unknown or symbolic."""
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return None
+    try:
+        layout = (tuple(val.shape), tuple(val.stride()), val.storage_offset())
+    except Exception:  # a tensor without strides
+        return None
+    if not all(isinstance(d, int) for d in layout[0] + layout[1] + (layout[2],)):
+        return None
+    return layout
+
+
+def _row_major(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """True when ``strides`` are those of a dense row-major tensor of ``shape`` (size-1
+    dimensions may have any stride)."""
+    expected = 1
+    for d, s in zip(reversed(shape), reversed(strides)):
+        if d != 1 and s != expected:
+            return False
+        expected *= d
+    return True
+
+
+def _as_strided_args(node: torch.fx.Node) -> Any:
+    """(flat start, size) of an as_strided that reads a row-major run of its input's elements,
+    or why it does not."""
+    args = list(node.args) + [None] * 4
+    size, stride = args[1], args[2]
+    offset = args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+    if not all(isinstance(d, int) and not isinstance(d, bool) for d in list(size) + list(stride)):
+        return "as_strided to sizes %s, strides %s" % (size, stride)
+    if not _row_major(size, stride):
+        return "as_strided to strides %s, not row-major for %s" % (tuple(stride), tuple(size))
+    layout = _layout(args[0])
+    if layout is None:
+        return "as_strided of a tensor whose layout is unknown or symbolic"
+    shape, strides, base = layout
+    if not _row_major(shape, strides):
+        return "as_strided of a tensor with strides %s, not row-major" % (strides,)
+    start = (base if offset is None else offset) - base
+    if not isinstance(start, int) or start < 0 or start + math.prod(size) > math.prod(shape):
+        return "as_strided at offset %r outside its input" % (offset,)
+    return start, tuple(size)
+
+
+def _as_strided_form(node: torch.fx.Node) -> Optional[str]:
+    found = _as_strided_args(node)
+    return found if isinstance(found, str) else None
+
+
+@_register(_op(_maybe(aten, "as_strided")), form=_as_strided_form)
+def _as_strided(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -> Value:
+    # Only as a reshape: a row-major view of a run of the row-major input's elements (as
+    # Inductor's GroupNorm decomposition takes its (N, C) scales on the CPU).
+    found = _as_strided_args(node)
+    if isinstance(found, str):
+        raise Unsupported(found)
+    start, size = found
+    x = arg(0)
+    n = math.prod(x.shape)
+    flat = e.reshape(x, (n,))
+    if start or start + math.prod(size) != n:
+        flat = e.emit((math.prod(size),), x.dtype, "slice", [flat],
+                      "slice={[%d:%d:1]}" % (start, start + math.prod(size)))
+    return e.reshape(e.convert(flat, dtype), shape)
+
+
+def _number(e: Emitter, node: Any, x: Any, what: str) -> Any:
+    if isinstance(x, Size):
+        e.depends_on_sizes("an arange %s from a symbolic size" % what)
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or \
+            (isinstance(x, float) and not math.isfinite(x)):
+        raise Unsupported("%s: %s %r" % (op_name(node), what, x))
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
+@_register(_op(_maybe(aten, "arange")), _op(_maybe(aten, "arange"), "start"),
+           _op(_maybe(aten, "arange"), "start_step"), _op(_maybe(prims, "iota")))
+def _arange(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -> Value:
+    # start + i * step for i below the node's length (its shape, which PyTorch computed from
+    # end): in the result's integer dtype, exact; for floats, in the accumulation dtype (f32
+    # for 16-bit floats) and rounded once, as PyTorch's CUDA kernel does (exact wherever the
+    # values are integers below 2^24, as a mask's positions are).
+    overload = getattr(node.target, "_overloadname", "")
+    if str(node.target).startswith("prims."):
+        start, step = node.kwargs.get("start", 0), node.kwargs.get("step", 1)
+    elif overload == "default":
+        start, step = 0, 1
+    else:
+        start = arg(0)
+        step = arg(2) if len(node.args) > 2 else node.kwargs.get("step", 1)
+    start, step = _number(e, node, start, "start"), _number(e, node, step, "step")
+    if len(shape) != 1:
+        raise Unsupported("%s of shape %s" % (op_name(node), shape))
+    if dtype in FLOATS:
+        acc = _accumulation(dtype)
+    elif isinstance(start, float) or isinstance(step, float):
+        raise Unsupported("%s: a fractional range in %s" % (op_name(node), dtype))
+    elif dtype == torch.bool:
+        raise Unsupported("%s in %s" % (op_name(node), dtype))
+    else:
+        acc = dtype
+    i = e.emit(shape, acc, "iota", [], "iota_dimension=0")
+    if step != 1:
+        i = e.emit(shape, acc, "multiply", [i, e.constant(step, acc, shape)])
+    if start != 0:
+        i = e.emit(shape, acc, "add", [e.constant(start, acc, shape), i])
+    return e.convert(i, dtype)
+
+
+def _masked_fill_form(node: torch.fx.Node) -> Optional[str]:
+    value, mask = node.args[2], node.args[1]
+    meta = _shapes.symbolic_meta(node)
+    mask_meta = _shapes.symbolic_meta(mask) if isinstance(mask, torch.fx.Node) else None
+    if mask_meta is None or mask_meta[1] != torch.bool:
+        return "masked_fill with a mask of %s" % (mask_meta[1] if mask_meta else repr(mask))
+    if isinstance(value, torch.fx.Node) or meta is None or meta[1] in FLOATS:
+        return None
+    if not isinstance(value, (bool, int, float)):
+        return "masked_fill value %r" % (value,)
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        return "masked_fill of %s with %r" % (meta[1], value)
+    return None
+
+
+@_register(_op(_maybe(aten, "masked_fill"), "Scalar"), _op(_maybe(aten, "masked_fill"), "Tensor"),
+           form=_masked_fill_form)
+def _masked_fill(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -> Value:
+    # value where mask, else self: mask and self broadcast to the result's shape, value cast
+    # to self's dtype (a number, or a tensor of one element).
+    value = arg(2)
+    if isinstance(value, Value):
+        if math.prod(value.shape) != 1:
+            raise Unsupported("masked_fill with a value of shape %s" % (value.shape,))
+        value = e.reshape(value, ())
+    elif not isinstance(value, (bool, int, float)):
+        raise Unsupported("masked_fill value %r" % (value,))
+    elif dtype not in FLOATS and (isinstance(value, float) and
+                                  (not math.isfinite(value) or value != int(value))):
+        raise Unsupported("masked_fill of %s with %r" % (dtype, value))
+    mask = arg(1)
+    if not isinstance(mask, Value) or mask.dtype != torch.bool:
+        raise Unsupported("masked_fill with a mask of %s" % (
+            mask.dtype if isinstance(mask, Value) else repr(mask)))
+    return e.emit(shape, dtype, "select", [e.broadcast_to(mask, shape),
+                                           _value(e, value, shape, dtype),
+                                           _value(e, arg(0), shape, dtype)])
+
+
 # -- the region -----------------------------------------------------------------------------
 
 def lowering_for(node: torch.fx.Node) -> Optional[Lowering]:
@@ -593,6 +1043,12 @@ def lowering_for(node: torch.fx.Node) -> Optional[Lowering]:
     if node.op != "call_function":
         return None
     return LOWERINGS.get(node.target)
+
+
+def unsupported_form(node: torch.fx.Node) -> Optional[str]:
+    """Why the lowering of ``node``'s op does not take this node's arguments, or None."""
+    check = FORMS.get(node.target) if node.op == "call_function" else None
+    return check(node) if check is not None else None
 
 
 def op_name(node: torch.fx.Node) -> str:
@@ -697,17 +1153,41 @@ def _lower_input(e: Emitter, node: torch.fx.Node, binding: Optional[Mapping[Any,
     return e.parameter(index, shape, dtype)
 
 
+def _concrete(node: torch.fx.Node, meta: Tuple[Tuple[Any, ...], torch.dtype],
+              binding: Optional[Mapping[Any, int]]) -> Tuple[Tuple[int, ...], torch.dtype]:
+    """One result's (dims, dtype) of a node with several, its sizes evaluated at
+    ``binding``."""
+    dims, dtype = meta
+    if dtype not in DTYPES:
+        raise Unsupported("%s (%s) has a result of dtype %s" % (node.name, op_name(node), dtype))
+    try:
+        if binding is None:
+            if not all(isinstance(d, int) for d in dims):
+                raise KeyError("symbolic sizes")
+            return tuple(dims), dtype
+        return tuple(_shapes.evaluate(d, binding) for d in dims), dtype
+    except KeyError:
+        raise Unsupported("%s (%s) has a result with no static shape" % (node.name,
+                                                                         op_name(node)))
+
+
 def _lower_node(e: Emitter, node: torch.fx.Node, values: Dict[torch.fx.Node, Any],
                 binding: Optional[Mapping[Any, int]] = None) -> Value:
     lower = lowering_for(node)
     if lower is None:
         raise Unsupported("unsupported op %s" % op_name(node))
-    meta = concrete_meta(node, binding)
-    if meta is None:
-        raise Unsupported("%s (%s) has no static shape" % (node.name, op_name(node)))
-    shape, dtype = meta
-    if dtype not in DTYPES:
-        raise Unsupported("%s (%s) has dtype %s" % (node.name, op_name(node), dtype))
+    elements = _shapes.element_metas(node)
+    if elements is not None:  # several results: a shape and a dtype each, None where absent
+        metas = [None if m is None else _concrete(node, m, binding) for m in elements]
+        shape: Any = tuple(None if m is None else m[0] for m in metas)
+        dtype: Any = tuple(None if m is None else m[1] for m in metas)
+    else:
+        meta = concrete_meta(node, binding)
+        if meta is None:
+            raise Unsupported("%s (%s) has no static shape" % (node.name, op_name(node)))
+        shape, dtype = meta
+        if dtype not in DTYPES:
+            raise Unsupported("%s (%s) has dtype %s" % (node.name, op_name(node), dtype))
 
     def operand(i: int) -> Any:
         a = node.args[i]

@@ -2,17 +2,18 @@
 
 A node joins a region when the lowering has it (``_lowering.LOWERINGS``), its sizes are static
 or symbolic sizes with an example value (``_shapes``: not ones that depend on the data), and
-its dtypes are ones stitchd compiles. PyTorch's own ``CapabilityBasedPartitioner``
+its dtypes are ones stitchd compiles. The getitems of an op with several results (var_mean,
+native_group_norm) join that op's region. PyTorch's own ``CapabilityBasedPartitioner``
 groups the supported nodes into the largest regions that create no cycle through the nodes
 left out; regions with no arithmetic (views and copies only) are left to PyTorch, since a
-kernel for them saves nothing.
+kernel for them saves nothing, and so are regions that read no tensor.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Dict, List, Optional, Tuple
+from typing import Collection, Dict, List, Optional, Tuple
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -38,7 +39,8 @@ DATA_MOVEMENT_OPS = frozenset({
     "view", "_unsafe_view", "_reshape_alias", "reshape", "unsqueeze", "squeeze", "transpose", "permute", "t",
     "expand", "expand_as", "broadcast_in_dim", "clone", "alias", "detach", "lift_fresh_copy",
     "contiguous", "slice", "cat", "_to_copy", "convert_element_type", "to", "full", "full_like",
-    "zeros_like", "ones_like", "scalar_tensor", "zeros", "ones",
+    "zeros_like", "ones_like", "scalar_tensor", "zeros", "ones", "select", "select_backward",
+    "select_scatter", "arange", "iota", "getitem", "as_strided", "fill", "empty_like",
 })
 
 
@@ -59,15 +61,32 @@ def why_not_supported(node: torch.fx.Node) -> Optional[Tuple[str, str]]:
     if node.op != "call_function":
         return ("framework", "not an op")
     if node.target is operator.getitem:
-        return ("framework", "an element of a tuple")
-    if _lowering.is_size_arithmetic(node):
+        # An element of an op's several results joins that op's region; of any other op's
+        # (a convolution's gradients), it stays with the framework.
+        source = node.args[0]
+        if not (isinstance(source, torch.fx.Node) and source.op == "call_function"
+                and source.target is not operator.getitem
+                and _shapes.element_metas(source) is not None
+                and why_not_supported(source) is None):
+            return ("framework", "an element of a tuple")
+    elif _lowering.is_size_arithmetic(node):
         return ("framework", "size arithmetic")
     name = _packet_name(node)
     if name in FRAMEWORK_OPS:
         return ("framework", _lowering.op_name(node))
     if _lowering.lowering_for(node) is None:
         return ("unsupported_op", "unsupported op %s" % _lowering.op_name(node))
-    for v in [node] + _tensor_inputs(node):
+    form = _lowering.unsupported_form(node)
+    if form is not None:
+        return ("unsupported_op", "unsupported form of %s: %s" % (_lowering.op_name(node), form))
+    elements = _shapes.element_metas(node)
+    if elements is not None:  # several results: each must be one the lowering can write
+        if not _shapes.elements_have_example_sizes(node):
+            return ("dynamic_shape", "%s has a size that depends on the data" % node.name)
+        for meta in elements:
+            if meta is not None and meta[1] not in _lowering.DTYPES:
+                return ("dtype", "%s has a result of dtype %s" % (node.name, meta[1]))
+    for v in ([] if elements is not None else [node]) + _tensor_inputs(node):
         meta = _shapes.symbolic_meta(v)
         if meta is None:
             return ("dynamic_shape", "%s has no shape" % v.name)
@@ -147,7 +166,8 @@ def partition(graph_module: torch.fx.GraphModule,
                                              allows_single_node_partition=True)
     order = {node: i for i, node in enumerate(graph_module.graph.nodes)}
     worth = [p for p in partitioner.propose_partitions()
-             if any(_packet_name(n) not in DATA_MOVEMENT_OPS for n in p.nodes)]
+             if any(_packet_name(n) not in DATA_MOVEMENT_OPS for n in p.nodes)
+             and _reads_a_tensor(p.nodes)]
     for p in worth:
         # In graph order, which is topological: the fuser copies nodes in the order given,
         # and a set's order would change the region's text from one run to the next.
@@ -157,6 +177,14 @@ def partition(graph_module: torch.fx.GraphModule,
     regions = _name_regions(fused)
     _carry_metadata(fused)
     return Partitioning(fused, regions, left_out)
+
+
+def _reads_a_tensor(nodes: Collection[torch.fx.Node]) -> bool:
+    """True when the nodes read a tensor from outside them. Those that read none (an arange
+    and the arithmetic on it, cut off from the tensors it meets) compute the same values at
+    every call: they are left to PyTorch, as a kernel with no input is not launched."""
+    return any(a not in nodes and _shapes.symbolic_meta(a) is not None
+               for n in nodes for a in n.all_input_nodes)
 
 
 def _name_regions(gm: torch.fx.GraphModule) -> List[str]:

@@ -16,6 +16,7 @@ dimensions that are a symbol or a whole multiple of one (``s0``, ``8*s0``).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -49,6 +50,56 @@ def symbolic_meta(node: torch.fx.Node) -> Optional[Tuple[Tuple[Dim, ...], torch.
     if tm is not None and hasattr(tm, "shape"):
         return tuple(_expr(d) for d in tm.shape), tm.dtype
     return None
+
+
+def element_metas(node: torch.fx.Node
+                  ) -> Optional[List[Optional[Tuple[Tuple[Dim, ...], torch.dtype]]]]:
+    """For a node whose value is a tuple of tensors (an op with several results, such as
+    ``var_mean``): each element's (dims, dtype), None for an element that is no tensor (an
+    output the op was asked not to compute). None for any other node."""
+    val = node.meta.get("val")
+    if not isinstance(val, (tuple, list)):
+        val = node.meta.get("tensor_meta")  # 1.13: a TensorMetadata per tensor
+        if not isinstance(val, (tuple, list)) or hasattr(val, "shape"):
+            return _metas_of_getitems(node)
+    metas: List[Optional[Tuple[Tuple[Dim, ...], torch.dtype]]] = []
+    for element in val:
+        if isinstance(element, torch.Tensor) or (element is not None
+                                                 and hasattr(element, "shape")
+                                                 and hasattr(element, "dtype")):
+            metas.append((tuple(_expr(d) for d in element.shape), element.dtype))
+        else:
+            metas.append(None)
+    return metas
+
+
+def _metas_of_getitems(node: torch.fx.Node
+                       ) -> Optional[List[Optional[Tuple[Tuple[Dim, ...], torch.dtype]]]]:
+    """The results' (dims, dtype) from the getitems that take them apart, for a node with no
+    metadata of its own whose every user is a getitem (PyTorch 1.13's ShapeProp leaves an
+    op's tuple of results unannotated); None for a result no getitem takes."""
+    if "val" in node.meta or "tensor_meta" in node.meta or not node.users:
+        return None
+    found: Dict[int, Optional[Tuple[Tuple[Dim, ...], torch.dtype]]] = {}
+    for user in node.users:
+        if user.op != "call_function" or user.target is not operator.getitem or \
+                not isinstance(user.args[1], int) or user.args[1] < 0:
+            return None
+        meta = symbolic_meta(user)
+        if meta is None:
+            return None
+        found[user.args[1]] = meta
+    return [found.get(i) for i in range(max(found) + 1)]
+
+
+def elements_have_example_sizes(node: torch.fx.Node) -> bool:
+    """For a node with several results (``element_metas``), True when every size of each
+    tensor among them has a value Dynamo traced it at."""
+    val = node.meta.get("val")
+    if not isinstance(val, (tuple, list)):
+        return element_metas(node) is not None
+    return all(_hint(d) is not None for element in val if isinstance(element, torch.Tensor)
+               for d in element.shape)
 
 
 def has_example_sizes(node: torch.fx.Node) -> bool:
