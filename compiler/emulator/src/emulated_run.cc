@@ -3,11 +3,16 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <map>
+#include <memory>
 #include <new>
+#include <numeric>
 #include <random>
 #include <set>
 
+#include "stitch/plan/cost_model.h"
 #include "stitch/plan/schedule.h"
 
 namespace stitch {
@@ -188,12 +193,12 @@ class LazyBuffer {
   uint64_t bytes_ = 0;
 };
 
-}  // namespace
-
-StatusOr<SampledRun> RunSampledOnEmulator(const Graph& g, const FusionPlan& plan,
-                                          const std::vector<CompiledKernel>& kernels,
-                                          const BlockSampling& sampling, Emulator& emulator,
-                                          int64_t outer_extent) {
+// Runs `kernels` at full geometry on lazily mapped buffers, the k-th over the blocks
+// `blocks(k)`, each access bounds-checked.
+StatusOr<SampledRun> RunBlocksOnEmulator(const Graph& g, const FusionPlan& plan,
+                                         const std::vector<CompiledKernel>& kernels,
+                                         const std::function<std::vector<uint64_t>(size_t)>& blocks,
+                                         Emulator& emulator, int64_t outer_extent) {
   if (plan.kernels.size() != kernels.size()) {
     return InvalidArgument("the plan has " + std::to_string(plan.kernels.size()) +
                            " kernels, but " + std::to_string(kernels.size()) + " were compiled");
@@ -220,12 +225,113 @@ StatusOr<SampledRun> RunSampledOnEmulator(const Graph& g, const FusionPlan& plan
     }
     STITCH_RETURN_IF_ERROR(AddOuterExtent(kernel, outer_extent, args));
     LaunchOptions launch = CheckedLaunch(g, kernel);
-    launch.blocks = SampleBlocks(g, plan.kernels[k], sampling);
+    launch.blocks = blocks(k);
     StatusOr<LaunchStats> stats = emulator.Launch(kernel, args, launch);
     if (!stats.ok()) return stats.status().WithContext("kernel " + kernel.name);
     run.launches.push_back({kernel.name, kernel.kind, kernel.launch, launch.blocks, *stats});
   }
   return run;
+}
+
+}  // namespace
+
+StatusOr<SampledRun> RunSampledOnEmulator(const Graph& g, const FusionPlan& plan,
+                                          const std::vector<CompiledKernel>& kernels,
+                                          const BlockSampling& sampling, Emulator& emulator,
+                                          int64_t outer_extent) {
+  return RunBlocksOnEmulator(
+      g, plan, kernels, [&](size_t k) { return SampleBlocks(g, plan.kernels[k], sampling); },
+      emulator, outer_extent);
+}
+
+std::vector<uint64_t> PrefixBlocks(const KernelSpec& spec, const PrefixSampling& prefix) {
+  const uint64_t total = spec.mapping.launch.blocks();
+  const uint64_t model = static_cast<uint64_t>(
+      std::max<int64_t>(spec.mapping.bytes_loaded + spec.mapping.bytes_stored, 0));
+  // ceil(prefix.model_bytes / (model / total)) blocks, at least one.
+  uint64_t n = total;
+  if (model > 0) {
+    const double per_block = static_cast<double>(model) / static_cast<double>(total);
+    n = static_cast<uint64_t>(std::ceil(static_cast<double>(prefix.model_bytes) / per_block));
+  }
+  n = std::clamp<uint64_t>(n, 1, total);
+  if (spec.mapping.grid_barriers > 0) {
+    const uint64_t threads = spec.mapping.launch.threads() / std::max<uint64_t>(total, 1);
+    n = std::min(
+        n, std::max<uint64_t>(1, prefix.max_grid_barrier_threads / std::max<uint64_t>(threads, 1)));
+  }
+  std::vector<uint64_t> blocks(n);
+  std::iota(blocks.begin(), blocks.end(), uint64_t{0});
+  return blocks;
+}
+
+StatusOr<SampledRun> RunPrefixOnEmulator(const Graph& g, const FusionPlan& plan,
+                                         const std::vector<CompiledKernel>& kernels,
+                                         const PrefixSampling& prefix, Emulator& emulator,
+                                         int64_t outer_extent) {
+  return RunBlocksOnEmulator(
+      g, plan, kernels, [&](size_t k) { return PrefixBlocks(plan.kernels[k], prefix); }, emulator,
+      outer_extent);
+}
+
+SectorTrafficOptions SectorTrafficOptionsFor(const GpuDevice& device) {
+  SectorTrafficOptions o;
+  o.reuse_window_bytes =
+      static_cast<uint64_t>(CostModelParametersFor(device, kCurrentCostModel).reuse_window_bytes);
+  o.prefix.model_bytes = o.reuse_window_bytes * 3 / 2;
+  return o;
+}
+
+StatusOr<SampledRun> MeasureSectorTraffic(const Graph& g, const FusionPlan& plan,
+                                          const std::vector<CompiledKernel>& kernels,
+                                          const SectorTrafficOptions& options,
+                                          int64_t outer_extent) {
+  if (plan.kernels.size() != kernels.size()) {
+    return InvalidArgument("the plan has " + std::to_string(plan.kernels.size()) +
+                           " kernels, but " + std::to_string(kernels.size()) + " were compiled");
+  }
+  SampledRun run;
+  // One emulator per window: a grid-barrier kernel run in part gets a window of its own.
+  std::map<uint64_t, std::unique_ptr<Emulator>> emulators;
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const KernelSpec& spec = plan.kernels[k];
+    const std::vector<uint64_t> blocks = PrefixBlocks(spec, options.prefix);
+    uint64_t window = options.reuse_window_bytes;
+    if (spec.mapping.grid_barriers > 0) {
+      window =
+          static_cast<uint64_t>(static_cast<double>(window) * static_cast<double>(blocks.size()) /
+                                static_cast<double>(spec.mapping.launch.blocks()));
+    }
+    std::unique_ptr<Emulator>& emulator = emulators[window];
+    if (emulator == nullptr) {
+      EmulatorOptions eo;
+      eo.count_sectors = true;
+      eo.reuse_window_bytes = window;
+      STITCH_ASSIGN_OR_RETURN(emulator, Emulator::Create(eo));
+    }
+    // The kernels before this one ran on their own buffers: a prefix run only checks where
+    // each launch's accesses go, not what they compute, so each runs on fresh zero buffers.
+    FusionPlan one;
+    one.kernels = {spec};
+    STITCH_ASSIGN_OR_RETURN(
+        SampledRun part,
+        RunBlocksOnEmulator(
+            g, one, {kernels[k]}, [&](size_t) { return blocks; }, *emulator, outer_extent));
+    run.launches.push_back(std::move(part.launches.front()));
+  }
+  return run;
+}
+
+double FetchedPerUsed(const LaunchStats& s) {
+  const uint64_t used = s.sector_loads.used_bytes + s.sector_stores.used_bytes;
+  const uint64_t fetched = s.sector_loads.fetched_bytes + s.sector_stores.fetched_bytes;
+  return used == 0 ? 0.0 : static_cast<double>(fetched) / static_cast<double>(used);
+}
+
+double DramPerDistinct(const LaunchStats& s) {
+  const uint64_t distinct = s.sector_loads.distinct_bytes + s.sector_stores.distinct_bytes;
+  const uint64_t dram = s.sector_loads.dram_bytes + s.sector_stores.dram_bytes;
+  return distinct == 0 ? 0.0 : static_cast<double>(dram) / static_cast<double>(distinct);
 }
 
 }  // namespace stitch

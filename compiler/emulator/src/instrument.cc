@@ -8,7 +8,13 @@
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicInst.h>
 #include <llvm/IR/Module.h>
+#include <llvm/IR/Operator.h>
 #include <llvm/Transforms/Utils/BasicBlockUtils.h>
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_map>
+#include <vector>
 
 #include "retarget.h"
 
@@ -82,6 +88,142 @@ std::vector<Access> GlobalAccesses(llvm::Function& kernel) {
     }
   }
   return accesses;
+}
+
+// An address as base + index * scale + offset, where the index is a value with constant
+// additions, extensions and single-index GEPs stripped: two addresses with the same base,
+// index and scale lie `offset` bytes apart.
+struct Affine {
+  const llvm::Value* base = nullptr;
+  const llvm::Value* index = nullptr;
+  uint64_t scale = 0;
+  int64_t offset = 0;
+};
+
+// Strips constant additions (an `or` whose bits cannot carry counts as one) and integer
+// extensions from `v`, adding the constants to `offset`. Overflow is not checked: the
+// result only pairs a thread's accesses, as the vectorizer would.
+const llvm::Value* StripConstantAdds(const llvm::Value* v, const llvm::DataLayout& dl,
+                                     int64_t& offset) {
+  for (;;) {
+    if (llvm::isa<llvm::ZExtInst>(v) || llvm::isa<llvm::SExtInst>(v)) {
+      v = llvm::cast<llvm::Instruction>(v)->getOperand(0);
+      continue;
+    }
+    const auto* bo = llvm::dyn_cast<llvm::BinaryOperator>(v);
+    if (bo == nullptr) return v;
+    const auto* c = llvm::dyn_cast<llvm::ConstantInt>(bo->getOperand(1));
+    if (c == nullptr) return v;
+    const bool add = bo->getOpcode() == llvm::Instruction::Add;
+    const bool disjoint_or = bo->getOpcode() == llvm::Instruction::Or &&
+                             llvm::haveNoCommonBitsSet(bo->getOperand(0), bo->getOperand(1), dl);
+    if (!add && !disjoint_or) return v;
+    offset += c->getSExtValue();
+    v = bo->getOperand(0);
+  }
+}
+
+Affine Decompose(const llvm::Value* ptr, const llvm::DataLayout& dl) {
+  Affine a;
+  for (;;) {
+    const auto* gep = llvm::dyn_cast<llvm::GEPOperator>(ptr);
+    if (gep == nullptr) break;
+    llvm::APInt constant(dl.getIndexTypeSizeInBits(gep->getType()), 0);
+    if (gep->accumulateConstantOffset(dl, constant)) {
+      a.offset += constant.getSExtValue();
+      ptr = gep->getPointerOperand();
+      continue;
+    }
+    if (a.index != nullptr || gep->getNumIndices() != 1) break;
+    const uint64_t scale = dl.getTypeAllocSize(gep->getSourceElementType()).getFixedValue();
+    int64_t added = 0;
+    a.index = StripConstantAdds(gep->getOperand(1), dl, added);
+    a.scale = scale;
+    a.offset += added * static_cast<int64_t>(scale);
+    ptr = gep->getPointerOperand();
+  }
+  a.base = ptr;
+  return a;
+}
+
+// The site of each global load and store (FromParameter) of `kernel`, for sector counting.
+// NVPTX's load-store vectorizer turns a thread's accesses of one kind in one basic block that
+// lie at constant distances within an aligned window of up to 16 bytes into one vector
+// access; the GPU issues them as one warp instruction. The portable IR (and the host's
+// optimised copy) keeps them apart, so they are grouped here the same way: an access whose
+// alignment is A (at most 16) opens a window of A bytes at its address, and the accesses not
+// yet grouped at a constant distance (Decompose) inside it join its site. Windows open in
+// order of decreasing alignment, then program order. The first member of a site in program
+// order leads it: its execution counts a new warp access.
+struct Site {
+  uint32_t id = 0;
+  bool leader = true;
+};
+
+std::unordered_map<const llvm::Instruction*, Site> AssignSites(llvm::Function& kernel) {
+  const llvm::DataLayout& dl = kernel.getParent()->getDataLayout();
+  struct Candidate {
+    llvm::Instruction* inst;
+    Affine address;
+    uint64_t bytes;
+    uint64_t align;
+    bool store;
+  };
+  std::unordered_map<const llvm::Instruction*, Site> sites;
+  uint32_t next = 0;
+  for (llvm::BasicBlock& bb : kernel) {
+    std::vector<Candidate> accesses;
+    for (llvm::Instruction& inst : bb) {
+      llvm::Value* ptr = nullptr;
+      llvm::Type* type = nullptr;
+      uint64_t align = 1;
+      bool store = false;
+      if (auto* load = llvm::dyn_cast<llvm::LoadInst>(&inst)) {
+        ptr = load->getPointerOperand();
+        type = load->getType();
+        align = load->getAlign().value();
+      } else if (auto* st = llvm::dyn_cast<llvm::StoreInst>(&inst)) {
+        ptr = st->getPointerOperand();
+        type = st->getValueOperand()->getType();
+        align = st->getAlign().value();
+        store = true;
+      }
+      if (ptr == nullptr || !FromParameter(ptr, kernel)) continue;
+      accesses.push_back(
+          {&inst, Decompose(ptr, dl), dl.getTypeStoreSize(type).getFixedValue(), align, store});
+    }
+    std::vector<int> group(accesses.size(), -1);
+    std::vector<size_t> anchors(accesses.size());
+    std::iota(anchors.begin(), anchors.end(), size_t{0});
+    std::stable_sort(anchors.begin(), anchors.end(), [&](size_t a, size_t b) {
+      return std::min<uint64_t>(accesses[a].align, 16) > std::min<uint64_t>(accesses[b].align, 16);
+    });
+    for (size_t a : anchors) {
+      if (group[a] >= 0) continue;
+      group[a] = static_cast<int>(a);
+      const Candidate& anchor = accesses[a];
+      const uint64_t window = std::min<uint64_t>(anchor.align, 16);
+      if (anchor.bytes >= window) continue;
+      const Affine& at = anchor.address;
+      for (size_t b = 0; b < accesses.size(); ++b) {
+        const Candidate& c = accesses[b];
+        if (group[b] >= 0 || c.store != anchor.store || c.address.base != at.base ||
+            c.address.index != at.index || c.address.scale != at.scale) {
+          continue;
+        }
+        const int64_t d = c.address.offset - at.offset;
+        if (d >= 0 && static_cast<uint64_t>(d) + c.bytes <= window) group[b] = static_cast<int>(a);
+      }
+    }
+    // Number the sites in program order; each one's first member leads it.
+    std::unordered_map<int, uint32_t> ids;
+    for (size_t i = 0; i < accesses.size(); ++i) {
+      auto [it, fresh] = ids.try_emplace(group[i], next);
+      if (fresh) ++next;
+      sites[accesses[i].inst] = {it->second, fresh};
+    }
+  }
+  return sites;
 }
 
 }  // namespace
@@ -159,7 +301,10 @@ Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_n
       llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, ptr, i64, i32}, false);
   auto* sector_ty =
       llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, ptr, i64, i32, i32}, false);
-  uint32_t next_site = 0;
+  std::unordered_map<const llvm::Instruction*, Site> site_of;
+  if (sectors != nullptr) site_of = AssignSites(*kernel);
+  uint32_t num_sites = 0;
+  for (const auto& [inst, site] : site_of) num_sites = std::max(num_sites, site.id + 1);
   auto report = [&](llvm::Instruction* at, llvm::Value* address, uint64_t bytes, int store) {
     if (footprint == nullptr && sectors == nullptr) return;
     llvm::IRBuilder<> b(at);
@@ -174,9 +319,11 @@ Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_n
                     llvm::ConstantInt::get(i32, store)});
     }
     if (sectors != nullptr) {
+      const Site site = site_of.at(at);
       b.CreateCall(sector_ty, as_ptr(reinterpret_cast<const void*>(sectors)),
                    {as_ptr(recorder), address_ptr, llvm::ConstantInt::get(i64, bytes),
-                    llvm::ConstantInt::get(i32, store), llvm::ConstantInt::get(i32, next_site++)});
+                    llvm::ConstantInt::get(i32, store),
+                    llvm::ConstantInt::get(i32, site.id | (site.leader ? 0 : kSiteFollower))});
     }
   };
 
@@ -231,7 +378,7 @@ Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_n
     if (loaded != 0) bump(b, 0, llvm::ConstantInt::get(i64, loaded));
     if (stored != 0) bump(b, 1, llvm::ConstantInt::get(i64, stored));
   }
-  if (sites != nullptr) *sites = next_site;
+  if (sites != nullptr) *sites = num_sites;
   return Status::Ok();
 }
 

@@ -51,8 +51,13 @@ StatusOr<RetargetedModule> Retarget(llvm::LLVMContext& ctx, const std::string& b
 using FootprintFn = void (*)(void* recorder, const void* address, uint64_t bytes, uint32_t store);
 
 // Receives every global load and store when sector traffic is counted, as FootprintFn does,
-// with `site`, the access's static site: the instrumented loads and stores of the kernel are
-// numbered 0, 1, ... in the order they appear in it.
+// with `site`, the access's static site: the warp instruction the GPU would issue for it.
+// A thread's loads (stores) in one basic block at constant distances inside an aligned
+// window of up to 16 bytes share a site, as NVPTX's load-store vectorizer makes one vector
+// access of them; sites are numbered 0, 1, ... in program order. The first member of a site
+// executed in a pass leads it; the others carry kSiteFollower in `site`, and belong to the
+// warp access the leader began.
+inline constexpr uint32_t kSiteFollower = uint32_t{1} << 31;
 using SectorFn = void (*)(void* recorder, const void* address, uint64_t bytes, uint32_t store,
                           uint32_t site);
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "retarget.h"
+
 namespace stitch::emu {
 namespace {
 
@@ -29,8 +31,12 @@ void SectorCounter::StartBlock() { std::fill(executions_.begin(), executions_.en
 
 void SectorCounter::Record(uint32_t warp, uint32_t lane, uint32_t site, bool store,
                            uint64_t address, uint64_t bytes) {
+  const bool follower = (site & kSiteFollower) != 0;
+  site &= ~kSiteFollower;
   if (bytes == 0 || warp >= warps_ || site >= sites_) return;
-  const uint32_t execution = executions_[(size_t{warp} * kLanes + lane) * sites_ + site]++;
+  // A follower belongs to the execution its site's leader began.
+  uint32_t& count = executions_[(size_t{warp} * kLanes + lane) * sites_ + site];
+  const uint32_t execution = follower ? std::max<uint32_t>(count, 1) - 1 : count++;
   // Unique: execution < 2^32, warps <= 2^11 (at most 65536 threads run at once) and sites
   // are far below 2^21.
   const uint64_t key = (uint64_t{execution} * warps_ + warp) * sites_ + site;

@@ -23,7 +23,8 @@ class SectorCounter {
   void StartLaunch(uint64_t window_bytes, uint32_t warps, uint32_t sites);
   // A new block reuses the warp indices: its threads' execution counts start at 0.
   void StartBlock();
-  // One lane's access: `bytes` at `address` by the lane `lane` of warp `warp` at `site`.
+  // One lane's access: `bytes` at `address` by the lane `lane` of warp `warp` at `site`
+  // (InstrumentGlobalTraffic's, kSiteFollower included).
   void Record(uint32_t warp, uint32_t lane, uint32_t site, bool store, uint64_t address,
               uint64_t bytes);
   // Sends the warp accesses recorded since the last flush through the cache, ordered by

@@ -220,6 +220,70 @@ TEST(EmulatorSectorTest, StoresAreWrittenBackOnceUnlessEvicted) {
   }
 }
 
+// Each thread loads x[4i .. 4i+3] as four scalar loads and stores their sum to y[i]. With
+// the first load 16-byte aligned NVPTX's load-store vectorizer makes one 16-byte load of
+// them, and the emulator counts one warp access; aligned to 4 bytes only, they stay four
+// scalar loads, each spanning 4 times the sectors it uses.
+const char* const kFourLoads = R"(
+define void @four(ptr %x, ptr %y) {
+entry:
+  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %base = mul i32 %ctaid, %ntid
+  %i = add i32 %base, %tid
+  %j = shl i32 %i, 2
+  %j1 = add nuw nsw i32 %j, 1
+  %j2 = add nuw nsw i32 %j, 2
+  %j3 = add nuw nsw i32 %j, 3
+  %e0 = zext i32 %j to i64
+  %e1 = zext i32 %j1 to i64
+  %e2 = zext i32 %j2 to i64
+  %e3 = zext i32 %j3 to i64
+  %p0 = getelementptr inbounds float, ptr %x, i64 %e0
+  %p1 = getelementptr inbounds float, ptr %x, i64 %e1
+  %p2 = getelementptr inbounds float, ptr %x, i64 %e2
+  %p3 = getelementptr inbounds float, ptr %x, i64 %e3
+  %v0 = load float, ptr %p0, align ALIGN
+  %v1 = load float, ptr %p1, align 4
+  %v2 = load float, ptr %p2, align 8
+  %v3 = load float, ptr %p3, align 4
+  %s0 = fadd float %v0, %v1
+  %s1 = fadd float %v2, %v3
+  %s = fadd float %s0, %s1
+  %i64 = zext i32 %i to i64
+  %py = getelementptr inbounds float, ptr %y, i64 %i64
+  store float %s, ptr %py, align 4
+  ret void
+}
+)";
+
+TEST(EmulatorSectorTest, AccessesTheVectorizerMergesAreOneWarpAccess) {
+  for (const int align : {16, 4}) {
+    SCOPED_TRACE(align);
+    auto emu = SectorEmulator(uint64_t{1} << 20);
+    ASSERT_NE(emu, nullptr);
+    CompiledKernel k;
+    k.name = "four";
+    k.launch.grid = {kBlocks, 1, 1};
+    k.launch.block = {kThreads, 1, 1};
+    k.portable_ir =
+        testing::TextIrToBitcode(kHeader + Replace(kFourLoads, "ALIGN", std::to_string(align)));
+    Buffer x(kElements * 16), y(kElements * 4);
+    auto stats = emu->Launch(k, {x.data(), y.data()});
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    Print(("align " + std::to_string(align)).c_str(), *stats);
+    const SectorTraffic& loads = stats->sector_loads;
+    EXPECT_EQ(loads.used_bytes, kElements * 16);
+    // Aligned to 4 bytes, the loads at +8 (aligned to 8) still pair with the one at +12.
+    // Each of the three accesses then spans the warp's 512 bytes (16 sectors), a third of
+    // what they fetch being used.
+    EXPECT_EQ(loads.warp_accesses, (align == 16 ? 1 : 3) * kElements / 32);
+    EXPECT_EQ(loads.fetched_bytes, (align == 16 ? 1 : 3) * kElements * 16);
+    EXPECT_EQ(loads.dram_bytes, kElements * 16);
+  }
+}
+
 TEST(EmulatorSectorTest, OffByDefault) {
   auto emu = Emulator::Create();
   ASSERT_TRUE(emu.ok()) << emu.status().ToString();

@@ -11,6 +11,7 @@
 #include "stitch/codegen/codegen.h"
 #include "stitch/emulator/emulator.h"
 #include "stitch/ir/graph.h"
+#include "stitch/plan/gpu_device.h"
 #include "stitch/plan/plan.h"
 #include "stitch/reference/tensor.h"
 
@@ -78,5 +79,62 @@ StatusOr<SampledRun> RunSampledOnEmulator(const Graph& g, const FusionPlan& plan
                                           const std::vector<CompiledKernel>& kernels,
                                           const BlockSampling& sampling, Emulator& emulator,
                                           int64_t outer_extent = 0);
+
+// Which blocks of each launch a prefix run executes: blocks 0, 1, 2, ... in the order the
+// GPU dispatches them, so that each block's rows, strides and neighbours are the full
+// launch's, and the re-use distances between blocks are the GPU's.
+struct PrefixSampling {
+  // Enough blocks for their share of the launch's modelled traffic (the plan's bytes_loaded
+  // + bytes_stored, split evenly over the grid) to reach this many bytes, or every block.
+  uint64_t model_bytes = uint64_t{64} << 20;
+  // A kernel with grid barriers runs its listed blocks at once, at most this many threads
+  // (the emulator's limit).
+  uint64_t max_grid_barrier_threads = 64 * 1024;
+};
+
+// Returns the blocks of `spec`'s launch a prefix run executes (PrefixSampling), ascending.
+std::vector<uint64_t> PrefixBlocks(const KernelSpec& spec, const PrefixSampling& prefix);
+
+// Runs the shipped kernels of `g` as RunSampledOnEmulator does, on lazily mapped buffers of
+// the full shapes, each launch over a prefix of its blocks (PrefixBlocks). Every access is
+// bounds-checked. With an emulator that counts sectors (EmulatorOptions::count_sectors) the
+// launches' stats carry the sector efficiency and re-reads of those blocks.
+StatusOr<SampledRun> RunPrefixOnEmulator(const Graph& g, const FusionPlan& plan,
+                                         const std::vector<CompiledKernel>& kernels,
+                                         const PrefixSampling& prefix, Emulator& emulator,
+                                         int64_t outer_extent = 0);
+
+// Sector efficiency and re-reads of a compiled graph's shipped kernels, measured on the
+// emulator over a prefix of each launch (RunPrefixOnEmulator), for the figures of
+// `scripts/bench suite` and the suite's memory checks.
+struct SectorTrafficOptions {
+  // The L2 share a sector survives in (EmulatorOptions::reuse_window_bytes); for a device,
+  // SectorTrafficOptionsFor.
+  uint64_t reuse_window_bytes = 0;
+  PrefixSampling prefix;
+};
+
+// The options for `device`: the cost model's fitted re-use window
+// (CostModelParametersFor(device, kCurrentCostModel).reuse_window_bytes: half the H100's
+// 50 MiB L2), and a prefix of 1.5 times that many modelled bytes, so that a sector re-used
+// after more than the window's traffic is seen re-read (#13's, re-used 2048 rows, about
+// 17 MB of modelled traffic, later) while the suite's checks stay within minutes.
+SectorTrafficOptions SectorTrafficOptionsFor(const GpuDevice& device);
+
+// Runs `kernels` (`plan` and `kernels` of one CompileGraph for the target) over prefixes of
+// their launches on an emulator of its own that counts sectors. A kernel with grid barriers
+// runs a prefix of its persistent grid at once: each phase then moves that share of its
+// traffic, so its re-use window is scaled by the same share (blocks run over grid blocks).
+// Errors as RunSampledOnEmulator's.
+StatusOr<SampledRun> MeasureSectorTraffic(const Graph& g, const FusionPlan& plan,
+                                          const std::vector<CompiledKernel>& kernels,
+                                          const SectorTrafficOptions& options,
+                                          int64_t outer_extent = 0);
+
+// The figures of one launch, loads and stores together: bytes fetched (32 x the distinct
+// sectors of each warp access) per byte the lanes used, and bytes moved to or from DRAM per
+// distinct byte. 1 for an ideal kernel; 0 when the launch moved nothing.
+double FetchedPerUsed(const LaunchStats& s);
+double DramPerDistinct(const LaunchStats& s);
 
 }  // namespace stitch
