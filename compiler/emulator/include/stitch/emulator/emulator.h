@@ -47,9 +47,12 @@ struct EmulatorOptions {
   // (LaunchStats::sector_loads and sector_stores), as a GPU's DRAM and L2 would see them:
   //
   // - Sector efficiency. A warp instruction fetches every 32-byte sector its active lanes
-  //   touch, once. The emulator numbers each instrumented load and store of the kernel (its
-  //   site) and takes the k-th execution of one site by the threads of one warp as one warp
-  //   instruction: fetched bytes are 32 times the distinct sectors of each such access,
+  //   touch, once. The emulator gives each load and store of the kernel a site, the GPU
+  //   instruction it becomes (a thread's accesses in one basic block at constant distances
+  //   inside an aligned window of up to 16 bytes share one, as NVPTX's load-store vectorizer
+  //   makes one vector access of them), and takes the k-th execution of one site by the
+  //   threads of one warp as one warp instruction: fetched bytes are 32 times the distinct
+  //   sectors of each such access,
   //   summed over them; used bytes are what the lanes asked for. A coalesced access fetches
   //   what it uses; a lane-strided one fetches a sector per lane (16 times the bytes for
   //   bf16, 8 times for f32). Where lanes run a loop a different number of times, their
