@@ -626,17 +626,19 @@ StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
       return float_only([&] { return CallMath("pow", {x, y}); });
     case OpCode::kAtan2:
       return float_only([&] { return CallMath("atan2", {x, y}); });
-    // Approximate math where SEMANTICS.md's tolerance allows it (f32 compute, hence also
-    // f16 and bf16): libdevice's __nv_rsqrtf is rsqrt.approx.f32, relative error below
-    // 2^-22.9, and __nv_fast_fdividef is div.approx.f32, 2 ulp for denominators below 2^126
-    // (above, where 1 + e^-x is huge, it gives 0, the logistic's f32 value there). The exact
-    // sequences take an order of magnitude more instructions per element. f64 stays exact.
+    // Approximate math where SEMANTICS.md's tolerance allows it (f32 compute; the logistic's
+    // division only where CodegenOptions::approximate_division says so): libdevice's __nv_rsqrtf is
+    // rsqrt.approx.f32, relative error below 2^-22.9, and __nv_fast_fdividef is div.approx.f32, 2
+    // ulp for denominators below 2^126 (above, where 1 + e^-x is huge, it gives 0, the logistic's
+    // f32 value there). The exact sequences take an order of magnitude more instructions per
+    // element. f64 stays exact.
     case OpCode::kLogistic:
       return float_only([&] {
         llvm::Value* e = CallMath("exp", {b_.CreateFNeg(x)});
         llvm::Value* d = b_.CreateFAdd(fconst(1.0), e);
-        return ty->isFloatTy() ? CallMath("fast_fdivide", {fconst(1.0), d})
-                               : b_.CreateFDiv(fconst(1.0), d);
+        return ty->isFloatTy() && kc_.options.approximate_division
+                   ? CallMath("fast_fdivide", {fconst(1.0), d})
+                   : b_.CreateFDiv(fconst(1.0), d);
       });
     case OpCode::kSqrt:
       return float_only([&] { return intrinsic(llvm::Intrinsic::sqrt, {x}); });

@@ -75,6 +75,7 @@ class EmulatorImpl final : public Emulator {
   StatusOr<LaunchStats> Launch(const CompiledKernel& kernel, const std::vector<void*>& args,
                                const LaunchOptions& options) override {
     STITCH_ASSIGN_OR_RETURN(LoadedKernel * loaded, GetOrCompile(kernel));
+    emu::SetApproximateMathError(options_.approximate_math_error);
     if (args.size() != loaded->num_params) {
       return InvalidArgument("kernel " + kernel.name + " takes " +
                              std::to_string(loaded->num_params) + " argument(s), got " +

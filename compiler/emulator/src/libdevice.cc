@@ -18,6 +18,14 @@ using D1 = double (*)(double);
 using D2 = double (*)(double, double);
 using D3 = double (*)(double, double, double);
 
+// EmulatorOptions::approximate_math_error of the launch running on this thread.
+thread_local double tls_approximate_error = 0;
+
+// An approximate instruction's result at the error bound: larger in magnitude.
+float AtTheBound(float exact) {
+  return static_cast<float>(static_cast<double>(exact) * (1.0 + tls_approximate_error));
+}
+
 template <typename Fn>
 void Add(RuntimeSymbols& out, const char* name, Fn fn) {
   out.emplace_back(name, reinterpret_cast<void*>(fn));
@@ -64,7 +72,8 @@ void AppendLibdeviceSymbols(RuntimeSymbols& out) {
   Add<F1>(out, "__nv_rcbrtf", [](float x) { return 1.0f / std::cbrt(x); });
   Add<F1>(out, "__nv_sqrtf", [](float x) { return std::sqrt(x); });
   Add<F1>(out, "__nv_fsqrt_rn", [](float x) { return std::sqrt(x); });
-  Add<F1>(out, "__nv_rsqrtf", [](float x) { return 1.0f / std::sqrt(x); });
+  // rsqrt.approx.f32 and div.approx.f32: see EmulatorOptions::approximate_math_error.
+  Add<F1>(out, "__nv_rsqrtf", [](float x) { return AtTheBound(1.0f / std::sqrt(x)); });
   Add<F1>(out, "__nv_frcp_rn", [](float x) { return 1.0f / x; });
   Add<F1>(out, "__nv_floorf", [](float x) { return std::floor(x); });
   Add<F1>(out, "__nv_ceilf", [](float x) { return std::ceil(x); });
@@ -86,7 +95,7 @@ void AppendLibdeviceSymbols(RuntimeSymbols& out) {
   Add<F2>(out, "__nv_copysignf", [](float x, float y) { return std::copysign(x, y); });
   Add<F2>(out, "__nv_fdimf", [](float x, float y) { return std::fdim(x, y); });
   Add<F2>(out, "__nv_fdividef", [](float x, float y) { return x / y; });
-  Add<F2>(out, "__nv_fast_fdividef", [](float x, float y) { return x / y; });
+  Add<F2>(out, "__nv_fast_fdividef", [](float x, float y) { return AtTheBound(x / y); });
   Add<F2>(out, "__nv_fdiv_rn", [](float x, float y) { return x / y; });
   Add<F3>(out, "__nv_fmaf", [](float x, float y, float z) { return std::fma(x, y, z); });
   Add<F3>(out, "__nv_fmaf_rn", [](float x, float y, float z) { return std::fma(x, y, z); });
@@ -183,6 +192,8 @@ void AppendLibdeviceSymbols(RuntimeSymbols& out) {
   Add(
       out, "__nv_clzll", +[](uint64_t a) { return static_cast<int32_t>(std::countl_zero(a)); });
 }
+
+void SetApproximateMathError(double relative_error) { tls_approximate_error = relative_error; }
 
 bool HasLibdeviceFunction(const std::string& name) {
   static const std::unordered_set<std::string> names = [] {

@@ -33,6 +33,11 @@ const RuntimeSymbols& AllRuntimeSymbols();
 // Returns true when `name` (e.g. "__nv_expf") has a host implementation.
 bool HasLibdeviceFunction(const std::string& name);
 
+// Sets the relative error the calling thread's approximate-math replacements give their
+// results (EmulatorOptions::approximate_math_error) until it is set again; emulated threads
+// run on the launching thread, so a launch sets it for all of its threads.
+void SetApproximateMathError(double relative_error);
+
 // Appends the libdevice replacements (libdevice.cc).
 void AppendLibdeviceSymbols(RuntimeSymbols& out);
 

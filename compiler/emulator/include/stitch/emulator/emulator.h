@@ -88,7 +88,20 @@ struct EmulatorOptions {
   // kCurrentCostModel).reuse_window_bytes (half the H100's 50 MiB L2). 0 makes every touch
   // after another sector's a re-read.
   uint64_t reuse_window_bytes = 0;
+  // The error of the GPU's approximate math, which codegen emits for f32 compute where the
+  // tolerance rule allows it (elemental_emitter.cc): libdevice's __nv_rsqrtf
+  // (rsqrt.approx.f32) and __nv_fast_fdividef (div.approx.f32). 0 computes them correctly
+  // rounded, as the host does; a relative error e > 0 makes every result e larger in
+  // magnitude, so a kernel runs with its approximations at the bound rather than at the
+  // host's exact values, and a comparison with the interpreter checks that the tolerance
+  // covers them (kApproximateMathErrorBound is the PTX ISA's bound).
+  double approximate_math_error = 0;
 };
+
+// The PTX ISA's bound on the approximate math codegen emits, as a relative error: 2 ulp of
+// an f32 result for div.approx.f32 (2^-22, the larger of the two), and 2^-22.9 for
+// rsqrt.approx.f32.
+inline constexpr double kApproximateMathErrorBound = 0x1p-22;
 
 // How one launch runs (Emulator::Launch).
 struct LaunchOptions {
