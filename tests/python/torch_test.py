@@ -577,8 +577,9 @@ torch.fx.wrap("causal_positions")
 
 
 class GroupNormAndMask(torch.nn.Module):
-    """GroupNorm with weight and bias, without, and with its weight frozen (so its backward
-    computes the input's and the bias's gradients only); a causal mask from positions
+    """GroupNorm with weight and bias, without, with its weight frozen and with both frozen
+    (so its backward computes only the input's and the bias's gradients, or only the
+    input's); a causal mask from positions
     (arange, masked_fill with -inf) over rows selected from one tensor (select, and
     select_backward in the gradient); a fill with a value computed in the graph."""
 
@@ -588,10 +589,12 @@ class GroupNormAndMask(torch.nn.Module):
         self.plain = torch.nn.GroupNorm(2, 6, affine=False, eps=1e-3)
         self.frozen = torch.nn.GroupNorm(3, 6)
         self.frozen.weight.requires_grad_(False)
+        self.fixed = torch.nn.GroupNorm(2, 6)  # the input's gradient alone
+        self.fixed.requires_grad_(False)
 
     def forward(self, x, y, s):
         a = torch.nn.functional.silu(self.affine(x))
-        b = self.plain(y) * self.frozen(y)
+        b = self.plain(y) * self.frozen(y) + self.fixed(y)
         q, k = s[:, 0], s.select(1, -1)
         position = causal_positions(q)
         scores = (q * k).masked_fill(position[None, :] > position[:, None], float("-inf"))
@@ -635,8 +638,10 @@ class GroupNormAndMaskTest(unittest.TestCase):
             self.assertIn(op, ops)
         self.assertLessEqual(max_relative_error(expected_out, out), 4 * F32_TOLERANCE)
         self.assertEqual(len(grads), len(expected_grads))
-        # x, y and s; affine's weight and bias, frozen's bias, and frozen's weight: none.
-        self.assertEqual([e is None for e in expected_grads], [False] * 6 + [True])
+        # x, y and s; affine's, fixed's and frozen's parameters by name: fixed's and frozen's
+        # weight have none, nor fixed's bias.
+        self.assertEqual([e is None for e in expected_grads],
+                         [False] * 5 + [True, True, False, True])
         for i, (e, a) in enumerate(zip(expected_grads, grads)):
             if e is None:
                 self.assertIsNone(a, "gradient %d" % i)

@@ -1179,6 +1179,8 @@ def _lower_node(e: Emitter, node: torch.fx.Node, values: Dict[torch.fx.Node, Any
     elements = _shapes.element_metas(node)
     if elements is not None:  # several results: a shape and a dtype each, None where absent
         metas = [None if m is None else _concrete(node, m, binding) for m in elements]
+        returns = getattr(getattr(node.target, "_schema", None), "returns", ())
+        metas += [None] * (len(returns) - len(metas))  # results no getitem takes
         shape: Any = tuple(None if m is None else m[0] for m in metas)
         dtype: Any = tuple(None if m is None else m[1] for m in metas)
     else:
