@@ -12,6 +12,13 @@
 //   .reuse_window_bytes, 25 MiB): #13's transposed operand, whose sectors serve rows 2048
 //   rows apart, is read from DRAM again for each of them.
 //
+// A kernel with grid barriers runs all its listed blocks at once, at most 65,536 threads: on
+// the suite's shapes that is a part of its persistent grid (printed), whose later phases
+// mostly read what the blocks left out read in earlier ones. Those reads count as first
+// touches, so the re-reads such a kernel makes between phases (#17, #18 and #20 read their
+// input again after a whole-tensor statistic) are not seen here; its sector efficiency and
+// its re-reads within a phase are.
+//
 // The bounds: a coalesced kernel fetches what it uses, and its only excess is at row and
 // buffer edges that do not fall on sector boundaries, and in the broadcast operands read by
 // every row (which fetch less than they use), so 1.25 leaves room for odd row lengths while
@@ -128,6 +135,10 @@ Worst Measure(const std::string& what, const CompileResult& r, AssertedFn assert
         ratio(s.sector_stores.dram_bytes, s.sector_stores.distinct_bytes),
         counted.sectors ? (counted.rereads ? "" : " (re-reads not asserted)")
                         : (counted.rereads ? " (sectors not asserted)" : " (not asserted)"));
+    if (r.plan.kernels[i].mapping.grid_barriers > 0 && l.blocks.size() < l.launch.blocks()) {
+      std::printf("%s %s: part of a persistent grid, so re-reads between its phases are not seen\n",
+                  what.c_str(), l.kernel.c_str());
+    }
     if (counted.sectors) w.fetched_per_used = std::max(w.fetched_per_used, fetched);
     if (counted.rereads) w.dram_per_distinct = std::max(w.dram_per_distinct, dram);
   }

@@ -123,8 +123,11 @@ SectorTrafficOptions SectorTrafficOptionsFor(const GpuDevice& device);
 
 // Runs `kernels` (`plan` and `kernels` of one CompileGraph for the target) over prefixes of
 // their launches on an emulator of its own that counts sectors. A kernel with grid barriers
-// runs a prefix of its persistent grid at once: each phase then moves that share of its
-// traffic, so its re-use window is scaled by the same share (blocks run over grid blocks).
+// runs a prefix of its persistent grid at once (at most prefix.max_grid_barrier_threads
+// threads): each phase then moves that share of its traffic, so its re-use window is scaled
+// by the same share (blocks run over grid blocks). A later phase that reads what blocks
+// left out read in an earlier one counts first touches there, so such a kernel's re-reads
+// between phases are seen only when its whole grid runs.
 // Errors as RunSampledOnEmulator's.
 StatusOr<SampledRun> MeasureSectorTraffic(const Graph& g, const FusionPlan& plan,
                                           const std::vector<CompiledKernel>& kernels,
