@@ -326,12 +326,23 @@ class CompiledTest(unittest.TestCase):
         replacement = _inductor._NATIVE[calls[0].args[0]]
         self.assertEqual(replacement.native.counts(), (0, [(key, 0)]))  # all counted
 
+        # A job that never reads its report: the interpreter's exit hook counts its C++
+        # launches as invocations and flushes them to the daemon.
+        from stitch.torch import _report
+        compiled(x, y)
+        compiled(x, y)
+        self.assertEqual(backend.report._flushes, [stitch_backend.client.flush_usage])
+        _report._sync_at_exit()
+        self.assertEqual(sum(n for k, n in recorded if k == key), 7)
+        self.assertEqual(replacement.native.counts(), (0, [(key, 0)]))
+        self.assertEqual(backend.report.launch_paths, {"cpp": 7})
+
         # Inputs C++ cannot launch as they are go to the Python path, which copies them.
         strided = [torch.randn(tuple(reversed(x.shape))).t(), y]
         out = torch.ops.stitch.launch.default(calls[0].args[0], strided, [])[0]
         self.assertEqual((out.shape, out.stride()), (first.shape, first.stride()))
         self.assertEqual(backend.report.layout_copies, 1)
-        self.assertEqual(backend.report.stitched_calls, 6)
+        self.assertEqual(backend.report.stitched_calls, 8)
 
         # What the compiled graph calls per region: stitch::region as it runs without the
         # C++ path against stitch::launch.

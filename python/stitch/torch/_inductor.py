@@ -334,7 +334,7 @@ class InductorStitchBackend:
         replacement.native = _launch.NativeRegion(name)
         with _REGIONS_LOCK:
             _NATIVE[replacement.native.id] = replacement
-        self.report.add_source(replacement.sync)
+        self.report.add_source(replacement.sync, flush=self.stitch.client.flush_usage)
         return op, (replacement.native.id,)
 
     # -- one region --------------------------------------------------------------------------

@@ -2,13 +2,41 @@
 
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
 import logging
 import threading
+import weakref
 from typing import Callable, Dict, List, Optional, Tuple
 
 LOG = logging.getLogger("stitch.torch")
+
+# Reports with calls counted outside Python: synced once more when the interpreter exits and
+# their flushes run, so a job that never reads its report still sends its C++-launched calls
+# to the daemon (the hook is registered after the clients' finalizers, so it runs before
+# them).
+_SYNCED_AT_EXIT: "weakref.WeakSet[Report]" = weakref.WeakSet()
+_EXIT_HOOK_LOCK = threading.Lock()
+_EXIT_HOOK_REGISTERED = False
+
+
+def _sync_at_exit() -> None:
+    for report in list(_SYNCED_AT_EXIT):
+        try:
+            report.sync()
+            report.flush()
+        except Exception as e:  # usage accounting never fails a job's exit
+            LOG.debug("launch counts not synced at exit: %s", e)
+
+
+def _sync_report_at_exit(report: "Report") -> None:
+    global _EXIT_HOOK_REGISTERED
+    with _EXIT_HOOK_LOCK:
+        _SYNCED_AT_EXIT.add(report)
+        if not _EXIT_HOOK_REGISTERED:
+            atexit.register(_sync_at_exit)
+            _EXIT_HOOK_REGISTERED = True
 
 # Why a region, or an op, ran on PyTorch's own kernels.
 DAEMON = "daemon"                  # the daemon gave no bundle (down, slow, refused)
@@ -106,6 +134,7 @@ class Report:
         # stitch::launch operator, counted in C++ and read by the sources at each sync).
         self._launch_paths: Dict[str, int] = collections.Counter()
         self._sources: List[Callable[[], None]] = []
+        self._flushes: List[Callable[[], object]] = []
         self.choices: List[RegionChoice] = []  # the "stitch" backend's, one per region
         # Copies a replaced region's call made because a tensor came or had to leave in other
         # strides than the graph traced; 0 when stitch's kernels fit the graph as traced.
@@ -156,11 +185,24 @@ class Report:
             self._stitched_calls += calls
             self._launch_paths[path] += calls
 
-    def add_source(self, sync: Callable[[], None]) -> None:
+    def add_source(self, sync: Callable[[], None],
+                   flush: Optional[Callable[[], object]] = None) -> None:
         """Adds a function that counts calls kept outside Python (the C++ launch path's) into
-        this report; :meth:`sync` runs each."""
+        this report; :meth:`sync` runs each. ``flush`` sends what ``sync`` recorded (a
+        client's ``flush_usage``); at the interpreter's exit every report is synced and
+        flushed once more."""
         with self._lock:
             self._sources.append(sync)
+            if flush is not None and flush not in self._flushes:
+                self._flushes.append(flush)
+        _sync_report_at_exit(self)
+
+    def flush(self) -> None:
+        """Runs the flushes :meth:`add_source` was given."""
+        with self._lock:
+            flushes = list(self._flushes)
+        for flush in flushes:
+            flush()
 
     def sync(self) -> None:
         """Counts the calls the sources hold; reading ``stitched_calls``, ``launch_paths`` or
