@@ -53,7 +53,9 @@ def _aot_autograd() -> _AotAutograd:
 
 def _decompositions() -> Dict[Any, Callable]:
     """The composite ops rewritten into the primitive ones the lowering knows, as Inductor
-    does, so that a LayerNorm's or a softmax's arithmetic joins the regions around it."""
+    does, so that a LayerNorm's or a softmax's arithmetic joins the regions around it.
+    GroupNorm is not among them: the lowering takes native_group_norm and its backward whole
+    (PyTorch's decomposition reads its scales through as_strided)."""
     from torch._decomp import get_decompositions
     aten = torch.ops.aten
     names = ["native_layer_norm", "native_layer_norm_backward", "gelu", "gelu_backward",
@@ -195,6 +197,8 @@ class StitchedRegion(torch.nn.Module):
             if t.dtype != dtype:
                 return None, (DYNAMIC_SHAPE, "input %s is %s where the trace has %s" %
                               (tuple(t.shape), t.dtype, dtype))
+        if not tensors:  # nothing says which device would run it
+            return None, (NO_EXECUTOR, "the region reads no tensor")
         device = tensors[0].device
         self._executor = self._backend.executor_for(device)
         if self._executor is None:
