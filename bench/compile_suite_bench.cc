@@ -130,6 +130,11 @@ struct Result {
     KernelCodeFacts facts;
     KernelCodeFigures figures;
     std::string failed;  // the failed checks' names, comma-separated; empty when all pass
+    // On the emulator over a prefix of the launch (MeasureSectorTraffic): bytes fetched per
+    // byte used, DRAM bytes per distinct byte, and the blocks run of the grid; -1 when the
+    // run failed.
+    double fetched_per_used = -1, dram_per_distinct = -1;
+    uint64_t prefix_blocks = 0, grid_blocks = 0;
   };
   std::vector<KernelCode> code;
 
@@ -404,6 +409,19 @@ void CheckShippedCode(const CompileResult& c, Result& r) {
     k.facts.ptx.clear();  // read; not needed again
     r.code.push_back(std::move(k));
   }
+  StatusOr<SampledRun> traffic =
+      MeasureSectorTraffic(c.graph, c.plan, c.kernels, SectorTrafficOptionsFor(kTarget.device()));
+  if (!traffic.ok()) {
+    if (r.error.empty()) r.error = "sector traffic: " + traffic.status().ToString();
+    return;
+  }
+  for (size_t i = 0; i < traffic->launches.size() && i < r.code.size(); ++i) {
+    const SampledLaunch& l = traffic->launches[i];
+    r.code[i].fetched_per_used = FetchedPerUsed(l.stats);
+    r.code[i].dram_per_distinct = DramPerDistinct(l.stats);
+    r.code[i].prefix_blocks = l.blocks.size();
+    r.code[i].grid_blocks = l.launch.blocks();
+  }
 }
 
 void CompileAndPrice(const Graph& g, const GpuDevice& device, bool describe, int runs, Result& r) {
@@ -618,10 +636,14 @@ void PrintCodeChecks(const std::vector<Result>& results) {
             << ", no GPU): the widest global load and store against the plan's vector "
                "promise, registers and the blocks per SM they allow against the plan's, local "
                "memory, load bytes in flight per busy SM against Little's law at the "
-               "calibrated bandwidth and latency, and instructions per element.\n\n"
+               "calibrated bandwidth and latency, and instructions per element; then, on the "
+               "emulator over a prefix of each launch in dispatch order (blocks run / grid), "
+               "bytes fetched per byte used (32-byte sectors per warp access) and DRAM bytes "
+               "per distinct byte through an LRU model of L2 at the fitted re-use window.\n\n"
             << "| id | kernel | kind | load / store B (promised) | registers | blocks/SM "
                "(planned) | local B | in flight B/SM (needed) | instructions/element | failed "
-               "checks |\n|---:|---|---|---|---:|---|---:|---|---:|---|\n";
+               "checks | prefix blocks / grid | fetched / used | DRAM / distinct |\n"
+               "|---:|---|---|---|---:|---|---:|---|---:|---|---:|---:|---:|\n";
   int kernels = 0, clean = 0;
   for (const Result& r : results) {
     for (const Result::KernelCode& k : r.code) {
