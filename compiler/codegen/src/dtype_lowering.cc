@@ -5,6 +5,10 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
+#include <map>
+#include <optional>
+
 #include "index_alignment.h"
 
 namespace stitch::codegen {
@@ -48,6 +52,11 @@ llvm::Type* ComputeType(llvm::LLVMContext& ctx, DType t) {
 
 namespace {
 
+// The widest global access, and the most lanes of i8 or i16 that NVPTX puts in one vector
+// access (ld.v4.b16, ld.v4.u8).
+constexpr uint64_t kMaxPackedBytes = 16;
+constexpr uint64_t kMaxSubwordLanes = 4;
+
 // bf16 bits -> float: the bf16 pattern is the upper half of the f32 pattern.
 llvm::Value* Bf16BitsToFloat(llvm::IRBuilder<>& b, llvm::Value* bits16) {
   llvm::Value* wide = b.CreateShl(b.CreateZExt(bits16, b.getInt32Ty()), 16);
@@ -72,12 +81,8 @@ llvm::Align ElementAlign(llvm::IRBuilder<>& b, llvm::Type* storage, llvm::Value*
   return llvm::Align(ElementAlignment(index, layout.getTypeStoreSize(storage)));
 }
 
-}  // namespace
-
-llvm::Value* LoadElement(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index) {
-  llvm::Type* st = StorageType(b.getContext(), t);
-  llvm::Value* addr = b.CreateInBoundsGEP(st, base, index);
-  llvm::Value* v = b.CreateAlignedLoad(st, addr, ElementAlign(b, st, index));
+// A stored element `v` widened to the compute type.
+llvm::Value* Widen(llvm::IRBuilder<>& b, DType t, llvm::Value* v) {
   switch (t) {
     case DType::kPred:
       return b.CreateICmpNE(v, b.getInt8(0));
@@ -90,24 +95,140 @@ llvm::Value* LoadElement(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm:
   }
 }
 
+// A compute-type `value` narrowed to the storage type.
+llvm::Value* Narrow(llvm::IRBuilder<>& b, DType t, llvm::Value* value) {
+  switch (t) {
+    case DType::kPred:
+      return b.CreateZExt(value, b.getInt8Ty());
+    case DType::kF16:
+      return b.CreateFPTrunc(value, b.getHalfTy());
+    case DType::kBF16:
+      return FloatToBf16Bits(b, value);
+    default:
+      return value;
+  }
+}
+
+// How many bits of an i32 word one element of a word-packed dtype takes.
+unsigned StorageBits(llvm::IRBuilder<>& b, DType t) {
+  return StorageType(b.getContext(), t)->getIntegerBitWidth();
+}
+
+}  // namespace
+
+llvm::Value* LoadElement(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index) {
+  llvm::Type* st = StorageType(b.getContext(), t);
+  llvm::Value* addr = b.CreateInBoundsGEP(st, base, index);
+  return Widen(b, t, b.CreateAlignedLoad(st, addr, ElementAlign(b, st, index)));
+}
+
 void StoreElement(llvm::IRBuilder<>& b, DType t, llvm::Value* value, llvm::Value* base,
                   llvm::Value* index) {
   llvm::Type* st = StorageType(b.getContext(), t);
-  llvm::Value* v = value;
-  switch (t) {
-    case DType::kPred:
-      v = b.CreateZExt(value, b.getInt8Ty());
-      break;
-    case DType::kF16:
-      v = b.CreateFPTrunc(value, b.getHalfTy());
-      break;
-    case DType::kBF16:
-      v = FloatToBf16Bits(b, value);
-      break;
-    default:
-      break;
+  b.CreateAlignedStore(Narrow(b, t, value), b.CreateInBoundsGEP(st, base, index),
+                       ElementAlign(b, st, index));
+}
+
+bool AccessedAsWords(llvm::LLVMContext& ctx, DType t) {
+  llvm::Type* st = StorageType(ctx, t);
+  return st->isIntegerTy() && st->getIntegerBitWidth() < 32;
+}
+
+std::map<size_t, std::vector<size_t>> PackedVectors(llvm::IRBuilder<>& b,
+                                                    const std::vector<ElementAccess>& accesses) {
+  std::map<std::pair<llvm::Value*, DType>, std::vector<size_t>> by_buffer;
+  for (size_t i = 0; i < accesses.size(); ++i) {
+    const ElementAccess& a = accesses[i];
+    if (AccessedAsWords(b.getContext(), a.dtype)) by_buffer[{a.base, a.dtype}].push_back(i);
   }
-  b.CreateAlignedStore(v, b.CreateInBoundsGEP(st, base, index), ElementAlign(b, st, index));
+  std::map<size_t, std::vector<size_t>> vectors;
+  std::vector<bool> taken(accesses.size(), false);
+  for (const auto& [buffer, at] : by_buffer) {
+    const uint64_t bytes = StorageBits(b, buffer.second) / 8;
+    // The widest vectors first: 16 bytes, then 8 (i8 only; 4 lanes of i16 are 8 bytes already).
+    for (uint64_t lanes = kMaxPackedBytes / bytes; lanes > kMaxSubwordLanes; lanes /= 2) {
+      for (size_t first : at) {
+        llvm::Value* index = accesses[first].index;
+        if (taken[first] || ElementAlignment(index, bytes) < lanes * bytes) continue;
+        std::vector<size_t> lane_at = {first};
+        for (uint64_t e = 1; e < lanes && lane_at.size() == e; ++e) {
+          for (size_t j : at) {
+            if (!taken[j] &&
+                ConstantDistance(accesses[j].index, index) == static_cast<int64_t>(e)) {
+              lane_at.push_back(j);
+              break;
+            }
+          }
+        }
+        if (lane_at.size() != lanes) continue;
+        for (size_t j : lane_at) taken[j] = true;
+        const size_t earliest = *std::min_element(lane_at.begin(), lane_at.end());
+        vectors[earliest] = std::move(lane_at);
+      }
+    }
+  }
+  return vectors;
+}
+
+std::vector<llvm::Value*> LoadPackedVector(llvm::IRBuilder<>& b, DType t, llvm::Value* base,
+                                           llvm::Value* first, size_t lanes) {
+  llvm::Type* st = StorageType(b.getContext(), t);
+  const unsigned bits = StorageBits(b, t);
+  const size_t per_word = 32 / bits;
+  auto* vector_ty =
+      llvm::FixedVectorType::get(b.getInt32Ty(), static_cast<unsigned>(lanes / per_word));
+  llvm::Value* words = b.CreateAlignedLoad(vector_ty, b.CreateInBoundsGEP(st, base, first),
+                                           ElementAlign(b, st, first));
+  std::vector<llvm::Value*> values;
+  llvm::Value* word = nullptr;
+  for (size_t k = 0; k < lanes; ++k) {
+    const unsigned shift = static_cast<unsigned>(k % per_word) * bits;
+    if (shift == 0)
+      word = b.CreateExtractElement(words, b.getInt32(static_cast<uint32_t>(k / per_word)));
+    llvm::Value* lane = shift == 0 ? word : b.CreateLShr(word, shift);
+    values.push_back(Widen(b, t, b.CreateTrunc(lane, st)));
+  }
+  return values;
+}
+
+void StorePackedVector(llvm::IRBuilder<>& b, DType t, const std::vector<llvm::Value*>& values,
+                       llvm::Value* base, llvm::Value* first) {
+  llvm::Type* st = StorageType(b.getContext(), t);
+  const unsigned bits = StorageBits(b, t);
+  const size_t per_word = 32 / bits;
+  const size_t count = values.size() / per_word;
+  llvm::Value* words = llvm::PoisonValue::get(
+      llvm::FixedVectorType::get(b.getInt32Ty(), static_cast<unsigned>(count)));
+  for (size_t w = 0; w < count; ++w) {
+    llvm::Value* word = nullptr;
+    for (size_t k = 0; k < per_word; ++k) {
+      llvm::Value* lane = b.CreateZExt(Narrow(b, t, values[w * per_word + k]), b.getInt32Ty());
+      if (k > 0) lane = b.CreateShl(lane, static_cast<uint64_t>(k * bits));
+      word = word ? b.CreateOr(word, lane) : lane;
+    }
+    words = b.CreateInsertElement(words, word, b.getInt32(static_cast<uint32_t>(w)));
+  }
+  b.CreateAlignedStore(words, b.CreateInBoundsGEP(st, base, first), ElementAlign(b, st, first));
+}
+
+void StoreElements(llvm::IRBuilder<>& b, const std::vector<ElementStore>& stores) {
+  std::vector<ElementAccess> accesses;
+  for (const ElementStore& s : stores) accesses.push_back({s.dtype, s.base, s.index});
+  const std::map<size_t, std::vector<size_t>> vectors = PackedVectors(b, accesses);
+  std::vector<bool> in_vector(stores.size(), false);
+  for (const auto& [earliest, lanes] : vectors) {
+    for (size_t k : lanes) in_vector[k] = true;
+  }
+  for (size_t i = 0; i < stores.size(); ++i) {
+    const ElementStore& s = stores[i];
+    if (auto v = vectors.find(i); v != vectors.end()) {
+      std::vector<llvm::Value*> values;
+      for (size_t k : v->second) values.push_back(stores[k].value);
+      StorePackedVector(b, s.dtype, values, s.base, stores[v->second[0]].index);
+    } else if (!in_vector[i]) {
+      StoreElement(b, s.dtype, s.value, s.base, s.index);
+    }
+  }
 }
 
 llvm::Value* RoundFloatTo(llvm::IRBuilder<>& b, llvm::Value* value, DType t) {

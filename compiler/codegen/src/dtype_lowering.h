@@ -8,6 +8,9 @@
 
 #include <llvm/IR/IRBuilder.h>
 
+#include <map>
+#include <vector>
+
 #include "stitch/base/status.h"
 #include "stitch/ir/dtype.h"
 
@@ -26,6 +29,56 @@ llvm::Value* LoadElement(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm:
 // f16 and bf16 round to nearest even.
 void StoreElement(llvm::IRBuilder<>& b, DType t, llvm::Value* value, llvm::Value* base,
                   llvm::Value* index);
+
+// Vectors of sub-word integer elements (i8 and i16 storage: pred, s8, u8 and bf16) are
+// accessed as i32 words. LLVM 16's NVPTX backend splits a vector access of more than 4 such
+// lanes into accesses of 4 lanes however well it is aligned (two ld.v4.b16 for 8 bf16, 8
+// bytes each; f16's 8 lanes are the exception, as four <2 x half>), while <4 x i32> and
+// <2 x i32> accesses keep their width. The words are never bitcast to a vector of the
+// elements, which the backend's DAG combiner would fold back into the access it splits: lanes
+// are shifted out of them and into them instead.
+//
+// Returns whether `t` is such a dtype.
+bool AccessedAsWords(llvm::LLVMContext& ctx, DType t);
+
+// One element of a buffer that an emitter accesses.
+struct ElementAccess {
+  DType dtype;
+  llvm::Value* base;
+  llvm::Value* index;
+};
+
+// Finds, among `accesses` (all in one block), the vectors to access as words: more than 4
+// consecutive elements of one buffer of such a dtype (16 bytes, or 8 for i8) whose first
+// index the index arithmetic proves aligned to the vector's size (ElementAlignment) and
+// whose lanes it shows at constant distances 1, 2, ... from it (ConstantDistance). Returns
+// each vector at the position of the earliest of its accesses: their positions in
+// `accesses`, lane by lane. An element in no vector is accessed alone, as the alignment
+// proof does not cover it.
+std::map<size_t, std::vector<size_t>> PackedVectors(llvm::IRBuilder<>& b,
+                                                    const std::vector<ElementAccess>& accesses);
+
+// Loads the `lanes` elements from `first` on of the buffer at `base` (a vector PackedVectors
+// found) as one access of i32 words and returns them in the compute type, lane by lane.
+std::vector<llvm::Value*> LoadPackedVector(llvm::IRBuilder<>& b, DType t, llvm::Value* base,
+                                           llvm::Value* first, size_t lanes);
+
+// Narrows `values` (compute type, lane by lane) to storage and stores them from element
+// `first` of `base` on as one access of i32 words (a vector PackedVectors found).
+void StorePackedVector(llvm::IRBuilder<>& b, DType t, const std::vector<llvm::Value*>& values,
+                       llvm::Value* base, llvm::Value* first);
+
+// One element StoreElements stores.
+struct ElementStore {
+  DType dtype;
+  llvm::Value* value;  // compute type
+  llvm::Value* base;
+  llvm::Value* index;
+};
+
+// Stores each of `stores` as StoreElement does and in their order, except that the lanes of
+// each vector PackedVectors finds among them are stored as one, where the earliest is.
+void StoreElements(llvm::IRBuilder<>& b, const std::vector<ElementStore>& stores);
 
 // Rounds a compute-type float `value` to the precision of `t` (f16, bf16) and returns it in
 // t's compute type; for other float dtypes it only changes the LLVM width if needed.

@@ -4,6 +4,7 @@
 #include <llvm/IR/Intrinsics.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "dtype_lowering.h"
@@ -393,6 +394,7 @@ void ElementalEmitter::EmitLoads(const std::vector<int>& nodes,
     }
   }
   std::set<Key> seen;
+  std::vector<std::pair<int, IrIndex>> inputs;  // the buffer elements to load, in order
   // Each node is expanded once per distinct index, as Emit does; the bound only stops a
   // malformed (cyclic) graph, which Emit then reports.
   const size_t max_visits = max_stack_ * 4 * std::max<size_t>(linears.size(), 1);
@@ -404,8 +406,8 @@ void ElementalEmitter::EmitLoads(const std::vector<int>& nodes,
     if (pinned_any_.count(f.node) || (f.index.linear && pinned_.count({f.node, f.index.linear}))) {
       continue;
     }
-    if (auto buf = kc_.buffers.find(f.node); buf != kc_.buffers.end()) {
-      LoadInput(f.node, f.index, buf->second);
+    if (kc_.buffers.count(f.node)) {
+      inputs.emplace_back(f.node, f.index);
       continue;
     }
     const OpClass c = ClassOf(kc_.graph.nodes[f.node].op);
@@ -414,6 +416,41 @@ void ElementalEmitter::EmitLoads(const std::vector<int>& nodes,
     const Node& n = kc_.graph.nodes[f.node];
     for (size_t i = 0; i < f.operand_index.size(); ++i) {
       stack.push_back(MakeFrame(n.operands[i], Normalize(n.operands[i], f.operand_index[i])));
+    }
+  }
+  LoadInputs(inputs);
+}
+
+void ElementalEmitter::LoadInputs(const std::vector<std::pair<int, IrIndex>>& inputs) {
+  // Only sub-word elements can be part of a vector loaded as words; the others keep their
+  // index arithmetic next to their load.
+  std::vector<ElementAccess> accesses;
+  for (const auto& [node, index] : inputs) {
+    const Shape& s = kc_.graph.nodes[node].shape;
+    accesses.push_back({s.dtype, kc_.buffers.at(node),
+                        AccessedAsWords(kc_.ctx, s.dtype) ? LinearOf(index, s.dims) : nullptr});
+  }
+  const std::map<size_t, std::vector<size_t>> vectors = PackedVectors(b_, accesses);
+  std::vector<bool> in_vector(inputs.size(), false);
+  for (const auto& [earliest, lanes] : vectors) {
+    for (size_t k : lanes) in_vector[k] = true;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ElementAccess& a = accesses[i];
+    if (auto v = vectors.find(i); v != vectors.end()) {
+      const std::vector<llvm::Value*> values =
+          LoadPackedVector(b_, a.dtype, a.base, accesses[v->second[0]].index, v->second.size());
+      for (size_t k = 0; k < values.size(); ++k) {
+        const auto& [node, index] = inputs[v->second[k]];
+        memo_[KeyOf(node, index)] = values[k];
+      }
+    } else if (!in_vector[i]) {
+      const auto& [node, index] = inputs[i];
+      if (a.index == nullptr) {
+        LoadInput(node, index, a.base);
+      } else {
+        memo_[KeyOf(node, index)] = LoadElement(b_, a.dtype, a.base, a.index);
+      }
     }
   }
 }

@@ -36,8 +36,9 @@ class ElementalEmitter {
   // Emits only the buffer loads that Emit(node, {{}, linear}) would make, for every node at
   // every linear index, memoised for it: a vector's loads issued before any of its math are
   // all in flight at once, and the backend's vectorizer can merge them, which it cannot
-  // across the math library's inline assembly. Stops at pinned and seeded values and at
-  // reduces; errors are left to Emit.
+  // across the math library's inline assembly. The lanes of a vector of sub-word elements
+  // load as one access of i32 words where the backend would split them (AccessedAsWords).
+  // Stops at pinned and seeded values and at reduces; errors are left to Emit.
   void EmitLoads(const std::vector<int>& nodes, const std::vector<llvm::Value*>& linears);
 
   // Forgets every memoised value; call when moving to code that the values emitted so far
@@ -93,6 +94,9 @@ class ElementalEmitter {
   Key KeyOf(int node, const IrIndex& index) const;
   // Loads element `index` of the kernel input `node` from `buffer` and memoises it.
   void LoadInput(int node, const IrIndex& index, llvm::Value* buffer);
+  // Loads and memoises the kernel input elements `inputs` in order, the lanes of a vector
+  // that PackedVectors finds in one input together, where the first of them is.
+  void LoadInputs(const std::vector<std::pair<int, IrIndex>>& inputs);
   llvm::Value* PinnedValue(int node, const IrIndex& index);
   IrIndex Normalize(int node, const IrIndex& index);
   const std::vector<llvm::Value*>& DimsOf(IrIndex& index, const std::vector<int64_t>& shape);

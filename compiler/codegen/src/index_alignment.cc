@@ -13,6 +13,8 @@ constexpr int kUnknown = 0;
 constexpr int kAll = 63;
 // Index expressions are a few dozen instructions deep; the limit only bounds the walk.
 constexpr int kMaxDepth = 24;
+// Distances compare two such expressions, branching where they share operands.
+constexpr int kMaxDistanceDepth = 8;
 
 int Walk(const llvm::Value* v, int depth);
 
@@ -98,7 +100,60 @@ int Walk(const llvm::Value* v, int depth) {
   return kUnknown;
 }
 
+// An add that does not wrap as a signed sum, whose operands are then exact integers.
+const llvm::BinaryOperator* SignedAdd(const llvm::Value* v) {
+  const auto* add = llvm::dyn_cast<llvm::BinaryOperator>(v);
+  return add && add->getOpcode() == llvm::Instruction::Add && add->hasNoSignedWrap() ? add
+                                                                                     : nullptr;
+}
+
+// Splits `v` into a value plus the constant its non-wrapping adds of constants add up to.
+const llvm::Value* StripConstantAdds(const llvm::Value* v, int64_t& offset) {
+  for (int depth = 0; depth < kMaxDepth; ++depth) {
+    const llvm::BinaryOperator* add = SignedAdd(v);
+    if (add == nullptr) break;
+    const auto* c = llvm::dyn_cast<llvm::ConstantInt>(add->getOperand(1));
+    const llvm::Value* rest = add->getOperand(0);
+    if (c == nullptr) {
+      c = llvm::dyn_cast<llvm::ConstantInt>(add->getOperand(0));
+      rest = add->getOperand(1);
+    }
+    if (c == nullptr || c->getBitWidth() > 64) break;
+    offset += c->getSExtValue();
+    v = rest;
+  }
+  return v;
+}
+
+std::optional<int64_t> Distance(const llvm::Value* a, const llvm::Value* b, int depth) {
+  int64_t da = 0;
+  int64_t db = 0;
+  a = StripConstantAdds(a, da);
+  b = StripConstantAdds(b, db);
+  if (a == b) return da - db;
+  const auto* ca = llvm::dyn_cast<llvm::ConstantInt>(a);
+  const auto* cb = llvm::dyn_cast<llvm::ConstantInt>(b);
+  if (ca && cb && ca->getBitWidth() <= 64 && cb->getBitWidth() <= 64) {
+    return ca->getSExtValue() + da - cb->getSExtValue() - db;
+  }
+  const llvm::BinaryOperator* sa = SignedAdd(a);
+  const llvm::BinaryOperator* sb = SignedAdd(b);
+  if (sa == nullptr || sb == nullptr || depth >= kMaxDistanceDepth) return std::nullopt;
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      if (sa->getOperand(i) != sb->getOperand(j)) continue;
+      std::optional<int64_t> d = Distance(sa->getOperand(1 - i), sb->getOperand(1 - j), depth + 1);
+      if (d) return *d + da - db;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::optional<int64_t> ConstantDistance(const llvm::Value* a, const llvm::Value* b) {
+  return Distance(a, b, 0);
+}
 
 int KnownTrailingZeros(const llvm::Value* index) { return Walk(index, 0); }
 

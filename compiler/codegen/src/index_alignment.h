@@ -10,6 +10,9 @@
 
 #include <llvm/IR/Value.h>
 
+#include <cstdint>
+#include <optional>
+
 namespace stitch::codegen {
 
 // Returns how many low bits of the integer `index` are known to be zero (at most 63; 63 for
@@ -20,5 +23,10 @@ int KnownTrailingZeros(const llvm::Value* index);
 // elements whose base is 16-byte aligned (CompiledKernel::param_nodes' contract): the
 // element size times the largest power of two known to divide the index, at most 16.
 uint64_t ElementAlignment(const llvm::Value* index, uint64_t element_bytes);
+
+// Returns a - b for two integer indices when their arithmetic shows it constant: both
+// constants, or the same value plus constants, or sums sharing an operand whose other
+// operands are so, through adds that do not wrap (nsw). Otherwise nothing.
+std::optional<int64_t> ConstantDistance(const llvm::Value* a, const llvm::Value* b);
 
 }  // namespace stitch::codegen

@@ -50,9 +50,12 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc) {
             values.push_back(v);
           }
           // The stores follow all of the output's loads, so nothing separates adjacent ones.
+          std::vector<ElementStore> stores;
           for (size_t e = 0; e < indices.size(); ++e) {
-            StoreElement(b, g.nodes[out].shape.dtype, values[e], kc.output_buffers[o], indices[e]);
+            stores.push_back(
+                {g.nodes[out].shape.dtype, values[e], kc.output_buffers[o], indices[e]});
           }
+          StoreElements(b, stores);
         }
         return Status::Ok();
       }));

@@ -302,7 +302,7 @@ class RowStitchEmitter {
     std::vector<int> reads = layout_.row_space_outputs;
     for (const ReduceInfo& r : column_.reduces) reads.push_back(r.input);
     STITCH_RETURN_IF_ERROR(ForEachElement(reads, [&](llvm::Value* lin, size_t j) -> Status {
-      for (int o : layout_.row_space_outputs) STITCH_RETURN_IF_ERROR(StoreOutput(o, lin));
+      for (int o : layout_.row_space_outputs) STITCH_RETURN_IF_ERROR(QueueOutput(o, lin));
       return AccumulateColumns(lin, j);
     }));
     if (layout_.row_outputs.empty()) return Status::Ok();
@@ -329,7 +329,8 @@ class RowStitchEmitter {
   // Runs `body(linear index, register position)` for each element of the row this thread
   // owns: unrolled over the fixed positions when values stay in registers, a loop (position
   // 0) otherwise. A vector's elements share one block, where the backend can merge their
-  // adjacent accesses.
+  // adjacent accesses; the stores `body` queues (QueueOutput) follow each vector's last
+  // element, where a vector of sub-word elements stores as one (StoreElements).
   Status ForEachElement(const std::vector<int>& reads,
                         const std::function<Status(llvm::Value*, size_t)>& body, int pass = -1) {
     const size_t w = static_cast<size_t>(width());
@@ -347,6 +348,7 @@ class RowStitchEmitter {
           for (size_t j = v; j < end; ++j) {
             STITCH_RETURN_IF_ERROR(body(lins_[j], j));
             STITCH_RETURN_IF_ERROR(StoreCached(pass, j));
+            if ((j - v + 1) % w == 0) FlushOutputs();
           }
           return Status::Ok();
         }));
@@ -366,6 +368,7 @@ class RowStitchEmitter {
                          for (llvm::Value* lane : lanes) {
                            STITCH_RETURN_IF_ERROR(body(lane, 0));
                          }
+                         FlushOutputs();
                          return Status::Ok();
                        });
   }
@@ -454,12 +457,31 @@ class RowStitchEmitter {
   }
 
   Status StoreOutput(int node, llvm::Value* lin) {
+    STITCH_RETURN_IF_ERROR(QueueOutput(node, lin));
+    FlushOutputs();
+    return Status::Ok();
+  }
+
+  // Computes output `node` at `lin` and stores it: sub-word elements (AccessedAsWords) once
+  // FlushOutputs has the rest of their vector, the others in place, where the backend's
+  // vectorizer merges them.
+  Status QueueOutput(int node, llvm::Value* lin) {
     const auto& outs = kc_.spec.outputs;
     const size_t slot =
         static_cast<size_t>(std::find(outs.begin(), outs.end(), node) - outs.begin());
     STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(node, IrIndex{{}, lin}));
-    StoreElement(b_, kc_.graph.nodes[node].shape.dtype, v, kc_.output_buffers[slot], lin);
+    const ElementStore store{kc_.graph.nodes[node].shape.dtype, v, kc_.output_buffers[slot], lin};
+    if (AccessedAsWords(kc_.ctx, store.dtype)) {
+      stores_.push_back(store);
+    } else {
+      StoreElements(b_, {store});
+    }
     return Status::Ok();
+  }
+
+  void FlushOutputs() {
+    StoreElements(b_, stores_);
+    stores_.clear();
   }
 
   KernelContext& kc_;
@@ -467,6 +489,7 @@ class RowStitchEmitter {
   const ThreadMapping& m_;
   const RowStitchLayout& layout_;
   ElementalEmitter em_;
+  std::vector<ElementStore> stores_;  // queued by QueueOutput
   std::map<int, ReduceInfo> reduces_;
   std::map<int, llvm::AllocaInst*> results_;
   std::map<int, std::vector<llvm::AllocaInst*>> cache_;

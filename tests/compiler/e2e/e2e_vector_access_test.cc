@@ -60,6 +60,71 @@ TEST(VectorAccess, LoopKernelsTakeSixteenBytesPerThreadWhereTheDtypesAllow) {
   }
 }
 
+// How many of the PTX's global accesses have the form `op` (e.g. "ld.global.nc.v4.u32").
+int CountOf(const std::string& ptx, const std::string& op) {
+  int n = 0;
+  for (size_t at = ptx.find(op); at != std::string::npos; at = ptx.find(op, at + 1)) {
+    const char next = at + op.size() < ptx.size() ? ptx[at + op.size()] : '\n';
+    n += next == ' ' || next == '\t';
+  }
+  return n;
+}
+
+// NVPTX splits vectors of more than 4 i8 or i16 lanes; the emitters access them as i32 words.
+TEST(VectorAccess, SubwordVectorsAreAccessedAsWholeWords) {
+  struct Case {
+    Graph g;
+    int width;
+    const char* load;  // the one global load form the kernel's vectors take
+    const char* store;
+  };
+  Case cases[] = {
+      {Elementwise({1024, 512}, DType::kBF16, DType::kBF16), 8, "ld.global.nc.v4.u32",
+       "st.global.v4.u32"},
+      {Elementwise({1024, 512}, DType::kS8, DType::kS8), 8, "ld.global.nc.v2.u32",
+       "st.global.v2.u32"},
+      {testing::Softmax(4096, 1024, DType::kBF16), 8, "ld.global.nc.v4.u32", "st.global.v4.u32"},
+      // Four bf16 lanes are one 8-byte access already, and stay one.
+      {Elementwise({1024, 512}, DType::kF32, DType::kBF16), 4, "ld.global.nc.v4.f32",
+       "st.global.v4.u16"},
+  };
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.g.name + " " + c.g.nodes[0].shape.ToString() + " -> " +
+                 c.g.nodes[c.g.outputs[0]].shape.ToString());
+    CompileResult r = CompileToPtx(c.g);
+    ASSERT_EQ(r.kernels.size(), 1u);
+    EXPECT_EQ(r.plan.kernels[0].mapping.vector_width, c.width);
+    const std::string& ptx = r.kernels[0].ptx;
+    EXPECT_GT(CountOf(ptx, c.load), 0) << ptx;
+    EXPECT_GT(CountOf(ptx, c.store), 0) << ptx;
+    for (const char* split : {"ld.global.nc.v4.u16", "ld.global.nc.v4.u8", "st.global.v4.u8"}) {
+      EXPECT_EQ(CountOf(ptx, split), 0) << split << "\n" << ptx;
+    }
+    if (c.width == 8) {
+      EXPECT_EQ(CountOf(ptx, "st.global.v4.u16"), 0) << ptx;
+    }
+  }
+}
+
+// out = x[:, 1:513] * 2 in bf16: the output's vectors start at multiples of 8 elements, the
+// input's at odd ones, which no word access can take.
+TEST(VectorAccess, SubwordVectorsAreWordsOnlyWhereTheirAlignmentIsProven) {
+  Graph g;
+  g.name = "offset_slice";
+  int x = Param(g, {DType::kBF16, {1024, 514}}, 0, "x");
+  int s = testing::Slice(g, x, {0, 1}, {1024, 513});
+  g.outputs = {Binary(g, OpCode::kAdd, s, s)};
+  CompileResult r = CompileToPtx(g);
+  ASSERT_EQ(r.kernels.size(), 1u);
+  ASSERT_EQ(r.plan.kernels[0].mapping.vector_width, 8);
+  const std::string& ptx = r.kernels[0].ptx;
+  EXPECT_EQ(CountOf(ptx, "ld.global.nc.v4.u32"), 0) << ptx;
+  EXPECT_EQ(CountOf(ptx, "ld.global.nc.v2.u32"), 0) << ptx;
+  EXPECT_GT(CountOf(ptx, "st.global.v4.u32"), 0) << ptx;
+  testing::EmulatorCheck check;
+  EXPECT_TRUE(testing::CheckOnEmulator(g, 41, /*random_order=*/true, &check));
+}
+
 TEST(VectorAccess, SizesNoWidthDividesStayScalar) {
   Graph g = Elementwise({1001, 3}, DType::kF32, DType::kF32);
   CompileResult r = CompileToPtx(g);
@@ -90,6 +155,12 @@ TEST(VectorAccess, VectorizedKernelsMatchTheInterpreter) {
       {testing::Softmax(37, 96), 33},                 // rows of whole vectors
       {testing::Softmax(29, 4000, DType::kF16), 34},  // long rows: vectors in a loop
       {testing::Softmax(37, 99), 35},                 // odd rows: scalar
+      // Sub-word elements in i32 words.
+      {Elementwise({64, 40}, DType::kBF16, DType::kBF16), 36},
+      {Elementwise({64, 40}, DType::kS8, DType::kS8), 37},
+      {Elementwise({33, 8}, DType::kF32, DType::kBF16), 38},
+      {testing::Softmax(37, 96, DType::kBF16), 39},
+      {testing::Softmax(29, 4000, DType::kBF16), 40},
   };
   for (Case& c : cases) {
     SCOPED_TRACE(c.g.name + " " + c.g.nodes[0].shape.ToString());
