@@ -13,6 +13,7 @@
 #include "stitch/codegen/ptx_summary.h"
 #include "stitch/driver/compile.h"
 #include "suite/suite.h"
+#include "support/known_gaps.h"
 #include "support/random_graph.h"
 
 namespace stitch::suite {
@@ -20,12 +21,7 @@ namespace {
 
 // Checks that fail on today's code, each with its cause. A gap that starts passing fails the
 // test too, so the list only shrinks.
-struct KnownGap {
-  int id;
-  const char* check;  // a CodeCheck name
-  const char* why;
-};
-constexpr KnownGap kKnownGaps[] = {
+constexpr testing::KnownGap kKnownGaps[] = {
     {2, "instructions",
      "dropout's random bits per element and 218 registers (one block per SM): ~90 "
      "instructions per element (0.85x torch.compile on the H100)"},
@@ -53,19 +49,6 @@ constexpr KnownGap kKnownGaps[] = {
      "Threefry's rounds per random element: 80 instructions per element (0.84x "
      "torch.compile on the H100)"},
 };
-
-const KnownGap* GapOf(int id, const std::string& check) {
-  for (const KnownGap& g : kKnownGaps) {
-    if (g.id == id && check == g.check) return &g;
-  }
-  return nullptr;
-}
-
-CompileOptions FullCompile() {
-  CompileOptions o;
-  o.codegen.target = *Target::Parse("sm_90");
-  return o;
-}
 
 const GpuDevice& H100() { return *FindDevice("H100"); }
 
@@ -105,12 +88,12 @@ class SuiteCodegenChecks : public ::testing::TestWithParam<int> {};
 TEST_P(SuiteCodegenChecks, ShippedKernelsKeepTheirPromises) {
   StatusOr<SuiteEntry> entry = BuildSuiteEntry(GetParam());
   ASSERT_TRUE(entry.ok()) << entry.status().ToString();
-  StatusOr<CompileResult> r = CompileGraph(entry->graph, FullCompile());
+  StatusOr<CompileResult> r = CompileGraph(entry->graph, testing::Sm90Compile());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const std::set<std::string> failed = CheckShipped("#" + std::to_string(GetParam()), *r);
   for (const char* check : {"width", "local", "registers", "in_flight", "instructions"}) {
     const bool ok = failed.count(check) == 0;
-    if (const KnownGap* gap = GapOf(GetParam(), check)) {
+    if (const testing::KnownGap* gap = testing::GapOf(kKnownGaps, GetParam(), check)) {
       EXPECT_FALSE(ok) << "known gap '" << check << "' of #" << GetParam()
                        << " is closed: remove it from kKnownGaps (" << gap->why << ")";
       if (!ok) std::printf("known gap (%s): %s\n", check, gap->why);
@@ -132,7 +115,7 @@ TEST(RandomGraphCodegenChecks, ShippedKernelsKeepTheirPromises) {
     testing::RandomGraphBuilder builder =
         testing::RandomGraphBuilder::Large(seed, int64_t{1} << 22);
     const Graph g = builder.Build();
-    StatusOr<CompileResult> r = CompileGraph(g, FullCompile());
+    StatusOr<CompileResult> r = CompileGraph(g, testing::Sm90Compile());
     ASSERT_TRUE(r.ok()) << "seed " << seed << ": " << r.status().ToString();
     const std::set<std::string> failed = CheckShipped("seed " + std::to_string(seed), *r);
     EXPECT_EQ(failed.count("width"), 0u)

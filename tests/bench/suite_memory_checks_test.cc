@@ -39,6 +39,7 @@
 #include "stitch/emulator/emulated_run.h"
 #include "stitch/plan/gpu_device.h"
 #include "suite/suite.h"
+#include "support/known_gaps.h"
 #include "support/random_graph.h"
 
 namespace stitch::suite {
@@ -49,12 +50,7 @@ constexpr double kMaxDramPerDistinct = 1.1;
 
 // Checks that fail on today's code, each with its cause. A gap that starts passing fails the
 // test too, so the list only shrinks.
-struct KnownGap {
-  int id;
-  const char* check;  // "sectors" (fetched per used) or "rereads" (DRAM per distinct)
-  const char* why;
-};
-constexpr KnownGap kKnownGaps[] = {
+constexpr testing::KnownGap kKnownGaps[] = {
     {13, "sectors",
      "the bf16 operand is read transposed, a sector per lane (16x): no shared-memory tiles yet"},
     {13, "rereads",
@@ -72,19 +68,6 @@ constexpr KnownGap kKnownGaps[] = {
      "rows of 123 f32 (492 bytes) do not start on sector boundaries and a warp covers rows "
      "in parts, so each part straddles a sector more than it uses"},
 };
-
-const KnownGap* GapOf(int id, const std::string& check) {
-  for (const KnownGap& g : kKnownGaps) {
-    if (g.id == id && check == g.check) return &g;
-  }
-  return nullptr;
-}
-
-CompileOptions FullCompile() {
-  CompileOptions o;
-  o.codegen.target = *Target::Parse("sm_90");
-  return o;
-}
 
 SectorTrafficOptions H100Options() {
   const GpuDevice* h100 = FindDevice("H100");
@@ -153,7 +136,7 @@ class SuiteMemoryChecks : public ::testing::TestWithParam<int> {};
 TEST_P(SuiteMemoryChecks, ShippedKernelsFetchWhatTheyUseOnce) {
   StatusOr<SuiteEntry> entry = BuildSuiteEntry(GetParam());
   ASSERT_TRUE(entry.ok()) << entry.status().ToString();
-  StatusOr<CompileResult> r = CompileGraph(entry->graph, FullCompile());
+  StatusOr<CompileResult> r = CompileGraph(entry->graph, testing::Sm90Compile());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const SectorTrafficOptions o = H100Options();
   std::printf("re-use window %.1f MiB, prefix of %.1f MiB of modelled traffic per launch\n",
@@ -165,7 +148,7 @@ TEST_P(SuiteMemoryChecks, ShippedKernelsFetchWhatTheyUseOnce) {
        {std::tuple<std::string, double, double>{"sectors", w.fetched_per_used, kMaxFetchedPerUsed},
         {"rereads", w.dram_per_distinct, kMaxDramPerDistinct}}) {
     const bool ok = value <= bound;
-    if (const KnownGap* gap = GapOf(GetParam(), check)) {
+    if (const testing::KnownGap* gap = testing::GapOf(kKnownGaps, GetParam(), check)) {
       EXPECT_FALSE(ok) << "known gap '" << check << "' of #" << GetParam() << " is closed ("
                        << value << " <= " << bound << "): remove it from kKnownGaps (" << gap->why
                        << ")";
@@ -207,7 +190,7 @@ TEST(RandomGraphMemoryChecks, ShippedKernelsFetchWhatTheyUseOnce) {
     testing::RandomGraphBuilder builder =
         testing::RandomGraphBuilder::Large(seed, int64_t{1} << 22);
     const Graph g = builder.Build();
-    StatusOr<CompileResult> r = CompileGraph(g, FullCompile());
+    StatusOr<CompileResult> r = CompileGraph(g, testing::Sm90Compile());
     ASSERT_TRUE(r.ok()) << "seed " << seed << ": " << r.status().ToString();
     const Worst w = Measure("seed " + std::to_string(seed), *r, [](const KernelSpec& k) {
       return Asserted{k.mapping.strided_input_bytes == 0, k.mapping.grid_barriers == 0};
