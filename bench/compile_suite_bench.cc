@@ -657,7 +657,9 @@ void PrintCodeChecks(const std::vector<Result>& results) {
                 << " | " << x.assembled_blocks_per_sm << " (" << x.planned_blocks_per_sm << ") | "
                 << f.local_bytes << " | " << x.bytes_in_flight_per_sm << " ("
                 << x.bytes_in_flight_needed << ") | " << Fixed(x.instructions_per_element, 1)
-                << " | " << (k.failed.empty() ? "-" : k.failed) << " |\n";
+                << " | " << (k.failed.empty() ? "-" : k.failed) << " | " << k.prefix_blocks << " / "
+                << k.grid_blocks << " | " << Fixed(k.fetched_per_used, 2) << " | "
+                << Fixed(k.dram_per_distinct, 2) << " |\n";
     }
   }
   std::cout << "\nShipped kernels passing every static check: " << clean << "/" << kernels << ".\n";
