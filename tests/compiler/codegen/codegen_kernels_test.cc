@@ -164,9 +164,10 @@ TEST(CodegenLoop, DeepXorShiftGraphCompilesQuickly) {
   // PTX instructions with their moves and conversions), and the PTX must hold each round
   // once, not re-expanded per use of its fan-out.
   const PtxMemorySummary ptx = SummarizePtx(k->ptx);
-  std::printf("threefry-like graph (%zu nodes): emit %.1f ms, emit + PTX %.1f ms, %d PTX "
-              "instructions\n",
-              gb.g.nodes.size(), emit_ms, ms, ptx.instructions);
+  std::printf(
+      "threefry-like graph (%zu nodes): emit %.1f ms, emit + PTX %.1f ms, %d PTX "
+      "instructions\n",
+      gb.g.nodes.size(), emit_ms, ms, ptx.instructions);
   EXPECT_GE(ptx.instructions, 5 * 3000);
   EXPECT_LE(ptx.instructions, 40 * 3000);
 }
