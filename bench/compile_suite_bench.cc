@@ -403,7 +403,7 @@ void CheckShippedCode(const CompileResult& c, Result& r) {
     Result::KernelCode k;
     k.facts = FactsOf(c.graph, c.plan.kernels[i], c.kernels[i]);
     k.figures = FiguresOf(k.facts, kTarget.device());
-    for (const CodeCheck& check : CheckKernelCode(k.facts, kTarget.device())) {
+    for (const CodeCheck& check : CheckKernelCode(k.facts, k.figures)) {
       if (!check.ok) k.failed += (k.failed.empty() ? "" : ", ") + check.name;
     }
     k.facts.ptx.clear();  // read; not needed again

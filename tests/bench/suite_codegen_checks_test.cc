@@ -71,7 +71,7 @@ std::set<std::string> CheckShipped(const std::string& what, const CompileResult&
         x.assembled_blocks_per_sm, x.planned_blocks_per_sm,
         static_cast<long long>(x.bytes_in_flight_per_sm),
         static_cast<long long>(x.bytes_in_flight_needed), x.instructions_per_element);
-    for (const CodeCheck& c : CheckKernelCode(facts, H100())) {
+    for (const CodeCheck& c : CheckKernelCode(facts, x)) {
       if (c.name == "generic") {
         EXPECT_TRUE(c.ok) << what << " " << facts.name << ": " << c.detail;
       } else if (!c.ok) {

@@ -133,8 +133,7 @@ KernelCodeFigures FiguresOf(const KernelCodeFacts& f, const GpuDevice& device) {
   return x;
 }
 
-std::vector<CodeCheck> CheckKernelCode(const KernelCodeFacts& f, const GpuDevice& device) {
-  const KernelCodeFigures x = FiguresOf(f, device);
+std::vector<CodeCheck> CheckKernelCode(const KernelCodeFacts& f, const KernelCodeFigures& x) {
   std::vector<CodeCheck> checks;
   checks.push_back(
       {"width",

@@ -108,7 +108,7 @@ std::set<std::string> Failed(const KernelCodeFacts& f) {
       f.promised_store_bytes, f.registers, x.assembled_blocks_per_sm, x.planned_blocks_per_sm,
       static_cast<long long>(x.bytes_in_flight_per_sm),
       static_cast<long long>(x.bytes_in_flight_needed), x.instructions_per_element);
-  for (const CodeCheck& c : CheckKernelCode(f, h100)) {
+  for (const CodeCheck& c : CheckKernelCode(f, x)) {
     if (!c.ok) {
       failed.insert(c.name);
       std::printf("  fails %s: %s\n", c.name.c_str(), c.detail.c_str());

@@ -77,9 +77,10 @@ double InstructionsPerElementBound(KernelKind kind);
 // Returns the figures of `facts` on `device`.
 KernelCodeFigures FiguresOf(const KernelCodeFacts& facts, const GpuDevice& device);
 
-// Runs every check on `facts` for `device`, in the order of CodeCheck::name's list. Checks
-// that need the cubin (registers, local memory from the report, instructions) pass when the
-// kernel was not assembled.
-std::vector<CodeCheck> CheckKernelCode(const KernelCodeFacts& facts, const GpuDevice& device);
+// Runs every check on `facts`, whose figures on the device are `figures` (FiguresOf), in the
+// order of CodeCheck::name's list. Checks that need the cubin (registers, local memory from
+// the report, instructions) pass when the kernel was not assembled.
+std::vector<CodeCheck> CheckKernelCode(const KernelCodeFacts& facts,
+                                       const KernelCodeFigures& figures);
 
 }  // namespace stitch
