@@ -12,16 +12,14 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The widest access `buffers` of `elements` elements take with `width` lanes: the widest
-// element times the width, at most 16 bytes.
-int PromisedBytes(const Graph& g, const std::vector<int>& buffers, int64_t elements, int width) {
+// The widest element among `buffers` of `elements` elements, in bytes; 0 for none.
+int WidestFullSizeElement(const Graph& g, const std::vector<int>& buffers, int64_t elements) {
   int bytes = 0;
   for (int id : buffers) {
     const Shape& s = g.nodes[id].shape;
-    if (s.elements() == elements)
-      bytes = std::max<int>(bytes, static_cast<int>(DTypeBytes(s.dtype)));
+    if (s.elements() == elements) bytes = std::max(bytes, static_cast<int>(DTypeBytes(s.dtype)));
   }
-  return std::min(16, bytes * width);
+  return bytes;
 }
 
 // Passes of the grid-stride loop over the whole launch: each is one block's trip through
@@ -77,17 +75,22 @@ KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKe
   for (const auto* list : {&spec.inputs, &spec.outputs}) {
     for (int id : *list) f.elements = std::max(f.elements, g.nodes[id].shape.elements());
   }
-  // Only loop and row-stitch kernels vectorise their full-size accesses.
   const int width = spec.mapping.vector_width;
-  if (width > 1 && (spec.kind == KernelKind::kLoop || spec.kind == KernelKind::kRowStitch)) {
-    f.promised_load_bytes = PromisedBytes(g, spec.inputs, f.elements, width);
-    f.promised_store_bytes = PromisedBytes(g, spec.outputs, f.elements, width);
-  }
+  f.promised_load_bytes =
+      PromisedAccessBytes(spec.kind, width, WidestFullSizeElement(g, spec.inputs, f.elements));
+  f.promised_store_bytes =
+      PromisedAccessBytes(spec.kind, width, WidestFullSizeElement(g, spec.outputs, f.elements));
   f.ptx = kernel.ptx;
   f.registers = kernel.assembly.registers;
   f.local_bytes = kernel.assembly.stack_bytes + kernel.assembly.spill_store_bytes;
   f.instructions = kernel.assembly.instructions;
   return f;
+}
+
+int PromisedAccessBytes(KernelKind kind, int vector_width, int element_bytes) {
+  // Only loop and row-stitch kernels vectorise their full-size accesses.
+  if (vector_width <= 1 || (kind != KernelKind::kLoop && kind != KernelKind::kRowStitch)) return 0;
+  return std::min(16, element_bytes * vector_width);
 }
 
 double InstructionsPerElementBound(KernelKind kind) {

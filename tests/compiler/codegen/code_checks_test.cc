@@ -11,11 +11,13 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
 
 #include "stitch/codegen/codegen.h"
+#include "stitch/ir/dtype.h"
 #include "stitch/plan/gpu_device.h"
 
 namespace stitch {
@@ -44,18 +46,17 @@ std::array<uint32_t, 3> Dims3(const nlohmann::json& j) {
   return {j[0].get<uint32_t>(), j[1].get<uint32_t>(), j[2].get<uint32_t>()};
 }
 
-// The widest promised access among `buffers` of the full size: vector width times the
-// element's bytes, at most 16.
-int Promised(const nlohmann::json& buffers, int64_t elements, int width) {
+// The widest element among `buffers` of `elements` elements, in bytes.
+int WidestElement(const nlohmann::json& buffers, int64_t elements) {
   int bytes = 0;
   for (const nlohmann::json& b : buffers) {
     int64_t n = 1;
     for (int64_t d : b["shape"]["dims"]) n *= d;
-    const std::string dtype = b["shape"]["dtype"];
-    const int size = dtype == "f32" ? 4 : dtype == "f16" || dtype == "bf16" ? 2 : 1;
-    if (n == elements) bytes = std::max(bytes, size);
+    const std::optional<DType> dtype = ParseDType(b["shape"]["dtype"].get<std::string>());
+    EXPECT_TRUE(dtype.has_value()) << b["shape"]["dtype"];
+    if (dtype && n == elements) bytes = std::max(bytes, static_cast<int>(DTypeBytes(*dtype)));
   }
-  return width > 1 ? std::min(16, bytes * width) : 0;
+  return bytes;
 }
 
 // The facts of the one kernel in `row`'s fixture: the plan's mapping from plan.json, the
@@ -81,10 +82,10 @@ KernelCodeFacts FixtureFacts(const std::string& row) {
   f.mapping.bytes_loaded = m["bytes_loaded"];
   f.mapping.bytes_stored = m["bytes_stored"];
   f.elements = k["elements"];
-  if (f.kind == KernelKind::kLoop || f.kind == KernelKind::kRowStitch) {
-    f.promised_load_bytes = Promised(k["spec"]["inputs"], f.elements, f.mapping.vector_width);
-    f.promised_store_bytes = Promised(k["spec"]["outputs"], f.elements, f.mapping.vector_width);
-  }
+  f.promised_load_bytes = PromisedAccessBytes(f.kind, f.mapping.vector_width,
+                                              WidestElement(k["spec"]["inputs"], f.elements));
+  f.promised_store_bytes = PromisedAccessBytes(f.kind, f.mapping.vector_width,
+                                               WidestElement(k["spec"]["outputs"], f.elements));
   f.ptx = ReadFile(kFixtures + row + "/" + f.name + ".ptx");
   const std::string cubin = ReadFile(kFixtures + row + "/" + f.name + ".cubin");
   f.instructions = CubinInstructions(cubin, f.name);
