@@ -267,12 +267,14 @@ class AnalyticalCostModel : public CostModel {
   // `critical` passes. Each of the SM's schedulers (register_sub_partitions) issues one warp
   // instruction per issue_seconds at best; a warp issues at most one per
   // dependent_issue_seconds, so with few warps per scheduler (one large block per SM) the
-  // warps' chains of dependent instructions set the pace. 0 without an instruction count
-  // (not assembled, or a global kernel's phase, whose share of the cubin is not known) or
-  // in versions without the term.
+  // warps' chains of dependent instructions set the pace. The count is the cubin's, or the
+  // scheduler's estimate while it compares mappings; 0 without either (a global kernel's
+  // phase, whose share of the cubin is not known) or in versions without the term.
   double IssueSeconds(const ThreadMapping& m, int64_t parallel, int64_t critical,
                       int resident_blocks_per_sm) const {
-    if (p_.issue_seconds <= 0 || m.assembled_instructions <= 0) return 0;
+    const int instructions =
+        m.assembled_instructions > 0 ? m.assembled_instructions : m.estimated_instructions;
+    if (p_.issue_seconds <= 0 || instructions <= 0) return 0;
     const int64_t sms = std::max(device_.sms, 1);
     const double schedulers = std::max(device_.register_sub_partitions, 1);
     const double warps_per_block = static_cast<double>(CeilDiv(m.launch.block_threads(), 32));
@@ -283,8 +285,8 @@ class AnalyticalCostModel : public CostModel {
     if (p_.dependent_issue_seconds > 0) {
       issue_rate = std::min(issue_rate, warps_per_scheduler / p_.dependent_issue_seconds);
     }
-    return static_cast<double>(critical) * static_cast<double>(m.assembled_instructions) *
-           warps_per_scheduler / issue_rate;
+    return static_cast<double>(critical) * static_cast<double>(instructions) * warps_per_scheduler /
+           issue_rate;
   }
 
   // A global kernel: one launch, its phases one after another on the same co-resident grid

@@ -315,6 +315,56 @@ int64_t LoopModeRereadBytes(const Graph& g, const KernelSpec& k, const RowStitch
   return bytes;
 }
 
+// Instructions a thread issues per pass of a row-stitched mapping, estimated before any
+// mapping is assembled so that the cost model's issue term can rank one kernel's mappings.
+// Per row-space element: about two for a cheap op with its index and address arithmetic and
+// for each load, store and reduce step, a dozen for a costly one (exact f32 division, exp's
+// range reduction). The suite's row kernels assemble to 35-90 per element; the estimate
+// needs the right order, not the digit, since every mapping of the kernel shares it. What
+// differs between mappings is the elements a thread takes per pass (each walked once per
+// pass over the row in loop mode) and each reduce's combine across the row's threads:
+// shuffle steps, and a round through shared memory beyond a warp.
+int EstimatedPassInstructions(const Graph& g, const KernelSpec& k, const RowStitchLayout& layout) {
+  const RowGeometry& geo = layout.geometry;
+  const int64_t row_space = geo.rows * geo.row_len;
+  int64_t per_element = 2 * static_cast<int64_t>(k.inputs.size() + k.outputs.size());
+  int reduces = 0;
+  for (int id : k.nodes) {
+    const Node& n = g.nodes[id];
+    if (n.op == OpCode::kReduce) {
+      per_element += 2;
+      ++reduces;
+    } else if (ClassOf(n.op) == OpClass::kElementwise && n.shape.elements() == row_space) {
+      per_element += CostOf(n.op) == OpCost::kCostly ? 12 : 2;
+    }
+  }
+  const ThreadMapping& m = k.mapping;
+  const int64_t tpr = std::max(m.threads_per_row, 1);
+  const int64_t passes_over_row =
+      m.values_per_thread > 0 ? 1 : static_cast<int64_t>(layout.phases.size()) + 1;
+  int64_t combine = 0;
+  for (int64_t t = std::min<int64_t>(tpr, 32); t > 1; t /= 2) combine += 4;
+  if (tpr > 32) combine += 16;
+  const int64_t total =
+      CeilDiv(geo.row_len, tpr) * per_element * passes_over_row + combine * reduces;
+  return static_cast<int>(std::min<int64_t>(total, std::numeric_limits<int>::max()));
+}
+
+// How far above the best issue-aware price a row mapping chosen on memory alone must be
+// priced before the issue term overrules it: the estimate's error on the suite's row
+// kernels is within about a quarter.
+constexpr double kIssueOverruleRatio = 1.25;
+
+// The planning version's constants with the fitted issue term, which only a measurement
+// gives (the datasheet version has none; devices without a fit keep none).
+CostModelParameters WithFittedIssueTerm(const GpuDevice& d) {
+  CostModelParameters p = CostModelParametersFor(d, kPlanningCostModel);
+  const CostModelParameters fitted = CostModelParametersFor(d, kCurrentCostModel);
+  p.issue_seconds = fitted.issue_seconds;
+  p.dependent_issue_seconds = fitted.dependent_issue_seconds;
+  return p;
+}
+
 // Fills a row-stitched mapping with `threads_per_row` threads per row. Returns false when
 // the kernel has column reduces and a thread cannot keep fixed columns in registers.
 bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
@@ -405,6 +455,7 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
     candidates.push_back(block_threads);
   }
   std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d, kPlanningCostModel);
+  std::unique_ptr<CostModel> issue_model = NewAnalyticalCostModel(d, WithFittedIssueTerm(d));
   // Where later passes over a row read values an earlier pass read or computed (the
   // layout's cached values), mappings that keep the row in registers come first, as
   // Triton's persistent reductions do: the model prices a pass over a row the same whether
@@ -413,17 +464,42 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
   double best = std::numeric_limits<double>::infinity();
   bool best_in_registers = false;
   int best_threads = candidates.front();
+  // The same in-register mappings priced with the issue term on an estimated instruction
+  // count (a kernel of its own only: a global kernel's phase shares the cubin).
+  double best_issue_priced = std::numeric_limits<double>::infinity();
+  double least_issue_priced = std::numeric_limits<double>::infinity();
+  int least_issue_threads = 0;
   for (int t : candidates) {
     if (!FillRowStitch(g, layout, t, d, block_threads, k)) continue;
     if (ResidentBlocksPerSm(d, k.mapping) == 0) continue;
     const bool in_registers = rereads && k.mapping.values_per_thread > 0;
     if (best_in_registers && !in_registers) continue;
-    double s = model->EstimateKernel(g, k).seconds;
+    double issue_priced = std::numeric_limits<double>::infinity();
+    if (in_registers && block_threads == 0) {
+      KernelSpec priced = k;
+      priced.mapping.estimated_instructions = EstimatedPassInstructions(g, k, layout);
+      issue_priced = issue_model->EstimateKernel(g, priced).seconds;
+      if (issue_priced < least_issue_priced) {
+        least_issue_priced = issue_priced;
+        least_issue_threads = t;
+      }
+    }
+    const double s = model->EstimateKernel(g, k).seconds;
     if (s < best || (in_registers && !best_in_registers)) {
       best = s;
       best_threads = t;
       best_in_registers = in_registers;
+      best_issue_priced = issue_priced;
     }
+  }
+  // The issue term weighs the bytes a thread keeps in flight against the warps that hide
+  // each other's latency: many values per thread cost registers, and one large block per SM
+  // leaves each scheduler two warps (the H100 ran suite row #29's 32 values per thread, 168
+  // registers, at 0.29x torch.compile). Its instruction count is an estimate, so it only
+  // overrules the choice above when it prices that choice well above the best it finds.
+  if (best_in_registers && least_issue_threads > 0 &&
+      best_issue_priced > kIssueOverruleRatio * least_issue_priced) {
+    best_threads = least_issue_threads;
   }
   if (!FillRowStitch(g, layout, best_threads, d, block_threads, k) ||
       ResidentBlocksPerSm(d, k.mapping) == 0) {

@@ -23,6 +23,7 @@ namespace {
 using testing::Binary;
 using testing::Broadcast;
 using testing::ConstScalar;
+using testing::Convert;
 using testing::Param;
 using testing::Reduce;
 using testing::Softmax;
@@ -220,6 +221,52 @@ TEST(StitchPlanner, RowMappingFollowsTheRowLength) {
       EXPECT_GE(int64_t{m.threads_per_row} * m.values_per_thread, c.cols);
     }
   }
+}
+
+// BladeDISC's softmax with an f16 cast (suite row #29) at full size: three row-space inputs,
+// two reduces, two divisions per element.
+Graph ScaledSoftmaxF16(int64_t rows, int64_t cols) {
+  Graph g;
+  g.name = "scaled_softmax_f16";
+  const std::vector<int64_t> dims = {rows, cols};
+  int a = Convert(g, Param(g, {DType::kF16, dims}, 0, "scores"), DType::kF32);
+  int divisor = Convert(g, Param(g, {DType::kF16, dims}, 1, "divisor"), DType::kF32);
+  int bias = Param(g, {DType::kF32, dims}, 2, "bias");
+  int x = Binary(g, OpCode::kAdd, Binary(g, OpCode::kDiv, a, divisor), bias);
+  int mx = Reduce(g, x, ConstScalar(g, DType::kF32, -INFINITY), {1}, ReduceKind::kMax);
+  int e = Unary(g, OpCode::kExp, Binary(g, OpCode::kSub, x, Broadcast(g, mx, dims, {0})));
+  int sum = Reduce(g, e, ConstScalar(g, DType::kF32, 0), {1}, ReduceKind::kSum);
+  g.outputs = {Convert(g, Binary(g, OpCode::kDiv, e, Broadcast(g, sum, dims, {0})), DType::kF16)};
+  return g;
+}
+
+// Warps per SM of a mapping, on the scheduler's register estimate.
+int64_t ResidentWarps(const GpuDevice& d, const ThreadMapping& m) {
+  return int64_t{ResidentBlocksPerSm(d, m)} *
+         ((static_cast<int64_t>(m.launch.block_threads()) + 31) / 32);
+}
+
+TEST(StitchPlanner, TheIssueTermKeepsWarpsResidentForRowsInRegisters) {
+  // On bytes in flight alone, 32 values per thread win: one 256-thread block per SM, two
+  // warps per scheduler (the H100 measured that mapping of #29 at 0.29x torch.compile). The
+  // fitted issue term on an estimated instruction count overrules it; a device without a fit
+  // keeps the memory-only choice, which shows what the term changes.
+  Graph g = ScaledSoftmaxF16(49152, 512);
+  ASSERT_TRUE(Verify(g).ok());
+  FusionPlan plan = Stitched(g);
+  ASSERT_EQ(plan.kernels.size(), 1u) << Describe(g, plan);
+  const ThreadMapping& m = plan.kernels[0].mapping;
+  ASSERT_GT(m.values_per_thread, 0) << Describe(g, plan);
+  EXPECT_GE(ResidentWarps(H100(), m), 16) << Describe(g, plan);
+
+  GpuDevice unfitted = H100();
+  unfitted.name = "H100-unfitted";
+  StatusOr<FusionPlan> memory_only = PlanStitched(g, unfitted);
+  ASSERT_TRUE(memory_only.ok()) << memory_only.status().ToString();
+  ASSERT_EQ(memory_only->kernels.size(), 1u);
+  const ThreadMapping& first = memory_only->kernels[0].mapping;
+  EXPECT_LT(ResidentWarps(unfitted, first), ResidentWarps(H100(), m)) << Describe(g, *memory_only);
+  EXPECT_GT(first.values_per_thread, m.values_per_thread);
 }
 
 TEST(StitchPlanner, ReduceReadAtAnotherRowIsNotStitched) {

@@ -129,6 +129,10 @@ struct ThreadMapping {
   // (0: not assembled yet): what a warp issues per pass of the grid-stride loop, for the
   // cost model's instruction-issue bound. It counts each inner loop's body once.
   int assembled_instructions = 0;
+  // The scheduler's estimate of assembled_instructions, for comparing mappings of one kernel
+  // before any is assembled (0 elsewhere: a shipped plan's prices read the cubin's count or
+  // none, as the baselines' do).
+  int estimated_instructions = 0;
 };
 
 struct KernelSpec {
