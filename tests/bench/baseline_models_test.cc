@@ -41,7 +41,10 @@ constexpr Expected kTable[] = {
   {5, 1, 1.0, 1, 1.0, "layer norm, rows of 12,288: under XLA's 16,384 Triton bound (2.5)"},
   {7, 1, 1.0, 1, 1.0, "RMS norm (2.5, 3.5)"},
   {8, 1, 1.0, 1, 1.0, "residual add + RMS norm, two outputs (2.5, 3.5)"},
-  {13, 1, 1.0, 1, 1.0, "softcap + mask + softmax, rows of 2,048 (2.5, 3.5)"},
+  {13, 2, 1.98, 1, 1.0,
+   "softcap + mask + softmax, rows of 2,048 behind a transpose of the minor dimension: XLA "
+   "keeps the transpose out of the reduction, a tiled loop fusion writing it (2.2); Inductor "
+   "fuses it (3.5)"},
   {14, 1, 1.0, 1, 1.0, "softmax, rows of 197 (2.5, 3.5)"},
   {29, 1, 1.0, 1, 1.0, "softmax with f16 casts, rows of 512 (2.5, 3.5)"},
   {28, 1, 1.0, 1, 1.0, "row max of 123 and its negation: one input fusion (2.2, 3.2)"},

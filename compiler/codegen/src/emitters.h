@@ -13,8 +13,16 @@ struct EmittedNest {
   uint64_t workspace_end = 0;
 };
 
-// Grid-stride loop over the output elements; every output is computed per element.
-StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc);
+// Grid-stride loop over the output elements; every output is computed per element. With
+// `allow_tile`, a mapping with a transpose tile runs EmitTransposeTileKernel, except in a
+// shape-generic kernel: the tiles are laid out for the graph's exact sizes.
+StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc, bool allow_tile = true);
+
+// A loop kernel that stages its transposed read through shared memory tiles
+// (ThreadMapping::transpose_tile); EmitLoopKernel calls it for such a mapping. A block whose
+// threads do not cover a tile in whole rows both ways (a baseline model's block size) runs
+// the plain loop instead.
+StatusOr<EmittedNest> EmitTransposeTileKernel(KernelContext& kc);
 
 // Reduction with the reduced elements of an output walked by a warp (short rows) or a
 // block (long rows).

@@ -6,8 +6,11 @@
 
 namespace stitch::codegen {
 
-StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc) {
+StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc, bool allow_tile) {
   const Graph& g = kc.graph;
+  if (allow_tile && kc.spec.mapping.transpose_tile >= 0 && !kc.Varies(kc.spec.outputs[0])) {
+    return EmitTransposeTileKernel(kc);
+  }
   const int64_t n = g.nodes[kc.spec.outputs[0]].shape.elements();
   for (int out : kc.spec.outputs) {
     if (g.nodes[out].shape.elements() != n) {

@@ -158,7 +158,8 @@ void ApplyXlaMappings(const Graph& g, FusionPlan& plan, const GpuDevice& d) {
   for (KernelSpec& k : plan.kernels) {
     switch (k.kind) {
       case KernelKind::kLoop:
-        XlaLoopMapping(g, k, d);
+        // A transpose keeps its tiles: XLA's transpose emitter tiles through shared memory.
+        if (k.mapping.transpose_tile < 0) XlaLoopMapping(g, k, d);
         break;
       case KernelKind::kRowReduce:
         XlaRowReduceMapping(g, k);
@@ -222,6 +223,8 @@ StatusOr<BaselinePlan> PlanInductorModel(const Graph& g, const GpuDevice& device
   out.graph = InductorSplitReductions(g, device.sms);
   FusionRules rules;
   rules.global_stitch = false;
+  // Inductor fuses a transpose into the reduction that reads it, whatever the access order.
+  rules.transposes_in_reductions = true;
   STITCH_ASSIGN_OR_RETURN(out.plan, PlanWithRules(out.graph, device, rules, "inductor"));
   return out;
 }

@@ -4,17 +4,47 @@
 #include <map>
 #include <set>
 
+#include "stitch/plan/op_classes.h"
+
 namespace stitch {
 namespace {
 
-// A node is materialised (lives in global memory between kernels) when it is a parameter
-// or a reduce; everything else is recomputed where it is needed.
-bool IsMaterialised(const Node& n) { return n.op == OpCode::kParameter || n.op == OpCode::kReduce; }
+// A node is materialised (lives in global memory between kernels) when it is a parameter, a
+// reduce, or in `cut`; everything else is recomputed where it is needed.
+bool IsMaterialised(const Graph& g, int id, const std::set<int>& cut) {
+  const OpCode op = g.nodes[id].op;
+  return op == OpCode::kParameter || op == OpCode::kReduce || cut.count(id) > 0;
+}
+
+// The transposes of a minor-most dimension that a reduce would take into its kernel. XLA
+// does not fuse them into a reduction (its priority fusion's DoNotFuseTransposeIntoReduce
+// case, in the corpus): they get a kernel of their own, which its transpose emitter tiles
+// through shared memory, and the reduction reads the result in order.
+std::set<int> TransposesIntoReduces(const Graph& g, const std::vector<bool>& live) {
+  std::set<int> found;
+  const std::set<int> none;
+  for (size_t r = 0; r < g.nodes.size(); ++r) {
+    if (!live[r] || g.nodes[r].op != OpCode::kReduce) continue;
+    std::set<int> seen;
+    std::vector<int> stack(g.nodes[r].operands.begin(), g.nodes[r].operands.end());
+    while (!stack.empty()) {
+      const int i = stack.back();
+      stack.pop_back();
+      if (IsMaterialised(g, i, none) || !seen.insert(i).second) continue;
+      if (MovesMinorDimension(g, i)) {
+        found.insert(i);
+        continue;
+      }
+      for (int o : g.nodes[i].operands) stack.push_back(o);
+    }
+  }
+  return found;
+}
 
 // Collects, for the given roots, the nodes a kernel must evaluate and the materialised
 // nodes it must read. The roots themselves are evaluated even when materialised.
 void CollectKernelBody(const Graph& g, const std::vector<int>& roots, const std::vector<int>& rank,
-                       KernelSpec& spec) {
+                       const std::set<int>& cut, KernelSpec& spec) {
   std::set<int> body, inputs;
   std::vector<int> stack;
   for (int r : roots) {
@@ -24,7 +54,7 @@ void CollectKernelBody(const Graph& g, const std::vector<int>& roots, const std:
   while (!stack.empty()) {
     int i = stack.back();
     stack.pop_back();
-    if (IsMaterialised(g.nodes[i])) {
+    if (IsMaterialised(g, i, cut)) {
       inputs.insert(i);
       continue;
     }
@@ -55,14 +85,22 @@ StatusOr<FusionPlan> PlanBaseline(const Graph& g) {
   for (size_t k = 0; k < topo.size(); ++k) rank[topo[k]] = static_cast<int>(k);
   std::vector<bool> live = LiveNodes(g);
 
-  // Reduce kernels, in topological order so each runs after the reduces it reads.
+  // Reduce kernels and the transposes they read, in topological order so each runs after
+  // the kernels it reads.
+  const std::set<int> transposes = TransposesIntoReduces(g, live);
   for (int i : topo) {
-    if (!live[i] || g.nodes[i].op != OpCode::kReduce) continue;
+    if (!live[i]) continue;
     KernelSpec spec;
-    spec.kind = IsRowReduction(g, i) ? KernelKind::kRowReduce : KernelKind::kColumnReduce;
-    spec.hero = i;
+    if (transposes.count(i)) {
+      spec.kind = KernelKind::kLoop;
+    } else if (g.nodes[i].op == OpCode::kReduce) {
+      spec.kind = IsRowReduction(g, i) ? KernelKind::kRowReduce : KernelKind::kColumnReduce;
+      spec.hero = i;
+    } else {
+      continue;
+    }
     spec.outputs = {i};
-    CollectKernelBody(g, {i}, rank, spec);
+    CollectKernelBody(g, {i}, rank, transposes, spec);
     plan.kernels.push_back(std::move(spec));
   }
 
@@ -73,7 +111,10 @@ StatusOr<FusionPlan> PlanBaseline(const Graph& g) {
   for (int o : g.outputs) {
     // Parameter outputs alias their input buffer: no kernel copies them.
     const OpCode op = g.nodes[o].op;
-    if (op == OpCode::kReduce || op == OpCode::kParameter || !seen.insert(o).second) continue;
+    if (op == OpCode::kReduce || op == OpCode::kParameter || transposes.count(o) ||
+        !seen.insert(o).second) {
+      continue;
+    }
     int64_t count = g.nodes[o].shape.elements();
     if (!by_count.count(count)) count_order.push_back(count);
     by_count[count].push_back(o);
@@ -82,7 +123,7 @@ StatusOr<FusionPlan> PlanBaseline(const Graph& g) {
     KernelSpec spec;
     spec.kind = KernelKind::kLoop;
     spec.outputs = by_count[count];
-    CollectKernelBody(g, spec.outputs, rank, spec);
+    CollectKernelBody(g, spec.outputs, rank, transposes, spec);
     plan.kernels.push_back(std::move(spec));
   }
 

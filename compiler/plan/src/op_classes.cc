@@ -1,5 +1,7 @@
 #include "stitch/plan/op_classes.h"
 
+#include <algorithm>
+
 namespace stitch {
 
 bool IsHeavy(OpCode op) { return CostOf(op) == OpCost::kCostly; }
@@ -136,6 +138,17 @@ EdgeKind ClassifyEdge(const Graph& g, int consumer, int operand) {
       return EdgeKind::kOneToMany;
   }
   return EdgeKind::kOneToOne;
+}
+
+bool MovesMinorDimension(const Graph& g, int id) {
+  const Node& t = g.nodes[id];
+  const int rank = t.shape.rank();
+  if (t.op != OpCode::kTranspose || rank < 2) return false;
+  const auto minor = std::find(t.dimensions.begin(), t.dimensions.end(), rank - 1);
+  for (auto d = minor == t.dimensions.end() ? minor : minor + 1; d != t.dimensions.end(); ++d) {
+    if (t.shape.dims[static_cast<size_t>(d - t.dimensions.begin())] > 1) return true;
+  }
+  return false;
 }
 
 }  // namespace stitch

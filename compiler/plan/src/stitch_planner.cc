@@ -421,9 +421,25 @@ class Planner {
            (rules_.max_reduces_per_kernel > 0 && reduces > rules_.max_reduces_per_kernel);
   }
 
+  // Whether `spec` reduces and holds a transpose the rules keep out of reductions: one whose
+  // operand's minor-most dimension becomes an output dimension other than the one before the
+  // output's minor-most. Where it becomes that one (a row of the reduction is a column of the
+  // operand, and the next row the next column), the rows a block reduces side by side share
+  // the operand's sectors, as in BladeDISC's stitch of a transposed row reduction.
+  bool TransposeInReduction(const KernelSpec& spec) const {
+    if (rules_.transposes_in_reductions || spec.kind == KernelKind::kLoop) return false;
+    return std::any_of(spec.nodes.begin(), spec.nodes.end(), [&](int id) {
+      if (!MovesMinorDimension(g_, id)) return false;
+      const Node& t = g_.nodes[id];
+      const int64_t rank = t.shape.rank();
+      const auto minor = std::find(t.dimensions.begin(), t.dimensions.end(), rank - 1);
+      return minor - t.dimensions.begin() != rank - 2;
+    });
+  }
+
   // Schedules a kernel and prices it.
   std::optional<Kernel> Finish(KernelSpec spec) const {
-    if (OverReduceBudget(spec)) return std::nullopt;
+    if (OverReduceBudget(spec) || TransposeInReduction(spec)) return std::nullopt;
     if (!ScheduleKernel(g_, spec, device_).ok()) return std::nullopt;
     Kernel k;
     // A reduce kernel is priced as what it will become: split over blocks, when cheaper.
@@ -576,6 +592,9 @@ class Planner {
   }
 
   std::optional<KernelSpec> Join(const KernelSpec& a, const KernelSpec& b) const {
+    // A transpose tile needs a launch of its own: a global kernel's loop phase walks its
+    // elements in order.
+    if (a.mapping.transpose_tile >= 0 || b.mapping.transpose_tile >= 0) return std::nullopt;
     std::vector<KernelSpec> phases;
     for (const KernelSpec* k : {&a, &b}) {
       if (k->kind == KernelKind::kGlobalStitch) {

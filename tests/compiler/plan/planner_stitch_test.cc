@@ -153,15 +153,19 @@ TEST(StitchPlanner, RowsTooLongForRegistersCountTheirRereads) {
 }
 
 TEST(StitchPlanner, ReadsThroughATransposeOfTheMinorDimensionAreStrided) {
-  // out[j, i] = exp(x[i, j]): adjacent output elements read x a row (2048 elements) apart.
+  // out[j, i] = exp(x[i, j]) + z[j, i]: adjacent output elements read x a row (2048
+  // elements) apart. z is read in output order, so a transpose tile would make its reads
+  // strided instead, and the kernel keeps the plain loop.
   Graph g;
   int x = Param(g, {DType::kF32, {1024, 2048}}, 0, "x");
+  int z = Param(g, {DType::kF32, {2048, 1024}}, 1, "z");
   int y = Unary(g, OpCode::kExp, Transpose(g, Unary(g, OpCode::kNeg, x), {1, 0}));
-  g.outputs = {y};
+  g.outputs = {Binary(g, OpCode::kAdd, y, z)};
   ASSERT_TRUE(Verify(g).ok());
   FusionPlan plan = Stitched(g);
   ASSERT_EQ(plan.kernels.size(), 1u) << Describe(g, plan);
   const ThreadMapping& m = plan.kernels[0].mapping;
+  EXPECT_EQ(m.transpose_tile, -1);
   EXPECT_EQ(m.strided_input_bytes, 1024 * 2048 * 4);
   EXPECT_EQ(m.strided_sector_bytes, 1024 * 2048 * 32);
   EXPECT_EQ(m.strided_reuse_bytes, 1024 * 32);
@@ -173,6 +177,14 @@ TEST(StitchPlanner, ReadsThroughATransposeOfTheMinorDimensionAreStrided) {
   FusionPlan rows = Stitched(kept);
   ASSERT_EQ(rows.kernels.size(), 1u);
   EXPECT_EQ(rows.kernels[0].mapping.strided_input_bytes, 0);
+  // Without z, the transpose goes through shared memory tiles and nothing is strided.
+  Graph tiled;
+  int t = Param(tiled, {DType::kF32, {1024, 2048}}, 0, "x");
+  tiled.outputs = {Unary(tiled, OpCode::kExp, Transpose(tiled, t, {1, 0}))};
+  FusionPlan tiles = Stitched(tiled);
+  ASSERT_EQ(tiles.kernels.size(), 1u);
+  EXPECT_EQ(tiles.kernels[0].mapping.transpose_tile, tiled.nodes[tiled.outputs[0]].operands[0]);
+  EXPECT_EQ(tiles.kernels[0].mapping.strided_input_bytes, 0);
 }
 
 TEST(StitchPlanner, TheSearchStopsWhenItsEvaluationBudgetIsSpent) {

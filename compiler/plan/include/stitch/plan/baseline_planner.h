@@ -3,6 +3,8 @@
 //   * Elementwise and data-movement producer->consumer chains fuse into one loop kernel.
 //   * A reduction takes its elementwise producers (input fusion); producers shared by
 //     several kernels are recomputed in each, as XLA duplicates cheap producers.
+//   * A transpose of a minor-most dimension is not fused into a reduction: it takes a loop
+//     kernel of its own (with its producers), whose result the reduction reads in order.
 //   * A reduction's result is materialised: its consumers start a new kernel. A softmax
 //     therefore takes three kernels.
 //   * Outputs that are not reductions share one loop kernel per element count

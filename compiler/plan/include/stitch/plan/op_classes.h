@@ -45,6 +45,11 @@ EdgeKind ClassifyEdge(const Graph& g, int consumer, int operand);
 // list's Cost column).
 bool IsHeavy(OpCode op);
 
+// Whether node `id` is a transpose that moves its operand's minor-most dimension: the output
+// dimensions after the one it becomes are not all of size 1, so elements adjacent in the
+// output are apart in the operand.
+bool MovesMinorDimension(const Graph& g, int id);
+
 // For reduce node `id` of a verified graph, ignoring input dimensions of size 1: whether
 // every reduced dimension comes before every kept one (the input's linear index is then
 // reduced * kept + k), and whether every reduced dimension comes after every kept one

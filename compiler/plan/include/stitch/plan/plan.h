@@ -22,6 +22,9 @@ namespace stitch {
 // The widest access a kernel makes to a buffer, in bytes: kernel buffers are aligned to it
 // (codegen.h), so a thread's adjacent elements may load and store as one 128-bit vector.
 inline constexpr int kMaxVectorBytes = 16;
+// Elements of a transpose tile (ThreadMapping::transpose_tile): 32 x 32, or 16 x 64 and
+// 8 x 128 where the transposed operand's minor-most dimension is short.
+inline constexpr int kTransposeTileElements = 1024;
 
 struct LaunchDims {
   std::array<uint32_t, 3> grid = {1, 1, 1};
@@ -87,6 +90,14 @@ struct ThreadMapping {
   // so that its accesses to full-size (row-space) buffers become vectors of up to
   // kMaxVectorBytes.
   int vector_width = 1;
+  // kLoop: the transpose node whose read is staged through shared memory, or -1. Its operand's
+  // minor-most dimension is not its output's, so threads walking the output in order would
+  // read the operand a sector per element; instead a block takes tiles of
+  // kTransposeTileElements elements of the transpose's output (over the dimension the
+  // operand's minor-most one becomes and the output's minor-most one), computes a tile
+  // with its lanes along the operand's minor dimension and stores it with its lanes along the
+  // output's, through shared memory. work_items then counts tiles.
+  int transpose_tile = -1;
   // kRowReduce and kColumnReduce: reduced elements each thread loads before combining them
   // (strided as its loop steps, so accesses stay coalesced), for loads in flight.
   int loads_per_step = 1;

@@ -46,6 +46,23 @@ std::vector<uint64_t> BoundaryBlocks(const Graph& g, const KernelSpec& kernel);
 // reductions); 1 for a global_stitch kernel, whose phases are their own kernels.
 int64_t ItemsPerPass(KernelKind kind, const ThreadMapping& m);
 
+// The tiles of a transpose tile (ThreadMapping::transpose_tile) over node `transpose`'s
+// output: the output dimension its operand's minor-most dimension becomes (p_dim), the
+// output's minor-most one (q_dim), a tile's side along each (p_side x q_side =
+// kTransposeTileElements; p_side is 32, or 16 or 8 for a shorter p dimension), and how many
+// tiles cover each and how many times the other dimensions repeat them.
+struct TransposeTiles {
+  int p_dim = 0;
+  int q_dim = 0;
+  int64_t p_side = 0;
+  int64_t q_side = 0;
+  int64_t tiles_p = 0;
+  int64_t tiles_q = 0;
+  int64_t batch = 0;
+  int64_t count() const { return tiles_p * tiles_q * batch; }
+};
+TransposeTiles TransposeTilesOf(const Graph& g, int transpose);
+
 // Schedules every kernel of `plan`.
 Status SchedulePlan(const Graph& g, FusionPlan& plan, const GpuDevice& device);
 

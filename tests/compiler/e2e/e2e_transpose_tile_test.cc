@@ -1,0 +1,152 @@
+// Transpose tiles: a loop kernel whose input is read through a transpose of its minor-most
+// dimension stages the read through shared memory (ThreadMapping::transpose_tile), so both
+// its loads and its stores are coalesced. Ragged edges, batch dimensions on either side of
+// the tiled pair, several outputs and half types match the interpreter on the emulator
+// (threads in random order between barriers); a kernel that also reads a full-size input in
+// output order keeps the plain loop.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "stitch/driver/compile.h"
+#include "stitch/plan/baseline_models.h"
+#include "stitch/plan/op_classes.h"
+#include "stitch/plan/schedule.h"
+#include "support/emulator_check.h"
+#include "support/graph_builder.h"
+
+namespace stitch {
+namespace {
+
+using testing::Binary;
+using testing::Broadcast;
+using testing::ConstScalar;
+using testing::Convert;
+using testing::Param;
+using testing::Reduce;
+using testing::Transpose;
+using testing::Unary;
+
+constexpr uint64_t kSeed = 6100;
+
+// relu(x) transposed by `perm`, plus a bias along the output's minor-most dimension, in
+// `dtype`.
+Graph BiasedTranspose(std::vector<int64_t> dims, std::vector<int64_t> perm, DType dtype) {
+  Graph g;
+  g.name = "biased_transpose";
+  int x = Param(g, {dtype, dims}, 0, "x");
+  int relu = Binary(g, OpCode::kMax, x, Broadcast(g, ConstScalar(g, dtype, 0), dims, {}));
+  int t = Transpose(g, relu, perm);
+  const std::vector<int64_t> out = g.nodes[t].shape.dims;
+  int bias = Param(g, {dtype, {out.back()}}, 1, "bias");
+  g.outputs = {Binary(g, OpCode::kAdd, t, Broadcast(g, bias, out, {int64_t(out.size()) - 1}))};
+  return g;
+}
+
+// The one kernel `r` ships, with its tile's geometry printed.
+const KernelSpec& OnlyKernel(const testing::EmulatorCheck& check) {
+  const CompileResult& r = check.compiled;
+  EXPECT_EQ(r.plan.kernels.size(), 1u) << Describe(r.graph, r.plan);
+  return r.plan.kernels[0];
+}
+
+TEST(TransposeTile, LoopKernelsStageTransposedReadsAndMatchTheInterpreter) {
+  struct Case {
+    std::vector<int64_t> dims, perm;
+    DType dtype;
+  };
+  // [70, 45] -> [45, 70]: both sides ragged. [3, 50, 40] -> [3, 40, 50]: a batch dimension
+  // before the pair. [2, 40, 3, 36] -> [3, 36, 2, 40]: batch dimensions before and between.
+  for (const Case& c :
+       {Case{{70, 45}, {1, 0}, DType::kF32}, Case{{3, 50, 40}, {0, 2, 1}, DType::kF16},
+        Case{{2, 40, 3, 36}, {2, 3, 0, 1}, DType::kBF16}, Case{{64, 3136}, {1, 0}, DType::kF32}}) {
+    const Graph g = BiasedTranspose(c.dims, c.perm, c.dtype);
+    SCOPED_TRACE(g.nodes[g.outputs[0]].shape.ToString() + ", seed " + std::to_string(kSeed));
+    testing::EmulatorCheck check;
+    ASSERT_TRUE(testing::CheckOnEmulator(g, kSeed, /*random_order=*/true, &check));
+    const KernelSpec& k = OnlyKernel(check);
+    ASSERT_GE(k.mapping.transpose_tile, 0) << Describe(check.compiled.graph, check.compiled.plan);
+    const TransposeTiles tiles = TransposeTilesOf(check.compiled.graph, k.mapping.transpose_tile);
+    EXPECT_EQ(k.mapping.work_items, tiles.count());
+    EXPECT_GT(k.mapping.shared_bytes, 0u);
+    EXPECT_EQ(k.mapping.strided_input_bytes, 0);
+    std::printf("%s: %lld tiles (%lld x %lld x %lld), max relative error %.2e\n",
+                g.nodes[g.outputs[0]].shape.ToString().c_str(),
+                static_cast<long long>(tiles.count()), static_cast<long long>(tiles.batch),
+                static_cast<long long>(tiles.tiles_p), static_cast<long long>(tiles.tiles_q),
+                check.max_rel_error);
+  }
+}
+
+TEST(TransposeTile, EveryOutputOfTheKernelGoesThroughTheTile) {
+  Graph g;
+  g.name = "two_transposed_outputs";
+  int x = Param(g, {DType::kBF16, {96, 33}}, 0, "x");
+  int t = Transpose(g, Convert(g, x, DType::kF32), {1, 0});
+  int doubled =
+      Binary(g, OpCode::kMul, t, Broadcast(g, ConstScalar(g, DType::kF32, 2), {33, 96}, {}));
+  g.outputs = {doubled, Convert(g, Unary(g, OpCode::kExp, t), DType::kBF16)};
+  testing::EmulatorCheck check;
+  ASSERT_TRUE(testing::CheckOnEmulator(g, kSeed + 1, /*random_order=*/true, &check));
+  const KernelSpec& k = OnlyKernel(check);
+  EXPECT_GE(k.mapping.transpose_tile, 0) << Describe(check.compiled.graph, check.compiled.plan);
+  EXPECT_EQ(k.outputs.size(), 2u);
+}
+
+TEST(TransposeTile, AnInputReadInOutputOrderKeepsThePlainLoop) {
+  // y is read where the output is written: tiling would make its reads strided instead.
+  Graph g;
+  g.name = "transpose_plus_full_size";
+  int x = Param(g, {DType::kF32, {128, 96}}, 0, "x");
+  int y = Param(g, {DType::kF32, {96, 128}}, 1, "y");
+  g.outputs = {Binary(g, OpCode::kAdd, Transpose(g, x, {1, 0}), y)};
+  testing::EmulatorCheck check;
+  ASSERT_TRUE(testing::CheckOnEmulator(g, kSeed + 2, /*random_order=*/true, &check));
+  EXPECT_EQ(OnlyKernel(check).mapping.transpose_tile, -1);
+  EXPECT_GT(OnlyKernel(check).mapping.strided_input_bytes, 0);
+}
+
+// Whether any kernel of `plan` that reduces holds a transpose of a minor-most dimension.
+bool ReductionReadsTransposed(const Graph& g, const FusionPlan& plan) {
+  for (const KernelSpec& k : plan.kernels) {
+    if (k.kind == KernelKind::kLoop) continue;
+    for (int id : k.nodes) {
+      if (MovesMinorDimension(g, id)) return true;
+    }
+  }
+  return false;
+}
+
+TEST(TransposeTile, AReductionReadsATransposeTiledInAKernelOfItsOwn) {
+  // Softmax over rows of x [q, k, h] moved to [h, k, q] (suite row #13's layout): a row is
+  // a column of x, and the next row the next k, 16 columns on. The stitched plan writes the
+  // transpose from a tiled loop kernel and the softmax reads it in order (as XLA plans it);
+  // the Inductor model fuses the transpose into the reduction.
+  Graph g;
+  g.name = "softmax_of_transpose";
+  int x = Param(g, {DType::kF32, {256, 64, 16}}, 0, "x");
+  int t = Transpose(g, x, {2, 1, 0});
+  const std::vector<int64_t> dims = {16, 64, 256};
+  int mx = Reduce(g, t, ConstScalar(g, DType::kF32, -INFINITY), {2}, ReduceKind::kMax);
+  int e = Unary(g, OpCode::kExp, Binary(g, OpCode::kSub, t, Broadcast(g, mx, dims, {0, 1})));
+  int sum = Reduce(g, e, ConstScalar(g, DType::kF32, 0), {2}, ReduceKind::kSum);
+  g.outputs = {Binary(g, OpCode::kDiv, e, Broadcast(g, sum, dims, {0, 1}))};
+  testing::EmulatorCheck check;
+  ASSERT_TRUE(testing::CheckOnEmulator(g, kSeed + 3, /*random_order=*/true, &check));
+  const CompileResult& r = check.compiled;
+  SCOPED_TRACE(Describe(r.graph, r.plan));
+  EXPECT_FALSE(ReductionReadsTransposed(r.graph, r.plan));
+  ASSERT_GE(r.plan.kernels.size(), 2u);
+  EXPECT_EQ(r.plan.kernels[0].kind, KernelKind::kLoop);
+  EXPECT_GE(r.plan.kernels[0].mapping.transpose_tile, 0);
+  StatusOr<BaselinePlan> inductor =
+      PlanBaselineModel(BaselineCompiler::kInductor, g, *FindDevice("H100"));
+  ASSERT_TRUE(inductor.ok()) << inductor.status().ToString();
+  EXPECT_TRUE(ReductionReadsTransposed(inductor->graph, inductor->plan))
+      << Describe(inductor->graph, inductor->plan);
+}
+
+}  // namespace
+}  // namespace stitch
