@@ -219,6 +219,47 @@ def stitched_registers(model_rows: list[dict]) -> dict[int, list[str]]:
     return {int(r["id"]): r["registers"].split(";") for r in model_rows if r["plan"] == "stitch"}
 
 
+# gpu_bench.csv's kernel count column of each plan.
+KERNEL_COUNT_COLUMNS = {"stitch": "stitch_kernels", "xla_model": "baseline_kernels",
+                        "inductor_model": "inductor_kernels"}
+
+
+def plans_changed_since_measured(set_dir: pathlib.Path, model_rows: list[dict]
+                                 ) -> dict[tuple[int, str], str]:
+    """(suite id, plan) -> why the checkout's plan is not the one the set measured.
+
+    A plan whose kernel count differs from gpu_bench.csv's, or a stitched plan whose kernels'
+    registers differ from compiled_features.txt's, is other code than the set timed: its
+    measured time says nothing of today's model of it, so it is left out of the set's figures
+    until a GPU run measures it. The calibration test applies the same rule."""
+    changed: dict[tuple[int, str], str] = {}
+    bench = set_dir / "gpu_bench.csv"
+    counts: dict[int, dict[str, str]] = {}
+    if bench.exists():
+        for record in csv.DictReader(io.StringIO(bench.read_text(encoding="utf-8"), newline="")):
+            counts[int(record["id"])] = record
+    compiled = set_dir / "compiled_features.txt"
+    measured_registers: dict[int, list[int]] = {}
+    if compiled.exists():
+        for (row_id, _), count in compiled_registers(compiled).items():
+            measured_registers.setdefault(row_id, []).append(count)
+    for record in model_rows:
+        row_id, plan = int(record["id"]), record["plan"]
+        column = KERNEL_COUNT_COLUMNS.get(plan)
+        if row_id in counts and column and counts[row_id].get(column, "").isdigit():
+            before, now = int(counts[row_id][column]), int(record["kernels"])
+            if before != now:
+                changed[(row_id, plan)] = f"{before} kernel(s) measured, {now} now"
+                continue
+        if plan == "stitch" and row_id in measured_registers:
+            now_registers = sorted(int(r) for r in record["registers"].split(";") if r.isdigit())
+            before_registers = sorted(measured_registers[row_id])
+            if len(now_registers) == len(before_registers) and now_registers != before_registers:
+                changed[(row_id, plan)] = (f"registers {before_registers} measured, "
+                                           f"{now_registers} now")
+    return changed
+
+
 def read_sets(data: pathlib.Path, features: dict, model_rows: list[dict]
               ) -> tuple[list[Sample], list[str], str]:
     """The samples of every usable set, what was left out and why, and the newest set's name."""
@@ -249,10 +290,16 @@ def read_sets(data: pathlib.Path, features: dict, model_rows: list[dict]
         for (row_id, _), count in registers.items():
             total += 1
             same += str(count) in checkout_registers.get(row_id, [])
+        changed = plans_changed_since_measured(tsv.parent, model_rows)
         notes.append(f"{name}: used; {same} of its {total} stitched kernels have the registers "
                      "this checkout's assembler reports")
+        if changed:
+            notes.append(f"{name}: left out, changed since measured: " + "; ".join(
+                f"#{i} {p} ({why})" for (i, p), why in sorted(changed.items())))
         for row_id in sorted(measured):
             for plan, _ in PLANS:
+                if (row_id, plan) in changed:
+                    continue
                 f = features[(row_id, plan)]
                 samples.append(Sample(f"suite:{row_id}", name, plan, measured[row_id][plan],
                                       f[FEATURES.index("modeled_us")], f))
@@ -515,9 +562,13 @@ def train(price: pathlib.Path, data: pathlib.Path, runtimes: list[pathlib.Path])
                          for s, p in zip(samples, fitted)])
     importances = sorted(zip(FEATURES, (float(v) for v in model.feature_importances_)),
                          key=lambda kv: -kv[1])
+    sets = sorted({s.source for s in samples if s.group.startswith("suite:")})
     summary = {
         "base_version": BASE_VERSION, "device": DEVICE_NAME, "notes": notes,
-        "sets": sorted({s.source for s in samples if s.group.startswith("suite:")}),
+        "sets": sets,
+        "changed_since_measured": {
+            name: len(plans_changed_since_measured(data / DEVICE_SLUG / name, model_rows))
+            for name in sets},
         "newest": newest, "groups": len({s.group for s in samples}),
         "runtimes_rows": sum(1 for s in samples if s.group.startswith("key:")),
         "hyperparameters": HYPERPARAMETERS, "held_out": held_out, "ships": shipped,
