@@ -8,6 +8,7 @@
 
 #include "int_math.h"
 #include "stitch/plan/cost_model.h"
+#include "stitch/plan/op_classes.h"
 #include "stitch/plan/row_stitch.h"
 
 namespace stitch {
@@ -128,10 +129,7 @@ int TileableTranspose(const Graph& g, const KernelSpec& k) {
   const int64_t n = g.nodes[k.outputs[0]].shape.elements();
   int found = -1;
   for (int id : k.nodes) {
-    const Node& t = g.nodes[id];
-    if (t.op != OpCode::kTranspose) continue;
-    const int rank = t.shape.rank();
-    if (rank < 2 || t.dimensions.back() == rank - 1) continue;
+    if (!MovesMinorDimension(g, id)) continue;
     if (found >= 0) return -1;
     found = id;
   }

@@ -429,11 +429,8 @@ class Planner {
   bool TransposeInReduction(const KernelSpec& spec) const {
     if (rules_.transposes_in_reductions || spec.kind == KernelKind::kLoop) return false;
     return std::any_of(spec.nodes.begin(), spec.nodes.end(), [&](int id) {
-      if (!MovesMinorDimension(g_, id)) return false;
-      const Node& t = g_.nodes[id];
-      const int64_t rank = t.shape.rank();
-      const auto minor = std::find(t.dimensions.begin(), t.dimensions.end(), rank - 1);
-      return minor - t.dimensions.begin() != rank - 2;
+      return MovesMinorDimension(g_, id) &&
+             TransposeTilesOf(g_, id).p_dim != g_.nodes[id].shape.rank() - 2;
     });
   }
 
