@@ -425,14 +425,50 @@ def report_frameworks(entry: MeasuredSet, model: dict[int, ModelRow]) -> None:
                       f"dispatch-bound): {describe(figures(long_rows))}")
 
 
+def set_order(entry: MeasuredSet) -> tuple[str, str]:
+    """When a set was measured: its folder's date, then gpu_bench's own timestamp."""
+    return (entry.date, str(entry.device.get("date", "")))
+
+
+def report_first_measured(sets: list[MeasuredSet], model: dict[int, ModelRow]) -> None:
+    """Plans the newest set of a device is the first to measure: their code differs from the
+    set before it (the trainer's rule) and equals the checkout's. A model fitted on the earlier
+    sets priced them before any GPU ran them, so their error is the model's out-of-sample
+    error: what it can be trusted with between GPU runs."""
+    trainer = load_trainer()
+    records = [r for row in model.values() for r in row.records]
+    for newest in newest_per_device(sets):
+        earlier = [s for s in sets if s.slug == newest.slug and set_order(s) < set_order(newest)]
+        if not earlier:
+            continue
+        previous = max(earlier, key=set_order)
+        changed_now = trainer.plans_changed_since_measured(newest.path, records)
+        first = sorted(set(trainer.plans_changed_since_measured(previous.path, records))
+                       - set(changed_now))
+        measured = read_measured(newest.path / "stitch_kernels_ncu.tsv")
+        print(f"\n== plans {newest.name} is the first to measure (other code in "
+              f"{previous.path.name}): out-of-sample for a model fitted before it")
+        errors = []
+        for row_id, plan in first:
+            if row_id not in measured or row_id not in model:
+                continue
+            e = error(measured[row_id][1][plan], model[row_id].us[plan])
+            errors.append(e)
+            print(f"{row_id:>4}  {plan:<15}{measured[row_id][1][plan]:>13.1f}"
+                  f"{model[row_id].us[plan]:>13.2f}{e:>+15.1%}")
+        if errors:
+            print(f"  {len(errors)} plans: {describe(figures(errors))}")
+        else:
+            print("  none")
+
+
 def newest_per_device(sets: list[MeasuredSet]) -> list[MeasuredSet]:
     # Older sets describe the kernels of their own commit, which the current model need not
     # fit any more; the bounds are for the kernels as they are, i.e. the newest set.
     newest: dict[str, MeasuredSet] = {}
     for entry in sets:
-        key = (entry.date, str(entry.device.get("date", "")))
         best = newest.get(entry.slug)
-        if best is None or key >= (best.date, str(best.device.get("date", ""))):
+        if best is None or set_order(entry) >= set_order(best):
             newest[entry.slug] = entry
     return list(newest.values())
 
@@ -488,6 +524,12 @@ def main() -> int:
             # Go on with the other sets, so one run names every broken file.
             failures.append(str(e))
         sys.stdout.flush()
+
+    for target, (model, _) in models.items():
+        try:
+            report_first_measured([s for s in sets if s.target == target], model)
+        except DataError as e:
+            failures.append(str(e))
 
     if args.thresholds:
         print("\n== thresholds (newest set of each device)")
