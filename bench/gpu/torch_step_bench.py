@@ -220,8 +220,8 @@ def parse_args(argv=None):
     if set(args.warm) & set(args.vary):
         parser.error("the warm batches must differ from the varying ones (a size compiled "
                      "exactly by the warm step would be served by that graph)")
-    if args.repeats < BLOCK or args.host_repeats < 1:
-        parser.error("--repeats of %d or more, --host-repeats of 1 or more" % BLOCK)
+    if args.repeats < 1 or args.host_repeats < 1:
+        parser.error("--repeats and --host-repeats of 1 or more")
     return args
 
 
@@ -296,26 +296,29 @@ def _sync(torch, device):
 
 def step_ms(torch, step, device, warmup, repeats):
     """Time per step: blocks of BLOCK steps back to back, the block's time / BLOCK, median over
-    the blocks; CUDA events on a CUDA device, the host clock after a sync elsewhere."""
+    the blocks; CUDA events on a CUDA device, the host clock after a sync elsewhere. Fewer than
+    BLOCK repeats (a run under compute-sanitizer, which checks rather than times) make one
+    block of that many steps."""
+    block = min(BLOCK, repeats)
     for _ in range(warmup):
         step()
     _sync(torch, device)
     times = []
-    for _ in range(max(1, repeats // BLOCK)):
+    for _ in range(max(1, repeats // block)):
         if device.type == "cuda":
             start, end = (torch.cuda.Event(enable_timing=True),
                           torch.cuda.Event(enable_timing=True))
             start.record()
-            for _ in range(BLOCK):
+            for _ in range(block):
                 step()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) / BLOCK)
+            times.append(start.elapsed_time(end) / block)
         else:
             begin = time.perf_counter()
-            for _ in range(BLOCK):
+            for _ in range(block):
                 step()
-            times.append((time.perf_counter() - begin) * 1e3 / BLOCK)
+            times.append((time.perf_counter() - begin) * 1e3 / block)
     return statistics.median(times)
 
 
@@ -441,6 +444,18 @@ def _first_step(step):
     return time.perf_counter() - begin
 
 
+def _matches_inductor(torch, row, steps):
+    """Whether a stitched step off eager's is within the tolerance of Inductor's step, which is
+    off eager's too. stitch replaces regions of Inductor's graph, so where the two compiled
+    steps share a difference from eager (cuDNN picks other convolution algorithms for them, in
+    TF32 by default), Inductor's step is the reference for what stitch's kernels computed."""
+    if row["inductor_error"] <= row["tolerance"]:
+        return False
+    error, where = compare(torch, steps["inductor"], steps["stitch"])
+    row["stitch_vs_inductor_error"], row["stitch_vs_inductor_worst"] = error, where
+    return error <= row["tolerance"]
+
+
 def run_model(torch, spec, backends, args, device):
     """One model's row: check the compiled steps against eager, then time the three."""
     module, inputs = spec.build(torch, args.small, seed=args.seed)
@@ -471,7 +486,7 @@ def run_model(torch, spec, backends, args, device):
         row["choices"] = choices(report)
         row["fallbacks"] = dict(report.fallbacks)
         row["layout_copies"] = report.layout_copies
-    if not row["stitch_error"] <= tolerance:
+    if not row["stitch_error"] <= tolerance and not _matches_inductor(torch, row, steps):
         row["failed"] = "stitch's %s is off by %.3g (tolerance %.3g)" % (
             row["stitch_worst"], row["stitch_error"], tolerance)
         return row
@@ -616,6 +631,9 @@ def _notes(row):
     if "inductor_error" in row and not row["inductor_error"] <= row["tolerance"]:
         notes.append("Inductor's %s is off eager's by %.3g" % (row["inductor_worst"],
                                                                row["inductor_error"]))
+    if "stitch_vs_inductor_error" in row:
+        notes.append("stitch's step is off Inductor's by %.3g (its %s)" % (
+            row["stitch_vs_inductor_error"], row["stitch_vs_inductor_worst"]))
     for key, name in (("fallbacks", "fallbacks"), ("fixed_fallbacks", "fixed-shape fallbacks"),
                       ("new_sizes", "new sizes")):
         counts = {k: v for k, v in row.get(key, {}).items() if v}
@@ -724,7 +742,7 @@ def main(argv=None):
     print("device: %s, torch %s, %s%s; step: median over blocks of %d of %d steps (CUDA "
           "events); host: median of %d steps issued behind a GPU sleep (! = it waited)" % (
               meta["device"], torch.__version__, args.dtype, ", small sizes" if args.small else
-              "", BLOCK, args.repeats, args.host_repeats))
+              "", min(BLOCK, args.repeats), args.repeats, args.host_repeats))
     sys.stdout.flush()
     rows = run(torch, args, torch_compile_backends(torch, client), device, meta)
     return 0 if rows else 1

@@ -236,14 +236,14 @@ class Perturbed(torch.nn.Module):
         return self.module(*args) * (1 + self.delta)
 
 
-def stand_in_backends(delta=0.0, report=None, dynamo=False):
-    """Inductor: the module itself. Stitch: the module, its output off by ``delta``, with
-    ``report``; with ``dynamo``, torch.compile with Dynamo's "eager" backend (a real Dynamo
-    graph, and its recompile at a second batch) where the row asks for automatic dynamic
-    shapes, and the module itself where it asks for fixed ones."""
+def stand_in_backends(delta=0.0, report=None, dynamo=False, inductor_delta=0.0):
+    """Inductor: the module itself, its output off by ``inductor_delta``. Stitch: the module,
+    its output off by ``delta``, with ``report``; with ``dynamo``, torch.compile with Dynamo's
+    "eager" backend (a real Dynamo graph, and its recompile at a second batch) where the row
+    asks for automatic dynamic shapes, and the module itself where it asks for fixed ones."""
 
     def inductor(module):
-        return module, None
+        return (Perturbed(module, inductor_delta) if inductor_delta else module), None
 
     def stitched(module, dynamic=None):
         if dynamo and dynamic is None:
@@ -291,11 +291,14 @@ class BenchTest(unittest.TestCase):
         self.assertEqual(args.dtype, "bf16")
         for wrong in (["--models", "gpt3"], ["--models", ","], ["--dtype", "f16"],
                       ["--warm-batches", "32,30"], ["--vary-batches", "32,x"],
-                      ["--repeats", "3"]):
+                      ["--repeats", "0"], ["--host-repeats", "0"]):
             with contextlib.redirect_stderr(io.StringIO()) as err, \
                     self.assertRaises(SystemExit, msg=wrong):
                 bench.parse_args(wrong)
             self.assertIn("error", err.getvalue())
+
+        # compute-sanitizer's run checks two steps rather than timing blocks of ten.
+        self.assertEqual(bench.parse_args(["--warmup", "1", "--repeats", "2"]).repeats, 2)
 
     def test_the_default_run_fits_its_budget_as_estimated(self):
         default = bench.parse_args([])
@@ -381,6 +384,29 @@ class BenchTest(unittest.TestCase):
             rows = bench.run(torch, bench_args("--models", "gpt2_block"), broken,
                              torch.device("cpu"), {}, out=lines.append)
         self.assertEqual(rows[0]["failed"], "RuntimeError: no compiler")
+
+    def test_a_stitched_step_that_matches_inductors_passes_where_both_are_off_eager(self):
+        lines = []
+        rows = bench.run(torch, bench_args("--models", "groupnorm_block"),
+                         stand_in_backends(delta=1e-2, inductor_delta=1e-2),
+                         torch.device("cpu"), {}, out=lines.append)
+        row = rows[0]
+        self.assertNotIn("failed", row)
+        self.assertGreater(row["stitch_error"], row["tolerance"])
+        self.assertLessEqual(row["stitch_vs_inductor_error"], row["tolerance"])
+        self.assertGreater(row["stitch_ms"], 0)
+        self.assertTrue(any("stitch's step is off Inductor's by" in line for line in lines))
+        # Off Inductor's step as well as eager's, it fails.
+        rows = bench.run(torch, bench_args("--models", "groupnorm_block"),
+                         stand_in_backends(delta=1e-2, inductor_delta=-1e-2),
+                         torch.device("cpu"), {}, out=lines.append)
+        self.assertRegex(rows[0]["failed"], r"^stitch's .* is off by 0\.01 ")
+
+    def test_timing_fewer_steps_than_a_block(self):
+        calls = []
+        ms = bench.step_ms(torch, lambda: calls.append(1), torch.device("cpu"), 1, 2)
+        self.assertEqual(len(calls), 3, "one warm-up step, then one block of two")
+        self.assertGreaterEqual(ms, 0)
 
     def test_varying_batch_row(self):
         args = bench_args("--models", "bert_base_layer_varying_batch")
