@@ -198,6 +198,7 @@ StatusOr<BaselinePlan> PlanXlaModel(const Graph& g, const GpuDevice& device,
   FusionRules native;
   native.row_stitch = false;
   native.global_stitch = false;
+  native.loop_rows_in_l2 = false;
   native.max_reduces_per_kernel = kXlaMaxReductionsPerFusion;
   native.max_column_reduces_per_kernel = kXlaMaxColumnReductionsPerFusion;
   STITCH_ASSIGN_OR_RETURN(out.plan, PlanWithRules(out.graph, device, native, "xla"));
@@ -225,6 +226,7 @@ StatusOr<BaselinePlan> PlanInductorModel(const Graph& g, const GpuDevice& device
   rules.global_stitch = false;
   // Inductor fuses a transpose into the reduction that reads it, whatever the access order.
   rules.transposes_in_reductions = true;
+  rules.loop_rows_in_l2 = false;
   STITCH_ASSIGN_OR_RETURN(out.plan, PlanWithRules(out.graph, device, rules, "inductor"));
   return out;
 }

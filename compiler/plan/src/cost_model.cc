@@ -113,10 +113,14 @@ int64_t MissedRereadBytes(KernelKind kind, const ThreadMapping& m, const CostMod
                           int64_t parallel) {
   if (p.reuse_window_bytes <= 0) return 0;
   int64_t missed = 0;
-  // A loop-mode row is read again after the blocks in flight have read their rows.
+  // A loop-mode row is read again after the blocks in flight have read their rows: it is
+  // still in L2 while their rows together fit the reuse window.
   const double rows_in_flight = static_cast<double>(parallel * ItemsPerPass(kind, m));
+  const int64_t footprint = m.reread_footprint_bytes_per_item > 0
+                                ? m.reread_footprint_bytes_per_item
+                                : m.reread_bytes_per_item;
   if (m.reread_bytes_per_item > 0 &&
-      rows_in_flight * static_cast<double>(m.reread_bytes_per_item) > p.reuse_window_bytes) {
+      rows_in_flight * static_cast<double>(footprint) > p.reuse_window_bytes) {
     missed += m.reread_bytes_per_item * std::max<int64_t>(m.work_items, 1);
   }
   // The rest of a strided sector is used only after strided_reuse_bytes of other sectors.

@@ -364,15 +364,18 @@ int RowVectorWidth(const Graph& g, const KernelSpec& k, const RowGeometry& geo, 
 }
 
 // Bytes of one row a loop-mode row kernel loads again: every later pass that reads a loaded
-// row-space value reads it from memory once more.
-int64_t LoopModeRereadBytes(const Graph& g, const KernelSpec& k, const RowStitchLayout& layout) {
+// row-space value reads it from memory once more. With `distinct`, each such value's row
+// counts once: what the row keeps in L2 between its passes.
+int64_t LoopModeRereadBytes(const Graph& g, const KernelSpec& k, const RowStitchLayout& layout,
+                            bool distinct = false) {
   const std::set<int> inputs(k.inputs.begin(), k.inputs.end());
   int64_t bytes = 0;
   for (size_t c = 0; c < layout.cached.size(); ++c) {
     const Node& n = g.nodes[layout.cached[c]];
     if (!inputs.count(layout.cached[c]) && n.op != OpCode::kParameter) continue;
-    bytes += int64_t{layout.cached_pass_count[c] - 1} * layout.geometry.row_len *
-             DTypeBytes(n.shape.dtype);
+    const int64_t again = layout.cached_pass_count[c] - 1;
+    if (again <= 0) continue;
+    bytes += (distinct ? 1 : again) * layout.geometry.row_len * DTypeBytes(n.shape.dtype);
   }
   return bytes;
 }
@@ -470,6 +473,8 @@ bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_pe
   }
   SetTraffic(g, k, geo.rows * geo.row_len);
   m.reread_bytes_per_item = m.values_per_thread > 0 ? 0 : LoopModeRereadBytes(g, k, layout);
+  m.reread_footprint_bytes_per_item =
+      m.values_per_thread > 0 ? 0 : LoopModeRereadBytes(g, k, layout, /*distinct=*/true);
   // A thread's register positions are independent loads, as are a vector's elements.
   m.load_bytes_in_flight_per_thread *=
       m.values_per_thread > 0 ? m.values_per_thread : m.vector_width;
@@ -773,6 +778,41 @@ void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device)
       model->EstimateKernel(g, kernel).seconds * (1 + kRelativeTie)) {
     kernel = std::move(trial);
   }
+}
+
+void FitLoopRowsInL2(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  const ThreadMapping& m = kernel.mapping;
+  if (kernel.kind != KernelKind::kRowStitch || m.values_per_thread > 0 ||
+      m.reread_footprint_bytes_per_item <= 0 || m.rows_per_block != 1) {
+    return;
+  }
+  const CostModelParameters fitted = CostModelParametersFor(device, kCurrentCostModel);
+  const int64_t rows_in_window = static_cast<int64_t>(
+      fitted.reuse_window_bytes / static_cast<double>(m.reread_footprint_bytes_per_item));
+  if (rows_in_window < 1) return;  // no fitted window, or one row outgrows it
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, kernel);
+  if (!layout.ok()) return;
+  // Priced with the fitted constants: the planning version has no reuse window, so it
+  // takes every re-read for an L2 hit and sees nothing to gain.
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, fitted);
+  KernelSpec best = kernel;
+  double best_seconds = model->EstimateKernel(g, kernel).seconds;
+  // The largest blocks keep the most bytes in flight per row in flight.
+  for (int threads = 1024; threads >= 256 && threads / 2 < layout->geometry.row_len; threads /= 2) {
+    KernelSpec trial = kernel;
+    if (!FillRowStitch(g, *layout, threads, device, 0, trial) ||
+        trial.mapping.values_per_thread > 0 || ResidentBlocksPerSm(device, trial.mapping) == 0) {
+      continue;
+    }
+    uint32_t& grid = trial.mapping.launch.grid[0];
+    grid = static_cast<uint32_t>(std::min<int64_t>(grid, rows_in_window));
+    const double seconds = model->EstimateKernel(g, trial).seconds;
+    if (seconds < best_seconds) {
+      best_seconds = seconds;
+      best = std::move(trial);
+    }
+  }
+  kernel = std::move(best);
 }
 
 namespace {

@@ -748,7 +748,10 @@ StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
   STITCH_ASSIGN_OR_RETURN(FusionPlan plan, planner.Finish(std::move(best), global));
   // The search priced persistent kernels on co-resident grids; the plan it chose keeps the
   // smallest grid that costs no more.
-  for (KernelSpec& k : plan.kernels) SizeGridToWork(g, k, device);
+  for (KernelSpec& k : plan.kernels) {
+    SizeGridToWork(g, k, device);
+    if (options.rules.loop_rows_in_l2) FitLoopRowsInL2(g, k, device);
+  }
   return plan;
 }
 

@@ -651,6 +651,28 @@ TEST(CostModel, RereadsAreDramTrafficOnlyBeyondTheReuseWindow) {
   EXPECT_EQ(DatasheetModel(H100())->EstimateKernel(Graph(), big).dram_bytes, c.global_bytes);
 }
 
+TEST(CostModel, ARowInFlightHoldsItsDistinctBytesInTheWindowNotItsRereads) {
+  CostModelParameters p = CostModelParametersFor(H100(), CostModelVersion::kH100Fit1);
+  // 130 rows of 200 KB in flight, each read three times: 26 MB of distinct rows, 52 MB of
+  // re-reads. A window of 30 MB holds the rows, so every re-read hits.
+  const int64_t rows = 8192, row_bytes = 200 * 1000;
+  KernelSpec k = LoopModeRows(130, rows, row_bytes, 3);
+  p.reuse_window_bytes = 30e6;
+  const std::unique_ptr<CostModel> model = NewAnalyticalCostModel(H100(), p);
+  k.mapping.reread_footprint_bytes_per_item = row_bytes;
+  KernelCost c = model->EstimateKernel(Graph(), k);
+  EXPECT_EQ(c.dram_bytes, c.global_bytes);
+  // Without a footprint the re-read bytes stand for it (52 MB): all of them miss.
+  k.mapping.reread_footprint_bytes_per_item = 0;
+  c = model->EstimateKernel(Graph(), k);
+  EXPECT_EQ(c.dram_bytes, c.global_bytes + rows * 2 * row_bytes);
+  // Twice the rows in flight outgrow the window whatever the footprint.
+  k = LoopModeRows(260, rows, row_bytes, 3);
+  k.mapping.reread_footprint_bytes_per_item = row_bytes;
+  c = model->EstimateKernel(Graph(), k);
+  EXPECT_EQ(c.dram_bytes, c.global_bytes + rows * 2 * row_bytes);
+}
+
 TEST(CostModel, StridedSectorsMissOnlyWhenTheirReuseDistanceOutgrowsTheWindow) {
   CostModelParameters p = CostModelParametersFor(H100(), CostModelVersion::kH100Fit1);
   KernelSpec k = Copy(1056, kGiB, 4, 16);

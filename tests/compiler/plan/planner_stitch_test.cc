@@ -144,12 +144,44 @@ TEST(StitchPlanner, RowsTooLongForRegistersCountTheirRereads) {
   const ThreadMapping& m = plan.kernels[0].mapping;
   ASSERT_EQ(m.values_per_thread, 0) << Describe(g, plan);
   EXPECT_EQ(m.reread_bytes_per_item, 2 * cols * 4);
+  EXPECT_EQ(m.reread_footprint_bytes_per_item, cols * 4);
   // Short rows stay in registers and are read once.
   Graph short_rows = Softmax(4096, 768);
   FusionPlan in_registers = Stitched(short_rows);
   ASSERT_EQ(in_registers.kernels.size(), 1u);
   EXPECT_GT(in_registers.kernels[0].mapping.values_per_thread, 0);
   EXPECT_EQ(in_registers.kernels[0].mapping.reread_bytes_per_item, 0);
+}
+
+TEST(StitchPlanner, LoopModeRowsInFlightFitTheL2WindowTheirRereadsNeed) {
+  // 8192 rows of 50304 f32 (suite row #12): a block per row and every block slot in flight
+  // would hold over 100 MB of rows, so their second and third passes would miss L2. The
+  // grid is capped to the rows the fitted reuse window holds, with 1024-thread blocks.
+  const int64_t rows = 8192, cols = 50304;
+  Graph g = Softmax(rows, cols);
+  FusionPlan plan = Stitched(g);
+  ASSERT_EQ(plan.kernels.size(), 1u) << Describe(g, plan);
+  const ThreadMapping& m = plan.kernels[0].mapping;
+  ASSERT_EQ(m.values_per_thread, 0) << Describe(g, plan);
+  const CostModelParameters fitted = CostModelParametersFor(H100(), kCurrentCostModel);
+  const double in_flight = static_cast<double>(m.launch.blocks()) * m.rows_per_block * cols * 4;
+  EXPECT_LE(in_flight, fitted.reuse_window_bytes) << Describe(g, plan);
+  EXPECT_GE(m.launch.blocks(), static_cast<uint64_t>(H100().sms) * 9 / 10);
+  EXPECT_EQ(m.launch.block_threads(), 1024u);
+  const std::unique_ptr<CostModel> model = NewAnalyticalCostModel(H100());
+  EXPECT_EQ(model->Estimate(g, plan).per_kernel[0].dram_bytes, TrafficLowerBound(g).total());
+  // Without the rule (the Inductor and XLA models' launch) every slot holds a row.
+  StitchPlannerOptions uncapped;
+  uncapped.rules.loop_rows_in_l2 = false;
+  StatusOr<FusionPlan> every_row = PlanStitched(g, H100(), uncapped);
+  ASSERT_TRUE(every_row.ok());
+  EXPECT_GT(every_row->kernels[0].mapping.launch.blocks(), m.launch.blocks());
+  EXPECT_GT(model->Estimate(g, *every_row).per_kernel[0].dram_bytes, TrafficLowerBound(g).total());
+  EXPECT_LT(model->Estimate(g, plan).seconds, model->Estimate(g, *every_row).seconds);
+  // Rows held in registers have nothing to re-read and keep their grid.
+  Graph short_rows = Softmax(4096, 768);
+  EXPECT_EQ(Stitched(short_rows).kernels[0].mapping.launch.grid[0],
+            PlanStitched(short_rows, H100(), uncapped)->kernels[0].mapping.launch.grid[0]);
 }
 
 TEST(StitchPlanner, ReadsThroughATransposeOfTheMinorDimensionAreStrided) {

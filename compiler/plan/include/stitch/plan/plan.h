@@ -123,6 +123,9 @@ struct ThreadMapping {
   // mode re-read their row-space inputs in every later pass. Whether the re-read hits L2
   // depends on how many items are in flight across the device, which the cost model knows.
   int64_t reread_bytes_per_item = 0;
+  // The distinct bytes of an item those re-reads touch (a row of each re-read input): what
+  // each item in flight holds in L2 until its last pass, against the reuse window.
+  int64_t reread_footprint_bytes_per_item = 0;
   // Inputs read along a dimension other than their minor-most one (through a transpose): a
   // warp's adjacent elements fall in different 32-byte sectors. `strided_input_bytes` is
   // their share of `bytes_loaded`; `strided_sector_bytes` what they fetch when no sector

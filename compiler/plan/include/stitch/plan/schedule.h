@@ -31,6 +31,14 @@ Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& devic
 // Leaves other kernels, and a kernel whose smaller grid would cost more, as they are.
 void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
 
+// A row-stitched kernel in loop mode (its rows outgrow registers) reads each row once per
+// pass, and the later passes hit L2 only while the rows in flight fit the device's fitted
+// reuse window. Caps the grid of such a kernel to the rows that fit, each block looping over
+// its rows with the largest block that runs, when the fitted cost model prices that below
+// the kernel as scheduled (suite row #12: 8,192 rows of 201 KB read three times each).
+// Leaves other kernels, and devices without a fitted window, as they are.
+void FitLoopRowsInL2(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
+
 // Returns the linear indices, ascending and distinct, of the blocks of a scheduled kernel
 // that sit at the boundaries of its grid-stride loops: for every loop the kernel runs (each
 // phase of a global_stitch kernel, a split reduce's combine stage, a row-stitched kernel's

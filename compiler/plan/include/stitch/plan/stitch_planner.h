@@ -54,6 +54,10 @@ struct FusionRules {
   // model counts the strided re-reads as L2 hits and would merge them: suite row #13 ran at
   // 0.36x torch.compile on the H100 so.
   bool transposes_in_reductions = false;
+  // Loop-mode rows (too long for registers) capped to the rows whose re-reads fit in L2
+  // (FitLoopRowsInL2). Inductor and XLA launch a program or block per row whatever its
+  // length, so their models keep every row in flight and read it once per pass.
+  bool loop_rows_in_l2 = true;
 };
 
 struct StitchPlannerOptions {
