@@ -45,7 +45,9 @@ Whether it ships. The correction ships only if, on the held-out plans of all gro
 both the median and the 90th percentile of |error| below the analytical model's and keeps the
 median signed error within +-10%. The generated table records the decision
 (CostResidualTable.ships) and stitchd's NewPricingCostModel applies the trees only where it
-is true, the table corrects kCurrentCostModel and the device is the one it was trained on.
+is true, the table corrects kCurrentCostModel, the device is the one it was trained on, and a
+bundle's baselines are priced from assembled code as its shipped plan is
+(kBaselinesPricedAssembled in learned_residual.h: not yet).
 
 Output. Trained on every group, the trees are written as flat arrays into
 compiler/plan/src/cost_residual_table.cc, and each training plan's features with the trees'
@@ -224,12 +226,50 @@ KERNEL_COUNT_COLUMNS = {"stitch": "stitch_kernels", "xla_model": "baseline_kerne
                         "inductor_model": "inductor_kernels"}
 
 
+def ncu_dims(text: str) -> str:
+    """Nsight Compute's "(130, 1, 1)" as cost_model_price writes it: 130x1x1."""
+    return "x".join(part.strip() for part in text.strip("()").split(","))
+
+
+def measured_launches(set_dir: pathlib.Path, counts: dict[int, dict[str, str]]
+                      ) -> dict[tuple[int, str], str]:
+    """(suite id, plan) -> its kernels' launches as cost_model_price's launches column writes
+    them, from the set's Nsight Compute export. gpu_bench --warmup 1 --repeats 1 launches each
+    plan's kernels twice, row by row in plan order (stitch, XLA model, Inductor model); the
+    second launch is the one timed. Empty where the set has no export or its launches do not
+    add up to the kernel counts of its gpu_bench.csv."""
+    raw = set_dir / "stitch_kernels_ncu_raw.csv"
+    if not raw.exists() or not counts:
+        return {}
+    launches: dict[int, str] = {}
+    for record in csv.DictReader(io.StringIO(raw.read_text(encoding="utf-8"), newline="")):
+        try:
+            launch_id = int(record["ID"])
+            dims = f"{ncu_dims(record['Grid Size'])}:{ncu_dims(record['Block Size'])}"
+        except (KeyError, ValueError, AttributeError):
+            return {}
+        launches.setdefault(launch_id, dims)
+    ordered = [launches[i] for i in sorted(launches)]
+    out: dict[tuple[int, str], str] = {}
+    position = 0
+    for row_id in sorted(counts):
+        for plan, column in KERNEL_COUNT_COLUMNS.items():
+            n = counts[row_id].get(column, "")
+            if not n.isdigit():
+                return {}
+            n = int(n)
+            out[(row_id, plan)] = ";".join(ordered[position + n:position + 2 * n])
+            position += 2 * n
+    return out if position == len(ordered) else {}
+
+
 def plans_changed_since_measured(set_dir: pathlib.Path, model_rows: list[dict]
                                  ) -> dict[tuple[int, str], str]:
     """(suite id, plan) -> why the checkout's plan is not the one the set measured.
 
     A plan whose kernel count differs from gpu_bench.csv's, or a stitched plan whose kernels'
-    registers differ from compiled_features.txt's, is other code than the set timed: its
+    registers differ from compiled_features.txt's, or whose launches (grid and block) differ
+    from those Nsight Compute recorded, is other code than the set timed: its
     measured time says nothing of today's model of it, so it is left out of the set's figures
     until a GPU run measures it. The calibration test applies the same rule."""
     changed: dict[tuple[int, str], str] = {}
@@ -239,6 +279,7 @@ def plans_changed_since_measured(set_dir: pathlib.Path, model_rows: list[dict]
         for record in csv.DictReader(io.StringIO(bench.read_text(encoding="utf-8"), newline="")):
             counts[int(record["id"])] = record
     compiled = set_dir / "compiled_features.txt"
+    launches = measured_launches(set_dir, counts)
     measured_registers: dict[int, list[int]] = {}
     if compiled.exists():
         for (row_id, _), count in compiled_registers(compiled).items():
@@ -251,6 +292,11 @@ def plans_changed_since_measured(set_dir: pathlib.Path, model_rows: list[dict]
             if before != now:
                 changed[(row_id, plan)] = f"{before} kernel(s) measured, {now} now"
                 continue
+        measured_launch = launches.get((row_id, plan))
+        if measured_launch and record.get("launches") and measured_launch != record["launches"]:
+            changed[(row_id, plan)] = (f"launches {measured_launch} measured, "
+                                       f"{record['launches']} now")
+            continue
         if plan == "stitch" and row_id in measured_registers:
             now_registers = sorted(int(r) for r in record["registers"].split(";") if r.isdigit())
             before_registers = sorted(measured_registers[row_id])

@@ -18,8 +18,10 @@
 // The CSV has one line per set, row and plan: set (0-based; 0 without --parameters), id,
 // plan (stitch, xla_model, inductor_model), model_us, kernels, dram_bytes, the kernels'
 // assembled registers and cubin instructions (each ';'-separated per kernel, '-' where the
-// toolkit is missing), and the plan's memory_us and issue_us (the kernels' memory and
-// instruction-issue terms, summed; a kernel takes the longer of its two).
+// toolkit is missing), the plan's memory_us and issue_us (the kernels' memory and
+// instruction-issue terms, summed; a kernel takes the longer of its two), and launches: each
+// kernel's grid and block as GXxGYxGZ:BXxBYxBZ, ';'-separated, so that a measured set's
+// launches (Nsight Compute's) tell whether it timed the same kernels.
 //
 // --features PATH writes, per set, row and plan, the figures the learned residual reads
 // (stitch/plan/learned_residual.h: ResidualFeaturesOf, at full precision) beside set, id, plan
@@ -172,6 +174,18 @@ StatusOr<std::vector<CompiledPlan>> CompileSuite(const Flags& flags) {
 }
 
 // One figure of each kernel of `plan`, ';'-separated, '-' where it is 0 (not assembled).
+std::string Launches(const FusionPlan& plan) {
+  std::string out;
+  for (const KernelSpec& k : plan.kernels) {
+    const LaunchDims& l = k.mapping.launch;
+    if (!out.empty()) out += ";";
+    out += std::to_string(l.grid[0]) + "x" + std::to_string(l.grid[1]) + "x" +
+           std::to_string(l.grid[2]) + ":" + std::to_string(l.block[0]) + "x" +
+           std::to_string(l.block[1]) + "x" + std::to_string(l.block[2]);
+  }
+  return out;
+}
+
 std::string PerKernel(const FusionPlan& plan, int ThreadMapping::*field) {
   std::string out;
   for (const KernelSpec& k : plan.kernels) {
@@ -198,7 +212,8 @@ int Main(int argc, char** argv) {
     return kExitFailed;
   }
   std::ofstream csv(flags->csv_path);
-  csv << "set,id,plan,model_us,kernels,dram_bytes,registers,instructions,memory_us,issue_us\n";
+  csv << "set,id,plan,model_us,kernels,dram_bytes,registers,instructions,memory_us,issue_us,"
+         "launches\n";
   std::ofstream features;
   if (!flags->features_path.empty()) {
     features.open(flags->features_path);
@@ -222,7 +237,7 @@ int Main(int argc, char** argv) {
       csv << s << "," << p.id << "," << p.plan << "," << cost.seconds * 1e6 << "," << cost.kernels
           << "," << dram << "," << PerKernel(p.result.plan, &ThreadMapping::assembled_registers)
           << "," << PerKernel(p.result.plan, &ThreadMapping::assembled_instructions) << ","
-          << memory * 1e6 << "," << issue * 1e6 << "\n";
+          << memory * 1e6 << "," << issue * 1e6 << "," << Launches(p.result.plan) << "\n";
       if (features.is_open()) {
         features << s << "," << p.id << "," << p.plan << "," << cost.seconds * 1e6;
         for (double value : ResidualFeaturesOf(p.result.plan, cost)) features << "," << value;

@@ -154,8 +154,8 @@ std::unique_ptr<CostModel> NewCorrectedCostModel(std::unique_ptr<CostModel> anal
 
 bool LearnedResidualApplies(const GpuDevice& device) {
   const LearnedResidual& r = LearnedResidual::Trained();
-  return r.ships() && r.Matches() && r.base_version() == CostModelVersionName(kCurrentCostModel) &&
-         r.device() == device.name;
+  return kBaselinesPricedAssembled && r.ships() && r.Matches() &&
+         r.base_version() == CostModelVersionName(kCurrentCostModel) && r.device() == device.name;
 }
 
 std::unique_ptr<CostModel> NewPricingCostModel(const GpuDevice& device) {

@@ -215,7 +215,7 @@ TEST(LearnedResidualTest, PricesWithTheCorrectionOnlyWhereItShips) {
   const LearnedResidual& r = LearnedResidual::Trained();
   const GpuDevice& h100 = *FindDevice("H100");
   const bool current = r.base_version() == CostModelVersionName(kCurrentCostModel);
-  EXPECT_EQ(LearnedResidualApplies(h100), r.ships() && current);
+  EXPECT_EQ(LearnedResidualApplies(h100), kBaselinesPricedAssembled && r.ships() && current);
   // Trained on the H100 alone: no other device is corrected.
   EXPECT_FALSE(LearnedResidualApplies(*FindDevice("A100")));
 

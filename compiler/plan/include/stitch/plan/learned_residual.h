@@ -85,9 +85,19 @@ class LearnedResidual {
 std::unique_ptr<CostModel> NewCorrectedCostModel(std::unique_ptr<CostModel> analytical,
                                                  const LearnedResidual& residual);
 
-// Whether stitchd corrects the prices of `device` with the trained table: the table ships, it
-// corrects kCurrentCostModel, it was trained on this device, and it names the features this
-// library computes.
+// Whether a bundle's baseline plans are priced from assembled code, as its shipped plan is
+// after assembly (compile.cc: RepriceAssembled). The trees learned from plans that were all
+// assembled, and read registers and instructions: applied to a shipped plan with them and to
+// baselines without, the correction would move one side of every saving and of the
+// never-slower choice on features the other lacks. Until the baselines are assembled too, a
+// table that ships (beats the analytical model on held-out rows) serves the calibration and
+// cost_model_price, not stitchd's prices.
+inline constexpr bool kBaselinesPricedAssembled = false;
+
+// Whether stitchd corrects the prices of `device` with the trained table: the baselines are
+// priced from assembled code (kBaselinesPricedAssembled), the table ships, it corrects
+// kCurrentCostModel, it was trained on this device, and it names the features this library
+// computes.
 bool LearnedResidualApplies(const GpuDevice& device);
 
 // The model stitchd prices with: kCurrentCostModel's analytical model, corrected by the
