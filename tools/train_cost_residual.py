@@ -314,7 +314,7 @@ def read_sets(data: pathlib.Path, features: dict, model_rows: list[dict]
         raise DataError(f"{folder}: no such folder (--data)")
     samples: list[Sample] = []
     notes: list[str] = []
-    used: list[str] = []
+    used: list[tuple[tuple[str, str], str]] = []
     checkout_registers = stitched_registers(model_rows)
     for tsv in sorted(folder.glob("*/stitch_kernels_ncu.tsv")):
         name = tsv.parent.name
@@ -349,10 +349,22 @@ def read_sets(data: pathlib.Path, features: dict, model_rows: list[dict]
                 f = features[(row_id, plan)]
                 samples.append(Sample(f"suite:{row_id}", name, plan, measured[row_id][plan],
                                       f[FEATURES.index("modeled_us")], f))
-        used.append(name)
+        used.append((measured_when(tsv.parent), name))
     if not used:
         raise DataError(f"{folder}: no set with compiled_features.txt to train on")
-    return samples, notes, max(used)
+    return samples, notes, max(used)[1]
+
+
+def measured_when(set_dir: pathlib.Path) -> tuple[str, str]:
+    """When a set was measured: its folder's date, then gpu_bench's timestamp in device.json
+    (two sets of one day are ordered by it, not by their commits' names)."""
+    stamp = ""
+    try:
+        stamp = str(json.loads((set_dir / "device.json").read_text(encoding="utf-8")).get(
+            "date", ""))
+    except (OSError, ValueError, AttributeError):
+        pass
+    return (set_dir.name.split("_", 1)[0], stamp)
 
 
 def read_runtimes(path: pathlib.Path) -> list[Sample]:

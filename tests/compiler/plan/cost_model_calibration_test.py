@@ -431,23 +431,23 @@ def set_order(entry: MeasuredSet) -> tuple[str, str]:
 
 
 def report_first_measured(sets: list[MeasuredSet], model: dict[int, ModelRow]) -> None:
-    """Plans the newest set of a device is the first to measure: their code differs from the
-    set before it (the trainer's rule) and equals the checkout's. A model fitted on the earlier
-    sets priced them before any GPU ran them, so their error is the model's out-of-sample
-    error: what it can be trusted with between GPU runs."""
+    """For each set after the first of its device: the plans it is the first to measure, whose
+    code differs from the set before it (the trainer's rule) and equals the checkout's. A model
+    fitted on earlier sets priced them before any GPU ran them, so for a set measured after
+    the fit their error is the model's out-of-sample error: what it can be trusted with
+    between GPU runs."""
     trainer = load_trainer()
     records = [r for row in model.values() for r in row.records]
-    for newest in newest_per_device(sets):
-        earlier = [s for s in sets if s.slug == newest.slug and set_order(s) < set_order(newest)]
-        if not earlier:
+    ordered = sorted(sets, key=lambda s: (s.slug, set_order(s)))
+    for previous, entry in zip(ordered, ordered[1:]):
+        if previous.slug != entry.slug:
             continue
-        previous = max(earlier, key=set_order)
-        changed_now = trainer.plans_changed_since_measured(newest.path, records)
+        changed_now = trainer.plans_changed_since_measured(entry.path, records)
         first = sorted(set(trainer.plans_changed_since_measured(previous.path, records))
                        - set(changed_now))
-        measured = read_measured(newest.path / "stitch_kernels_ncu.tsv")
-        print(f"\n== plans {newest.name} is the first to measure (other code in "
-              f"{previous.path.name}): out-of-sample for a model fitted before it")
+        measured = read_measured(entry.path / "stitch_kernels_ncu.tsv")
+        print(f"\n== plans {entry.name} is the first to measure (other code in "
+              f"{previous.path.name}): out-of-sample for a model fitted before {entry.commit}")
         errors = []
         for row_id, plan in first:
             if row_id not in measured or row_id not in model:
