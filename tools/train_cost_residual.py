@@ -224,6 +224,9 @@ def stitched_registers(model_rows: list[dict]) -> dict[int, list[str]]:
 # gpu_bench.csv's kernel count column of each plan.
 KERNEL_COUNT_COLUMNS = {"stitch": "stitch_kernels", "xla_model": "baseline_kernels",
                         "inductor_model": "inductor_kernels"}
+# gpu_bench.csv's cubin size column of each plan: the plan's cubins' bytes, summed.
+CUBIN_BYTES_COLUMNS = {"stitch": "stitch_cubin_bytes", "xla_model": "baseline_cubin_bytes",
+                       "inductor_model": "inductor_cubin_bytes"}
 
 
 def ncu_dims(text: str) -> str:
@@ -267,9 +270,10 @@ def plans_changed_since_measured(set_dir: pathlib.Path, model_rows: list[dict]
                                  ) -> dict[tuple[int, str], str]:
     """(suite id, plan) -> why the checkout's plan is not the one the set measured.
 
-    A plan whose kernel count differs from gpu_bench.csv's, or a stitched plan whose kernels'
-    registers differ from compiled_features.txt's, or whose launches (grid and block) differ
-    from those Nsight Compute recorded, is other code than the set timed: its
+    A plan whose kernel count or cubin bytes differ from gpu_bench.csv's, or whose launches
+    (grid and block) differ from those Nsight Compute recorded, or a stitched plan whose
+    kernels' registers differ from compiled_features.txt's, is other code than the set timed:
+    its
     measured time says nothing of today's model of it, so it is left out of the set's figures
     until a GPU run measures it. The calibration test applies the same rule."""
     changed: dict[tuple[int, str], str] = {}
@@ -292,6 +296,13 @@ def plans_changed_since_measured(set_dir: pathlib.Path, model_rows: list[dict]
             if before != now:
                 changed[(row_id, plan)] = f"{before} kernel(s) measured, {now} now"
                 continue
+        cubin_column = CUBIN_BYTES_COLUMNS.get(plan, "")
+        before_cubin = counts.get(row_id, {}).get(cubin_column, "")
+        now_cubin = record.get("cubin_bytes", "")
+        if before_cubin.isdigit() and now_cubin.isdigit() and int(now_cubin) > 0 and \
+                before_cubin != now_cubin:
+            changed[(row_id, plan)] = f"cubin of {before_cubin} bytes measured, {now_cubin} now"
+            continue
         measured_launch = launches.get((row_id, plan))
         if measured_launch and record.get("launches") and measured_launch != record["launches"]:
             changed[(row_id, plan)] = (f"launches {measured_launch} measured, "
@@ -621,12 +632,16 @@ def train(price: pathlib.Path, data: pathlib.Path, runtimes: list[pathlib.Path])
     importances = sorted(zip(FEATURES, (float(v) for v in model.feature_importances_)),
                          key=lambda kv: -kv[1])
     sets = sorted({s.source for s in samples if s.group.startswith("suite:")})
+    changed = {name: plans_changed_since_measured(data / DEVICE_SLUG / name, model_rows)
+               for name in sets}
+    # Suite rows some set measured as the checkout compiles at least one of their plans.
+    still_measured = sorted({row_id for (row_id, _) in features for name in sets
+                             if any((row_id, plan) not in changed[name] for plan, _ in PLANS)})
     summary = {
         "base_version": BASE_VERSION, "device": DEVICE_NAME, "notes": notes,
         "sets": sets,
-        "changed_since_measured": {
-            name: len(plans_changed_since_measured(data / DEVICE_SLUG / name, model_rows))
-            for name in sets},
+        "changed_since_measured": {name: len(changed[name]) for name in sets},
+        "rows_still_measured": still_measured,
         "newest": newest, "groups": len({s.group for s in samples}),
         "runtimes_rows": sum(1 for s in samples if s.group.startswith("key:")),
         "hyperparameters": HYPERPARAMETERS, "held_out": held_out, "ships": shipped,

@@ -20,8 +20,9 @@
 // assembled registers and cubin instructions (each ';'-separated per kernel, '-' where the
 // toolkit is missing), the plan's memory_us and issue_us (the kernels' memory and
 // instruction-issue terms, summed; a kernel takes the longer of its two), and launches: each
-// kernel's grid and block as GXxGYxGZ:BXxBYxBZ, ';'-separated, so that a measured set's
-// launches (Nsight Compute's) tell whether it timed the same kernels.
+// kernel's grid and block as GXxGYxGZ:BXxBYxBZ, ';'-separated, and cubin_bytes, the plan's
+// cubins' bytes summed as gpu_bench sums them, so that a measured set's launches (Nsight
+// Compute's) and cubin sizes (gpu_bench.csv) tell whether it timed the same kernels.
 //
 // --features PATH writes, per set, row and plan, the figures the learned residual reads
 // (stitch/plan/learned_residual.h: ResidualFeaturesOf, at full precision) beside set, id, plan
@@ -174,6 +175,12 @@ StatusOr<std::vector<CompiledPlan>> CompileSuite(const Flags& flags) {
 }
 
 // One figure of each kernel of `plan`, ';'-separated, '-' where it is 0 (not assembled).
+int64_t CubinBytes(const CompileResult& r) {
+  int64_t bytes = 0;
+  for (const CompiledKernel& k : r.kernels) bytes += static_cast<int64_t>(k.cubin.size());
+  return bytes;
+}
+
 std::string Launches(const FusionPlan& plan) {
   std::string out;
   for (const KernelSpec& k : plan.kernels) {
@@ -213,7 +220,7 @@ int Main(int argc, char** argv) {
   }
   std::ofstream csv(flags->csv_path);
   csv << "set,id,plan,model_us,kernels,dram_bytes,registers,instructions,memory_us,issue_us,"
-         "launches\n";
+         "launches,cubin_bytes\n";
   std::ofstream features;
   if (!flags->features_path.empty()) {
     features.open(flags->features_path);
@@ -237,7 +244,8 @@ int Main(int argc, char** argv) {
       csv << s << "," << p.id << "," << p.plan << "," << cost.seconds * 1e6 << "," << cost.kernels
           << "," << dram << "," << PerKernel(p.result.plan, &ThreadMapping::assembled_registers)
           << "," << PerKernel(p.result.plan, &ThreadMapping::assembled_instructions) << ","
-          << memory * 1e6 << "," << issue * 1e6 << "," << Launches(p.result.plan) << "\n";
+          << memory * 1e6 << "," << issue * 1e6 << "," << Launches(p.result.plan) << ","
+          << CubinBytes(p.result) << "\n";
       if (features.is_open()) {
         features << s << "," << p.id << "," << p.plan << "," << cost.seconds * 1e6;
         for (double value : ResidualFeaturesOf(p.result.plan, cost)) features << "," << value;

@@ -663,8 +663,8 @@ StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
       return float_only([&] { return CallMath("pow", {x, y}); });
     case OpCode::kAtan2:
       return float_only([&] { return CallMath("atan2", {x, y}); });
-    // Approximate math where SEMANTICS.md's tolerance allows it (f32 compute; the logistic's
-    // division only where CodegenOptions::approximate_division says so): libdevice's __nv_rsqrtf is
+    // Approximate math where SEMANTICS.md's tolerance allows it (f32 compute; division only
+    // where CodegenOptions::approximate_division says so): libdevice's __nv_rsqrtf is
     // rsqrt.approx.f32, relative error below 2^-22.9, and __nv_fast_fdividef is div.approx.f32, 2
     // ulp for denominators below 2^126 (above, where 1 + e^-x is huge, it gives 0, the logistic's
     // f32 value there). The exact sequences take an order of magnitude more instructions per
@@ -673,7 +673,7 @@ StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
       return float_only([&] {
         llvm::Value* e = CallMath("exp", {b_.CreateFNeg(x)});
         llvm::Value* d = b_.CreateFAdd(fconst(1.0), e);
-        return ty->isFloatTy() && kc_.options.approximate_division
+        return ty->isFloatTy() && kc_.ApproximateDivision(id)
                    ? CallMath("fast_fdivide", {fconst(1.0), d})
                    : b_.CreateFDiv(fconst(1.0), d);
       });
@@ -728,6 +728,9 @@ StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
     case OpCode::kDiv:
     case OpCode::kRem: {
       const bool div = n.op == OpCode::kDiv;
+      if (fp && div && ty->isFloatTy() && kc_.ApproximateDivision(id)) {
+        return CallMath("fast_fdivide", {x, y});
+      }
       if (fp) return div ? b_.CreateFDiv(x, y) : CallMath("fmod", {x, y});
       // Replace the divisors that would be UB by 1 and patch the results afterwards.
       llvm::Value* zero = b_.CreateICmpEQ(y, iconst(0));

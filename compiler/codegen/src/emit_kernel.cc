@@ -154,6 +154,35 @@ StatusOr<EmittedNest> EmitNest(KernelContext& kc) {
   return Internal("kernel " + kc.spec.name + " has an unknown kind");
 }
 
+// Per node of `g`: whether its division may be div.approx.f32 under `policy`. Under
+// kWhereOutputsAreHalf, a node whose every path to the graph's outputs ends at an f16 or
+// bf16 output: reductions on the way are fine, since the output's rounding (2^-11 and 2^-8
+// relative) is far coarser than the division's 2 ulp of f32.
+std::vector<bool> ApproximateDivisionNodes(const Graph& g,
+                                           CodegenOptions::ApproximateDivision policy) {
+  using Policy = CodegenOptions::ApproximateDivision;
+  if (policy != Policy::kWhereOutputsAreHalf) {
+    return std::vector<bool>(g.nodes.size(), policy == Policy::kAlways);
+  }
+  std::vector<bool> is_output(g.nodes.size(), false);
+  for (int o : g.outputs) is_output[static_cast<size_t>(o)] = true;
+  const std::vector<std::vector<int>> users = g.Users();
+  std::vector<bool> half_only(g.nodes.size(), false);
+  const std::vector<int> order = TopologicalOrder(g);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const size_t id = static_cast<size_t>(*it);
+    const DType t = g.nodes[id].shape.dtype;
+    bool reached = is_output[id];
+    bool half = !is_output[id] || t == DType::kF16 || t == DType::kBF16;
+    for (int u : users[id]) {
+      reached = true;
+      half = half && half_only[static_cast<size_t>(u)];
+    }
+    half_only[id] = reached && half;
+  }
+  return half_only;
+}
+
 }  // namespace codegen
 
 StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
@@ -186,6 +215,7 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
 
   llvm::IRBuilder<> b(ctx);
   codegen::KernelContext kc{g, spec, options, ctx, *module, fn, b, {}, {}};
+  kc.approximate_division = codegen::ApproximateDivisionNodes(g, options.approximate_division);
   kc.index_ty = Fits32(g, spec) ? b.getInt32Ty() : b.getInt64Ty();
   for (size_t i = 0; i < kernel.param_nodes.size(); ++i) {
     llvm::Argument* arg = fn->getArg(static_cast<unsigned>(i));

@@ -46,8 +46,16 @@ struct KernelContext {
   // index_ty. Both null for an exact kernel.
   const ShapeClass* shape_class = nullptr;
   llvm::Value* outer_extent = nullptr;
+  // Per graph node: whether its division may be div.approx.f32
+  // (CodegenOptions::approximate_division).
+  std::vector<bool> approximate_division = {};
 
   llvm::Value* Index(int64_t v) const { return llvm::ConstantInt::get(index_ty, v); }
+  // Whether `node`'s division may be approximate; false for a node the table lacks.
+  bool ApproximateDivision(int node) const {
+    return node >= 0 && static_cast<size_t>(node) < approximate_division.size() &&
+           approximate_division[static_cast<size_t>(node)];
+  }
   // Whether dimension 0 of `node` follows the run's extent.
   bool Varies(int node) const { return shape_class != nullptr && shape_class->Varies(node); }
   // Returns `count`, a count taken from the graph's sizes, at the run's extent: when it

@@ -144,27 +144,14 @@ Status PlanShapeClass(const Graph& g, const CompileOptions& options, CompileResu
   return Status::Ok();
 }
 
-// Whether CodegenOptions::approximate_division fits `g`'s tolerance: every floating-point
-// output is f16 or bf16, whose rounding dwarfs the approximation's error.
-bool ApproximateDivisionFits(const Graph& g) {
-  for (int o : g.outputs) {
-    const DType t = g.nodes[static_cast<size_t>(o)].shape.dtype;
-    if (t == DType::kF32 || t == DType::kF64) return false;
-  }
-  return true;
-}
-
 // Emits the kernels of the plan in `result`, shape-generic when result has a shape class.
 Status EmitPlanned(const CompileOptions& options, Stopwatch& clock, CompileResult& result) {
   result.temporaries = TemporaryNodes(result.graph, result.plan);
   result.timings.plan_ms += clock.LapMs();
   const ShapeClass* shape_class = result.shape_generic() ? &result.shape_class : nullptr;
-  CodegenOptions codegen = options.codegen;
-  codegen.approximate_division =
-      codegen.approximate_division && ApproximateDivisionFits(result.graph);
   for (const KernelSpec& spec : result.plan.kernels) {
     STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel,
-                            EmitKernel(result.graph, spec, codegen, shape_class));
+                            EmitKernel(result.graph, spec, options.codegen, shape_class));
     result.kernels.push_back(std::move(kernel));
   }
   result.timings.emit_ms += clock.LapMs();

@@ -312,7 +312,10 @@ def read_framework(path: pathlib.Path, what: str) -> dict[int, float]:
 
 
 def percentile(values: list[float], fraction: float) -> float:
-    """Linear interpolation between the closest ranks (numpy's default)."""
+    """Linear interpolation between the closest ranks (numpy's default); NaN for no values (a
+    set none of whose plans the checkout still compiles)."""
+    if not values:
+        return math.nan
     ordered = sorted(values)
     position = fraction * (len(ordered) - 1)
     low = math.floor(position)
@@ -333,6 +336,8 @@ def figures(errors: list[float]) -> dict[str, float]:
 
 
 def describe(f: dict[str, float]) -> str:
+    if not f["count"]:
+        return "no plan: every one changed since measured"
     return (f"median |err| {f['median_abs']:.1%}  p90 |err| {f['p90_abs']:.1%}  "
             f"median signed {f['median_signed']:+.1%}  optimistic {f['optimistic']}/{f['count']}")
 

@@ -94,7 +94,11 @@ class TrainingTest(unittest.TestCase):
                          f"{trainer.describe(analytical)}; corrected {trainer.describe(corrected)}")
 
     def test_every_suite_row_is_held_out_in_every_set(self):
-        self.assertEqual(self.summary["groups"], 30)
+        # A group per suite row some set measured as the checkout compiles it: a row whose
+        # plans all changed since every set measured them has nothing to train or test on.
+        rows = self.summary["rows_still_measured"]
+        self.assertGreaterEqual(len(rows), 20)
+        self.assertEqual(self.summary["groups"], len(rows))
         sets = self.summary["sets"]
         self.assertGreaterEqual(len(sets), 1)
         # Every plan of every set, but those whose code changed since the set measured them.

@@ -58,15 +58,18 @@ struct CodegenOptions {
   // code first, which costs registers (on an H100: 48 against 32 for a layernorm row kernel,
   // 96 against 80 for an elementwise one). Tests turn it off to cover nvJitLink.
   bool prefer_ptxas = true;
-  // f32 compute divides the logistic's 1 by 1 + e^-x with div.approx.f32 (2 ulp, against
-  // IEEE division's slow-path subroutine, which costs registers and local memory). The
-  // compile driver turns it off for a graph with an f32 or f64 output: cancellation
-  // downstream can amplify its error past the f32 tolerance (suite row #19's batch-norm
-  // swish gradient in f32 misses it 3x at the error bound; suite_approximate_math_test),
-  // while an f16 or bf16 output's own rounding leaves room. rsqrt is always
-  // rsqrt.approx.f32 (2^-22.9, once per row in the normalizations that use it), which
-  // every suite row meets in f32 at the bound.
-  bool approximate_division = true;
+  // Where f32 compute divides (a kDiv, and the logistic's 1 / (1 + e^-x)) with
+  // div.approx.f32: 2 ulp, against IEEE division's dozen instructions and slow-path
+  // subroutine, which cost registers and local memory. kWhereOutputsAreHalf, the default,
+  // takes it for a division whose value reaches only f16 and bf16 outputs, whose own
+  // rounding leaves room; a division that reaches an f32 or f64 output stays exact, since
+  // cancellation downstream can amplify the error past the f32 tolerance (suite row #19's
+  // batch-norm swish gradient in f32 misses it 3x at the error bound;
+  // suite_approximate_math_test). kAlways is for that test. rsqrt is always rsqrt.approx.f32
+  // (2^-22.9, once per row in the normalizations that use it), which every suite row meets
+  // in f32 at the bound.
+  enum class ApproximateDivision { kNever, kWhereOutputsAreHalf, kAlways };
+  ApproximateDivision approximate_division = ApproximateDivision::kWhereOutputsAreHalf;
 
   // Returns the paths found when stitchd was built (empty when the toolkit was absent).
   static std::string DefaultLibdevicePath();
