@@ -318,14 +318,16 @@ def plans_changed_since_measured(set_dir: pathlib.Path, model_rows: list[dict]
 
 
 def read_sets(data: pathlib.Path, features: dict, model_rows: list[dict]
-              ) -> tuple[list[Sample], list[str], str]:
-    """The samples of every usable set, what was left out and why, and the newest set's name."""
+              ) -> tuple[list[Sample], list[str], str, dict[str, dict]]:
+    """The samples of every usable set, what was left out and why, the newest set's name, and
+    each used set's plans changed since measured (plans_changed_since_measured), by name."""
     folder = data / DEVICE_SLUG
     if not folder.is_dir():
         raise DataError(f"{folder}: no such folder (--data)")
     samples: list[Sample] = []
     notes: list[str] = []
     used: list[tuple[tuple[str, str], str]] = []
+    changed_by_set: dict[str, dict] = {}
     checkout_registers = stitched_registers(model_rows)
     for tsv in sorted(folder.glob("*/stitch_kernels_ncu.tsv")):
         name = tsv.parent.name
@@ -347,7 +349,7 @@ def read_sets(data: pathlib.Path, features: dict, model_rows: list[dict]
         for (row_id, _), count in registers.items():
             total += 1
             same += str(count) in checkout_registers.get(row_id, [])
-        changed = plans_changed_since_measured(tsv.parent, model_rows)
+        changed = changed_by_set[name] = plans_changed_since_measured(tsv.parent, model_rows)
         notes.append(f"{name}: used; {same} of its {total} stitched kernels have the registers "
                      "this checkout's assembler reports")
         if changed:
@@ -363,7 +365,7 @@ def read_sets(data: pathlib.Path, features: dict, model_rows: list[dict]
         used.append((measured_when(tsv.parent), name))
     if not used:
         raise DataError(f"{folder}: no set with compiled_features.txt to train on")
-    return samples, notes, max(used)[1]
+    return samples, notes, max(used)[1], changed_by_set
 
 
 def measured_when(set_dir: pathlib.Path) -> tuple[str, str]:
@@ -598,7 +600,7 @@ def train(price: pathlib.Path, data: pathlib.Path, runtimes: list[pathlib.Path])
     """Everything the script prints and writes, as a dict."""
     import numpy as np
     features, model_rows = run_price(price)
-    samples, notes, newest = read_sets(data, features, model_rows)
+    samples, notes, newest, changed = read_sets(data, features, model_rows)
     for path in runtimes:
         samples += read_runtimes(path)
     samples.sort(key=lambda s: (group_order(s.group), s.source, s.plan))
@@ -632,8 +634,6 @@ def train(price: pathlib.Path, data: pathlib.Path, runtimes: list[pathlib.Path])
     importances = sorted(zip(FEATURES, (float(v) for v in model.feature_importances_)),
                          key=lambda kv: -kv[1])
     sets = sorted({s.source for s in samples if s.group.startswith("suite:")})
-    changed = {name: plans_changed_since_measured(data / DEVICE_SLUG / name, model_rows)
-               for name in sets}
     # Suite rows some set measured as the checkout compiles at least one of their plans.
     still_measured = sorted({row_id for (row_id, _) in features for name in sets
                              if any((row_id, plan) not in changed[name] for plan, _ in PLANS)})

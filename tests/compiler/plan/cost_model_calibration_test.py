@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import importlib.util
 import io
 import json
@@ -46,8 +47,10 @@ DEFAULT_DATA = REPO_ROOT / "testdata" / "gpu"
 TRAINER_PATH = REPO_ROOT / "tools" / "train_cost_residual.py"
 
 
+@functools.cache
 def load_trainer():
-    """tools/train_cost_residual.py, for its rule of which plans a set no longer measures."""
+    """tools/train_cost_residual.py, for its rules of which plans a set no longer measures and
+    of when a set was measured; loaded once."""
     spec = importlib.util.spec_from_file_location("train_cost_residual", TRAINER_PATH)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up by name
@@ -362,7 +365,22 @@ def check_ids(tsv: pathlib.Path, measured: dict, model: dict) -> None:
         raise DataError(f"{tsv}: " + "; ".join(problems))
 
 
-def report_set(entry: MeasuredSet, model: dict[int, ModelRow], shown: str) -> dict[str, float]:
+def model_records(model: dict[int, ModelRow]) -> list[dict]:
+    """cost_model_price's CSV lines of every plan, as the trainer's rules read them."""
+    return [r for row in model.values() for r in row.records]
+
+
+def changed_since_measured(entry: MeasuredSet, model: dict[int, ModelRow]
+                           ) -> dict[tuple[int, str], str]:
+    """(suite id, plan) -> why the checkout's plan is other code than `entry` measured (the
+    trainer's rule: kernel count and cubin bytes against gpu_bench.csv, launches against
+    Nsight Compute's, registers against compiled_features.txt). It reads the compiled code
+    only, so every model version of one checkout shares it."""
+    return load_trainer().plans_changed_since_measured(entry.path, model_records(model))
+
+
+def report_set(entry: MeasuredSet, model: dict[int, ModelRow], shown: str,
+               changed: dict[tuple[int, str], str]) -> dict[str, float]:
     tsv = entry.path / "stitch_kernels_ncu.tsv"
     measured = read_measured(tsv)
     check_ids(tsv, measured, model)
@@ -372,11 +390,8 @@ def report_set(entry: MeasuredSet, model: dict[int, ModelRow], shown: str) -> di
     print(f"   measured: {tsv.name} (kernel time by Nsight Compute)")
     print(f"   modelled: {shown} (the model of this checkout)")
     print(f"{'id':>4}  {'plan':<15}{'measured us':>13}{'modelled us':>13}{'meas/model-1':>15}")
-    # Plans whose code changed since the set measured them are not compared with it (the
-    # trainer's rule: kernel count against gpu_bench.csv, registers against
-    # compiled_features.txt); the next GPU run measures them.
-    changed = load_trainer().plans_changed_since_measured(
-        entry.path, [r for row in model.values() for r in row.records])
+    # Plans whose code changed since the set measured them are not compared with it; the
+    # next GPU run measures them.
     for (row_id, plan), why in sorted(changed.items()):
         print(f"{row_id:>4}  {plan:<15}left out, changed since measured: {why}")
     all_errors: list[float] = []
@@ -431,25 +446,23 @@ def report_frameworks(entry: MeasuredSet, model: dict[int, ModelRow]) -> None:
 
 
 def set_order(entry: MeasuredSet) -> tuple[str, str]:
-    """When a set was measured: its folder's date, then gpu_bench's own timestamp."""
-    return (entry.date, str(entry.device.get("date", "")))
+    """When a set was measured, by the trainer's rule (measured_when)."""
+    return load_trainer().measured_when(entry.path)
 
 
-def report_first_measured(sets: list[MeasuredSet], model: dict[int, ModelRow]) -> None:
+def report_first_measured(sets: list[MeasuredSet], model: dict[int, ModelRow],
+                          changed: dict[str, dict[tuple[int, str], str]]) -> None:
     """For each set after the first of its device: the plans it is the first to measure, whose
     code differs from the set before it (the trainer's rule) and equals the checkout's. A model
     fitted on earlier sets priced them before any GPU ran them, so for a set measured after
     the fit their error is the model's out-of-sample error: what it can be trusted with
-    between GPU runs."""
-    trainer = load_trainer()
-    records = [r for row in model.values() for r in row.records]
+    between GPU runs. `changed` holds each set's plans changed since measured, by name."""
     ordered = sorted(sets, key=lambda s: (s.slug, set_order(s)))
     for previous, entry in zip(ordered, ordered[1:]):
-        if previous.slug != entry.slug:
+        if previous.slug != entry.slug or previous.name not in changed or \
+                entry.name not in changed:
             continue
-        changed_now = trainer.plans_changed_since_measured(entry.path, records)
-        first = sorted(set(trainer.plans_changed_since_measured(previous.path, records))
-                       - set(changed_now))
+        first = sorted(set(changed[previous.name]) - set(changed[entry.name]))
         measured = read_measured(entry.path / "stitch_kernels_ncu.tsv")
         print(f"\n== plans {entry.name} is the first to measure (other code in "
               f"{previous.path.name}): out-of-sample for a model fitted before {entry.commit}")
@@ -492,11 +505,12 @@ def check_thresholds(entry: MeasuredSet, figures_of_set: dict[str, float], label
     return missed
 
 
-def version_figures(tool: pathlib.Path, entry: MeasuredSet, version: str) -> dict[str, float]:
+def version_figures(tool: pathlib.Path, entry: MeasuredSet, version: str,
+                    changed: dict[tuple[int, str], str]) -> dict[str, float]:
     """The figures of model `version` on `entry`, its report quietened."""
     model, shown = run_model(tool, entry.target, version)
     with contextlib.redirect_stdout(io.StringIO()):
-        return report_set(entry, model, shown)
+        return report_set(entry, model, shown, changed)
 
 
 def main() -> int:
@@ -514,6 +528,7 @@ def main() -> int:
     failures: list[str] = []
     models: dict[str | None, tuple[dict[int, ModelRow], str]] = {}
     summaries: dict[str, dict[str, float]] = {}
+    changed: dict[str, dict[tuple[int, str], str]] = {}
     try:
         sets = find_sets(args.data)
     except DataError as e:
@@ -524,7 +539,8 @@ def main() -> int:
             if entry.target not in models:
                 models[entry.target] = run_model(args.price, entry.target, args.version)
             model, shown = models[entry.target]
-            summaries[entry.name] = report_set(entry, model, shown)
+            changed[entry.name] = changed_since_measured(entry, model)
+            summaries[entry.name] = report_set(entry, model, shown, changed[entry.name])
         except DataError as e:
             # Go on with the other sets, so one run names every broken file.
             failures.append(str(e))
@@ -532,7 +548,7 @@ def main() -> int:
 
     for target, (model, _) in models.items():
         try:
-            report_first_measured([s for s in sets if s.target == target], model)
+            report_first_measured([s for s in sets if s.target == target], model, changed)
         except DataError as e:
             failures.append(str(e))
 
@@ -544,7 +560,8 @@ def main() -> int:
             failures += check_thresholds(entry, summaries[entry.name], args.version or "current")
             try:
                 missed = check_thresholds(entry, version_figures(args.price, entry,
-                                                                 UNFITTED_VERSION),
+                                                                 UNFITTED_VERSION,
+                                                                 changed[entry.name]),
                                           UNFITTED_VERSION)
             except DataError as e:
                 failures.append(str(e))
@@ -562,7 +579,8 @@ def main() -> int:
                     continue
                 try:
                     with contextlib.redirect_stdout(io.StringIO()):
-                        earlier = version_figures(args.price, entry, version)
+                        earlier = version_figures(args.price, entry, version,
+                                                  changed[entry.name])
                 except DataError as e:
                     failures.append(str(e))
                     continue
