@@ -10,6 +10,8 @@
 #include <queue>
 #include <tuple>
 
+#include "stitch_compiler_fingerprint.h"
+
 namespace stitch {
 namespace {
 
@@ -150,7 +152,9 @@ std::string ShortHex(const std::string& hex) { return hex.substr(0, 12); }
 
 }  // namespace
 
-std::string CompilerVersion() { return std::string("stitchd-compiler/") + STITCH_VERSION; }
+std::string CompilerVersion() {
+  return std::string("stitchd-compiler/") + STITCH_VERSION + "+" + STITCH_COMPILER_FINGERPRINT;
+}
 
 std::string CanonicalForm(const Graph& g) {
   std::vector<Hash> h = StructuralHashes(g, TopologicalOrder(g));

@@ -108,6 +108,26 @@ TEST(Key, EveryIngredientChangesTheKey) {
   EXPECT_TRUE(differs(g, options));
 }
 
+TEST(Key, TheCompilerVersionCarriesTheFingerprintOfTheCompilersSources) {
+  const std::string version = CompilerVersion();
+  const std::string prefix = "stitchd-compiler/";
+  ASSERT_EQ(version.rfind(prefix, 0), 0u) << version;
+  const size_t plus = version.find('+');
+  ASSERT_NE(plus, std::string::npos) << version;
+  EXPECT_GT(plus, prefix.size()) << "no project version in " << version;
+  const std::string fingerprint = version.substr(plus + 1);
+  EXPECT_EQ(fingerprint.size(), 12u) << version;
+  EXPECT_EQ(fingerprint.find_first_not_of("0123456789abcdef"), std::string::npos) << version;
+  // And it is what the key's compiler component hashes by default.
+  KeyContext by_default = Ctx();
+  by_default.compiler_version.clear();
+  KeyContext with_version = Ctx();
+  with_version.compiler_version = version;
+  Graph g;
+  g.outputs = {testing::Unary(g, OpCode::kNeg, testing::Param(g, {DType::kF32, {4}}, 0))};
+  EXPECT_EQ(ComputeKey(g, by_default).hex, ComputeKey(g, with_version).hex);
+}
+
 TEST(Key, OutputOrderMatters) {
   Graph g;
   int p = testing::Param(g, {DType::kF32, {4}}, 0);

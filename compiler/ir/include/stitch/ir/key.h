@@ -33,7 +33,9 @@ struct CacheKey {
   std::vector<KeyComponent> components;
 };
 
-// Returns the version string compiled into this build ("stitchd-compiler/0.1.0").
+// Returns the compiler version of this build: the project version and the fingerprint of the
+// compiler's sources ("stitchd-compiler/0.1.0+3f9a0c1d2e4b", cmake/CompilerFingerprint.cmake),
+// so that builds whose code generation differs never share cache entries.
 std::string CompilerVersion();
 
 // Returns the canonical serialisation of a verified graph: nodes in a deterministic
