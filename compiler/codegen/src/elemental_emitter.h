@@ -70,6 +70,9 @@ class ElementalEmitter {
   // backend merges them into one vector access. Survives ResetScope.
   std::vector<llvm::Value*> VectorLanes(llvm::Value* first, int64_t width);
 
+  // Returns e^x of a floating-point compute-type value, as the graph's exp nodes compute it.
+  llvm::Value* Exp(llvm::Value* x) { return CallMath("exp", {x}); }
+
   // Returns per-dimension indices of `linear` in a row-major space of `dims`.
   std::vector<llvm::Value*> Delinearize(llvm::Value* linear, const std::vector<int64_t>& dims);
   // Returns the row-major linear index of `idx` in a space of `dims`.

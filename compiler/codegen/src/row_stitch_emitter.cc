@@ -5,6 +5,11 @@
 // shuffles (threads_per_row <= 32) or a shared-memory slot per warp (a block per row); row
 // values read by several passes stay in registers when each thread holds a fixed number
 // of a row's elements (mapping.values_per_thread > 0), and are read again otherwise.
+// A rescaled sum (softmax's sum of exp(x - max)) that shares its max's pass keeps, per
+// thread, its sum relative to the thread's running max: after each group of elements (a
+// vector in loop mode) the sum is rescaled by exp(old max - new max) and the group's terms
+// are added at the new max. Once the row's max is known, each thread rescales its sum to it
+// and the sums combine as any other.
 //
 // Column reduces (row_stitch.h) follow the global scheme: each thread accumulates its
 // columns over the rows it visits in registers, the row groups of a block combine theirs in
@@ -36,6 +41,11 @@ class RowStitchEmitter {
         reduces_[id] = r;
         results_[id] = EntryAlloca(kc_, r.acc_ty, "row_result");
       }
+    }
+    for (const RescaledSum& rs : layout_.rescaled_sums) {
+      if (!InOnePass(layout_, rs)) continue;
+      max_of_sum_[rs.sum_reduce] = rs.max_reduce;
+      rescaled_at_[rs.sum_reduce] = EntryAlloca(kc_, reduces_[rs.max_reduce].acc_ty, "rescaled_at");
     }
     for (int c : layout_.cached) {
       llvm::Type* ty = ComputeType(kc_.ctx, kc_.graph.nodes[c].shape.dtype);
@@ -331,8 +341,12 @@ class RowStitchEmitter {
   // 0) otherwise. A vector's elements share one block, where the backend can merge their
   // adjacent accesses; the stores `body` queues (QueueOutput) follow each vector's last
   // element, where a vector of sub-word elements stores as one (StoreElements).
+  using GroupHook = std::function<Status(const std::vector<llvm::Value*>&)>;
+  // `after_group`, when set, runs after the body of each group of elements that share one
+  // guard (a vector in loop mode), with their linear indices.
   Status ForEachElement(const std::vector<int>& reads,
-                        const std::function<Status(llvm::Value*, size_t)>& body, int pass = -1) {
+                        const std::function<Status(llvm::Value*, size_t)>& body, int pass = -1,
+                        const GroupHook& after_group = nullptr) {
     const size_t w = static_cast<size_t>(width());
     if (m_.values_per_thread > 0) {
       // Widths divide the row, so a vector is in range when its first element is; runs of
@@ -343,14 +357,15 @@ class RowStitchEmitter {
         while (end < lins_.size() && valid_[end] == valid_[v]) end += w;
         STITCH_RETURN_IF_ERROR(EmitIf(kc_, "elem", valid_[v], [&]() -> Status {
           em_.ResetScope();
-          em_.EmitLoads(reads, std::vector<llvm::Value*>(lins_.begin() + static_cast<long>(v),
-                                                         lins_.begin() + static_cast<long>(end)));
+          const std::vector<llvm::Value*> group(lins_.begin() + static_cast<long>(v),
+                                                lins_.begin() + static_cast<long>(end));
+          em_.EmitLoads(reads, group);
           for (size_t j = v; j < end; ++j) {
             STITCH_RETURN_IF_ERROR(body(lins_[j], j));
             STITCH_RETURN_IF_ERROR(StoreCached(pass, j));
             if ((j - v + 1) % w == 0) FlushOutputs();
           }
-          return Status::Ok();
+          return after_group ? after_group(group) : Status::Ok();
         }));
         v = end;
       }
@@ -369,7 +384,7 @@ class RowStitchEmitter {
                            STITCH_RETURN_IF_ERROR(body(lane, 0));
                          }
                          FlushOutputs();
-                         return Status::Ok();
+                         return after_group ? after_group(lanes) : Status::Ok();
                        });
   }
 
@@ -386,13 +401,19 @@ class RowStitchEmitter {
 
   Status EmitPhase(int p) {
     const std::vector<int>& phase = layout_.phases[static_cast<size_t>(p)];
-    for (int id : phase) b_.CreateStore(Identity(b_, reduces_[id]), reduces_[id].acc);
-    std::vector<int> reads;
-    for (int id : phase) reads.push_back(reduces_[id].input);
+    std::vector<int> reads, plain, rescaled;
+    for (int id : phase) {
+      b_.CreateStore(Identity(b_, reduces_[id]), reduces_[id].acc);
+      reads.push_back(reduces_[id].input);
+      (max_of_sum_.count(id) ? rescaled : plain).push_back(id);
+    }
+    for (int id : rescaled) {
+      b_.CreateStore(Identity(b_, reduces_[max_of_sum_[id]]), rescaled_at_[id]);
+    }
     STITCH_RETURN_IF_ERROR(ForEachElement(
         reads,
         [&](llvm::Value* lin, size_t) -> Status {
-          for (int id : phase) {
+          for (int id : plain) {
             const ReduceInfo& r = reduces_[id];
             STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(r.input, IrIndex{{}, lin}));
             llvm::Value* acc = b_.CreateLoad(r.acc_ty, r.acc);
@@ -400,32 +421,97 @@ class RowStitchEmitter {
           }
           return Status::Ok();
         },
-        p));
+        p,
+        rescaled.empty() ? GroupHook() : [&](const std::vector<llvm::Value*>& group) -> Status {
+          for (int id : rescaled) STITCH_RETURN_IF_ERROR(AddRescaledTerms(id, group));
+          return Status::Ok();
+        }));
     // From here on, later passes read the cached values instead of recomputing them.
     for (size_t c = 0; c < layout_.cached.size(); ++c) {
       if (layout_.cached_first_pass[c] != p) continue;
       const int node = layout_.cached[c];
       for (size_t j = 0; j < lins_.size(); ++j) em_.Pin(node, lins_[j], cache_[node][j]);
     }
+    STITCH_RETURN_IF_ERROR(CombineRow(plain));
+    return FinishRescaledSums(rescaled);
+  }
+
+  // Once the row's max is known: each thread's sums move from its running max to the row's,
+  // then combine.
+  Status FinishRescaledSums(const std::vector<int>& rescaled) {
+    if (rescaled.empty()) return Status::Ok();
+    for (int id : rescaled) {
+      const ReduceInfo& max = reduces_[max_of_sum_[id]];
+      llvm::Value* at = b_.CreateLoad(max.acc_ty, rescaled_at_[id]);
+      llvm::Value* row_max = b_.CreateLoad(max.acc_ty, results_[max.node]);
+      const ReduceInfo& r = reduces_[id];
+      llvm::Value* sum = b_.CreateLoad(r.acc_ty, r.acc);
+      b_.CreateStore(b_.CreateFMul(sum, RescaleFactor(at, row_max, r.acc_ty)), r.acc);
+    }
+    STITCH_RETURN_IF_ERROR(CombineRow(rescaled));
+    // A row whose max is -inf sums exp(-inf - -inf) = NaN in two passes; the running sums
+    // skipped those terms, so the NaN is restored here.
+    for (int id : rescaled) {
+      const ReduceInfo& max = reduces_[max_of_sum_[id]];
+      const ReduceInfo& r = reduces_[id];
+      llvm::Value* row_max = b_.CreateLoad(max.acc_ty, results_[max.node]);
+      llvm::Value* total = b_.CreateLoad(r.acc_ty, results_[id]);
+      llvm::Value* undefined = b_.CreateFCmpOEQ(row_max, Identity(b_, max));
+      b_.CreateStore(b_.CreateSelect(undefined, llvm::ConstantFP::getNaN(r.acc_ty), total),
+                     results_[id]);
+    }
+    return Status::Ok();
+  }
+
+  // Combines `ids`' per-thread accumulators across the row's threads and keeps each row
+  // result, init included, pinned for everything emitted after.
+  Status CombineRow(const std::vector<int>& ids) {
     std::vector<llvm::Value*> totals;
-    for (int id : phase) {
+    for (int id : ids) {
       const ReduceInfo& r = reduces_[id];
       llvm::Value* partial = b_.CreateLoad(r.acc_ty, r.acc);
-      if (m_.threads_per_row <= 32) {
-        totals.push_back(WarpAllReduce(kc_, r, partial, m_.threads_per_row));
-      } else {
-        totals.push_back(WarpAllReduce(kc_, r, partial, 32));
-      }
+      totals.push_back(WarpAllReduce(kc_, r, partial, std::min(m_.threads_per_row, 32)));
     }
-    if (m_.threads_per_row > 32) STITCH_RETURN_IF_ERROR(CombineWarps(phase, totals));
+    if (m_.threads_per_row > 32) STITCH_RETURN_IF_ERROR(CombineWarps(ids, totals));
     em_.ResetScope();
-    for (size_t i = 0; i < phase.size(); ++i) {
-      const ReduceInfo& r = reduces_[phase[i]];
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const ReduceInfo& r = reduces_[ids[i]];
       STITCH_ASSIGN_OR_RETURN(llvm::Value * init, em_.Emit(r.init, IrIndex{{}, kc_.Index(0)}));
       b_.CreateStore(Combine(b_, r, init, totals[i]), results_[r.node]);
       em_.PinAnyIndex(r.node, results_[r.node]);
     }
     return Status::Ok();
+  }
+
+  // After a group of elements whose max the body has combined: rescales rescaled sum `id`
+  // from the max it was kept at to the running max, and adds the group's terms at it. Terms
+  // are skipped while the running max is -inf, where exp(x - max) would be exp(NaN).
+  Status AddRescaledTerms(int id, const std::vector<llvm::Value*>& group) {
+    const ReduceInfo& max = reduces_[max_of_sum_[id]];
+    const ReduceInfo& r = reduces_[id];
+    llvm::Value* at = b_.CreateLoad(max.acc_ty, rescaled_at_[id]);
+    llvm::Value* running = b_.CreateLoad(max.acc_ty, max.acc);
+    llvm::Value* sum =
+        b_.CreateFMul(b_.CreateLoad(r.acc_ty, r.acc), RescaleFactor(at, running, r.acc_ty));
+    // The terms read the max through the graph's own nodes, at the running max.
+    em_.PinAnyIndex(max.node, max.acc);
+    llvm::Value* none = b_.CreateFCmpOEQ(running, Identity(b_, max));
+    for (llvm::Value* lin : group) {
+      STITCH_ASSIGN_OR_RETURN(llvm::Value * term, em_.Emit(r.input, IrIndex{{}, lin}));
+      sum =
+          Combine(b_, r, sum, b_.CreateSelect(none, llvm::Constant::getNullValue(r.acc_ty), term));
+    }
+    b_.CreateStore(sum, r.acc);
+    b_.CreateStore(running, rescaled_at_[id]);
+    return Status::Ok();
+  }
+
+  // exp(from - to) in `ty`, exactly 1 where the two are equal (both -inf included).
+  llvm::Value* RescaleFactor(llvm::Value* from, llvm::Value* to, llvm::Type* ty) {
+    llvm::Value* factor = em_.Exp(b_.CreateFSub(from, to));
+    factor = b_.CreateSelect(b_.CreateFCmpOEQ(from, to),
+                             llvm::ConstantFP::get(from->getType(), 1.0), factor);
+    return b_.CreateFPCast(factor, ty);
   }
 
   // Lane 0 of each warp publishes its warp's result; after one barrier every thread
@@ -493,6 +579,10 @@ class RowStitchEmitter {
   std::map<int, ReduceInfo> reduces_;
   std::map<int, llvm::AllocaInst*> results_;
   std::map<int, std::vector<llvm::AllocaInst*>> cache_;
+  // Rescaled sums computed in their max's pass: the max of each, and the max its running
+  // sum is currently relative to.
+  std::map<int, int> max_of_sum_;
+  std::map<int, llvm::AllocaInst*> rescaled_at_;
   // Column reduces as a split reduction over the grid's blocks, and each thread's
   // accumulators per register position.
   ReducePlan column_;
@@ -523,6 +613,13 @@ StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
   if (m.threads_per_row > 32 && m.launch.block[0] != static_cast<uint32_t>(m.threads_per_row)) {
     return InvalidArgument("kernel " + kc.spec.name +
                            ": a block per row needs blockDim.x == " + "threads_per_row");
+  }
+  // A value cached in registers in the pass that combines a rescaled sum would be kept at
+  // the running max, not the row's.
+  if (m.rescaled_sums_in_one_pass && m.values_per_thread > 0) {
+    return InvalidArgument("kernel " + kc.spec.name +
+                           ": rescaled sums share their max's pass only in loop mode "
+                           "(values_per_thread 0)");
   }
   RowStitchEmitter emitter(kc, layout);
   return emitter.Emit();

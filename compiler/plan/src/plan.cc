@@ -43,6 +43,7 @@ void DescribeMapping(const ThreadMapping& m, std::ostringstream& out) {
   }
   if (m.values_per_thread > 0) out << " regs/row=" << m.values_per_thread;
   if (m.vector_width > 1) out << " vec=" << m.vector_width;
+  if (m.rescaled_sums_in_one_pass) out << " online_sums";
   if (m.transpose_tile >= 0) out << " transpose_tile=%" << m.transpose_tile;
   if (m.loads_per_step > 1) out << " loads/step=" << m.loads_per_step;
   if (m.reduce_chunks > 1) out << " chunks=" << m.reduce_chunks;

@@ -201,7 +201,51 @@ Status ClassifyReduces(const Graph& g, const std::vector<int>& reduces, RowStitc
   return Status::Ok();
 }
 
+// Follows `id` through converts, broadcasts and reshapes, which change neither which row
+// a value belongs to nor its order.
+int SkipRelayouts(const Graph& g, int id) {
+  for (;;) {
+    const Node& n = g.nodes[id];
+    if (n.op != OpCode::kConvert && n.op != OpCode::kBroadcast && n.op != OpCode::kReshape) {
+      return id;
+    }
+    id = n.operands[0];
+  }
+}
+
+// The sums among `row_reduces` of exp(x - m) with m a max among them over the same x.
+std::vector<RescaledSum> FindRescaledSums(const Graph& g, const std::vector<int>& row_reduces) {
+  const std::set<int> reduces(row_reduces.begin(), row_reduces.end());
+  std::vector<RescaledSum> out;
+  for (int r : row_reduces) {
+    const Node& sum = g.nodes[r];
+    if (sum.reduce_kind != ReduceKind::kSum || !IsFloat(sum.shape.dtype)) continue;
+    int e = sum.operands[0];
+    while (g.nodes[e].op == OpCode::kConvert) e = g.nodes[e].operands[0];
+    if (g.nodes[e].op != OpCode::kExp) continue;
+    const Node& shifted = g.nodes[g.nodes[e].operands[0]];
+    if (shifted.op != OpCode::kSub) continue;
+    const int m = SkipRelayouts(g, shifted.operands[1]);
+    const Node& max = g.nodes[m];
+    if (!reduces.count(m) || max.reduce_kind != ReduceKind::kMax || !IsFloat(max.shape.dtype) ||
+        max.operands[0] != shifted.operands[0]) {
+      continue;
+    }
+    out.push_back({m, r});
+  }
+  return out;
+}
+
 }  // namespace
+
+bool InOnePass(const RowStitchLayout& layout, const RescaledSum& s) {
+  for (const std::vector<int>& phase : layout.phases) {
+    const bool has_max = std::count(phase.begin(), phase.end(), s.max_reduce) > 0;
+    const bool has_sum = std::count(phase.begin(), phase.end(), s.sum_reduce) > 0;
+    if (has_max || has_sum) return has_max && has_sum;
+  }
+  return false;
+}
 
 bool IsColumnReduceOf(const Graph& g, int id, const RowGeometry& geo) {
   const Node& n = g.nodes[id];
@@ -254,12 +298,21 @@ StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spe
     }
   }
 
-  // Phases: a reduce runs one pass after the latest reduce it reads.
+  // Phases: a reduce runs one pass after the latest reduce it reads, a rescaled sum in one
+  // pass with its max where the mapping asks for it.
   std::map<int, std::set<int>> deps = ReduceDependences(g, spec, row_reduces);
+  layout.rescaled_sums = FindRescaledSums(g, row_reduces);
+  std::map<int, int> max_of_sum;
+  if (spec.mapping.rescaled_sums_in_one_pass) {
+    for (const RescaledSum& s : layout.rescaled_sums) max_of_sum[s.sum_reduce] = s.max_reduce;
+  }
   std::map<int, int> phase;
   for (int r : row_reduces) {  // spec.nodes is topological, so dependences come first
     int p = 0;
-    for (int d : deps[r]) p = std::max(p, phase[d] + 1);
+    for (int d : deps[r]) {
+      auto it = max_of_sum.find(r);
+      p = std::max(p, phase[d] + (it != max_of_sum.end() && it->second == d ? 0 : 1));
+    }
     phase[r] = p;
     if (static_cast<int>(layout.phases.size()) <= p) layout.phases.resize(p + 1);
     layout.phases[p].push_back(r);

@@ -380,6 +380,21 @@ int64_t LoopModeRereadBytes(const Graph& g, const KernelSpec& k, const RowStitch
   return bytes;
 }
 
+// A row in loop mode reads its row once per pass: its rescaled sums share their max's pass,
+// and what every later pass reads again is priced as re-reads.
+void SetLoopModePasses(const Graph& g, const RowStitchLayout& layout, KernelSpec& k) {
+  ThreadMapping& m = k.mapping;
+  // A rescaled sum still combines across the row's threads after its max does, so the
+  // block barriers stay as they are. Without one the passes are `layout`'s.
+  m.rescaled_sums_in_one_pass = !layout.rescaled_sums.empty();
+  StatusOr<RowStitchLayout> merged =
+      m.rescaled_sums_in_one_pass ? AnalyzeRowStitch(g, k) : StatusOr<RowStitchLayout>(layout);
+  if (!merged.ok()) m.rescaled_sums_in_one_pass = false;
+  const RowStitchLayout& passes = merged.ok() ? *merged : layout;
+  m.reread_bytes_per_item = LoopModeRereadBytes(g, k, passes);
+  m.reread_footprint_bytes_per_item = LoopModeRereadBytes(g, k, passes, /*distinct=*/true);
+}
+
 // Instructions a thread issues per pass of a row-stitched mapping, estimated before any
 // mapping is assembled so that the cost model's issue term can rank one kernel's mappings.
 // Per row-space element: about two for a cheap op with its index and address arithmetic and
@@ -472,9 +487,7 @@ bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_pe
     m.registers_per_thread = 32 + 2 * reduces;
   }
   SetTraffic(g, k, geo.rows * geo.row_len);
-  m.reread_bytes_per_item = m.values_per_thread > 0 ? 0 : LoopModeRereadBytes(g, k, layout);
-  m.reread_footprint_bytes_per_item =
-      m.values_per_thread > 0 ? 0 : LoopModeRereadBytes(g, k, layout, /*distinct=*/true);
+  if (m.values_per_thread == 0) SetLoopModePasses(g, layout, k);
   // A thread's register positions are independent loads, as are a vector's elements.
   m.load_bytes_in_flight_per_thread *=
       m.values_per_thread > 0 ? m.values_per_thread : m.vector_width;

@@ -135,7 +135,8 @@ TEST(StitchPlanner, LayerNormIsOneRowStitchedKernelReadingItsInputOnce) {
 
 TEST(StitchPlanner, RowsTooLongForRegistersCountTheirRereads) {
   // 50304 f32 per row (a GPT vocabulary softmax): no thread holds its share of the row, so
-  // the max, sum and output passes each read x, twice more than the plan's traffic counts.
+  // the pass of the max and its rescaled sum and the output pass each read x, once more
+  // than the plan's traffic counts.
   const int64_t rows = 256, cols = 50304;
   Graph g = Softmax(rows, cols);
   ASSERT_TRUE(Verify(g).ok());
@@ -143,7 +144,7 @@ TEST(StitchPlanner, RowsTooLongForRegistersCountTheirRereads) {
   ASSERT_EQ(plan.kernels.size(), 1u) << Describe(g, plan);
   const ThreadMapping& m = plan.kernels[0].mapping;
   ASSERT_EQ(m.values_per_thread, 0) << Describe(g, plan);
-  EXPECT_EQ(m.reread_bytes_per_item, 2 * cols * 4);
+  EXPECT_EQ(m.reread_bytes_per_item, cols * 4);
   EXPECT_EQ(m.reread_footprint_bytes_per_item, cols * 4);
   // Short rows stay in registers and are read once.
   Graph short_rows = Softmax(4096, 768);
@@ -155,7 +156,7 @@ TEST(StitchPlanner, RowsTooLongForRegistersCountTheirRereads) {
 
 TEST(StitchPlanner, LoopModeRowsInFlightFitTheL2WindowTheirRereadsNeed) {
   // 8192 rows of 50304 f32 (suite row #12): a block per row and every block slot in flight
-  // would hold over 100 MB of rows, so their second and third passes would miss L2. The
+  // would hold over 100 MB of rows, so the output pass's re-read would miss L2. The
   // grid is capped to the rows the fitted reuse window holds, with 1024-thread blocks.
   const int64_t rows = 8192, cols = 50304;
   Graph g = Softmax(rows, cols);

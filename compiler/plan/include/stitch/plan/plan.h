@@ -104,6 +104,10 @@ struct ThreadMapping {
   // kRowStitch: elements of a row each thread keeps in registers between the row's phases
   // (0 when rows are too long, and later phases read global memory again).
   int values_per_thread = 0;
+  // kRowStitch: every rescaled sum (row_stitch.h: a sum of exp(x - max(x))) runs in its max's
+  // pass instead of a pass of its own. Set for rows in loop mode, which then read their row
+  // once less; rows held in registers re-read nothing and keep the plain passes.
+  bool rescaled_sums_in_one_pass = false;
   uint32_t shared_bytes = 0;  // static shared memory per block
   // Block-wide barriers each block passes per row or tile it processes.
   int block_barriers_per_item = 0;

@@ -39,11 +39,25 @@ struct RowGeometry {
 // nullopt otherwise.
 std::optional<RowGeometry> RowGeometryOf(const Graph& g, int id);
 
+// A sum over the row of exp(x - m), where m is a max reduce of the same kernel over the same
+// x (softmax's normalizer), through converts, broadcasts and reshapes only. Such a sum can
+// run in its max's pass: each thread keeps its sum relative to its running max and rescales
+// it by exp(old - new) whenever the max grows (the online normalizer), so the threads'
+// partial sums meet relative to the row's max. A row that is not kept in registers is then
+// read once less.
+struct RescaledSum {
+  int max_reduce = -1;
+  int sum_reduce = -1;
+};
+
 struct RowStitchLayout {
   RowGeometry geometry;
   // Reduces grouped into phases: the reduces of phase p read only reduces of earlier
-  // phases, so each phase is one pass over the row.
+  // phases, so each phase is one pass over the row; a rescaled sum shares its max's phase
+  // where the kernel's mapping asks for it (ThreadMapping::rescaled_sums_in_one_pass).
   std::vector<std::vector<int>> phases;
+  // Every sum of the kernel that could run in its max's pass, whether or not it does.
+  std::vector<RescaledSum> rescaled_sums;
   // Outputs with one element per row element, and with one element per row.
   std::vector<int> row_space_outputs;
   std::vector<int> row_outputs;
@@ -69,6 +83,9 @@ struct RowStitchLayout {
 // Returns whether reduce node `id` reduces a value of `geo.rows * geo.row_len` elements over
 // its leading dimensions, keeping the trailing `row_len` elements: a column reduce of `geo`.
 bool IsColumnReduceOf(const Graph& g, int id, const RowGeometry& geo);
+
+// Returns whether `layout` computes rescaled sum `s` in its max's pass.
+bool InOnePass(const RowStitchLayout& layout, const RescaledSum& s);
 
 // Analyses a kernel spec as a row-stitched kernel. Returns UNIMPLEMENTED, naming the node,
 // when the spec is not one: a reduce with another geometry, an output of another size that
