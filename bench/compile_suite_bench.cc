@@ -26,8 +26,10 @@
 // that misses the one-kernel or the bytes goal with its kernels and the reason.
 //
 // Usage: suite_bench [--csv PATH] [--runs N] [--only ID[,ID...]] [--plans] [--device NAME]
+//                    [--dump-dir DIR]
 //   --plans        also print Describe() of the shipped plan, the stitched one where another
 //                  ships, and both baseline models' plans
+//   --dump-dir DIR write the PTX of every shipped kernel to DIR/<id>_<kernel>.ptx
 //   --device NAME  price the plans on another device of the table (A100, H100, H200)
 // Exit status: 0 when every subgraph verified, compiled and ran (mismatches and missed goals
 // are figures, not failures), 1 otherwise, 2 for bad flags.
@@ -90,6 +92,7 @@ struct Flags {
   std::vector<int> only;
   bool plans = false;
   std::string device = "H100";
+  std::string dump_dir;
 };
 
 // One plan's figures at full shapes on the pricing device.
@@ -424,7 +427,20 @@ void CheckShippedCode(const CompileResult& c, Result& r) {
   }
 }
 
-void CompileAndPrice(const Graph& g, const GpuDevice& device, bool describe, int runs, Result& r) {
+// Writes the PTX of every kernel `c` ships to `dir`/<id>_<kernel>.ptx.
+Status DumpPtx(const CompileResult& c, int id, const std::string& dir) {
+  for (const CompiledKernel& k : c.kernels) {
+    const std::string path = dir + "/" + std::to_string(id) + "_" + k.name + ".ptx";
+    std::ofstream out(path);
+    out << k.ptx;
+    if (!out) return InvalidArgument("cannot write " + path);
+  }
+  return Status::Ok();
+}
+
+void CompileAndPrice(const Graph& g, const GpuDevice& device, const Flags& flags, Result& r) {
+  const bool describe = flags.plans;
+  const int runs = flags.runs;
   CompileOptions options;
   options.codegen.target = kTarget;
   std::vector<double> ptx, total;
@@ -438,6 +454,9 @@ void CompileAndPrice(const Graph& g, const GpuDevice& device, bool describe, int
     ptx.push_back(c->timings.to_ptx_ms());
     total.push_back(c->timings.total_ms());
     if (i == 0) {
+      if (!flags.dump_dir.empty()) {
+        if (Status s = DumpPtx(*c, r.id, flags.dump_dir); !s.ok()) r.error = s.ToString();
+      }
       r.cubin_note = c->cubin_note;
       CheckShippedCode(*c, r);
       RunShippedAtFullGeometry(*c, 3000 + static_cast<uint64_t>(r.id), r);
@@ -570,7 +589,7 @@ Result Measure(const SuiteEntry& e, const GpuDevice& device, const Flags& flags)
     r.match = "-";
     return r;
   }
-  CompileAndPrice(e.graph, device, flags.plans, flags.runs, r);
+  CompileAndPrice(e.graph, device, flags, r);
   Emulate(e.graph, 1000 + e.id, r);
   return r;
 }
@@ -837,7 +856,8 @@ void PrintSummary(const std::vector<Result>& results, double wall_s) {
 }
 
 constexpr const char* kUsage =
-    "usage: suite_bench [--csv PATH] [--runs N] [--only ID[,ID...]] [--plans] [--device NAME]";
+    "usage: suite_bench [--csv PATH] [--runs N] [--only ID[,ID...]] [--plans] [--device NAME] "
+    "[--dump-dir DIR]";
 
 StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags flags;
@@ -857,6 +877,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       flags.plans = true;
     } else if (arg == "--device" && has_value) {
       flags.device = argv[++i];
+    } else if (arg == "--dump-dir" && has_value) {
+      flags.dump_dir = argv[++i];
     } else {
       return InvalidArgument(kUsage);
     }

@@ -30,19 +30,29 @@ int64_t Passes(const KernelCodeFacts& f) {
   return CeilDiv(f.mapping.work_items, std::max<int64_t>(ItemsPerPass(f.kind, f.mapping), 1));
 }
 
-// Elements of the iteration space one thread handles per pass of the grid-stride loop.
+// Elements of the iteration space one thread handles per run of the code outside innermost
+// loops: a pass of the grid-stride loop, or the whole launch for a loop kernel that keeps each
+// thread on its columns (its per-column work runs once per thread, before the loop).
 double ElementsPerPass(const KernelCodeFacts& f) {
+  if (f.kind == KernelKind::kLoop && f.mapping.column_period > 0) {
+    return static_cast<double>(f.elements) /
+           static_cast<double>(
+               std::max<uint64_t>(f.mapping.launch.blocks() * f.mapping.launch.block_threads(), 1));
+  }
   return static_cast<double>(f.elements) / static_cast<double>(std::max<int64_t>(Passes(f), 1)) /
          static_cast<double>(std::max<uint64_t>(f.mapping.launch.block_threads(), 1));
 }
 
 // Row and column kernels in loop mode step through their rows or columns in inner loops,
-// a vector (times the loads per step) per trip; the others handle a pass's elements in
-// straight-line code (a loop kernel's vector, a thread's share of a row in registers).
+// a vector (times the loads per step) per trip, and so does a loop kernel that keeps each
+// thread on its columns (its per-column work runs once, before the loop); the others handle
+// a pass's elements in straight-line code (a loop kernel's vector, a thread's share of a row
+// in registers).
 bool StepsThroughRows(const KernelCodeFacts& f) {
   return ((f.kind == KernelKind::kRowReduce || f.kind == KernelKind::kRowStitch) &&
           f.mapping.values_per_thread == 0) ||
-         f.kind == KernelKind::kColumnReduce;
+         f.kind == KernelKind::kColumnReduce ||
+         (f.kind == KernelKind::kLoop && f.mapping.column_period > 0);
 }
 
 // Instructions per element: the cubin's instructions, split in the PTX's proportion between

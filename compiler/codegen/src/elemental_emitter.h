@@ -73,6 +73,14 @@ class ElementalEmitter {
   // Returns e^x of a floating-point compute-type value, as the graph's exp nodes compute it.
   llvm::Value* Exp(llvm::Value* x) { return CallMath("exp", {x}); }
 
+  // Records that `linear` has the per-dimension indices `indices` in a row-major space of
+  // `dims`, for Delinearize to return (and to build its vector lanes' indices on) instead of
+  // dividing: a loop kernel that keeps each thread on its columns passes them loop-invariant.
+  // Forgotten by ResetScope.
+  void SeedDelinearization(llvm::Value* linear, const std::vector<int64_t>& dims,
+                           std::vector<llvm::Value*> indices) {
+    delin_[{linear, dims}] = std::move(indices);
+  }
   // Returns per-dimension indices of `linear` in a row-major space of `dims`.
   std::vector<llvm::Value*> Delinearize(llvm::Value* linear, const std::vector<int64_t>& dims);
   // Returns the row-major linear index of `idx` in a space of `dims`.

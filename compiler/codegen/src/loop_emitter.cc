@@ -1,3 +1,5 @@
+#include <llvm/IR/Intrinsics.h>
+
 #include <algorithm>
 
 #include "dtype_lowering.h"
@@ -5,6 +7,32 @@
 #include "emitters.h"
 
 namespace stitch::codegen {
+namespace {
+
+// The outermost dimension of `dims` (after the first) from which the trailing dimensions'
+// product is `period`, or -1 where none is.
+int PeriodStart(const std::vector<int64_t>& dims, int64_t period) {
+  int64_t product = 1;
+  for (int d = static_cast<int>(dims.size()) - 1; d >= 1; --d) {
+    product *= dims[d];
+    if (product == period) return d;
+  }
+  return -1;
+}
+
+// A thread keeps to the same columns only while the grid's stride is a multiple of the
+// column period: a launch on any other grid traps rather than compute with another column's
+// values.
+Status EmitColumnPeriodGuard(KernelContext& kc, llvm::Value* stride_elements, int64_t period) {
+  llvm::IRBuilder<>& b = kc.b;
+  llvm::Value* off = b.CreateICmpNE(b.CreateURem(stride_elements, kc.Index(period)), kc.Index(0));
+  return EmitIf(kc, "column_period.guard", off, [&] {
+    b.CreateIntrinsic(llvm::Intrinsic::trap, {}, {});
+    return Status::Ok();
+  });
+}
+
+}  // namespace
 
 StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc, bool allow_tile) {
   const Graph& g = kc.graph;
@@ -38,11 +66,36 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc, bool allow_tile) {
   llvm::Value* start = b.CreateAdd(b.CreateMul(BlockIdx(kc, Dim::kX), BlockDim(kc, Dim::kX)),
                                    ThreadIdx(kc, Dim::kX));
   llvm::Value* step = b.CreateMul(GridDim(kc, Dim::kX), BlockDim(kc, Dim::kX));
+  // With a column period the thread's columns are the same on every pass: their indices are
+  // computed here, once, and so is everything that depends on nothing else (LLVM hoists the
+  // per-column loads and math out of the loop).
+  const std::vector<int64_t>& dims = g.nodes[kc.spec.outputs[0]].shape.dims;
+  const int64_t period = kc.spec.mapping.column_period;
+  int period_start = -1;
+  std::vector<llvm::Value*> column_indices;
+  if (period > 0) {
+    period_start = PeriodStart(dims, period);
+    if (period_start < 0 || period % width != 0) {
+      return InvalidArgument("loop kernel " + kc.spec.name + ": column period " +
+                             std::to_string(period) + " is not a multiple of the vector width " +
+                             "that spans trailing dimensions of its output");
+    }
+    STITCH_RETURN_IF_ERROR(EmitColumnPeriodGuard(kc, b.CreateMul(step, kc.Index(width)), period));
+    llvm::Value* column = b.CreateURem(b.CreateMul(start, kc.Index(width)), kc.Index(period));
+    column_indices = em.Delinearize(column, {dims.begin() + period_start, dims.end()});
+  }
   STITCH_RETURN_IF_ERROR(EmitForLoop(
       kc, "vec", start, kc.RunCount(n / width, varies), step, [&](llvm::Value* q) -> Status {
         em.ResetScope();
         const std::vector<llvm::Value*> indices =
             em.VectorLanes(b.CreateMul(q, kc.Index(width), "", true, true), width);
+        if (period > 0) {
+          std::vector<llvm::Value*> first =
+              em.Delinearize(b.CreateUDiv(indices[0], kc.Index(period)),
+                             {dims.begin(), dims.begin() + period_start});
+          first.insert(first.end(), column_indices.begin(), column_indices.end());
+          em.SeedDelinearization(indices[0], dims, std::move(first));
+        }
         // Every load of the vector first, so they are in flight together.
         em.EmitLoads(kc.spec.outputs, indices);
         for (size_t o = 0; o < kc.spec.outputs.size(); ++o) {

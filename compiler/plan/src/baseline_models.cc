@@ -199,6 +199,7 @@ StatusOr<BaselinePlan> PlanXlaModel(const Graph& g, const GpuDevice& device,
   native.row_stitch = false;
   native.global_stitch = false;
   native.loop_rows_in_l2 = false;
+  native.loop_columns_per_thread = false;
   native.max_reduces_per_kernel = kXlaMaxReductionsPerFusion;
   native.max_column_reduces_per_kernel = kXlaMaxColumnReductionsPerFusion;
   STITCH_ASSIGN_OR_RETURN(out.plan, PlanWithRules(out.graph, device, native, "xla"));
@@ -227,6 +228,7 @@ StatusOr<BaselinePlan> PlanInductorModel(const Graph& g, const GpuDevice& device
   // Inductor fuses a transpose into the reduction that reads it, whatever the access order.
   rules.transposes_in_reductions = true;
   rules.loop_rows_in_l2 = false;
+  rules.loop_columns_per_thread = false;
   STITCH_ASSIGN_OR_RETURN(out.plan, PlanWithRules(out.graph, device, rules, "inductor"));
   return out;
 }

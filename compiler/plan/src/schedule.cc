@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <numeric>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -826,6 +828,111 @@ void FitLoopRowsInL2(const Graph& g, KernelSpec& kernel, const GpuDevice& device
     }
   }
   kernel = std::move(best);
+}
+
+namespace {
+
+// The per-column values of a loop kernel: the operands of its broadcasts to the output's
+// shape that keep some dimension (a scalar's broadcast is the same everywhere).
+std::set<int> PerColumnValues(const Graph& g, const KernelSpec& k) {
+  const std::vector<int64_t>& dims = g.nodes[k.outputs[0]].shape.dims;
+  std::set<int> values;
+  for (int id : k.nodes) {
+    const Node& n = g.nodes[id];
+    if (n.op != OpCode::kBroadcast || n.shape.dims != dims) continue;
+    const Shape& in = g.nodes[n.operands[0]].shape;
+    if (in.elements() > 1) values.insert(n.operands[0]);
+  }
+  return values;
+}
+
+// Instructions a thread of a loop kernel issues per pass (a vector of `width` elements),
+// estimated as EstimatedPassInstructions does for row mappings: about two per load, store
+// and cheap op, a dozen per costly one. Values smaller than the output (per-column ones) are
+// computed with every element unless the thread keeps to its columns, when they are
+// computed once before its loop and left out.
+int EstimatedLoopInstructions(const Graph& g, const KernelSpec& k, bool keeps_columns) {
+  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+  int64_t per_element = 2 * static_cast<int64_t>(k.outputs.size());
+  for (int i : k.inputs) {
+    if (g.nodes[i].shape.elements() == n || !keeps_columns) per_element += 2;
+  }
+  for (int id : k.nodes) {
+    const Node& node = g.nodes[id];
+    if (ClassOf(node.op) != OpClass::kElementwise) continue;
+    if (node.shape.elements() == n || !keeps_columns) {
+      per_element += CostOf(node.op) == OpCost::kCostly ? 12 : 2;
+    }
+  }
+  const int64_t total = per_element * std::max(k.mapping.vector_width, 1);
+  return static_cast<int>(std::min<int64_t>(total, std::numeric_limits<int>::max()));
+}
+
+// The elements of a loop kernel's output over which every broadcast of the output's shape
+// repeats: the product of the output's dimensions from the outermost one such a broadcast
+// keeps (the channel of a [N, H, W, C] batch norm: C). 0 where no broadcast keeps only
+// inner dimensions (none at all, only scalars, or one that keeps the outermost dimension).
+int64_t LoopColumnPeriod(const Graph& g, const KernelSpec& k) {
+  const std::vector<int64_t>& dims = g.nodes[k.outputs[0]].shape.dims;
+  int first_kept = static_cast<int>(dims.size());
+  for (int id : k.nodes) {
+    const Node& n = g.nodes[id];
+    if (n.op != OpCode::kBroadcast || n.shape.dims != dims) continue;
+    const std::vector<int64_t>& in = g.nodes[n.operands[0]].shape.dims;
+    for (size_t i = 0; i < in.size() && i < n.dimensions.size(); ++i) {
+      if (in[i] != 1) first_kept = std::min(first_kept, static_cast<int>(n.dimensions[i]));
+    }
+  }
+  if (first_kept <= 0 || first_kept >= static_cast<int>(dims.size())) return 0;
+  int64_t period = 1;
+  for (size_t d = static_cast<size_t>(first_kept); d < dims.size(); ++d) period *= dims[d];
+  return period;
+}
+
+}  // namespace
+
+void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  const ThreadMapping& m = kernel.mapping;
+  if (kernel.kind != KernelKind::kLoop || m.transpose_tile >= 0 || m.column_period > 0) return;
+  const int64_t period = LoopColumnPeriod(g, kernel);
+  const int64_t width = std::max(m.vector_width, 1);
+  if (period == 0 || period % width != 0) return;
+  const int64_t vectors = g.nodes[kernel.outputs[0]].shape.elements() / width;
+  const int64_t threads = static_cast<int64_t>(m.launch.block_threads());
+  // The grid's threads must be a multiple of a period's vectors.
+  const int64_t period_vectors = period / width;
+  const int64_t grid_step = period_vectors / std::gcd(period_vectors, threads);
+  // Each thread holds every per-column value for each lane of its vector across the loop.
+  ThreadMapping kept = m;
+  kept.column_period = period;
+  kept.registers_per_thread = std::min<int>(
+      device.max_registers_per_thread,
+      m.registers_per_thread + static_cast<int>(width * PerColumnValues(g, kernel).size()));
+  const int64_t resident = int64_t{ResidentBlocksPerSm(device, kept)} * device.sms;
+  // What keeping the columns saves is instructions, which only the issue term prices; it
+  // costs occupancy (the values' registers) and a grid of a few waves.
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, WithFittedIssueTerm(device));
+  KernelSpec scheduled = kernel;
+  scheduled.mapping.estimated_instructions = EstimatedLoopInstructions(g, kernel, false);
+  kept.estimated_instructions = EstimatedLoopInstructions(g, kernel, true);
+  double best_seconds = model->EstimateKernel(g, scheduled).seconds;
+  std::optional<KernelSpec> best;
+  for (int64_t waves : {1, 2, 4}) {
+    const int64_t grid = resident * waves / grid_step * grid_step;
+    if (grid < grid_step || grid * threads * 2 > vectors) continue;
+    KernelSpec trial = kernel;
+    trial.mapping = kept;
+    trial.mapping.launch.grid = {static_cast<uint32_t>(grid), 1, 1};
+    const double seconds = model->EstimateKernel(g, trial).seconds;
+    if (seconds < best_seconds) {  // the fewest waves at a tie
+      best_seconds = seconds;
+      best = std::move(trial);
+    }
+  }
+  if (best) {
+    kernel = std::move(*best);
+    kernel.mapping.estimated_instructions = 0;  // a shipped plan's prices read the cubin's
+  }
 }
 
 namespace {

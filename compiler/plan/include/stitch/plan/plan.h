@@ -98,6 +98,12 @@ struct ThreadMapping {
   // with its lanes along the operand's minor dimension and stores it with its lanes along the
   // output's, through shared memory. work_items then counts tiles.
   int transpose_tile = -1;
+  // kLoop: 0, or the elements of the output's trailing dimensions over which every
+  // broadcast of per-column values (a batch norm's per-channel statistics, a bias) repeats.
+  // The grid's stride is then a multiple of it, so each thread keeps to the same columns on
+  // every pass of its grid-stride loop and loads and computes their values once, not once per
+  // element. The kernel traps when launched on a grid whose stride is not such a multiple.
+  int64_t column_period = 0;
   // kRowReduce and kColumnReduce: reduced elements each thread loads before combining them
   // (strided as its loop steps, so accesses stay coalesced), for loads in flight.
   int loads_per_step = 1;

@@ -39,6 +39,17 @@ void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device)
 // Leaves other kernels, and devices without a fitted window, as they are.
 void FitLoopRowsInL2(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
 
+// A loop kernel whose elements read per-column values (a broadcast along the output's
+// leading dimensions: a batch norm's per-channel statistics and what is computed from them)
+// recomputes them for every element unless each thread keeps to the same columns on every
+// pass. Sets ThreadMapping::column_period and caps the grid to a multiple that makes the
+// grid's stride a multiple of the period: of the grids of one, two and four waves that give
+// every thread at least two passes, the cheapest, where the planning cost model with the
+// fitted issue term prices it below the kernel as scheduled (what it saves is instructions,
+// estimated per element; what it costs is the values' registers). Leaves other kernels, and
+// kernels without such a grid, as they are.
+void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
+
 // Returns the linear indices, ascending and distinct, of the blocks of a scheduled kernel
 // that sit at the boundaries of its grid-stride loops: for every loop the kernel runs (each
 // phase of a global_stitch kernel, a split reduce's combine stage, a row-stitched kernel's

@@ -58,6 +58,10 @@ struct FusionRules {
   // (FitLoopRowsInL2). Inductor and XLA launch a program or block per row whatever its
   // length, so their models keep every row in flight and read it once per pass.
   bool loop_rows_in_l2 = true;
+  // Loop kernels that read per-column values keep each thread on its columns, so those
+  // values are computed once per thread (KeepLoopColumnsPerThread). Triton's and XLA's loop
+  // kernels compute them for every element.
+  bool loop_columns_per_thread = true;
 };
 
 struct StitchPlannerOptions {
