@@ -493,12 +493,17 @@ class Planner {
       if (ReadsReduce(o, spec)) return false;
     }
     // Outputs of the reduce's shape are computed per output element from the reduce results
-    // of that element; a reduce result reached through a reshape or broadcast would be read
-    // at another index, which the reduce emitters do not provide.
+    // of that element; a reduce result reached through a reshape, broadcast or transpose
+    // would be read at another index, which the reduce emitters do not provide. Only
+    // elementwise ops keep the index (a transpose of a square result keeps its shape, not
+    // its index).
     std::set<int> body(spec.nodes.begin(), spec.nodes.end());
     for (int id : spec.nodes) {
       const Node& n = g_.nodes[id];
-      if (n.op == OpCode::kReduce || n.shape.dims == hero.shape.dims) continue;
+      if (n.op == OpCode::kReduce ||
+          (n.shape.dims == hero.shape.dims && ClassOf(n.op) == OpClass::kElementwise)) {
+        continue;
+      }
       for (int o : n.operands) {
         if (body.count(o) && (g_.nodes[o].op == OpCode::kReduce || ReadsReduce(o, spec))) {
           return false;
