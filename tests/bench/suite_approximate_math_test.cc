@@ -1,5 +1,6 @@
 // The approximate math codegen emits for f32 compute (rsqrt.approx.f32 for rsqrt,
-// div.approx.f32 for divisions and the logistic's: CodegenOptions::approximate_division), at
+// div.approx.f32 for divisions and the logistic's, ex2.approx.f32 of x * log2(e) for exp and
+// the logistic's: CodegenOptions::approximate_math), at
 // the PTX ISA's error bound. Every suite row that uses them, in f16, bf16 and f32
 // (graph_retype.h), runs on the emulator with each approximate result off by
 // kApproximateMathErrorBound and still matches the interpreter at the output tolerance; a
@@ -33,7 +34,7 @@ namespace {
 
 bool UsesApproximateMath(const Graph& g) {
   for (const Node& n : g.nodes) {
-    if (n.op == OpCode::kRsqrt || n.op == OpCode::kLogistic) return true;
+    if (n.op == OpCode::kRsqrt || n.op == OpCode::kLogistic || n.op == OpCode::kExp) return true;
     if (n.op == OpCode::kDiv && IsFloat(n.shape.dtype)) return true;
   }
   return false;
@@ -50,7 +51,7 @@ StatusOr<CompileResult> CompileForEmulator(const Graph& g, bool force_approximat
   STITCH_ASSIGN_OR_RETURN(CompileResult compiled, CompileGraph(g, options));
   if (force_approximate) {
     CodegenOptions codegen = options.codegen;
-    codegen.approximate_division = CodegenOptions::ApproximateDivision::kAlways;
+    codegen.approximate_math = CodegenOptions::ApproximateMath::kAlways;
     for (size_t k = 0; k < compiled.kernels.size(); ++k) {
       STITCH_ASSIGN_OR_RETURN(compiled.kernels[k],
                               EmitKernel(compiled.graph, compiled.plan.kernels[k], codegen));
@@ -69,7 +70,7 @@ bool Calls(const CompileResult& r, const std::string& name) {
 }
 
 bool CallsApproximateMath(const CompileResult& r) {
-  return Calls(r, "__nv_rsqrtf") || Calls(r, "__nv_fast_fdividef");
+  return Calls(r, "__nv_rsqrtf") || Calls(r, "__nv_fast_fdividef") || Calls(r, "__nv_fast_expf");
 }
 
 StatusOr<double> WorstErrorOverTolerance(const Graph& g, double error, uint64_t seed,
@@ -95,10 +96,10 @@ StatusOr<double> WorstErrorOverTolerance(const Graph& g, double error, uint64_t 
 
 TEST(ApproximateMath, TheEmulatorAppliesTheBoundToEachApproximateResult) {
   Graph g;
-  g.name = "rsqrt_and_logistic";
+  g.name = "rsqrt_logistic_and_exp";
   const int x = testing::Param(g, {DType::kF32, {1024}}, 0, "x");
   g.outputs = {testing::Unary(g, OpCode::kRsqrt, testing::Unary(g, OpCode::kAbs, x)),
-               testing::Unary(g, OpCode::kLogistic, x)};
+               testing::Unary(g, OpCode::kLogistic, x), testing::Unary(g, OpCode::kExp, x)};
   StatusOr<CompileResult> compiled = CompileForEmulator(g, /*force_approximate=*/true);
   ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
   ASSERT_TRUE(CallsApproximateMath(*compiled));
@@ -114,7 +115,7 @@ TEST(ApproximateMath, TheEmulatorAppliesTheBoundToEachApproximateResult) {
     ASSERT_TRUE(run.ok()) << run.status().ToString();
     StatusOr<std::vector<Tensor>> exact = Evaluate(g, inputs);
     ASSERT_TRUE(exact.ok());
-    for (size_t k = 0; k < 2; ++k) {
+    for (size_t k = 0; k < g.outputs.size(); ++k) {
       double largest = 0;
       for (int64_t i = 0; i < exact->at(k).size(); ++i) {
         const double want = exact->at(k).AsDouble(i);
@@ -150,6 +151,8 @@ TEST(ApproximateMath, ADivisionIsApproximateWhereItReachesOnlyHalfOutputs) {
     StatusOr<CompileResult> compiled = CompileForEmulator(g, /*force_approximate=*/false);
     ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
     EXPECT_EQ(Calls(*compiled, "__nv_fast_fdividef"), !f32_quotient) << f32_quotient;
+    // Its exp reaches the f32 row sums, so it stays exact.
+    EXPECT_FALSE(Calls(*compiled, "__nv_fast_expf"));
     StatusOr<double> at_bound = WorstErrorOverTolerance(g, kApproximateMathErrorBound, 5100);
     ASSERT_TRUE(at_bound.ok()) << at_bound.status().ToString();
     EXPECT_LE(*at_bound, 1.0) << f32_quotient;
@@ -202,7 +205,8 @@ INSTANTIATE_TEST_SUITE_P(Suite, ApproximateMathInHalfTypes,
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 // f32 outputs: rsqrt stays approximate and meets the f32 tolerance at the bound; the
-// logistic's division is exact, and forced to approximate it would miss the tolerance.
+// logistic's division and every exp are exact, and forced to approximate them would miss the
+// tolerance.
 TEST(ApproximateMath, F32OutputsDivideExactly) {
   int forced_misses = 0, rsqrt_rows = 0;
   for (const auto& [id, g] : RowsUsingApproximateMath(DType::kF32)) {
@@ -210,6 +214,7 @@ TEST(ApproximateMath, F32OutputsDivideExactly) {
     StatusOr<CompileResult> compiled = CompileForEmulator(g, /*force_approximate=*/false);
     ASSERT_TRUE(compiled.ok()) << "#" << id << ": " << compiled.status().ToString();
     EXPECT_FALSE(Calls(*compiled, "__nv_fast_fdividef")) << "#" << id;
+    EXPECT_FALSE(Calls(*compiled, "__nv_fast_expf")) << "#" << id;
     rsqrt_rows += Calls(*compiled, "__nv_rsqrtf") ? 1 : 0;
     StatusOr<double> shipped = WorstErrorOverTolerance(g, kApproximateMathErrorBound, seed);
     ASSERT_TRUE(shipped.ok()) << "#" << id << ": " << shipped.status().ToString();
@@ -217,12 +222,14 @@ TEST(ApproximateMath, F32OutputsDivideExactly) {
     StatusOr<double> forced = WorstErrorOverTolerance(g, kApproximateMathErrorBound, seed, true);
     ASSERT_TRUE(forced.ok()) << "#" << id << ": " << forced.status().ToString();
     std::printf(
-        "#%d in f32: worst error / tolerance %.3f at the bound, %.3f with approximate division\n",
+        "#%d in f32: worst error / tolerance %.3f at the bound, %.3f with approximate division "
+        "and exp\n",
         id, *shipped, *forced);
     forced_misses += *forced > 1.0 ? 1 : 0;
   }
   EXPECT_GE(rsqrt_rows, 8);
-  EXPECT_GE(forced_misses, 1) << "no f32 row needs exact division: the driver's rule is moot";
+  EXPECT_GE(forced_misses, 1)
+      << "no f32 row needs exact division and exp: the driver's rule is moot";
 }
 
 }  // namespace

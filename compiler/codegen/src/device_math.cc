@@ -310,6 +310,7 @@ const std::map<std::string, MathBuilder::Def>& MathBuilder::Table() {
       {"sqrt", un(llvm::Intrinsic::sqrt)},
       {"rsqrt", {1, [this](A a) { return Div(C(1.0), Un(llvm::Intrinsic::sqrt, a[0])); }}},
       {"fast_fdivide", {2, [this](A a) { return Div(a[0], a[1]); }}},
+      {"fast_exp", {1, [this](A a) { return Exp(a[0]); }}},
       {"floor", un(llvm::Intrinsic::floor)},
       {"ceil", un(llvm::Intrinsic::ceil)},
       {"trunc", un(llvm::Intrinsic::trunc)},

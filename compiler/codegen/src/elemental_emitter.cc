@@ -455,6 +455,11 @@ void ElementalEmitter::LoadInputs(const std::vector<std::pair<int, IrIndex>>& in
   }
 }
 
+llvm::Value* ElementalEmitter::ExpOf(int node, llvm::Value* x) {
+  const bool approximate = x->getType()->isFloatTy() && kc_.ApproximateMath(node);
+  return CallMath(approximate ? "fast_exp" : "exp", {x});
+}
+
 llvm::Value* ElementalEmitter::CallMath(const char* name, const std::vector<llvm::Value*>& args) {
   llvm::Type* ty = args[0]->getType();
   std::string full = std::string("__nv_") + name + (ty->isFloatTy() ? "f" : "");
@@ -640,7 +645,7 @@ StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
       if (!is_signed) return x;
       return b_.CreateSelect(b_.CreateICmpSLT(x, iconst(0)), b_.CreateSub(iconst(0), x), x);
     case OpCode::kExp:
-      return float_only([&] { return CallMath("exp", {x}); });
+      return float_only([&] { return ExpOf(id, x); });
     case OpCode::kLog:
       return float_only([&] { return CallMath("log", {x}); });
     case OpCode::kLog1p:
@@ -663,17 +668,18 @@ StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
       return float_only([&] { return CallMath("pow", {x, y}); });
     case OpCode::kAtan2:
       return float_only([&] { return CallMath("atan2", {x, y}); });
-    // Approximate math where SEMANTICS.md's tolerance allows it (f32 compute; division only
-    // where CodegenOptions::approximate_division says so): libdevice's __nv_rsqrtf is
-    // rsqrt.approx.f32, relative error below 2^-22.9, and __nv_fast_fdividef is div.approx.f32, 2
+    // Approximate math where SEMANTICS.md's tolerance allows it (f32 compute; division and exp
+    // only where CodegenOptions::approximate_math says so): libdevice's __nv_rsqrtf is
+    // rsqrt.approx.f32, relative error below 2^-22.9, __nv_fast_fdividef is div.approx.f32, 2
     // ulp for denominators below 2^126 (above, where 1 + e^-x is huge, it gives 0, the logistic's
-    // f32 value there). The exact sequences take an order of magnitude more instructions per
-    // element. f64 stays exact.
+    // f32 value there), and __nv_fast_expf is ex2.approx.ftz.f32 of x * log2(e) (ExpOf). The
+    // exact sequences take an order of magnitude more instructions per element. f64 stays
+    // exact.
     case OpCode::kLogistic:
       return float_only([&] {
-        llvm::Value* e = CallMath("exp", {b_.CreateFNeg(x)});
+        llvm::Value* e = ExpOf(id, b_.CreateFNeg(x));
         llvm::Value* d = b_.CreateFAdd(fconst(1.0), e);
-        return ty->isFloatTy() && kc_.ApproximateDivision(id)
+        return ty->isFloatTy() && kc_.ApproximateMath(id)
                    ? CallMath("fast_fdivide", {fconst(1.0), d})
                    : b_.CreateFDiv(fconst(1.0), d);
       });
@@ -728,7 +734,7 @@ StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
     case OpCode::kDiv:
     case OpCode::kRem: {
       const bool div = n.op == OpCode::kDiv;
-      if (fp && div && ty->isFloatTy() && kc_.ApproximateDivision(id)) {
+      if (fp && div && ty->isFloatTy() && kc_.ApproximateMath(id)) {
         return CallMath("fast_fdivide", {x, y});
       }
       if (fp) return div ? b_.CreateFDiv(x, y) : CallMath("fmod", {x, y});

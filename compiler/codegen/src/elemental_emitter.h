@@ -118,6 +118,9 @@ class ElementalEmitter {
   StatusOr<llvm::Value*> ComputeElementwise(int id, const std::vector<llvm::Value*>& ops);
   llvm::Value* ComputeConstant(int id, const IrIndex& index);
   llvm::Value* CallMath(const char* name, const std::vector<llvm::Value*>& args);
+  // e^x as node `node` computes it: approximate (ex2.approx.f32 of x * log2(e)) for f32 where
+  // kc_.ApproximateMath(node) allows, libdevice's exp elsewhere.
+  llvm::Value* ExpOf(int node, llvm::Value* x);
   llvm::Value* Clamp(llvm::Value* v, int64_t hi);
 
   KernelContext& kc_;

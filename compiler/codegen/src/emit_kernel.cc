@@ -154,13 +154,12 @@ StatusOr<EmittedNest> EmitNest(KernelContext& kc) {
   return Internal("kernel " + kc.spec.name + " has an unknown kind");
 }
 
-// Per node of `g`: whether its division may be div.approx.f32 under `policy`. Under
+// Per node of `g`: whether its division and exp may be approximate under `policy`. Under
 // kWhereOutputsAreHalf, a node whose every path to the graph's outputs ends at an f16 or
 // bf16 output: reductions on the way are fine, since the output's rounding (2^-11 and 2^-8
 // relative) is far coarser than the division's 2 ulp of f32.
-std::vector<bool> ApproximateDivisionNodes(const Graph& g,
-                                           CodegenOptions::ApproximateDivision policy) {
-  using Policy = CodegenOptions::ApproximateDivision;
+std::vector<bool> ApproximateMathNodes(const Graph& g, CodegenOptions::ApproximateMath policy) {
+  using Policy = CodegenOptions::ApproximateMath;
   if (policy != Policy::kWhereOutputsAreHalf) {
     return std::vector<bool>(g.nodes.size(), policy == Policy::kAlways);
   }
@@ -215,7 +214,7 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
 
   llvm::IRBuilder<> b(ctx);
   codegen::KernelContext kc{g, spec, options, ctx, *module, fn, b, {}, {}};
-  kc.approximate_division = codegen::ApproximateDivisionNodes(g, options.approximate_division);
+  kc.approximate_math = codegen::ApproximateMathNodes(g, options.approximate_math);
   kc.index_ty = Fits32(g, spec) ? b.getInt32Ty() : b.getInt64Ty();
   for (size_t i = 0; i < kernel.param_nodes.size(); ++i) {
     llvm::Argument* arg = fn->getArg(static_cast<unsigned>(i));

@@ -49,7 +49,7 @@ StatusOr<EmittedNest> EmitGlobalStitchKernel(KernelContext& kc) {
     sub.index_ty = kc.index_ty;
     sub.shape_class = kc.shape_class;
     sub.outer_extent = kc.outer_extent;
-    sub.approximate_division = kc.approximate_division;
+    sub.approximate_math = kc.approximate_math;
     sub.logical_block = {phase.mapping.launch.block[0], phase.mapping.launch.block[1]};
     sub.workspace = kc.workspace;
     sub.workspace_offset = nest.workspace_end;

@@ -46,15 +46,15 @@ struct KernelContext {
   // index_ty. Both null for an exact kernel.
   const ShapeClass* shape_class = nullptr;
   llvm::Value* outer_extent = nullptr;
-  // Per graph node: whether its division may be div.approx.f32
-  // (CodegenOptions::approximate_division).
-  std::vector<bool> approximate_division = {};
+  // Per graph node: whether its division and exp may be approximate (div.approx.f32,
+  // ex2.approx.f32; CodegenOptions::approximate_math).
+  std::vector<bool> approximate_math = {};
 
   llvm::Value* Index(int64_t v) const { return llvm::ConstantInt::get(index_ty, v); }
-  // Whether `node`'s division may be approximate; false for a node the table lacks.
-  bool ApproximateDivision(int node) const {
-    return node >= 0 && static_cast<size_t>(node) < approximate_division.size() &&
-           approximate_division[static_cast<size_t>(node)];
+  // Whether `node`'s division and exp may be approximate; false for a node the table lacks.
+  bool ApproximateMath(int node) const {
+    return node >= 0 && static_cast<size_t>(node) < approximate_math.size() &&
+           approximate_math[static_cast<size_t>(node)];
   }
   // Whether dimension 0 of `node` follows the run's extent.
   bool Varies(int node) const { return shape_class != nullptr && shape_class->Varies(node); }

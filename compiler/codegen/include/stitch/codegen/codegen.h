@@ -59,17 +59,19 @@ struct CodegenOptions {
   // 96 against 80 for an elementwise one). Tests turn it off to cover nvJitLink.
   bool prefer_ptxas = true;
   // Where f32 compute divides (a kDiv, and the logistic's 1 / (1 + e^-x)) with
-  // div.approx.f32: 2 ulp, against IEEE division's dozen instructions and slow-path
-  // subroutine, which cost registers and local memory. kWhereOutputsAreHalf, the default,
-  // takes it for a division whose value reaches only f16 and bf16 outputs, whose own
-  // rounding leaves room; a division that reaches an f32 or f64 output stays exact, since
+  // div.approx.f32 and takes e^x as ex2.approx.f32(x * log2(e)), as Triton does: 2 ulp for
+  // the division, against IEEE division's dozen instructions and slow-path subroutine, which
+  // cost registers and local memory; 2^-22 plus the product's rounding (|x| x 2^-24) for the
+  // exp, against libdevice's range reduction, about ten instructions. kWhereOutputsAreHalf,
+  // the default, takes them for a node whose value reaches only f16 and bf16 outputs, whose
+  // own rounding leaves room; a node that reaches an f32 or f64 output stays exact, since
   // cancellation downstream can amplify the error past the f32 tolerance (suite row #19's
-  // batch-norm swish gradient in f32 misses it 3x at the error bound;
+  // batch-norm swish gradient in f32 misses it 3x at the division's bound;
   // suite_approximate_math_test). kAlways is for that test. rsqrt is always rsqrt.approx.f32
   // (2^-22.9, once per row in the normalizations that use it), which every suite row meets
   // in f32 at the bound.
-  enum class ApproximateDivision { kNever, kWhereOutputsAreHalf, kAlways };
-  ApproximateDivision approximate_division = ApproximateDivision::kWhereOutputsAreHalf;
+  enum class ApproximateMath { kNever, kWhereOutputsAreHalf, kAlways };
+  ApproximateMath approximate_math = ApproximateMath::kWhereOutputsAreHalf;
 
   // Returns the paths found when stitchd was built (empty when the toolkit was absent).
   static std::string DefaultLibdevicePath();

@@ -90,8 +90,9 @@ struct EmulatorOptions {
   uint64_t reuse_window_bytes = 0;
   // The error of the GPU's approximate math, which codegen emits for f32 compute where the
   // tolerance rule allows it (elemental_emitter.cc): libdevice's __nv_rsqrtf
-  // (rsqrt.approx.f32) and __nv_fast_fdividef (div.approx.f32). 0 computes them correctly
-  // rounded, as the host does; a relative error e > 0 makes every result e larger in
+  // (rsqrt.approx.f32), __nv_fast_fdividef (div.approx.f32) and __nv_fast_expf (ex2.approx.f32
+  // of the f32 product x * log2(e), whose rounding the emulator reproduces). 0 computes them
+  // correctly rounded, as the host does; a relative error e > 0 makes every result e larger in
   // magnitude, so a kernel runs with its approximations at the bound rather than at the
   // host's exact values, and a comparison with the interpreter checks that the tolerance
   // covers them (kApproximateMathErrorBound is the PTX ISA's bound).
