@@ -18,7 +18,9 @@ suite, no id twice, every time a positive finite number, each malformed line nam
 line. `--thresholds` adds the model's bounds (median |error| <= 15%, p90 |error| <= 35% and
 median signed error within +-10%, all enforced), checked on the newest set of each device for
 the current model version, and checks that the bounds can fail: the `datasheet` version, the
-constants the model had before it was fitted, must miss at least one of them on the same set,
+constants the model had before it was fitted, must miss at least one of them on the same set
+(where plans changed since the set measured them are left out, the ones it priced worst may be
+among them, and a miss is then reported as not shown until a GPU run measures them),
 and the previous version, `h100-fit-1`, must have a worse p90 than its successor, whose
 instruction-issue term it lacks. Plans whose code changed since a set measured them (kernel
 count or registers, as tools/train_cost_residual.py decides) are listed and left out of that
@@ -566,7 +568,15 @@ def main() -> int:
             except DataError as e:
                 failures.append(str(e))
                 continue
-            if not missed:
+            if not missed and changed[entry.name]:
+                # The plans left out as changed since measured are those whose code moved,
+                # the ones the unfitted constants priced worst among them (suite row #19's
+                # instruction-bound kernel, say): until a GPU run measures the current code,
+                # the set's remaining plans cannot show the bounds failing.
+                print(f"  NOT SHOWN  the {UNFITTED_VERSION} version meets every bound on the "
+                      f"set's unchanged plans; {len(changed[entry.name])} plan(s) changed since "
+                      "measured wait for a GPU run")
+            elif not missed:
                 # Bounds the unfitted constants also meet would not tell a fitted model
                 # from the datasheet's.
                 failures.append(f"{entry.name}: the {UNFITTED_VERSION} version meets every "
