@@ -3,14 +3,10 @@
 
 #include <gtest/gtest.h>
 
-#include <memory>
-#include <random>
 #include <string>
 
 #include "stitch/driver/compile.h"
-#include "stitch/emulator/emulated_run.h"
-#include "stitch/reference/interpreter.h"
-#include "stitch/reference/tensor_compare.h"
+#include "support/emulator_compare.h"
 
 namespace stitch::testing {
 
@@ -38,38 +34,17 @@ inline ::testing::AssertionResult CheckOnEmulator(const Graph& g, uint64_t seed,
   options.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
   StatusOr<CompileResult> compiled = CompileGraph(g, options);
   if (!compiled.ok()) return ::testing::AssertionFailure() << compiled.status().ToString();
-  std::mt19937_64 rng(seed);
-  std::vector<Tensor> inputs;
-  for (int p : g.Parameters()) inputs.push_back(RandomTensor(g.nodes[p].shape, rng));
-  StatusOr<std::vector<Tensor>> expected = Evaluate(g, inputs);
-  if (!expected.ok()) return ::testing::AssertionFailure() << expected.status().ToString();
-  EmulatorOptions eo;
-  eo.random_order = random_order;
-  eo.seed = seed;
-  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(eo);
-  if (!emulator.ok()) return ::testing::AssertionFailure() << emulator.status().ToString();
-  StatusOr<EmulatedRun> run = RunOnEmulator(compiled->graph, compiled->kernels, inputs, **emulator);
-  if (!run.ok()) {
-    return ::testing::AssertionFailure() << run.status().ToString() << "\nplan:\n"
-                                         << Describe(compiled->graph, compiled->plan);
+  EmulatedComparison figures;
+  ::testing::AssertionResult matched =
+      EmulatedMatchesInterpreter(g, compiled->graph, compiled->kernels, RandomInputs(g, seed), seed,
+                                 random_order, tolerance_scale, &figures);
+  if (!matched) return matched << "\nplan:\n" << Describe(compiled->graph, compiled->plan);
+  if (out) {
+    out->compiled = *compiled;
+    out->kernels = static_cast<int>(compiled->kernels.size());
+    out->emulated_bytes = figures.global_bytes;
+    out->max_rel_error = figures.max_rel_error;
   }
-  EmulatorCheck check;
-  check.compiled = *compiled;
-  check.kernels = static_cast<int>(compiled->kernels.size());
-  check.emulated_bytes = run->global_bytes();
-  for (size_t k = 0; k < expected->size(); ++k) {
-    double tol = OutputTolerance(g, (*expected)[k].shape.dtype) * tolerance_scale;
-    Comparison c = Compare((*expected)[k], run->outputs[k], tol);
-    check.max_rel_error = std::max(check.max_rel_error, c.max_rel_error);
-    if (!c.pass) {
-      return ::testing::AssertionFailure()
-             << "output " << k << " " << (*expected)[k].shape.ToString() << ": " << c.mismatches
-             << " mismatches, max_rel " << c.max_rel_error << " (tol " << tol << "), " << c.message
-             << "\nplan:\n"
-             << Describe(compiled->graph, compiled->plan);
-    }
-  }
-  if (out) *out = check;
   return ::testing::AssertionSuccess();
 }
 

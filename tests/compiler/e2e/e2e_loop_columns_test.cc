@@ -7,25 +7,20 @@
 // f32, f16 and bf16, and trap on a grid that breaks the period.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
-#include <memory>
 #include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "stitch/codegen/codegen.h"
 #include "stitch/codegen/ptx_summary.h"
 #include "stitch/driver/compile.h"
-#include "stitch/emulator/emulated_run.h"
-#include "stitch/emulator/emulator.h"
 #include "stitch/ir/verifier.h"
 #include "stitch/plan/baseline_models.h"
 #include "stitch/plan/gpu_device.h"
-#include "stitch/reference/interpreter.h"
-#include "stitch/reference/tensor.h"
-#include "stitch/reference/tensor_compare.h"
+#include "support/emulator_compare.h"
 #include "support/normalization_graphs.h"
 
 namespace stitch {
@@ -88,26 +83,7 @@ uint32_t SmallestPeriodicGrid(int64_t period, int64_t threads, int64_t width) {
 // interpreter's on random inputs from `seed`.
 ::testing::AssertionResult MatchesInterpreter(const Graph& g, const CompiledKernel& kernel,
                                               uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Tensor> inputs;
-  for (int p : g.Parameters()) inputs.push_back(RandomTensor(g.nodes[p].shape, rng));
-  StatusOr<std::vector<Tensor>> expected = Evaluate(g, inputs);
-  if (!expected.ok()) return ::testing::AssertionFailure() << expected.status().ToString();
-  EmulatorOptions eo;
-  eo.random_order = true;
-  eo.seed = seed;
-  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(eo);
-  if (!emulator.ok()) return ::testing::AssertionFailure() << emulator.status().ToString();
-  StatusOr<EmulatedRun> run = RunOnEmulator(g, {kernel}, inputs, **emulator);
-  if (!run.ok()) return ::testing::AssertionFailure() << run.status().ToString();
-  const double tol = OutputTolerance(g, (*expected)[0].shape.dtype);
-  Comparison c = Compare((*expected)[0], run->outputs[0], tol);
-  if (!c.pass) {
-    return ::testing::AssertionFailure()
-           << c.mismatches << " mismatches, max_rel " << c.max_rel_error << " (tol " << tol << "), "
-           << c.message;
-  }
-  return ::testing::AssertionSuccess();
+  return testing::EmulatedMatchesInterpreter(g, g, {kernel}, testing::RandomInputs(g, seed), seed);
 }
 
 TEST(LoopColumns, ABatchNormGradientsThreadsKeepToTheirChannels) {

@@ -25,6 +25,7 @@
 #include "stitch/reference/interpreter.h"
 #include "stitch/reference/tensor.h"
 #include "stitch/reference/tensor_compare.h"
+#include "support/emulator_compare.h"
 #include "support/graph_builder.h"
 
 namespace stitch {
@@ -82,26 +83,8 @@ Tensor SpecialRows(const Shape& shape, uint64_t seed) {
                                               const std::vector<CompiledKernel>& kernels,
                                               uint64_t seed) {
   const int x = g.Parameters()[0];
-  std::vector<Tensor> inputs = {SpecialRows(g.nodes[x].shape, seed)};
-  StatusOr<std::vector<Tensor>> expected = Evaluate(g, inputs);
-  if (!expected.ok()) return ::testing::AssertionFailure() << expected.status().ToString();
-  EmulatorOptions eo;
-  eo.random_order = true;
-  eo.seed = seed;
-  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(eo);
-  if (!emulator.ok()) return ::testing::AssertionFailure() << emulator.status().ToString();
-  StatusOr<EmulatedRun> run = RunOnEmulator(compiled, kernels, inputs, **emulator);
-  if (!run.ok()) return ::testing::AssertionFailure() << run.status().ToString();
-  for (size_t k = 0; k < expected->size(); ++k) {
-    const double tol = OutputTolerance(g, (*expected)[k].shape.dtype);
-    Comparison c = Compare((*expected)[k], run->outputs[k], tol);
-    if (!c.pass) {
-      return ::testing::AssertionFailure()
-             << "output " << k << ": " << c.mismatches << " mismatches, max_rel " << c.max_rel_error
-             << " (tol " << tol << "), " << c.message;
-    }
-  }
-  return ::testing::AssertionSuccess();
+  return testing::EmulatedMatchesInterpreter(g, compiled, kernels,
+                                             {SpecialRows(g.nodes[x].shape, seed)}, seed);
 }
 
 StatusOr<CompileResult> CompileForEmulator(const Graph& g) {
