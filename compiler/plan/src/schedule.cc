@@ -832,20 +832,6 @@ void FitLoopRowsInL2(const Graph& g, KernelSpec& kernel, const GpuDevice& device
 
 namespace {
 
-// The per-column values of a loop kernel: the operands of its broadcasts to the output's
-// shape that keep some dimension (a scalar's broadcast is the same everywhere).
-std::set<int> PerColumnValues(const Graph& g, const KernelSpec& k) {
-  const std::vector<int64_t>& dims = g.nodes[k.outputs[0]].shape.dims;
-  std::set<int> values;
-  for (int id : k.nodes) {
-    const Node& n = g.nodes[id];
-    if (n.op != OpCode::kBroadcast || n.shape.dims != dims) continue;
-    const Shape& in = g.nodes[n.operands[0]].shape;
-    if (in.elements() > 1) values.insert(n.operands[0]);
-  }
-  return values;
-}
-
 // Instructions a thread of a loop kernel issues per pass (a vector of `width` elements),
 // estimated as EstimatedPassInstructions does for row mappings: about two per load, store
 // and cheap op, a dozen per costly one. Values smaller than the output (per-column ones) are
@@ -868,12 +854,21 @@ int EstimatedLoopInstructions(const Graph& g, const KernelSpec& k, bool keeps_co
   return static_cast<int>(std::min<int64_t>(total, std::numeric_limits<int>::max()));
 }
 
-// The elements of a loop kernel's output over which every broadcast of the output's shape
-// repeats: the product of the output's dimensions from the outermost one such a broadcast
-// keeps (the channel of a [N, H, W, C] batch norm: C). 0 where no broadcast keeps only
-// inner dimensions (none at all, only scalars, or one that keeps the outermost dimension).
-int64_t LoopColumnPeriod(const Graph& g, const KernelSpec& k) {
+// What a loop kernel's broadcasts to its output's shape read per column.
+struct LoopColumns {
+  // The elements over which every such broadcast repeats: the product of the output's
+  // dimensions from the outermost one a broadcast keeps (the channel of a [N, H, W, C] batch
+  // norm: C). 0 where no broadcast keeps only inner dimensions (none at all, only scalars,
+  // or one that keeps the outermost dimension).
+  int64_t period = 0;
+  // The distinct values broadcast that keep some dimension (a scalar's is the same
+  // everywhere): what a thread that keeps to its columns holds across its loop.
+  std::set<int> values;
+};
+
+LoopColumns AnalyzeLoopColumns(const Graph& g, const KernelSpec& k) {
   const std::vector<int64_t>& dims = g.nodes[k.outputs[0]].shape.dims;
+  LoopColumns columns;
   int first_kept = static_cast<int>(dims.size());
   for (int id : k.nodes) {
     const Node& n = g.nodes[id];
@@ -882,11 +877,14 @@ int64_t LoopColumnPeriod(const Graph& g, const KernelSpec& k) {
     for (size_t i = 0; i < in.size() && i < n.dimensions.size(); ++i) {
       if (in[i] != 1) first_kept = std::min(first_kept, static_cast<int>(n.dimensions[i]));
     }
+    if (g.nodes[n.operands[0]].shape.elements() > 1) columns.values.insert(n.operands[0]);
   }
-  if (first_kept <= 0 || first_kept >= static_cast<int>(dims.size())) return 0;
-  int64_t period = 1;
-  for (size_t d = static_cast<size_t>(first_kept); d < dims.size(); ++d) period *= dims[d];
-  return period;
+  if (first_kept <= 0 || first_kept >= static_cast<int>(dims.size())) return columns;
+  columns.period = 1;
+  for (size_t d = static_cast<size_t>(first_kept); d < dims.size(); ++d) {
+    columns.period *= dims[d];
+  }
+  return columns;
 }
 
 }  // namespace
@@ -894,7 +892,8 @@ int64_t LoopColumnPeriod(const Graph& g, const KernelSpec& k) {
 void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
   const ThreadMapping& m = kernel.mapping;
   if (kernel.kind != KernelKind::kLoop || m.transpose_tile >= 0 || m.column_period > 0) return;
-  const int64_t period = LoopColumnPeriod(g, kernel);
+  const LoopColumns columns = AnalyzeLoopColumns(g, kernel);
+  const int64_t period = columns.period;
   const int64_t width = std::max(m.vector_width, 1);
   if (period == 0 || period % width != 0) return;
   const int64_t vectors = g.nodes[kernel.outputs[0]].shape.elements() / width;
@@ -905,9 +904,9 @@ void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevic
   // Each thread holds every per-column value for each lane of its vector across the loop.
   ThreadMapping kept = m;
   kept.column_period = period;
-  kept.registers_per_thread = std::min<int>(
-      device.max_registers_per_thread,
-      m.registers_per_thread + static_cast<int>(width * PerColumnValues(g, kernel).size()));
+  kept.registers_per_thread =
+      std::min<int>(device.max_registers_per_thread,
+                    m.registers_per_thread + static_cast<int>(width * columns.values.size()));
   const int64_t resident = int64_t{ResidentBlocksPerSm(device, kept)} * device.sms;
   // What keeping the columns saves is instructions, which only the issue term prices; it
   // costs occupancy (the values' registers) and a grid of a few waves.
