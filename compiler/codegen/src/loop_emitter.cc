@@ -1,6 +1,7 @@
 #include <llvm/IR/Intrinsics.h>
 
 #include <algorithm>
+#include <string>
 
 #include "dtype_lowering.h"
 #include "elemental_emitter.h"
@@ -75,10 +76,16 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc, bool allow_tile) {
   std::vector<llvm::Value*> column_indices;
   if (period > 0) {
     period_start = PeriodStart(dims, period);
-    if (period_start < 0 || period % width != 0) {
-      return InvalidArgument("loop kernel " + kc.spec.name + ": column period " +
-                             std::to_string(period) + " is not a multiple of the vector width " +
-                             "that spans trailing dimensions of its output");
+    const std::string what =
+        "loop kernel " + kc.spec.name + ": column period " + std::to_string(period);
+    if (period_start < 0) {
+      return InvalidArgument(what + " is not the product of trailing dimensions of its output " +
+                             g.nodes[kc.spec.outputs[0]].shape.ToString() +
+                             " (the outermost excluded)");
+    }
+    if (period % width != 0) {
+      return InvalidArgument(what + " is not a multiple of its vector width " +
+                             std::to_string(width));
     }
     STITCH_RETURN_IF_ERROR(EmitColumnPeriodGuard(kc, b.CreateMul(step, kc.Index(width)), period));
     llvm::Value* column = b.CreateURem(b.CreateMul(start, kc.Index(width)), kc.Index(period));
