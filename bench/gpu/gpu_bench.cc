@@ -6,13 +6,17 @@
 // architecture (cubin where the toolkit exists; PTX goes to the driver's JIT otherwise), every
 // kernel parameter gets a device buffer (random inputs, outputs, temporaries) and the whole
 // plan is timed with CUDA events: --warmup runs, then the median of --repeats runs, each
-// after an L2 flush. Achieved bandwidth is the lower-bound traffic (every input read once,
-// every output written once) over the measured time, against the device's peak. Each plan
-// also runs once at the emulation scale and is compared with the reference interpreter.
+// after an L2 flush. The same runs give the kernel time, the sum of the plan's kernel
+// durations as CUPTI records them (kernel_activity.h; --profiler names the library, "none"
+// turns it off), which leaves out the gaps where the GPU waits for the host's next launch. Achieved
+// bandwidth is the lower-bound traffic (every input read once, every output written once) over the
+// measured time, against the device's peak. Each plan also runs once at the emulation scale and is
+// compared with the reference interpreter.
 //
 // Usage:
 //   gpu_bench [--warmup N] [--repeats N] [--only ID,...] [--no-flush-l2] [--no-verify]
-//             [--target sm_XX] [--device N] [--driver LIB] [--csv PATH] [--out-dir DIR]
+//             [--target sm_XX] [--device N] [--driver LIB] [--profiler LIB|none]
+//             [--csv PATH] [--out-dir DIR]
 //   gpu_bench --list [--target sm_XX] [--only ID,...] [--csv PATH]   (no GPU needed)
 //   gpu_bench --buckets [--list] [flags as above]                    (shape classes)
 //   gpu_bench --export-graphs FILE [--only ID,...]                   (for frameworks.py)
@@ -70,7 +74,8 @@ constexpr int kExitUsage = 3;
 
 constexpr const char* kUsage =
     "usage: gpu_bench [--warmup N] [--repeats N] [--only ID,...] [--no-flush-l2] [--no-verify]\n"
-    "                 [--target sm_XX] [--device N] [--driver LIB] [--csv PATH] [--out-dir DIR]\n"
+    "                 [--target sm_XX] [--device N] [--driver LIB] [--profiler LIB|none]\n"
+    "                 [--csv PATH] [--out-dir DIR]\n"
     "       gpu_bench --list [--target sm_XX] [--only ID,...] [--csv PATH]\n"
     "       gpu_bench --buckets [--list] [run flags as above]\n"
     "       gpu_bench --export-graphs FILE [--only ID,...]\n"
@@ -87,6 +92,7 @@ struct Flags {
   std::optional<Target> target;  // none: the device's architecture (Target() for --list)
   int device = 0;
   std::string driver = "libcuda.so.1";
+  std::string profiler;  // CUPTI for kernel times: empty for the usual names, "none" for none
   std::string csv_path;
   std::string out_dir;
   bool buckets = false;  // the shape-class comparison instead of the three planners
@@ -97,7 +103,9 @@ struct PlanFigures {
   int kernels = -1;
   int64_t plan_bytes = -1;
   int64_t cubin_bytes = -1;
-  double us = -1;
+  double us = -1;           // the CUDA events' span, the host's launch gaps included
+  double kernel_us = -1;    // the sum of the kernels' own durations
+  std::string kernel_note;  // why kernel_us is missing
   std::string loaded_from = "-";
   std::string matches = "-";  // "yes", "NO" or "-"
   double max_rel_error = -1;
@@ -138,11 +146,22 @@ double Speedup(const Row& r) {
   return r.stitch.us > 0 && r.baseline.us > 0 ? r.baseline.us / r.stitch.us : -1;
 }
 
+// The faster of two times where both are measured, else the one that is.
+double Faster(double a, double b) {
+  if (a <= 0) return b;
+  return b > 0 && b < a ? b : a;
+}
+
 // Over the faster of the two baseline models' plans, as measured.
 double SpeedupOverBetterBaseline(const Row& r) {
-  double better = r.baseline.us;
-  if (r.inductor.us > 0 && (better <= 0 || r.inductor.us < better)) better = r.inductor.us;
+  const double better = Faster(r.baseline.us, r.inductor.us);
   return r.stitch.us > 0 && better > 0 ? better / r.stitch.us : -1;
+}
+
+// The same in kernel time.
+double KernelSpeedupOverBetterBaseline(const Row& r) {
+  const double better = Faster(r.baseline.kernel_us, r.inductor.kernel_us);
+  return r.stitch.kernel_us > 0 && better > 0 ? better / r.stitch.kernel_us : -1;
 }
 
 std::string Percent(double v) {
@@ -255,6 +274,8 @@ void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const Target& 
     return;
   }
   p.us = t->median_us;
+  p.kernel_us = t->kernel_median_us;
+  p.kernel_note = t->kernel_note;
   p.loaded_from = t->loaded_from;
   if (!flags.verify) return;
   std::optional<ScaledGraph> scaled = ScaleForEmulation(e.graph);
@@ -283,13 +304,15 @@ Row Measure(const suite::SuiteEntry& e, const Target& target, Gpu* gpu, const Fl
 std::string Pair(const std::string& a, const std::string& b) { return a + " / " + b; }
 
 void PrintTable(const std::vector<Row>& rows, double peak) {
-  std::cout
-      << "| id | subgraph | kernels (stitch / base) | lower bound MB | plan MB (stitch / "
-         "base) | cubin KB (stitch / base) | stitch µs | base µs | speedup | stitch GB/s | "
-         "stitch % peak | base % "
-         "peak | gpu = interp (stitch / base) | inductor µs | speedup over better | "
-         "model error (stitch / xla / inductor) |\n"
-         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|\n";
+  std::cout << "| id | subgraph | kernels (stitch / base) | lower bound MB | plan MB (stitch / "
+               "base) | cubin KB (stitch / base) | stitch µs | base µs | speedup | stitch GB/s | "
+               "stitch % peak | base % "
+               "peak | gpu = interp (stitch / base) | inductor µs | speedup over better | "
+               "model error (stitch / xla / inductor) | kernel µs (stitch / base / inductor) | "
+               "kernel speedup over better |\n"
+               "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|--"
+               "-:|---:|"
+               "\n";
   for (const Row& r : rows) {
     const double kb_s = r.stitch.cubin_bytes < 0 ? -1 : r.stitch.cubin_bytes / 1024.0;
     const double kb_b = r.baseline.cubin_bytes < 0 ? -1 : r.baseline.cubin_bytes / 1024.0;
@@ -306,7 +329,10 @@ void PrintTable(const std::vector<Row>& rows, double peak) {
               << " | " << Fixed(SpeedupOverBetterBaseline(r), 2) << " | "
               << Pair(Pair(Percent(ModelError(r.stitch)), Percent(ModelError(r.baseline))),
                       Percent(ModelError(r.inductor)))
-              << " |\n";
+              << " | "
+              << Pair(Pair(Fixed(r.stitch.kernel_us, 1), Fixed(r.baseline.kernel_us, 1)),
+                      Fixed(r.inductor.kernel_us, 1))
+              << " | " << Fixed(KernelSpeedupOverBetterBaseline(r), 2) << " |\n";
   }
 }
 
@@ -344,7 +370,8 @@ Status WriteCsv(const std::string& path, const std::vector<Row>& rows, double pe
          "baseline_max_rel_error,error,inductor_kernels,inductor_plan_bytes,"
          "inductor_cubin_bytes,inductor_us,inductor_matches,inductor_max_rel_error,"
          "speedup_over_better_baseline,stitch_model_us,baseline_model_us,inductor_model_us,"
-         "stitch_model_error,baseline_model_error,inductor_model_error\n";
+         "stitch_model_error,baseline_model_error,inductor_model_error,stitch_kernel_us,"
+         "baseline_kernel_us,inductor_kernel_us,kernel_speedup_over_better_baseline\n";
   auto num = [](double v, int digits) { return v < 0 ? std::string() : Fixed(v, digits); };
   auto cnt = [](int64_t v) { return v < 0 ? std::string() : std::to_string(v); };
   for (const Row& r : rows) {
@@ -365,7 +392,10 @@ Status WriteCsv(const std::string& path, const std::vector<Row>& rows, double pe
         << Scientific(r.inductor.max_rel_error) << "," << num(SpeedupOverBetterBaseline(r), 3)
         << "," << num(r.stitch.model_us, 2) << "," << num(r.baseline.model_us, 2) << ","
         << num(r.inductor.model_us, 2) << "," << Signed(ModelError(r.stitch)) << ","
-        << Signed(ModelError(r.baseline)) << "," << Signed(ModelError(r.inductor)) << "\n";
+        << Signed(ModelError(r.baseline)) << "," << Signed(ModelError(r.inductor)) << ","
+        << num(r.stitch.kernel_us, 2) << "," << num(r.baseline.kernel_us, 2) << ","
+        << num(r.inductor.kernel_us, 2) << "," << num(KernelSpeedupOverBetterBaseline(r), 3)
+        << "\n";
   }
   out.close();
   if (!out) return Internal("error writing " + path);
@@ -384,6 +414,7 @@ Status WriteDeviceJson(const std::string& path, const DeviceInfo& d, const Targe
   j["memory_bytes"] = d.memory_bytes;
   j["peak_bytes_per_second"] = d.peak_bytes_per_second;
   j["peak_source"] = d.peak_source;
+  j["kernel_timing"] = d.kernel_timing;
   j["driver_version"] =
       std::to_string(d.driver_version / 1000) + "." + std::to_string(d.driver_version % 1000 / 10);
   j["warmup"] = flags.timing.warmup;
@@ -409,6 +440,30 @@ double GeometricMean(const std::vector<double>& v) {
   double log_sum = 0;
   for (double x : v) log_sum += std::log(x);
   return std::exp(log_sum / v.size());
+}
+
+// Kernel time against kernel time, and how much of the events' span the kernels fill.
+void PrintKernelTimeSummary(const std::vector<Row>& rows, const DeviceInfo& d) {
+  std::vector<double> over_better, busy;
+  std::string note;
+  for (const Row& r : rows) {
+    if (KernelSpeedupOverBetterBaseline(r) > 0) {
+      over_better.push_back(KernelSpeedupOverBetterBaseline(r));
+    }
+    for (const PlanFigures* p : {&r.stitch, &r.baseline, &r.inductor}) {
+      if (p->kernel_us > 0 && p->us > 0) busy.push_back(p->kernel_us / p->us);
+      if (note.empty() && p->us > 0 && p->kernel_us < 0) note = p->kernel_note;
+    }
+  }
+  if (busy.empty()) {
+    std::cout << "Kernel time: " << (note.empty() ? d.kernel_timing : note) << ".\n";
+    return;
+  }
+  std::cout << "Kernel time (" << d.kernel_timing << ") of " << busy.size()
+            << " plans: geometric-mean speedup of stitched over the faster of XLA and Inductor "
+            << Fixed(GeometricMean(over_better), 2) << "x; kernels fill a median "
+            << Fixed(100 * Median(busy), 0) << "% of the events' span.\n";
+  if (!note.empty()) std::cout << "Kernel time missing for some plans: " << note << ".\n";
 }
 
 void PrintSummary(const std::vector<Row>& rows, const Target& target, const Gpu* gpu) {
@@ -459,6 +514,7 @@ void PrintSummary(const std::vector<Row>& rows, const Target& target, const Gpu*
               << Fixed(d.peak_bytes_per_second / 1e9, 0) << " GB/s (" << d.peak_source
               << "), driver " << d.driver_version / 1000 << "." << d.driver_version % 1000 / 10
               << ".\n";
+    PrintKernelTimeSummary(rows, d);
   }
   for (const Row& r : rows) {
     if (!r.error.empty()) std::cout << "  #" << r.id << ": " << r.error << "\n";
@@ -803,7 +859,7 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.buckets = true;
     } else if (arg == "--export-graphs" || arg == "--export-reference" || arg == "--warmup" ||
                arg == "--repeats" || arg == "--only" || arg == "--target" || arg == "--device" ||
-               arg == "--driver" || arg == "--csv" || arg == "--out-dir") {
+               arg == "--driver" || arg == "--profiler" || arg == "--csv" || arg == "--out-dir") {
       STITCH_ASSIGN_OR_RETURN(std::string v, value());
       if (arg == "--export-graphs") {
         f.mode = Mode::kExportGraphs;
@@ -823,6 +879,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
         STITCH_ASSIGN_OR_RETURN(f.device, ParseCount(arg, v, 0));
       } else if (arg == "--driver") {
         f.driver = v;
+      } else if (arg == "--profiler") {
+        f.profiler = v;
       } else if (arg == "--csv") {
         f.csv_path = v;
       } else {
@@ -847,7 +905,15 @@ int Main(int argc, char** argv) {
     std::cerr << "gpu_bench: " << parsed.status().message() << "\n" << kUsage;
     return kExitUsage;
   }
-  const Flags& flags = *parsed;
+  Flags& flags = *parsed;
+  // Nsight Compute, Nsight Systems and compute-sanitizer attach through CUDA's injection
+  // hook and take CUPTI for themselves; kernel times are then theirs to report.
+  if (const char* tool = std::getenv("CUDA_INJECTION64_PATH");
+      flags.profiler.empty() && tool != nullptr && *tool != '\0') {
+    flags.profiler = "none";
+    std::cerr << "gpu_bench: a CUDA tool is attached (CUDA_INJECTION64_PATH), so kernel times "
+                 "are left to it\n";
+  }
 
   if (flags.mode == Mode::kExportGraphs || flags.mode == Mode::kExportReference) {
     const std::vector<suite::SuiteEntry> entries = suite::SelectSuite(flags.only);
@@ -863,7 +929,7 @@ int Main(int argc, char** argv) {
   std::unique_ptr<Gpu> gpu;
   Target target = flags.target.value_or(Target());
   if (flags.mode == Mode::kRun) {
-    StatusOr<std::unique_ptr<Gpu>> opened = OpenGpu(flags.driver, flags.device);
+    StatusOr<std::unique_ptr<Gpu>> opened = OpenGpu(flags.driver, flags.device, flags.profiler);
     if (!opened.ok()) {
       std::cerr << "gpu_bench: no usable CUDA GPU: " << opened.status().message()
                 << " (gpu_bench --list compiles the suite without one)\n";

@@ -48,6 +48,9 @@ struct DeviceInfo {
   double peak_bytes_per_second = 0;
   std::string peak_source;
   int driver_version = 0;  // e.g. 12080 for 12.8
+  // How kernel time is measured ("CUPTI activity records (libcupti.so.13)"), or why it is not
+  // ("not measured: cannot load CUPTI: ...").
+  std::string kernel_timing;
 
   // "sm_90" for compute capability 9.0.
   std::string arch() const { return "sm_" + std::to_string(cc_major * 10 + cc_minor); }
@@ -67,7 +70,12 @@ struct TimingOptions {
 };
 
 struct PlanTiming {
+  // The CUDA events' span of each run: the plan's kernels and the gaps between them.
   double median_us = 0, min_us = 0, max_us = 0;
+  // The sum of each run's kernel durations as the GPU recorded them (kernel_activity.h), the
+  // figure profilers give the frameworks' kernels; -1 where not measured, `kernel_note` says why.
+  double kernel_median_us = -1, kernel_min_us = -1, kernel_max_us = -1;
+  std::string kernel_note;
   // How the kernels were loaded: "cubin", "ptx" (JIT by the driver) or "cubin+ptx".
   std::string loaded_from;
 };
@@ -81,7 +89,9 @@ class Gpu {
   // Loads the kernels of `compiled` (cubin when it was built for this device's arch, PTX
   // otherwise or when the cubin does not load), fills parameter buffers with random values
   // of their dtype and times the whole plan with CUDA events: `warmup` runs, then `repeats`
-  // timed runs. `outer_extent` is the run's extent for a shape-generic compile (above);
+  // timed runs. The same timed runs give the kernel time where the GPU was opened with a
+  // kernel profiler (OpenGpu); its failure leaves the kernel time out, not the plan.
+  // `outer_extent` is the run's extent for a shape-generic compile (above);
   // INVALID_ARGUMENT when it is missing or outside the bucket compiled.served, when an exact
   // compile is given one, or when `g` is not the compiled graph at that extent.
   virtual StatusOr<PlanTiming> TimePlan(const Graph& g, const CompileResult& compiled,
@@ -96,8 +106,12 @@ class Gpu {
 };
 
 // Opens device `ordinal` through the driver library `driver_library` (a name for dlopen,
-// normally "libcuda.so.1"). Returns UNAVAILABLE with a one-line reason when no GPU can be
-// used: the library does not load, cuInit fails, or the driver sees no (or too few) devices.
-StatusOr<std::unique_ptr<Gpu>> OpenGpu(const std::string& driver_library, int ordinal);
+// normally "libcuda.so.1"), and CUPTI from `profiler_library` for kernel times (empty: the
+// usual names, OpenKernelActivity; "none": no kernel times). Returns UNAVAILABLE with a
+// one-line reason when no GPU can be used: the library does not load, cuInit fails, or the
+// driver sees no (or too few) devices. A profiler that does not open is no failure:
+// DeviceInfo::kernel_timing says why kernel times are missing.
+StatusOr<std::unique_ptr<Gpu>> OpenGpu(const std::string& driver_library, int ordinal,
+                                       const std::string& profiler_library = "");
 
 }  // namespace stitch::gpu

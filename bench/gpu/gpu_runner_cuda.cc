@@ -10,7 +10,9 @@
 #include <random>
 #include <utility>
 
+#include "gpu/dynamic_symbols.h"
 #include "gpu/gpu_runner.h"
+#include "gpu/kernel_activity.h"
 #include "stitch/plan/gpu_device.h"
 
 namespace stitch::gpu {
@@ -51,12 +53,6 @@ struct DriverApi {
   decltype(&::cuEventDestroy) EventDestroy = nullptr;
 };
 
-template <typename Fn>
-bool Resolve(void* library, const char* symbol, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(library, symbol));
-  return fn != nullptr;
-}
-
 // Resolves every entry point; returns the first missing symbol's name, or empty.
 std::string ResolveAll(void* lib, DriverApi& api) {
   struct Entry {
@@ -64,44 +60,46 @@ std::string ResolveAll(void* lib, DriverApi& api) {
     bool found;
   };
   // cuEventElapsedTime_v2 is new in 12.8; older drivers have only the first version.
-  const bool elapsed = Resolve(lib, "cuEventElapsedTime_v2", api.EventElapsedTime) ||
-                       Resolve(lib, "cuEventElapsedTime", api.EventElapsedTime);
+  const bool elapsed = ResolveSymbol(lib, "cuEventElapsedTime_v2", api.EventElapsedTime) ||
+                       ResolveSymbol(lib, "cuEventElapsedTime", api.EventElapsedTime);
   // A driver without cooperative launches still runs every kernel without a workspace; the
   // others fail one by one (CudaGpu::Load).
-  (void)Resolve(lib, "cuLaunchCooperativeKernel", api.LaunchCooperativeKernel);
+  (void)ResolveSymbol(lib, "cuLaunchCooperativeKernel", api.LaunchCooperativeKernel);
   const Entry entries[] = {
-      {"cuGetErrorName", Resolve(lib, "cuGetErrorName", api.GetErrorName)},
-      {"cuGetErrorString", Resolve(lib, "cuGetErrorString", api.GetErrorString)},
-      {"cuInit", Resolve(lib, "cuInit", api.Init)},
-      {"cuDriverGetVersion", Resolve(lib, "cuDriverGetVersion", api.DriverGetVersion)},
-      {"cuDeviceGetCount", Resolve(lib, "cuDeviceGetCount", api.DeviceGetCount)},
-      {"cuDeviceGet", Resolve(lib, "cuDeviceGet", api.DeviceGet)},
-      {"cuDeviceGetName", Resolve(lib, "cuDeviceGetName", api.DeviceGetName)},
-      {"cuDeviceGetAttribute", Resolve(lib, "cuDeviceGetAttribute", api.DeviceGetAttribute)},
-      {"cuDeviceTotalMem_v2", Resolve(lib, "cuDeviceTotalMem_v2", api.DeviceTotalMem)},
-      {"cuDevicePrimaryCtxRetain", Resolve(lib, "cuDevicePrimaryCtxRetain", api.PrimaryCtxRetain)},
+      {"cuGetErrorName", ResolveSymbol(lib, "cuGetErrorName", api.GetErrorName)},
+      {"cuGetErrorString", ResolveSymbol(lib, "cuGetErrorString", api.GetErrorString)},
+      {"cuInit", ResolveSymbol(lib, "cuInit", api.Init)},
+      {"cuDriverGetVersion", ResolveSymbol(lib, "cuDriverGetVersion", api.DriverGetVersion)},
+      {"cuDeviceGetCount", ResolveSymbol(lib, "cuDeviceGetCount", api.DeviceGetCount)},
+      {"cuDeviceGet", ResolveSymbol(lib, "cuDeviceGet", api.DeviceGet)},
+      {"cuDeviceGetName", ResolveSymbol(lib, "cuDeviceGetName", api.DeviceGetName)},
+      {"cuDeviceGetAttribute", ResolveSymbol(lib, "cuDeviceGetAttribute", api.DeviceGetAttribute)},
+      {"cuDeviceTotalMem_v2", ResolveSymbol(lib, "cuDeviceTotalMem_v2", api.DeviceTotalMem)},
+      {"cuDevicePrimaryCtxRetain",
+       ResolveSymbol(lib, "cuDevicePrimaryCtxRetain", api.PrimaryCtxRetain)},
       {"cuDevicePrimaryCtxRelease_v2",
-       Resolve(lib, "cuDevicePrimaryCtxRelease_v2", api.PrimaryCtxRelease)},
+       ResolveSymbol(lib, "cuDevicePrimaryCtxRelease_v2", api.PrimaryCtxRelease)},
       {"cuDevicePrimaryCtxReset_v2",
-       Resolve(lib, "cuDevicePrimaryCtxReset_v2", api.PrimaryCtxReset)},
-      {"cuCtxSetCurrent", Resolve(lib, "cuCtxSetCurrent", api.CtxSetCurrent)},
-      {"cuCtxSynchronize", Resolve(lib, "cuCtxSynchronize", api.CtxSynchronize)},
-      {"cuModuleLoadDataEx", Resolve(lib, "cuModuleLoadDataEx", api.ModuleLoadDataEx)},
-      {"cuModuleGetFunction", Resolve(lib, "cuModuleGetFunction", api.ModuleGetFunction)},
-      {"cuModuleUnload", Resolve(lib, "cuModuleUnload", api.ModuleUnload)},
-      {"cuMemAlloc_v2", Resolve(lib, "cuMemAlloc_v2", api.MemAlloc)},
-      {"cuMemFree_v2", Resolve(lib, "cuMemFree_v2", api.MemFree)},
-      {"cuMemcpyHtoD_v2", Resolve(lib, "cuMemcpyHtoD_v2", api.MemcpyHtoD)},
-      {"cuMemcpyDtoH_v2", Resolve(lib, "cuMemcpyDtoH_v2", api.MemcpyDtoH)},
-      {"cuMemsetD8_v2", Resolve(lib, "cuMemsetD8_v2", api.MemsetD8)},
-      {"cuLaunchKernel", Resolve(lib, "cuLaunchKernel", api.LaunchKernel)},
+       ResolveSymbol(lib, "cuDevicePrimaryCtxReset_v2", api.PrimaryCtxReset)},
+      {"cuCtxSetCurrent", ResolveSymbol(lib, "cuCtxSetCurrent", api.CtxSetCurrent)},
+      {"cuCtxSynchronize", ResolveSymbol(lib, "cuCtxSynchronize", api.CtxSynchronize)},
+      {"cuModuleLoadDataEx", ResolveSymbol(lib, "cuModuleLoadDataEx", api.ModuleLoadDataEx)},
+      {"cuModuleGetFunction", ResolveSymbol(lib, "cuModuleGetFunction", api.ModuleGetFunction)},
+      {"cuModuleUnload", ResolveSymbol(lib, "cuModuleUnload", api.ModuleUnload)},
+      {"cuMemAlloc_v2", ResolveSymbol(lib, "cuMemAlloc_v2", api.MemAlloc)},
+      {"cuMemFree_v2", ResolveSymbol(lib, "cuMemFree_v2", api.MemFree)},
+      {"cuMemcpyHtoD_v2", ResolveSymbol(lib, "cuMemcpyHtoD_v2", api.MemcpyHtoD)},
+      {"cuMemcpyDtoH_v2", ResolveSymbol(lib, "cuMemcpyDtoH_v2", api.MemcpyDtoH)},
+      {"cuMemsetD8_v2", ResolveSymbol(lib, "cuMemsetD8_v2", api.MemsetD8)},
+      {"cuLaunchKernel", ResolveSymbol(lib, "cuLaunchKernel", api.LaunchKernel)},
       {"cuOccupancyMaxActiveBlocksPerMultiprocessor",
-       Resolve(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor", api.OccupancyMaxActiveBlocks)},
-      {"cuEventCreate", Resolve(lib, "cuEventCreate", api.EventCreate)},
-      {"cuEventRecord", Resolve(lib, "cuEventRecord", api.EventRecord)},
-      {"cuEventSynchronize", Resolve(lib, "cuEventSynchronize", api.EventSynchronize)},
+       ResolveSymbol(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                     api.OccupancyMaxActiveBlocks)},
+      {"cuEventCreate", ResolveSymbol(lib, "cuEventCreate", api.EventCreate)},
+      {"cuEventRecord", ResolveSymbol(lib, "cuEventRecord", api.EventRecord)},
+      {"cuEventSynchronize", ResolveSymbol(lib, "cuEventSynchronize", api.EventSynchronize)},
       {"cuEventElapsedTime", elapsed},
-      {"cuEventDestroy_v2", Resolve(lib, "cuEventDestroy_v2", api.EventDestroy)},
+      {"cuEventDestroy_v2", ResolveSymbol(lib, "cuEventDestroy_v2", api.EventDestroy)},
   };
   for (const Entry& e : entries) {
     if (!e.found) return e.symbol;
@@ -162,6 +160,17 @@ Status CheckOuterExtent(const Graph& g, const CompileResult& compiled, int64_t o
     }
   }
   return Status::Ok();
+}
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+// The median and range of timed runs; `us` is not empty.
+Spread SpreadOf(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  const size_t n = us.size();
+  return {n % 2 ? us[n / 2] : (us[n / 2 - 1] + us[n / 2]) / 2, us.front(), us.back()};
 }
 
 // A device allocation, freed on destruction (errors on a broken context are ignored).
@@ -230,6 +239,12 @@ class CudaGpu final : public Gpu {
   }
 
   Status Open(int ordinal);
+  // Kernel times come from `activity` when it is set; `how` says where they come from, or why
+  // there are none.
+  void SetKernelActivity(std::unique_ptr<KernelActivity> activity, std::string how) {
+    activity_ = std::move(activity);
+    info_.kernel_timing = std::move(how);
+  }
   const DeviceInfo& info() const override { return info_; }
   StatusOr<PlanTiming> TimePlan(const Graph& g, const CompileResult& compiled,
                                 const TimingOptions& options, int64_t outer_extent) override;
@@ -260,6 +275,11 @@ class CudaGpu final : public Gpu {
   Status FillRandom(const DeviceBuffer& buffer, const Shape& shape, std::mt19937_64& rng);
   Status Launch(const LoadedPlan& plan);
   Status FlushL2(int round);
+  // Queues `repeats` runs of the plan, each after an L2 flush where asked, between CUDA events.
+  Status QueueTimedRuns(const LoadedPlan& plan, const TimingOptions& options,
+                        std::vector<CUevent>& events);
+  // The kernel figures of `timing` from the recording of `runs` runs of `plan`.
+  void AddKernelTime(const LoadedPlan& plan, int runs, PlanTiming& timing);
   StatusOr<PlanTiming> Time(const Graph& g, const CompileResult& compiled,
                             const TimingOptions& options, int64_t outer_extent);
   StatusOr<std::vector<Tensor>> Run(const Graph& g, const CompileResult& compiled,
@@ -273,6 +293,7 @@ class CudaGpu final : public Gpu {
   CUcontext context_ = nullptr;
   DeviceInfo info_;
   DeviceBuffer flush_;
+  std::unique_ptr<KernelActivity> activity_;
 };
 
 Status CudaGpu::Open(int ordinal) {
@@ -481,6 +502,37 @@ Status CudaGpu::FlushL2(int round) {
                "cuMemsetD8");
 }
 
+Status CudaGpu::QueueTimedRuns(const LoadedPlan& plan, const TimingOptions& options,
+                               std::vector<CUevent>& events) {
+  // Everything is queued on the legacy default stream without waiting on the host, so the
+  // events measure the GPU's time for the plan, gaps between its kernels included.
+  for (size_t i = 0; 2 * i + 1 < events.size(); ++i) {
+    if (options.flush_l2) STITCH_RETURN_IF_ERROR(FlushL2(static_cast<int>(i)));
+    STITCH_RETURN_IF_ERROR(Check(api_.EventRecord(events[2 * i], nullptr), "cuEventRecord"));
+    STITCH_RETURN_IF_ERROR(Launch(plan));
+    STITCH_RETURN_IF_ERROR(Check(api_.EventRecord(events[2 * i + 1], nullptr), "cuEventRecord"));
+  }
+  return Status::Ok();
+}
+
+void CudaGpu::AddKernelTime(const LoadedPlan& plan, int runs, PlanTiming& timing) {
+  StatusOr<std::vector<KernelSpan>> spans = activity_->Stop();
+  if (!spans.ok()) {
+    timing.kernel_note = spans.status().message();
+    return;
+  }
+  StatusOr<std::vector<double>> us = KernelMicrosecondsPerRun(
+      std::move(spans).value(), static_cast<int>(plan.launches.size()), runs);
+  if (!us.ok()) {
+    timing.kernel_note = us.status().message();
+    return;
+  }
+  const Spread spread = SpreadOf(std::move(us).value());
+  timing.kernel_median_us = spread.median;
+  timing.kernel_min_us = spread.min;
+  timing.kernel_max_us = spread.max;
+}
+
 StatusOr<PlanTiming> CudaGpu::Time(const Graph& g, const CompileResult& compiled,
                                    const TimingOptions& options, int64_t outer_extent) {
   LoadedPlan plan;
@@ -510,15 +562,21 @@ StatusOr<PlanTiming> CudaGpu::Time(const Graph& g, const CompileResult& compiled
   for (CUevent& e : events) {
     STITCH_RETURN_IF_ERROR(Check(api_.EventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate"));
   }
-  // Everything is queued on the legacy default stream without waiting on the host, so the
-  // events measure the GPU's time for the plan, gaps between its kernels included.
-  for (int i = 0; i < repeats; ++i) {
-    if (options.flush_l2) STITCH_RETURN_IF_ERROR(FlushL2(i));
-    STITCH_RETURN_IF_ERROR(Check(api_.EventRecord(events[2 * i], nullptr), "cuEventRecord"));
-    STITCH_RETURN_IF_ERROR(Launch(plan));
-    STITCH_RETURN_IF_ERROR(Check(api_.EventRecord(events[2 * i + 1], nullptr), "cuEventRecord"));
+  PlanTiming t;
+  Status recording = activity_ ? activity_->Start() : Unavailable(info_.kernel_timing);
+  Status queued = QueueTimedRuns(plan, options, events);
+  if (queued.ok()) queued = Check(api_.EventSynchronize(events.back()), "timed runs");
+  if (recording.ok()) {
+    // Stopped whatever happened, so that the next plan's recording starts clean.
+    if (queued.ok()) {
+      AddKernelTime(plan, repeats, t);
+    } else {
+      (void)activity_->Stop();
+    }
+  } else {
+    t.kernel_note = recording.message();
   }
-  STITCH_RETURN_IF_ERROR(Check(api_.EventSynchronize(events.back()), "timed runs"));
+  STITCH_RETURN_IF_ERROR(queued);
   std::vector<double> us;
   for (int i = 0; i < repeats; ++i) {
     float ms = 0;
@@ -526,12 +584,10 @@ StatusOr<PlanTiming> CudaGpu::Time(const Graph& g, const CompileResult& compiled
         Check(api_.EventElapsedTime(&ms, events[2 * i], events[2 * i + 1]), "cuEventElapsedTime"));
     us.push_back(1e3 * ms);
   }
-  std::sort(us.begin(), us.end());
-  PlanTiming t;
-  const size_t n = us.size();
-  t.median_us = n % 2 ? us[n / 2] : (us[n / 2 - 1] + us[n / 2]) / 2;
-  t.min_us = us.front();
-  t.max_us = us.back();
+  const Spread spread = SpreadOf(std::move(us));
+  t.median_us = spread.median;
+  t.min_us = spread.min;
+  t.max_us = spread.max;
   t.loaded_from = plan.loaded_from;
   return t;
 }
@@ -618,7 +674,8 @@ StatusOr<std::vector<Tensor>> CudaGpu::RunPlan(const Graph& g, const CompileResu
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Gpu>> OpenGpu(const std::string& driver_library, int ordinal) {
+StatusOr<std::unique_ptr<Gpu>> OpenGpu(const std::string& driver_library, int ordinal,
+                                       const std::string& profiler_library) {
   dlerror();
   void* library = dlopen(driver_library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
@@ -640,6 +697,16 @@ StatusOr<std::unique_ptr<Gpu>> OpenGpu(const std::string& driver_library, int or
   }
   auto gpu = std::make_unique<CudaGpu>(library, api);
   if (Status s = gpu->Open(ordinal); !s.ok()) return Unavailable(s.message());
+  if (profiler_library == "none") {
+    gpu->SetKernelActivity(nullptr, "not measured: no kernel profiler asked for");
+  } else if (StatusOr<std::unique_ptr<KernelActivity>> activity =
+                 OpenKernelActivity(profiler_library);
+             activity.ok()) {
+    std::string how = (*activity)->source();
+    gpu->SetKernelActivity(std::move(activity).value(), std::move(how));
+  } else {
+    gpu->SetKernelActivity(nullptr, "not measured: " + activity.status().message());
+  }
   return std::unique_ptr<Gpu>(std::move(gpu));
 }
 

@@ -4,7 +4,7 @@
 
 namespace stitch::gpu {
 
-StatusOr<std::unique_ptr<Gpu>> OpenGpu(const std::string& driver_library, int ordinal) {
+StatusOr<std::unique_ptr<Gpu>> OpenGpu(const std::string&, int, const std::string&) {
   return Unavailable(
       "this build has no CUDA driver support (cuda.h was not found at configure time; "
       "reconfigure with the CUDA toolkit installed)");

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/dynamic_symbols.h"
 #include "stitch/driver/bundle.h"
 #include "stitch/driver/compile.h"
 #include "stitch/loader/kernel_loader.h"
@@ -97,12 +98,6 @@ struct Driver {
   }
 };
 
-template <typename Fn>
-bool Resolve(void* lib, const char* symbol, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(lib, symbol));
-  return fn != nullptr;
-}
-
 StatusOr<Driver> OpenDriver(const std::string& library) {
   void* lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
@@ -110,16 +105,17 @@ StatusOr<Driver> OpenDriver(const std::string& library) {
     return Unavailable("cannot load " + library + ": " + (why ? why : "not found"));
   }
   Driver d;
-  const bool all = Resolve(lib, "cuGetErrorName", d.GetErrorName) &&
-                   Resolve(lib, "cuInit", d.Init) && Resolve(lib, "cuDeviceGet", d.DeviceGet) &&
-                   Resolve(lib, "cuDeviceGetAttribute", d.DeviceGetAttribute) &&
-                   Resolve(lib, "cuDevicePrimaryCtxRetain", d.PrimaryCtxRetain) &&
-                   Resolve(lib, "cuCtxSetCurrent", d.CtxSetCurrent) &&
-                   Resolve(lib, "cuCtxSynchronize", d.CtxSynchronize) &&
-                   Resolve(lib, "cuMemAlloc_v2", d.MemAlloc) &&
-                   Resolve(lib, "cuMemFree_v2", d.MemFree) &&
-                   Resolve(lib, "cuMemcpyHtoD_v2", d.MemcpyHtoD) &&
-                   Resolve(lib, "cuMemcpyDtoH_v2", d.MemcpyDtoH);
+  const bool all = gpu::ResolveSymbol(lib, "cuGetErrorName", d.GetErrorName) &&
+                   gpu::ResolveSymbol(lib, "cuInit", d.Init) &&
+                   gpu::ResolveSymbol(lib, "cuDeviceGet", d.DeviceGet) &&
+                   gpu::ResolveSymbol(lib, "cuDeviceGetAttribute", d.DeviceGetAttribute) &&
+                   gpu::ResolveSymbol(lib, "cuDevicePrimaryCtxRetain", d.PrimaryCtxRetain) &&
+                   gpu::ResolveSymbol(lib, "cuCtxSetCurrent", d.CtxSetCurrent) &&
+                   gpu::ResolveSymbol(lib, "cuCtxSynchronize", d.CtxSynchronize) &&
+                   gpu::ResolveSymbol(lib, "cuMemAlloc_v2", d.MemAlloc) &&
+                   gpu::ResolveSymbol(lib, "cuMemFree_v2", d.MemFree) &&
+                   gpu::ResolveSymbol(lib, "cuMemcpyHtoD_v2", d.MemcpyHtoD) &&
+                   gpu::ResolveSymbol(lib, "cuMemcpyDtoH_v2", d.MemcpyDtoH);
   if (!all) return Unavailable(library + " lacks a driver entry point the check uses");
   if (CUresult r = d.Init(0); r != CUDA_SUCCESS) {
     return Unavailable(d.Check(r, "cuInit").message());

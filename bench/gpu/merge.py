@@ -33,6 +33,69 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+LARGE_ROW_BYTES = 64e6  # rows above this are held to the bandwidth goal
+PEAK_GOAL = 0.80
+PARITY = 0.97
+
+
+def add_kernel_columns(out, row, rid, fw_kernel_time, peak):
+    """Kernel-time columns of one row: stitch's from stitch.csv, the frameworks' profiles."""
+    s_kernel = number(row.get("stitch_kernel_us"))
+    bound = number(row.get("lower_bound_bytes"))
+    out["stitch_kernel_us"] = "" if s_kernel is None else f"{s_kernel:.2f}"
+    out["stitch_kernel_pct_peak"] = (f"{100 * bound / (s_kernel * 1e-6) / peak:.2f}"
+                                     if s_kernel and bound and peak else "")
+    for mode in FRAMEWORKS:
+        key = mode.replace("-", "_")
+        t = fw_kernel_time(mode, rid)
+        out[f"{key}_kernel_us"] = "" if t is None else f"{t:.2f}"
+        out[f"kernel_speedup_vs_{key}"] = "" if t is None or not s_kernel else \
+            f"{t / s_kernel:.3f}"
+
+
+def kernel_time_section(merged, fw, device):
+    """The kernel-time table and the goals it is held to, or nothing without kernel times."""
+    if not any(number(o["stitch_kernel_us"]) for o in merged):
+        return ["", f"Kernel time: {device.get('kernel_timing') or 'not measured'}."]
+    shown = ("torch-compile", "jax-jit")
+    lines = ["", "## Kernel time", "",
+             f"Stitch: {device.get('kernel_timing', '')}. " + "; ".join(
+                 f"{FRAMEWORK_LABELS[m]}: {fw[m].get('version', '') or fw[m].get('note', '')}"
+                 for m in shown) + ".", "",
+             "| id | stitch kernel µs | % of peak | " +
+             " | ".join(f"{FRAMEWORK_LABELS[m]} kernel µs" for m in shown) + " | " +
+             " | ".join(f"over {FRAMEWORK_LABELS[m]}" for m in shown) + " |",
+             "|---:|---:|---:|" + "---:|" * (2 * len(shown))]
+    for o in merged:
+        cells = [str(o["id"]), fmt(number(o["stitch_kernel_us"]), 1),
+                 fmt(number(o["stitch_kernel_pct_peak"]), 1)]
+        cells += [fmt(number(o[f"{m.replace('-', '_')}_kernel_us"]), 1) for m in shown]
+        cells += [fmt(number(o[f"kernel_speedup_vs_{m.replace('-', '_')}"]), 2) for m in shown]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    compile_speedups = [number(o["kernel_speedup_vs_torch_compile"]) for o in merged]
+    compile_speedups = [v for v in compile_speedups if v]
+    if compile_speedups:
+        slow = [str(o["id"]) for o in merged
+                if (number(o["kernel_speedup_vs_torch_compile"]) or 1) < PARITY]
+        lines.append(f"- Over torch.compile, kernel time against kernel time: "
+                     f"{fmt(geomean(compile_speedups), 2)}x (geometric mean over "
+                     f"{len(compile_speedups)} rows); under {PARITY}x: "
+                     f"{', '.join('#' + i for i in slow) if slow else 'none'}.")
+    jax_rows = [o for o in merged if (number(o["jax_jit_kernel_us"]) or 0) >= 60]
+    jax_speedups = [number(o["kernel_speedup_vs_jax_jit"]) for o in jax_rows]
+    if any(jax_speedups):
+        lines.append(f"- Over jax.jit on the {len(jax_rows)} rows where its kernels take at least "
+                     f"60 µs: {fmt(geomean(jax_speedups), 2)}x.")
+    large = [o for o in merged if (number(o["lower_bound_bytes"]) or 0) > LARGE_ROW_BYTES and
+             number(o["stitch_kernel_pct_peak"])]
+    if large:
+        met = [o for o in large if number(o["stitch_kernel_pct_peak"]) >= 100 * PEAK_GOAL]
+        lines.append(f"- Rows above {LARGE_ROW_BYTES / 1e6:.0f} MB at {100 * PEAK_GOAL:.0f}% of "
+                     f"peak or more, in kernel time: {len(met)} of {len(large)}.")
+    return lines
+
+
 def command_merge(args):
     with open(os.path.join(args.run_dir, "stitch.csv")) as f:
         rows = list(csv.DictReader(f))
@@ -53,6 +116,10 @@ def command_merge(args):
         t = fw[mode].get("times", {}).get(str(rid), {})
         return t.get("median_us")
 
+    def fw_kernel_time(mode, rid):
+        t = fw[mode].get("times", {}).get(str(rid), {})
+        return t.get("kernel", {}).get("median_us")
+
     peak = float(device.get("peak_bytes_per_second") or 0)
     fields = ["id", "subgraph", "lower_bound_bytes", "stitch_kernels", "baseline_kernels",
               "stitch_us", "baseline_us", "speedup_vs_baseline", "stitch_gbps", "stitch_pct_peak",
@@ -60,6 +127,9 @@ def command_merge(args):
     fields += [f"{m.replace('-', '_')}_us" for m in FRAMEWORKS]
     fields += [f"speedup_vs_{m.replace('-', '_')}" for m in FRAMEWORKS]
     fields += ["stitch_matches", "baseline_matches", "stitch_loaded", "error"]
+    fields += ["stitch_kernel_us", "stitch_kernel_pct_peak"]
+    fields += [f"{m.replace('-', '_')}_kernel_us" for m in FRAMEWORKS]
+    fields += [f"kernel_speedup_vs_{m.replace('-', '_')}" for m in FRAMEWORKS]
     merged = []
     for row in rows:
         rid = int(row["id"])
@@ -79,6 +149,7 @@ def command_merge(args):
             key = mode.replace("-", "_")
             out[f"{key}_us"] = "" if t is None else f"{t:.2f}"
             out[f"speedup_vs_{key}"] = "" if t is None or not s_us else f"{t / s_us:.3f}"
+        add_kernel_columns(out, row, rid, fw_kernel_time, peak)
         out["_s_us"], out["_b_us"] = s_us, b_us
         merged.append(out)
 
@@ -155,6 +226,7 @@ def command_merge(args):
             if "error" in t:
                 errors.append(f"{FRAMEWORK_LABELS[mode]} #{rid}: {t['error']}")
     lines += summary
+    lines += kernel_time_section(merged, fw, device)
     if errors:
         lines += ["", "Errors:", ""] + [f"- {e}" for e in errors]
     lines += ["", "How to read it:", "",
@@ -163,6 +235,9 @@ def command_merge(args):
               "- Stitch and PyTorch times are CUDA-event times on the GPU (launch gaps "
               "included); jax.jit times are host wall-clock around one call and "
               "`block_until_ready`, so they include dispatch.",
+              "- Kernel times are the sum of each run's kernel durations as the GPU records "
+              "them (CUPTI for stitch, torch.profiler and jax.profiler for the frameworks), "
+              "median of as many runs, L2 flushed alike; memsets and copies are not counted.",
               "- The frameworks run the same op graph as stitch, one framework op per stitch op "
               "(eager runs them one by one; torch.compile and jax.jit fuse as they can), not "
               "hand-written library kernels such as `F.layer_norm`.",

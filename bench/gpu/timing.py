@@ -3,12 +3,20 @@
 Each framework runs the same op graph as stitch, one framework op per stitch op, on random
 inputs, with the warm-up, repeat and L2-flush settings gpu_bench used (from its device.json).
 A framework that is not importable, or sees no GPU, gets a note instead of times.
+
+Two times per graph on a GPU, as gpu_bench gives for stitch: the host's view (CUDA events for
+PyTorch, wall clock around a call and `block_until_ready` for jax.jit), and the kernel time,
+the sum of each run's kernel durations as the framework's profiler records them (torch.profiler;
+jax.profiler), in a second series of the same number of runs. Memsets and copies are not
+kernels and are left out, as gpu_bench's CUPTI records leave them out.
 """
 
+import glob
 import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 from array_backends import JaxBackend
@@ -21,6 +29,44 @@ FRAMEWORKS = ("torch-eager", "torch-compile", "jax-jit")
 def summarize(times_us):
     return {"median_us": statistics.median(times_us), "min_us": min(times_us),
             "max_us": max(times_us), "runs": len(times_us)}
+
+
+def kernel_time_between_separators(spans, runs, is_separator):
+    """Each run's summed kernel durations from (start, end, name) spans, in their unit.
+
+    A separator span (the L2 flush that precedes each run) starts the next run and is no
+    run's kernel. Raises ValueError unless the spans make exactly `runs` runs.
+    """
+    sums = []
+    for start, end, name in sorted(spans):
+        if is_separator(name):
+            sums.append(0.0)
+        elif not sums:
+            raise ValueError(f"kernel {name} ran before the first run started")
+        elif end < start:
+            raise ValueError(f"kernel {name} ends before it starts")
+        else:
+            sums[-1] += end - start
+    if len(sums) != runs:
+        raise ValueError(f"the profile holds {len(sums)} runs, {runs} were made")
+    return sums
+
+
+def kernel_time_in_windows(spans, windows):
+    """Each window's summed kernel durations from (start, end, name) spans; a span belongs to
+    the (start, end) window its start lies in, and spans outside every window (the L2 flush
+    between runs) to none. Raises ValueError when a window holds no kernel."""
+    sums = [0.0] * len(windows)
+    ordered = sorted(range(len(windows)), key=lambda w: windows[w][0])
+    for start, end, name in spans:
+        for w in ordered:
+            if windows[w][0] <= start <= windows[w][1]:
+                sums[w] += end - start
+                break
+    empty = [w for w, total in enumerate(sums) if total == 0]
+    if empty:
+        raise ValueError(f"{len(empty)} of {len(windows)} runs hold no kernel record")
+    return sums
 
 
 def random_inputs_torch(torch, backend, graph, generator):
@@ -68,6 +114,38 @@ def time_torch(torch, fn, inputs, settings, on_gpu):
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
 
 
+# The name part of the kernel that fills a uint8 tensor: the L2 flush, and the separator between
+# profiled runs (no suite graph computes in uint8).
+TORCH_SEPARATOR = "FillFunctor<unsigned char>"
+
+
+def time_torch_kernels(torch, fn, inputs, settings):
+    """Kernel time of each run, in µs, from torch.profiler's CUDA kernel records."""
+    from torch.profiler import ProfilerActivity, profile
+    # Without an L2 flush a one-byte fill still marks where each run starts.
+    marker = torch.empty(settings["flush_bytes"] if settings["flush_l2"] else 1,
+                         dtype=torch.uint8, device="cuda")
+    runs = settings["repeats"]
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(runs):
+            marker.fill_(i & 0x7F)
+            fn(*inputs)
+        torch.cuda.synchronize()
+    spans = [(ev.time_range.start, ev.time_range.end, ev.name) for ev in prof.events()
+             if ev.device_type == torch.autograd.DeviceType.CUDA
+             and not ev.name.startswith(("Memset", "Memcpy"))]
+    return kernel_time_between_separators(spans, runs, lambda name: TORCH_SEPARATOR in name)
+
+
+def add_kernel_time(result, measure):
+    """Puts `measure()`'s per-run kernel times into `result`, or the reason there are none."""
+    try:
+        result["kernel"] = summarize(measure())
+    except Exception as e:  # the profiler's failure costs the kernel time, not the row
+        result["kernel"] = {"error": error_text(e)}
+
+
 def run_torch(graphs, settings, modes, device, results):
     try:
         import torch
@@ -108,6 +186,9 @@ def run_torch(graphs, settings, modes, device, results):
                 with torch.no_grad():
                     results[mode]["times"][key] = summarize(
                         time_torch(torch, fn, inputs, settings, on_gpu))
+                    if on_gpu:
+                        add_kernel_time(results[mode]["times"][key],
+                                        lambda: time_torch_kernels(torch, fn, inputs, settings))
             except Exception as e:
                 results[mode]["times"][key] = {"error": error_text(e)}
                 if on_gpu:
@@ -134,6 +215,57 @@ def random_inputs_numpy(graph, seed):
                 {"S8": np.int8, "S32": np.int32, "S64": np.int64, "U8": np.uint8,
                  "U32": np.uint32, "U64": np.uint64}[node.dtype]))
     return inputs
+
+
+def time_jax_kernels(jax, fn, inputs, runs, flush):
+    """Kernel time of each run, in µs, from jax.profiler's trace: the GPU's kernel records
+    that start inside each run's annotation on the host (so the L2 flush, run between the
+    annotations, is no run's)."""
+    from jax.profiler import ProfileData
+    with tempfile.TemporaryDirectory() as folder:
+        jax.profiler.start_trace(folder)
+        try:
+            for i in range(runs):
+                if flush is not None:
+                    flush()
+                with jax.profiler.TraceAnnotation(f"stitch-run-{i}"):
+                    jax.block_until_ready(fn(*inputs))
+        finally:
+            jax.profiler.stop_trace()
+        traces = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
+        if len(traces) != 1:
+            raise ValueError(f"jax.profiler wrote {len(traces)} traces, not one")
+        profile = ProfileData.from_file(traces[0])
+    windows, spans = jax_run_windows_and_kernels(profile, runs)
+    return [ns / 1e3 for ns in kernel_time_in_windows(spans, windows)]
+
+
+def jax_run_windows_and_kernels(profile, runs):
+    """The (start, end) of each run's annotation on the host, and (start, end, name) of every
+    kernel on the GPU's streams, in nanoseconds."""
+    windows = [None] * runs
+    spans = []
+    for plane in profile.planes:
+        if plane.name.startswith("/host:"):
+            for line in plane.lines:
+                for e in line.events:
+                    if e.name.startswith("stitch-run-"):
+                        windows[int(e.name[len("stitch-run-"):])] = (
+                            e.start_ns, e.start_ns + e.duration_ns)
+        elif plane.name.startswith("/device:GPU:"):
+            for line in plane.lines:
+                # The streams' lines hold the kernels; others ("XLA Ops", "XLA Modules")
+                # repeat them grouped another way.
+                if not line.name.startswith("Stream"):
+                    continue
+                spans += [(e.start_ns, e.start_ns + e.duration_ns, e.name) for e in line.events
+                          if not e.name.startswith(("Memset", "Memcpy"))]
+    missing = [i for i, w in enumerate(windows) if w is None]
+    if missing:
+        raise ValueError(f"the trace lacks {len(missing)} of {runs} run annotations")
+    if not spans:
+        raise ValueError("the trace holds no GPU kernel records")
+    return windows, spans
 
 
 def run_jax(graphs, settings, device, results):
@@ -175,6 +307,10 @@ def run_jax(graphs, settings, device, results):
                 jax.block_until_ready(fn(*inputs))
                 times.append((time.perf_counter() - start) * 1e6)
             results[mode]["times"][key] = summarize(times)
+            if on_gpu:
+                add_kernel_time(results[mode]["times"][key], lambda: time_jax_kernels(
+                    jax, fn, inputs, settings["repeats"],
+                    (lambda: bump(flush).block_until_ready()) if flush is not None else None))
         except Exception as e:
             results[mode]["times"][key] = {"error": error_text(e)}
         print(f"{mode} #{entry['id']}: {describe_time(results[mode]['times'][key])}",

@@ -143,7 +143,7 @@ INSTANTIATE_TEST_SUITE_P(Suite, BucketRowTest, ::testing::Range(1, suite::kSuite
 // the bucket, a graph at another extent and an extent for an exact compile are refused.
 TEST(GpuBenchBucketsTest, RunnerPassesTheExtentLastAndRefusesOneOutsideTheBucket) {
   if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
-  StatusOr<std::unique_ptr<Gpu>> gpu = OpenGpu(FakeDriver(), 0);
+  StatusOr<std::unique_ptr<Gpu>> gpu = OpenGpu(FakeDriver(), 0, FakeDriver());
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   StatusOr<suite::SuiteEntry> entry = suite::BuildSuiteEntry(1);
   ASSERT_TRUE(entry.ok());
@@ -192,7 +192,7 @@ TEST(GpuBenchBucketsTest, FakeDriverTimesFourWaysAndWritesBucketsCsv) {
   if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
   ScratchDir scratch("buckets_fake");
   CommandResult r =
-      RunCommand(GpuBench() + " --buckets --driver " + FakeDriver() +
+      RunCommand(GpuBench() + " --buckets --driver " + FakeDriver() + " --profiler none" +
                  " --only 1,13 --warmup 1 --repeats 2 --no-verify --out-dir " + scratch.path());
   ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
   EXPECT_EQ(r.err.find("fake cuda:"), std::string::npos) << r.err;

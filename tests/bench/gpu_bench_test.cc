@@ -86,7 +86,7 @@ TEST(GpuBenchTest, FakeDriverTimesBothPlansAndWritesTheRunDirectory) {
   ScratchDir scratch("fake");
   const std::string& dir = scratch.path();
   CommandResult r =
-      RunCommand(GpuBench() + " --driver " + FakeDriver() +
+      RunCommand(GpuBench() + " --driver " + FakeDriver() + " --profiler " + FakeDriver() +
                  " --only 1,12,24 --warmup 1 --repeats 3 --no-verify --out-dir " + dir);
   ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
   EXPECT_EQ(r.err.find("fake cuda:"), std::string::npos) << r.err;
@@ -101,21 +101,75 @@ TEST(GpuBenchTest, FakeDriverTimesBothPlansAndWritesTheRunDirectory) {
       << r.out;
   const std::vector<std::string> csv = Lines(ReadFile(dir + "/stitch.csv"));
   ASSERT_EQ(csv.size(), 4u);
+  const std::vector<std::string> header = CsvFields(csv[0]);
+  auto column = [&](const std::string& name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    EXPECT_NE(it, header.end()) << name;
+    return it - header.begin();
+  };
   for (size_t i = 1; i < csv.size(); ++i) {
     // The fake refuses cubin, so every kernel went through the PTX path.
     EXPECT_NE(csv[i].find(",ptx,ptx,"), std::string::npos) << csv[i];
+    // Kernel time leaves out the stand-in's 1 us host gap before each launch.
+    const std::vector<std::string> f = CsvFields(csv[i]);
+    ASSERT_EQ(f.size(), header.size()) << csv[i];
+    for (const std::string plan : {"stitch", "baseline", "inductor"}) {
+      const double us = std::stod(f[column(plan + "_us")]);
+      const double kernel_us = std::stod(f[column(plan + "_kernel_us")]);
+      const int kernels = std::stoi(f[column(plan + "_kernels")]);
+      EXPECT_NEAR(us - kernel_us, kernels * 1.0, 0.02) << plan << ": " << csv[i];
+    }
+    EXPECT_FALSE(f[column("kernel_speedup_over_better_baseline")].empty()) << csv[i];
   }
+  EXPECT_NE(r.out.find("Kernel time (CUPTI activity records (" + FakeDriver() + ")) of 9 plans"),
+            std::string::npos)
+      << r.out;
   const std::string device = ReadFile(dir + "/device.json");
+  EXPECT_NE(device.find("\"kernel_timing\": \"CUPTI activity records"), std::string::npos)
+      << device;
   EXPECT_NE(device.find("\"slug\": \"fake_h100_host\""), std::string::npos) << device;
   EXPECT_NE(device.find("\"repeats\": 3"), std::string::npos) << device;
   EXPECT_TRUE(std::filesystem::exists(dir + "/graphs.json"));
 }
 
+// Records CUPTI lost leave the kernel time out and say why; the plans are still timed.
+TEST(GpuBenchTest, DroppedKernelRecordsLeaveKernelTimeOutAndSaySo) {
+  if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
+  CommandResult r =
+      RunCommand("STITCH_FAKE_CUPTI_DROP=2 " + GpuBench() + " --driver " + FakeDriver() +
+                 " --profiler " + FakeDriver() + " --only 24 --warmup 1 --repeats 3 --no-verify");
+  ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+  const std::vector<std::string> rows = TableRows(r.out);
+  ASSERT_EQ(rows.size(), 1u) << r.out;
+  EXPECT_NE(rows[0].find("| - / - / - | - |"), std::string::npos) << rows[0];
+  EXPECT_NE(r.out.find("Kernel time: CUPTI dropped 1 activity records."), std::string::npos)
+      << r.out;
+}
+
+// Under a CUDA tool (Nsight Compute, compute-sanitizer) CUPTI is the tool's: no kernel times
+// unless a profiler is named.
+TEST(GpuBenchTest, AnAttachedCudaToolKeepsCupti) {
+  if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
+  const std::string run =
+      GpuBench() + " --driver " + FakeDriver() + " --only 24 --warmup 1 --repeats 3 --no-verify";
+  CommandResult r = RunCommand("CUDA_INJECTION64_PATH=/opt/tool/libinjection.so " + run);
+  ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+  EXPECT_NE(r.err.find("a CUDA tool is attached (CUDA_INJECTION64_PATH)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("Kernel time: not measured: no kernel profiler asked for."),
+            std::string::npos)
+      << r.out;
+  CommandResult named = RunCommand("CUDA_INJECTION64_PATH=/opt/tool/libinjection.so " + run +
+                                   " --profiler " + FakeDriver());
+  ASSERT_EQ(named.exit_status, 0) << named.err << named.out;
+  EXPECT_NE(named.out.find("Kernel time (CUPTI activity records"), std::string::npos) << named.out;
+}
+
 TEST(GpuBenchTest, FakeDriverOutputsFailVerification) {
   if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
   // The fake returns zeros for every output, which the interpreter does not.
-  CommandResult r =
-      RunCommand(GpuBench() + " --driver " + FakeDriver() + " --only 12 --warmup 0 --repeats 1");
+  CommandResult r = RunCommand(GpuBench() + " --driver " + FakeDriver() + " --profiler none" +
+                               " --only 12 --warmup 0 --repeats 1");
   EXPECT_EQ(r.exit_status, 1) << r.err << r.out;
   const std::vector<std::string> rows = TableRows(r.out);
   ASSERT_EQ(rows.size(), 1u) << r.out;
@@ -154,7 +208,7 @@ CompiledKernel PtxKernel(const std::string& name, int params, std::vector<int> p
 // at once is not launched.
 TEST(GpuBenchTest, WorkspaceKernelsLaunchCooperativelyWithTheWorkspaceLast) {
   if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
-  StatusOr<std::unique_ptr<Gpu>> gpu = OpenGpu(FakeDriver(), 0);
+  StatusOr<std::unique_ptr<Gpu>> gpu = OpenGpu(FakeDriver(), 0, FakeDriver());
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   Graph g;
   Node x;

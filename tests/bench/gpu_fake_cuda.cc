@@ -20,7 +20,17 @@
 //    [ extent=<outer extent>]"
 // where "zeroed" says a cuMemsetD8 of 0 covered that whole allocation since it was made.
 // Environment: STITCH_FAKE_CUDA_DEVICES sets the device count (default 1).
+//
+// It also stands in for CUPTI's activity API (kernel_activity.h), as the same library: while
+// kernel activity is enabled each launch leaves a kernel record. On the simulated clock every
+// launch first waits 1 us for the host (the gap CUDA events count and kernel records do not),
+// then runs 2 us plus 1 ns per 64 threads. STITCH_FAKE_CUPTI_DROP=N makes CUPTI lose the N-th
+// record of each recording (from 1), as a full buffer would.
 #include <cuda.h>
+#if __has_include(<cupti.h>)
+#include <cupti.h>
+#define STITCH_FAKE_CUPTI 1
+#endif
 
 #include <cctype>
 #include <cstdint>
@@ -32,6 +42,8 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 struct CUctx_st {};
 struct CUfunc_st {
@@ -67,6 +79,10 @@ struct State {
   std::set<CUmod_st*> modules;
   std::deque<std::string> launches;  // the last kLogLines launches
   std::string log;                   // what stitch_fake_cuda_log returned last
+  // CUPTI: whether kernel activity is recorded, and the kernels since it was enabled.
+  bool kernel_activity = false;
+  std::vector<std::pair<uint64_t, uint64_t>> kernel_records;  // start, end
+  size_t dropped = 0;
 };
 
 State& S() {
@@ -101,6 +117,19 @@ std::pair<const CUdeviceptr, Allocation>* AllocationAt(CUdeviceptr ptr) {
   if (it == a.begin()) return nullptr;
   --it;
   return ptr < it->first + std::max<size_t>(it->second.bytes, 1) ? &*it : nullptr;
+}
+
+int DropAt() {
+  const char* env = std::getenv("STITCH_FAKE_CUPTI_DROP");
+  return env ? std::atoi(env) : 0;
+}
+
+void RecordKernel(uint64_t start, uint64_t end) {
+  if (static_cast<int>(S().kernel_records.size() + S().dropped) + 1 == DropAt()) {
+    ++S().dropped;
+    return;
+  }
+  S().kernel_records.emplace_back(start, end);
 }
 
 // Blocks of `block_size` threads that fit on one SM (2048 threads per SM).
@@ -353,7 +382,10 @@ CUresult CheckLaunch(const char* entry, CUfunction f, unsigned int gx, unsigned 
   if (extent) line += " extent=" + std::to_string(last_value);
   S().launches.push_back(std::move(line));
   if (S().launches.size() > kLogLines) S().launches.pop_front();
+  S().clock_ns += 1000;  // the host's launch
+  const uint64_t start = S().clock_ns;
   S().clock_ns += 2000 + uint64_t{gx} * gy * gz * bx * by * bz / 64;
+  if (S().kernel_activity) RecordKernel(start, S().clock_ns);
   return CUDA_SUCCESS;
 }
 
@@ -418,3 +450,81 @@ extern "C" __attribute__((visibility("default"))) const char* stitch_fake_cuda_l
   for (const std::string& line : S().launches) S().log += line + "\n";
   return S().log.c_str();
 }
+
+#ifdef STITCH_FAKE_CUPTI
+// CUPTI's activity API, as far as kernel_activity.cc uses it. Buffers hold whole
+// CUpti_ActivityKernel10 records back to back.
+namespace {
+CUpti_BuffersCallbackRequestFunc buffer_requested = nullptr;
+CUpti_BuffersCallbackCompleteFunc buffer_completed = nullptr;
+}  // namespace
+
+CUptiResult cuptiGetResultString(CUptiResult result, const char** text) {
+  *text = result == CUPTI_SUCCESS ? "CUPTI_SUCCESS" : "CUPTI_ERROR_FAKE";
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc requested,
+                                           CUpti_BuffersCallbackCompleteFunc completed) {
+  if (requested == nullptr || completed == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  buffer_requested = requested;
+  buffer_completed = completed;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
+  if (kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) return CUPTI_ERROR_NOT_COMPATIBLE;
+  if (buffer_requested == nullptr) {
+    std::fprintf(stderr, "fake cuda: cuptiActivityEnable before the callbacks\n");
+    return CUPTI_ERROR_INVALID_OPERATION;
+  }
+  S().kernel_activity = true;
+  S().kernel_records.clear();
+  S().dropped = 0;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
+  if (kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) return CUPTI_ERROR_NOT_COMPATIBLE;
+  S().kernel_activity = false;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityFlushAll(uint32_t) {
+  while (!S().kernel_records.empty()) {
+    uint8_t* buffer = nullptr;
+    size_t size = 0, max_records = 0;
+    buffer_requested(&buffer, &size, &max_records);
+    const size_t fit = size / sizeof(CUpti_ActivityKernel10);
+    if (buffer == nullptr || fit == 0) return CUPTI_ERROR_OUT_OF_MEMORY;
+    const size_t n = std::min(fit, S().kernel_records.size());
+    for (size_t i = 0; i < n; ++i) {
+      CUpti_ActivityKernel10 record;
+      std::memset(&record, 0, sizeof(record));
+      record.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+      record.start = S().kernel_records[i].first;
+      record.end = S().kernel_records[i].second;
+      std::memcpy(buffer + i * sizeof(record), &record, sizeof(record));
+    }
+    S().kernel_records.erase(S().kernel_records.begin(),
+                             S().kernel_records.begin() + static_cast<std::ptrdiff_t>(n));
+    buffer_completed(nullptr, 0, buffer, size, n * sizeof(CUpti_ActivityKernel10));
+  }
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid, CUpti_Activity** record) {
+  const size_t at = *record == nullptr
+                        ? 0
+                        : static_cast<size_t>(reinterpret_cast<uint8_t*>(*record) - buffer) +
+                              sizeof(CUpti_ActivityKernel10);
+  if (at + sizeof(CUpti_ActivityKernel10) > valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+  *record = reinterpret_cast<CUpti_Activity*>(buffer + at);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext, uint32_t, size_t* dropped) {
+  *dropped = S().dropped;
+  return CUPTI_SUCCESS;
+}
+#endif  // STITCH_FAKE_CUPTI

@@ -8,13 +8,17 @@
 // STITCH_TEST_PYTHON overrides it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "bench/fake_cuda_driver.h"
 #include "bench/gpu_command.h"
 #include "gpu/suite_export.h"
 #include "stitch/ir/verifier.h"
@@ -316,6 +320,60 @@ TEST(GpuFrameworksTest, TimeSkipsFrameworksThatAreMissingAndMergeWritesTheTable)
                 md.find("- Over " + name + " (") != std::string::npos)
         << md;
   }
+}
+
+// Kernel time against kernel time: gpu_bench's CUPTI figures (here from the stand-in driver,
+// which also stands in for CUPTI) beside the frameworks' profiled kernel times, in the shape
+// `time` writes them on a GPU, and the goals the table is held to.
+TEST(GpuFrameworksTest, MergeComparesKernelTimeWithKernelTime) {
+  if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
+  ScratchDir scratch("kernels");
+  const std::string& dir = scratch.path();
+  CommandResult bench =
+      RunCommand(GpuBench() + " --driver " + FakeDriver() + " --profiler " + FakeDriver() +
+                 " --only 12,24 --warmup 0 --repeats 3 " + "--no-verify --out-dir " + dir);
+  ASSERT_EQ(bench.exit_status, 0) << bench.err << bench.out;
+  const std::vector<std::string> csv = Lines(ReadFile(dir + "/stitch.csv"));
+  ASSERT_EQ(csv.size(), 3u);
+  const std::vector<std::string> header = CsvFields(csv[0]);
+  const auto kernel_column =
+      std::find(header.begin(), header.end(), "stitch_kernel_us") - header.begin();
+  const double kernel_12 = std::stod(CsvFields(csv[1])[kernel_column]);
+  const double kernel_24 = std::stod(CsvFields(csv[2])[kernel_column]);
+  // torch.compile's kernels take twice stitch's on #12 and half on #24; jax.jit's are 3x.
+  auto times = [](double host, double kernel) {
+    return "{\"median_us\": " + std::to_string(host) +
+           ", \"kernel\": {\"median_us\": " + std::to_string(kernel) + "}}";
+  };
+  WriteFile(dir + "/frameworks.json",
+            "{\"frameworks\": {\"torch-compile\": {\"version\": \"2.11\", \"times\": {\"12\": " +
+                times(900, 2 * kernel_12) + ", \"24\": " + times(900, kernel_24 / 2) +
+                "}}, \"jax-jit\": {\"version\": \"0.10\", \"times\": {\"12\": " +
+                times(900, 3 * kernel_12) + ", \"24\": " + times(900, 3 * kernel_24) + "}}}}");
+  const std::string results = dir + "/results";
+  CommandResult merged = RunCommand(Python() + " " + FrameworksPy() + " merge --run-dir " + dir +
+                                    " --results " + results);
+  ASSERT_EQ(merged.exit_status, 0) << merged.err;
+  const std::string md = ReadFile(results + "/gpu_fake_h100_host.md");
+  EXPECT_NE(md.find("## Kernel time"), std::string::npos) << md;
+  EXPECT_NE(md.find("Stitch: CUPTI activity records (" + FakeDriver() + ")"), std::string::npos)
+      << md;
+  char row12[128];
+  std::snprintf(row12, sizeof(row12), "| 12 | %.1f |", kernel_12);
+  EXPECT_NE(md.find(row12), std::string::npos) << md;
+  EXPECT_NE(md.find(" | 2.00 | 3.00 |"), std::string::npos) << md;
+  EXPECT_NE(md.find(" | 0.50 | 3.00 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("- Over torch.compile, kernel time against kernel time: 1.00x (geometric "
+                    "mean over 2 rows); under 0.97x: #24."),
+            std::string::npos)
+      << md;
+  // #12 moves 3.3 GB; the stand-in's microseconds put it far above peak.
+  EXPECT_NE(md.find("in kernel time: 1 of 1."), std::string::npos) << md;
+  const std::vector<std::string> merged_csv = Lines(ReadFile(results + "/gpu_fake_h100_host.csv"));
+  ASSERT_EQ(merged_csv.size(), 3u);
+  EXPECT_NE(merged_csv[0].find("stitch_kernel_us,stitch_kernel_pct_peak,torch_eager_kernel_us"),
+            std::string::npos)
+      << merged_csv[0];
 }
 
 }  // namespace
