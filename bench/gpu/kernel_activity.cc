@@ -207,8 +207,6 @@ class CuptiKernelActivity final : public KernelActivity {
     std::lock_guard<std::mutex> lock(r.mu);
     std::vector<KernelSpan> spans = std::move(r.spans);
     r.spans.clear();
-    std::sort(spans.begin(), spans.end(),
-              [](const KernelSpan& a, const KernelSpan& b) { return a.start_ns < b.start_ns; });
     return spans;
   }
 

@@ -41,8 +41,9 @@ class KernelActivity {
   // such as a profiler, may hold CUPTI).
   virtual Status Start() = 0;
 
-  // Stops recording and returns the kernels that ran since Start, ordered by start time. Call
-  // it after the device has finished them (a synchronize): kernels still running are lost.
+  // Stops recording and returns the kernels that ran since Start, in the order CUPTI delivered
+  // their records (KernelMicrosecondsPerRun orders them). Call it after the device has finished
+  // them (a synchronize): kernels still running are lost.
   // Returns UNAVAILABLE naming CUPTI's error, or DATA_LOSS when CUPTI dropped records.
   virtual StatusOr<std::vector<KernelSpan>> Stop() = 0;
 };

@@ -55,12 +55,12 @@ def kernel_time_between_separators(spans, runs, is_separator):
 def kernel_time_in_windows(spans, windows):
     """Each window's summed kernel durations from (start, end, name) spans; a span belongs to
     the (start, end) window its start lies in, and spans outside every window (the L2 flush
-    between runs) to none. Raises ValueError when a window holds no kernel."""
+    between runs) to none; the runs' windows do not overlap. Raises ValueError when a window
+    holds no kernel."""
     sums = [0.0] * len(windows)
-    ordered = sorted(range(len(windows)), key=lambda w: windows[w][0])
     for start, end, name in spans:
-        for w in ordered:
-            if windows[w][0] <= start <= windows[w][1]:
+        for w, (first, last) in enumerate(windows):
+            if first <= start <= last:
                 sums[w] += end - start
                 break
     empty = [w for w, total in enumerate(sums) if total == 0]
