@@ -54,6 +54,7 @@
 #include "stitch/driver/compile.h"
 #include "stitch/emulator/emulated_run.h"
 #include "stitch/emulator/emulator.h"
+#include "stitch/ir/aliasing.h"
 #include "stitch/ir/verifier.h"
 #include "stitch/plan/baseline_models.h"
 #include "stitch/plan/baseline_planner.h"
@@ -266,9 +267,9 @@ std::string WhyNotOneKernel(const Graph& g, const GpuDevice& device, double plan
   one.name = "whole_graph";
   std::set<int> outputs;
   for (int o : g.outputs) {
-    if (g.nodes[o].op != OpCode::kParameter) outputs.insert(o);
+    if (!IsParameterView(g, o)) outputs.insert(o);
   }
-  if (outputs.empty()) return "every output is a parameter";
+  if (outputs.empty()) return "every output is a parameter's bytes";
   one.outputs.assign(outputs.begin(), outputs.end());
   std::sort(one.outputs.begin(), one.outputs.end(), by_rank);
   std::set<int> body, inputs;

@@ -13,6 +13,7 @@
 #include "gpu/dynamic_symbols.h"
 #include "gpu/gpu_runner.h"
 #include "gpu/kernel_activity.h"
+#include "stitch/ir/aliasing.h"
 #include "stitch/plan/gpu_device.h"
 
 namespace stitch::gpu {
@@ -625,7 +626,10 @@ StatusOr<std::vector<Tensor>> CudaGpu::Run(const Graph& g, const CompileResult& 
   STITCH_RETURN_IF_ERROR(Check(api_.CtxSynchronize(), "running the plan"));
   std::vector<Tensor> outputs;
   for (int o : g.outputs) {
-    auto it = buffers.find(o);
+    // An output that is a parameter's bytes is the parameter's buffer, as a framework's view
+    // of it is (aliasing.h).
+    const int viewed = ViewedParameterNode(g, o);
+    auto it = buffers.find(viewed >= 0 ? viewed : o);
     if (it == buffers.end())
       return Internal("no kernel wrote graph output node " + std::to_string(o));
     std::vector<uint8_t> bytes(it->second.bytes());

@@ -208,8 +208,9 @@ void CheckOne(const suite::SuiteEntry& e, const Target& target, loader::ComputeC
     if (!p.ok()) return fail(p.status());
     out_ptrs.push_back(*p);
   }
-  // The bundle may take fewer pointers than the graph has parameters (an unused parameter);
-  // it never takes more.
+  // A bundle takes a pointer per parameter and output it declares; one from before bundles
+  // declared their buffers may take fewer (an unused parameter), never more. An output that
+  // aliases an input gets its own buffer here, so the loader's copy into it is checked too.
   in_ptrs.resize(static_cast<size_t>((*program)->num_inputs()));
   out_ptrs.resize(static_cast<size_t>((*program)->num_outputs()));
   if (Status s = kl.Launch(**program, in_ptrs, out_ptrs, 0); !s.ok()) {

@@ -80,6 +80,15 @@ int stitch_program_outer_extent(const stitch_program* program, int64_t* lo, int6
 int stitch_program_outer_parameter(const stitch_program* program, int i);
 
 /*
+ * Returns the input index whose bytes output `i` is (the graph returns a parameter, or a
+ * reshape of one), or -1 when the kernels write output i, `i` is out of range, or the program
+ * is NULL. No kernel writes such an output: pass the input's own pointer for it to get it for
+ * nothing (a framework returns a view of the input); another buffer gets a copy of the input,
+ * enqueued after the kernels.
+ */
+int stitch_program_output_alias(const stitch_program* program, int i);
+
+/*
  * Enqueues the program's kernels on `stream` (a CUstream as an integer; 0 for the default
  * stream) in the calling thread's current CUDA context, with `inputs` and `outputs` as device
  * pointers. Returns 0 once enqueued, or -1 with *error set: INVALID_ARGUMENT for wrong
@@ -94,7 +103,8 @@ int stitch_loader_launch(stitch_loader* loader, const stitch_program* program,
  * As stitch_loader_launch, after checking the byte size of each buffer: `input_bytes[i]` and
  * `output_bytes[i]` are the sizes of inputs[i] and outputs[i] (0: unknown, not checked).
  * Returns -1 with *error INVALID_ARGUMENT naming the first buffer smaller than the bundle
- * declares for it, before any work is enqueued: the kernels write all of every output.
+ * declares for it, before any work is enqueued: the kernels (or the copy into an output that
+ * aliases an input) write all of every output.
  */
 int stitch_loader_launch_checked(stitch_loader* loader, const stitch_program* program,
                                  const uint64_t* inputs, const uint64_t* input_bytes,

@@ -95,6 +95,14 @@ int stitch_program_outer_parameter(const stitch_program* program, int i) {
   return p >= 0 && p <= std::numeric_limits<int>::max() ? static_cast<int>(p) : -1;
 }
 
+int stitch_program_output_alias(const stitch_program* program, int i) {
+  if (program == nullptr) return -1;
+  for (const stitch::loader::OutputAlias& a : program->impl->output_aliases()) {
+    if (a.output == i) return a.input;
+  }
+  return -1;
+}
+
 int stitch_loader_launch(stitch_loader* loader, const stitch_program* program,
                          const uint64_t* inputs, size_t num_inputs, const uint64_t* outputs,
                          size_t num_outputs, uintptr_t stream, char** error) {

@@ -30,6 +30,7 @@ struct DriverApi {
   decltype(&::cuMemAlloc) MemAlloc = nullptr;
   decltype(&::cuMemFree) MemFree = nullptr;
   decltype(&::cuMemsetD8Async) MemsetD8Async = nullptr;
+  decltype(&::cuMemcpyDtoDAsync) MemcpyDtoDAsync = nullptr;
   decltype(&::cuLaunchKernel) LaunchKernel = nullptr;
   // Optional: only kernels with a workspace need it, and they fail one by one without it.
   decltype(&::cuLaunchCooperativeKernel) LaunchCooperativeKernel = nullptr;
@@ -59,6 +60,7 @@ std::string ResolveAll(void* lib, DriverApi& api) {
       {"cuMemAlloc_v2", Resolve(lib, "cuMemAlloc_v2", api.MemAlloc)},
       {"cuMemFree_v2", Resolve(lib, "cuMemFree_v2", api.MemFree)},
       {"cuMemsetD8Async", Resolve(lib, "cuMemsetD8Async", api.MemsetD8Async)},
+      {"cuMemcpyDtoDAsync_v2", Resolve(lib, "cuMemcpyDtoDAsync_v2", api.MemcpyDtoDAsync)},
       {"cuLaunchKernel", Resolve(lib, "cuLaunchKernel", api.LaunchKernel)},
   };
   for (const auto& [symbol, found] : entries) {
@@ -356,6 +358,17 @@ Status CudaKernelLoader::Enqueue(const Program& program, std::span<const uint64_
                                                  stream, args.data(), nullptr);
     STITCH_RETURN_IF_ERROR(Check(
         r, std::string(cooperative ? "cuLaunchCooperativeKernel " : "cuLaunchKernel ") + k.name()));
+  }
+  // After the kernels, which read the inputs and never write them, so a copy into a buffer
+  // the caller also passed as another input cannot change what they read.
+  for (const OutputAlias& a : program.output_aliases()) {
+    const CUdeviceptr to = outputs[static_cast<size_t>(a.output)];
+    const CUdeviceptr from = inputs[static_cast<size_t>(a.input)];
+    if (to == from) continue;
+    const uint64_t bytes = program.OutputBytes(a.output, outer_extent);
+    STITCH_RETURN_IF_ERROR(Check(api_.MemcpyDtoDAsync(to, from, bytes, stream),
+                                 "copying input " + std::to_string(a.input) + " into output " +
+                                     std::to_string(a.output) + ", its alias"));
   }
   return Status::Ok();
 }

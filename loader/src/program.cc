@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <utility>
 
 #include "stitch/loader/kernel_loader.h"
@@ -61,6 +62,11 @@ StatusOr<ImageKind> ChooseImage(std::string_view target, bool has_cubin, Compute
 
 namespace {
 
+// The largest buffer index a kernel parameter may name: far past any graph's parameters,
+// outputs or temporaries (GraphLimits bounds a graph to 20,000 nodes), and small enough that
+// the counts derived from it cannot overflow.
+constexpr int kMaxBufferIndex = (1 << 24) - 1;
+
 // The largest extent a bundle may declare: far past any batch or token count, and small
 // enough that bytes per extent times it cannot overflow for any buffer that fits a GPU.
 constexpr int64_t kMaxOuterExtent = int64_t{1} << 32;
@@ -110,6 +116,42 @@ Status CheckOuterExtentSpec(const v1::KernelBundle& b) {
   return Status::Ok();
 }
 
+// Checks the declared buffer lists against the kernels' parameters, and each output that
+// aliases an input (BufferSpec.aliases_input): a declared input of the same size, written
+// by no kernel. `written` flags the outputs some kernel takes.
+Status CheckDeclaredBuffers(const v1::KernelBundle& b, int max_input, int max_output,
+                            const std::set<int>& written) {
+  if (b.inputs_size() > 0 && max_input >= b.inputs_size()) {
+    return InvalidArgument("a kernel takes input " + std::to_string(max_input) +
+                           ", but the bundle declares " + std::to_string(b.inputs_size()));
+  }
+  if (b.outputs_size() > 0 && max_output >= b.outputs_size()) {
+    return InvalidArgument("a kernel takes output " + std::to_string(max_output) +
+                           ", but the bundle declares " + std::to_string(b.outputs_size()));
+  }
+  for (int i = 0; i < b.outputs_size(); ++i) {
+    const v1::BufferSpec& out = b.outputs(i);
+    if (!out.has_aliases_input()) continue;
+    const std::string who = "output " + std::to_string(i);
+    const int input = out.aliases_input();
+    if (input < 0 || input >= b.inputs_size()) {
+      return InvalidArgument(who + " aliases input " + std::to_string(input) +
+                             ", but the bundle declares " + std::to_string(b.inputs_size()) +
+                             " inputs");
+    }
+    const v1::BufferSpec& in = b.inputs(input);
+    if (in.bytes() != out.bytes() || in.bytes_per_extent() != out.bytes_per_extent()) {
+      return InvalidArgument(who + " (" + out.shape() + ") aliases input " + std::to_string(input) +
+                             " (" + in.shape() + ") of another size");
+    }
+    if (written.count(i)) {
+      return InvalidArgument(who + " aliases input " + std::to_string(input) +
+                             ", but a kernel writes it");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
@@ -126,6 +168,7 @@ StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
   STITCH_RETURN_IF_ERROR(ParseTarget(b.target()).status());
   if (b.kernels_size() == 0) return InvalidArgument("bundle has no kernels");
   int max_input = -1, max_output = -1;
+  std::set<int> written;  // the output indices some kernel takes
   bool all_cubin = true;
   for (int k = 0; k < b.kernels_size(); ++k) {
     const v1::Kernel& kernel = b.kernels(k);
@@ -151,12 +194,18 @@ StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
       if (param.index() < 0) {
         return InvalidArgument(which + " has negative index " + std::to_string(param.index()));
       }
+      if (param.index() > kMaxBufferIndex) {
+        return InvalidArgument(which + " has index " + std::to_string(param.index()) +
+                               ", past the " + std::to_string(kMaxBufferIndex + 1) +
+                               " buffers a bundle may name");
+      }
       switch (param.role()) {
         case v1::KernelParam::INPUT:
           max_input = std::max(max_input, param.index());
           break;
         case v1::KernelParam::OUTPUT:
           max_output = std::max(max_output, param.index());
+          written.insert(param.index());
           break;
         case v1::KernelParam::TEMPORARY:
           if (param.index() >= b.temporaries_size()) {
@@ -171,8 +220,16 @@ StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
     }
   }
   STITCH_RETURN_IF_ERROR(CheckOuterExtentSpec(b));
-  p->num_inputs_ = max_input + 1;
-  p->num_outputs_ = max_output + 1;
+  STITCH_RETURN_IF_ERROR(CheckDeclaredBuffers(b, max_input, max_output, written));
+  // The declared lists are the graph's signature: a parameter no kernel reads, or an output
+  // that aliases an input, is still passed.
+  p->num_inputs_ = std::max(max_input + 1, b.inputs_size());
+  p->num_outputs_ = std::max(max_output + 1, b.outputs_size());
+  for (int i = 0; i < b.outputs_size(); ++i) {
+    if (b.outputs(i).has_aliases_input()) {
+      p->output_aliases_.push_back({i, b.outputs(i).aliases_input()});
+    }
+  }
   p->has_cubin_ = all_cubin;
   static std::atomic<uint64_t> serial{0};
   p->cache_key_ = b.key().empty() ? "#" + std::to_string(++serial) : b.key();
@@ -224,6 +281,10 @@ Status CheckSizes(const char* what, const google::protobuf::RepeatedPtrField<v1:
 }
 
 }  // namespace
+
+uint64_t Program::OutputBytes(int i, int64_t outer_extent) const {
+  return BytesAt(bundle_.outputs(i), outer_extent);
+}
 
 Status CheckBufferCounts(const Program& program, size_t inputs, size_t outputs) {
   if (inputs != static_cast<size_t>(program.num_inputs()) ||

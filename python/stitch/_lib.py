@@ -141,6 +141,7 @@ _SIGNATURES.update({
     "stitch_program_outer_extent": (
         ctypes.c_int, [ProgramPtr, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
     "stitch_program_outer_parameter": (ctypes.c_int, [ProgramPtr, ctypes.c_int]),
+    "stitch_program_output_alias": (ctypes.c_int, [ProgramPtr, ctypes.c_int]),
     "stitch_loader_launch_at_extent": (
         ctypes.c_int, [LoaderPtr, ProgramPtr, _c_uint64_p, _c_uint64_p, ctypes.c_size_t,
                        _c_uint64_p, _c_uint64_p, ctypes.c_size_t, ctypes.c_int64,

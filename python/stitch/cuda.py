@@ -153,6 +153,12 @@ class Program:
         self.outer_parameters: Tuple[int, ...] = tuple(
             itertools.takewhile(lambda p: p >= 0, (lib.stitch_program_outer_parameter(handle, i)
                                                    for i in itertools.count())))
+        #: Per output, the input whose bytes it is (the graph returns a parameter, or a
+        #: reshape of one), or None: no kernel writes such an output. Passing the input itself
+        #: for it costs nothing; another buffer gets a copy of the input after the kernels.
+        self.output_aliases: Tuple[Optional[int], ...] = tuple(
+            a if a >= 0 else None
+            for a in (lib.stitch_program_output_alias(handle, i) for i in range(self.num_outputs)))
 
     def close(self) -> None:
         """Releases the program; later launches of it raise LoaderError."""

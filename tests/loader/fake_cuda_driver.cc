@@ -259,6 +259,14 @@ CUresult cuMemsetD8Async(CUdeviceptr ptr, unsigned char value, size_t bytes, CUs
   return CUDA_SUCCESS;
 }
 
+CUresult cuMemcpyDtoDAsync(CUdeviceptr to, CUdeviceptr from, size_t bytes, CUstream stream) {
+  std::lock_guard<std::mutex> lock(S().mu);
+  if (S().current == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  S().events.push_back("copy to=" + Num(to) + " from=" + Num(from) + " bytes=" + Num(bytes) +
+                       " stream=" + Num(reinterpret_cast<uintptr_t>(stream)));
+  return CUDA_SUCCESS;
+}
+
 static CUresult RecordLaunch(bool coop, CUfunction f, unsigned int gx, unsigned int gy,
                              unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
                              unsigned int shared, CUstream stream, void** args, size_t nargs) {

@@ -146,6 +146,9 @@ TEST(ParseProgram, RejectsMalformedBundles) {
       {"negative index",
        [](v1::KernelBundle& b) { b.mutable_kernels(0)->mutable_params(0)->set_index(-1); },
        "scale"},
+      {"index past any signature",
+       [](v1::KernelBundle& b) { b.mutable_kernels(1)->mutable_params(2)->set_index(1 << 30); },
+       "has index 1073741824, past the 16777216 buffers"},
       {"missing temporary",
        [](v1::KernelBundle& b) { b.mutable_kernels(0)->mutable_params(1)->set_index(3); }, "scale"},
       {"no name", [](v1::KernelBundle& b) { b.mutable_kernels(0)->clear_name(); }, "no name"},
@@ -464,6 +467,90 @@ TEST_F(LoaderTest, BuffersSmallerThanTheBundleDeclaresAreRefusedBeforeLaunch) {
 TEST_F(LoaderTest, BundlesWithoutDeclaredSizesPassEveryBuffer) {
   auto p = Load(TwoKernelBundle());
   EXPECT_TRUE(CheckBufferSizes(*p, std::vector<uint64_t>{1, 1}, std::vector<uint64_t>{1}).ok());
+}
+
+// SizedBundle with a second output that is input 0's bytes (the graph returns a reshape of
+// parameter 0): no kernel writes it.
+v1::KernelBundle AliasingBundle() {
+  v1::KernelBundle b = SizedBundle();
+  v1::BufferSpec& view = *b.add_outputs();
+  view.set_bytes(64);
+  view.set_shape("f32[4,4]");
+  view.set_aliases_input(0);
+  return b;
+}
+
+// The declared lists count the buffers: the aliased output is passed though no kernel takes
+// it, and so is a parameter no kernel reads.
+TEST(ParseProgram, DeclaredBuffersCountEvenWhenNoKernelTakesThem) {
+  v1::KernelBundle b = AliasingBundle();
+  b.add_inputs()->set_bytes(8);
+  auto p = ParseProgram(Bytes(b));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->num_inputs(), 3);
+  EXPECT_EQ((*p)->num_outputs(), 2);
+  ASSERT_EQ((*p)->output_aliases().size(), 1u);
+  EXPECT_EQ((*p)->output_aliases()[0].output, 1);
+  EXPECT_EQ((*p)->output_aliases()[0].input, 0);
+  EXPECT_EQ((*p)->OutputBytes(1, 0), 64u);
+}
+
+TEST(ParseProgram, RefusesAliasesThatCannotHold) {
+  struct Case {
+    const char* what;
+    std::function<void(v1::KernelBundle&)> edit;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"undeclared input", [](v1::KernelBundle& b) { b.mutable_outputs(1)->set_aliases_input(2); },
+       "output 1 aliases input 2, but the bundle declares 2 inputs"},
+      {"negative input", [](v1::KernelBundle& b) { b.mutable_outputs(1)->set_aliases_input(-1); },
+       "output 1 aliases input -1, but the bundle declares 2 inputs"},
+      {"another size", [](v1::KernelBundle& b) { b.mutable_outputs(1)->set_bytes(128); },
+       "output 1 (f32[4,4]) aliases input 0 (f32[16]) of another size"},
+      {"written by a kernel",
+       [](v1::KernelBundle& b) {
+         AddKernel(b, "copy", {{v1::KernelParam::INPUT, 0}, {v1::KernelParam::OUTPUT, 1}});
+       },
+       "output 1 aliases input 0, but a kernel writes it"},
+      {"kernel past the declared outputs",
+       [](v1::KernelBundle& b) {
+         AddKernel(b, "tail", {{v1::KernelParam::OUTPUT, 2}});
+       },
+       "a kernel takes output 2, but the bundle declares 2"},
+      {"kernel past the declared inputs",
+       [](v1::KernelBundle& b) {
+         AddKernel(b, "tail", {{v1::KernelParam::INPUT, 5}});
+       },
+       "a kernel takes input 5, but the bundle declares 2"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    v1::KernelBundle b = AliasingBundle();
+    c.edit(b);
+    auto p = ParseProgram(Bytes(b));
+    ASSERT_FALSE(p.ok());
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(p.status().message(), c.message);
+  }
+}
+
+// An output bound to its input's own buffer costs nothing; another buffer gets a copy of the
+// input, on the launch stream, after the kernels that read it.
+TEST_F(LoaderTest, AliasedOutputsAreCopiedOnlyIntoAnotherBuffer) {
+  auto p = Load(AliasingBundle());
+  const std::vector<uint64_t> in = {0x1000, 0x2000};
+  ASSERT_TRUE(loader_->Launch(*p, in, std::vector<uint64_t>{0x3000, 0x1000}, 7).ok());
+  EXPECT_TRUE(Fake().Events("copy ").empty());
+  EXPECT_EQ(Fake().Events("launch ").size(), 2u);
+
+  Fake().Reset();
+  ASSERT_TRUE(loader_->Launch(*p, in, std::vector<uint64_t>{0x3000, 0x4000}, 7).ok());
+  const std::vector<std::string> events = Fake().Events("");
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back(), "copy to=16384 from=4096 bytes=64 stream=7");
+  EXPECT_EQ(Fake().Events("copy ").size(), 1u);
+  EXPECT_EQ(Fake().Events("launch ").size(), 2u);
 }
 
 TEST_F(LoaderTest, NoCurrentContextIsAFailedPrecondition) {

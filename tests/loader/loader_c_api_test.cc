@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "loader/loader_test_util.h"
 #include "stitch_client.h"
@@ -156,6 +157,37 @@ TEST(LoaderCApi, ShapeGenericProgramsLaunchAtTheRunsExtent) {
             -1);
   EXPECT_EQ(Take(error), "INVALID_ARGUMENT: bundle exact serves exact shapes, got outer extent 7");
   stitch_program_free(fixed);
+  stitch_program_free(program);
+  stitch_loader_close(loader);
+}
+
+// An output that is an input's bytes says which input; binding another buffer for it gets a
+// copy of the input after the kernels.
+TEST(LoaderCApi, ProgramsNameTheInputAnAliasedOutputIs) {
+  auto& fake = testing::FakeDriver::Get();
+  char* error = nullptr;
+  stitch_loader* loader = OpenOnFakeDriver(fake, &error);
+  ASSERT_NE(loader, nullptr) << Take(error);
+  v1::KernelBundle b = testing::TwoKernelBundle("alias");
+  for (uint64_t bytes : {64, 32}) b.add_inputs()->set_bytes(bytes);
+  b.add_outputs()->set_bytes(256);
+  v1::BufferSpec& view = *b.add_outputs();
+  view.set_bytes(32);
+  view.set_aliases_input(1);
+  const std::string bytes = b.SerializeAsString();
+  stitch_program* program = stitch_loader_load(loader, bytes.data(), bytes.size(), &error);
+  ASSERT_NE(program, nullptr) << Take(error);
+  EXPECT_EQ(stitch_program_num_outputs(program), 2);
+  EXPECT_EQ(stitch_program_output_alias(program, 0), -1);
+  EXPECT_EQ(stitch_program_output_alias(program, 1), 1);
+  EXPECT_EQ(stitch_program_output_alias(program, 2), -1);
+  EXPECT_EQ(stitch_program_output_alias(nullptr, 1), -1);
+
+  const uint64_t inputs[] = {0x1100, 0x2200}, outputs[] = {0x3300, 0x4400};
+  ASSERT_EQ(stitch_loader_launch(loader, program, inputs, 2, outputs, 2, 0x77, &error), 0)
+      << Take(error);
+  EXPECT_EQ(fake.Events("copy "),
+            std::vector<std::string>{"copy to=17408 from=8704 bytes=32 stream=119"});
   stitch_program_free(program);
   stitch_loader_close(loader);
 }

@@ -273,6 +273,19 @@ class FakeDriverTest(unittest.TestCase):
         self.loader.launch(program, [0x1100, 0x2200], [0x3300])
         self.assertEqual(len(events("launch ")), 4)
 
+    def test_an_output_that_is_an_input_is_copied_only_into_another_buffer(self):
+        # sized_bundle with a second output that is input 1's bytes (aliases_input = 1).
+        data = sized_bundle("py-alias") + field_bytes(
+            12, buffer_spec(64, "f32[4,4]") + field_varint(4, 1))
+        program = self.loader.load(data)
+        self.assertEqual(program.num_outputs, 2)
+        self.assertEqual(program.output_aliases, (None, 1))
+        self.loader.launch(program, [0x1100, 0x2200], [0x3300, 0x2200], stream=0x5)
+        self.assertEqual(events("copy "), [])
+        self.loader.launch(program, [0x1100, 0x2200], [0x3300, 0x4400], stream=0x5)
+        self.assertEqual(events("copy "), ["copy to=%d from=%d bytes=64 stream=5"
+                                           % (0x4400, 0x2200)])
+
     def test_shape_generic_programs_launch_at_the_inputs_extent(self):
         program = self.loader.load(bucket_bundle())
         self.assertEqual(program.outer_extent, (33, 64))

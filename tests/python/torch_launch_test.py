@@ -188,6 +188,29 @@ class OperatorTest(unittest.TestCase):
         self.assertIn("input 0 is a 32-byte buffer", str(caught.exception))
         self.assertEqual(self.executor.last_launch_path(), "python")
 
+    def test_an_output_that_is_an_input_is_a_copy_on_both_paths(self):
+        # The bundle's second output is input 1's bytes (a reshape of it): no kernel writes
+        # it, and PyTorch gets a tensor of its own, filled by the loader's copy, from either
+        # path, so an in-place update of one never shows in the other.
+        import stitch.torch
+        data = bundles.sized_bundle("launch-alias") + bundles.field_bytes(
+            12, bundles.buffer_spec(64, "f32[4,4]") + bundles.field_varint(4, 1))
+        self.kernels = stitch.torch.RegionKernels(
+            "launch-alias", "sm_90", data, "", (((256,), torch.float32), ((4, 4), torch.float32)))
+        python_outputs, _ = self.python_launch()
+        python_copies = events("copy ")
+        region = self.native_region(python_outputs)
+        FAKE.stitch_fake_loader_reset()
+        native_outputs = region(self.inputs, [])
+        self.assertEqual(len(events("launch ")), 2)
+        inputs = [x.data_ptr() for x in self.inputs]
+        for outputs, copies in ((python_outputs, python_copies),
+                                (native_outputs, events("copy "))):
+            self.assertEqual((tuple(outputs[1].shape), outputs[1].dtype), ((4, 4), torch.float32))
+            self.assertNotIn(outputs[1].data_ptr(), inputs)
+            self.assertEqual(copies, ["copy to=%d from=%d bytes=64 stream=0"
+                                      % (outputs[1].data_ptr(), inputs[1])])
+
     def test_a_buffer_smaller_than_the_bundle_declares_is_refused(self):
         region = self.native_region([torch.empty(16)])  # the bundle writes 256 floats
         FAKE.stitch_fake_loader_reset()

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "stitch/ir/aliasing.h"
 #include "stitch/ir/key.h"
 #include "stitch/plan/cost_model.h"
 
@@ -109,7 +110,13 @@ v1::KernelBundle ToBundle(const CompileResult& result, const CompileOptions& opt
     t.set_bytes_per_extent(BytesPerExtent(result, node));
   }
   for (int node : g.Parameters()) FillBufferSpec(result, node, *b.add_inputs());
-  for (int node : g.outputs) FillBufferSpec(result, node, *b.add_outputs());
+  for (int node : g.outputs) {
+    v1::BufferSpec& spec = *b.add_outputs();
+    FillBufferSpec(result, node, spec);
+    if (const int64_t input = AliasedParameter(g, node); input >= 0) {
+      spec.set_aliases_input(static_cast<int32_t>(input));
+    }
+  }
   if (result.served.hi > 0) FillOuterExtent(result, *b.mutable_outer_extent());
   b.set_plan(Describe(g, result.plan));
   FillCost(result, *b.mutable_cost());

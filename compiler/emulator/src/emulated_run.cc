@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 
+#include "stitch/ir/aliasing.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/schedule.h"
 
@@ -119,7 +120,9 @@ StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKe
     run.per_kernel.push_back(*stats);
   }
   for (int o : g.outputs) {
-    auto it = buffers.find(o);
+    // An output that is a parameter's bytes is bound to the parameter's buffer (aliasing.h).
+    const int viewed = ViewedParameterNode(g, o);
+    auto it = buffers.find(viewed >= 0 ? viewed : o);
     if (it == buffers.end()) {
       return Internal("no kernel wrote graph output node " + std::to_string(o));
     }

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "stitch/ir/aliasing.h"
 #include "stitch/plan/op_classes.h"
 
 namespace stitch {
@@ -109,9 +110,9 @@ StatusOr<FusionPlan> PlanBaseline(const Graph& g) {
   std::vector<int64_t> count_order;
   std::set<int> seen;
   for (int o : g.outputs) {
-    // Parameter outputs alias their input buffer: no kernel copies them.
-    const OpCode op = g.nodes[o].op;
-    if (op == OpCode::kReduce || op == OpCode::kParameter || transposes.count(o) ||
+    // Outputs that are a parameter's bytes (the parameter, or reshapes of it) alias its
+    // buffer: no kernel copies them (aliasing.h).
+    if (g.nodes[o].op == OpCode::kReduce || IsParameterView(g, o) || transposes.count(o) ||
         !seen.insert(o).second) {
       continue;
     }
@@ -159,11 +160,16 @@ TrafficEstimate EstimateTraffic(const Graph& g, const FusionPlan& plan) {
 
 TrafficEstimate TrafficLowerBound(const Graph& g) {
   TrafficEstimate t;
-  std::vector<bool> live = LiveNodes(g);
+  // Outputs that are views of a parameter move no byte, and need it read only when
+  // another output does.
+  std::set<int> outputs;
+  for (int o : g.outputs) {
+    if (!IsParameterView(g, o)) outputs.insert(o);
+  }
+  std::vector<bool> live = ReachedFrom(g, std::vector<int>(outputs.begin(), outputs.end()));
   for (int p : g.Parameters()) {
     if (live[p]) t.bytes_read += g.nodes[p].shape.bytes();
   }
-  std::set<int> outputs(g.outputs.begin(), g.outputs.end());
   for (int o : outputs) t.bytes_written += g.nodes[o].shape.bytes();
   return t;
 }

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "stitch/ir/aliasing.h"
+
 namespace stitch {
 
 std::string_view KernelKindName(KernelKind k) {
@@ -76,6 +78,12 @@ std::string Describe(const Graph& g, const FusionPlan& plan) {
   std::ostringstream out;
   out << plan.planner << " plan: " << plan.kernels.size() << " kernel(s)\n";
   for (const KernelSpec& k : plan.kernels) DescribeKernel(g, k, "  ", out);
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const int64_t input = AliasedParameter(g, g.outputs[i]);
+    if (input >= 0) {
+      out << "  output " << i << " is input " << input << "'s bytes: no kernel writes it\n";
+    }
+  }
   return out.str();
 }
 

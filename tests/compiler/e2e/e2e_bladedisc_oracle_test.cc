@@ -10,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "stitch/driver/bundle.h"
 #include "stitch/driver/compile.h"
+#include "stitch/ir/aliasing.h"
 #include "stitch/ir/verifier.h"
+#include "stitch/plan/baseline_planner.h"
 #include "stitch/reference/shape_scaling.h"
 #include "support/bladedisc_cases.h"
 #include "support/emulator_check.h"
@@ -81,6 +84,36 @@ TEST(BladediscOracle, KernelCountTable) {
         ours.ok() && static_cast<int>(ours->kernels.size()) > c.oracle_kernels ? "  (over)" : "");
   }
   std::fflush(stdout);
+}
+
+// The attention softmax returns its reshaped scores (BladeDISC returns a view of its input
+// there): no plan writes them, the bundle says the output is parameter 0's bytes, and the
+// emulator, which binds the parameter's buffer for it, matches the interpreter.
+TEST(BladediscOracle, TheReshapedScoresAliasTheirParameter) {
+  const Graph g = testing::bladedisc::AttentionSoftmax(1, 2, 16, 64);
+  const int scores = g.outputs[0];
+  for (PlannerKind planner : {PlannerKind::kStitch, PlannerKind::kXla, PlannerKind::kInductor}) {
+    SCOPED_TRACE(std::string(PlannerKindName(planner)));
+    StatusOr<CompileResult> r = Compile(g, planner);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->graph.outputs.size(), g.outputs.size());
+    for (const KernelSpec& k : r->plan.kernels) {
+      for (int o : k.outputs) EXPECT_NE(o, r->graph.outputs[0]) << k.name << " writes the scores";
+    }
+    const v1::KernelBundle b = ToBundle(*r, CompileOptions{});
+    ASSERT_EQ(b.outputs_size(), 4);
+    EXPECT_TRUE(b.outputs(0).has_aliases_input());
+    EXPECT_EQ(b.outputs(0).aliases_input(), 0);
+    EXPECT_EQ(b.outputs(0).bytes(), b.inputs(0).bytes());
+    for (int i = 1; i < 4; ++i) EXPECT_FALSE(b.outputs(i).has_aliases_input()) << "output " << i;
+    // The lower bound moves no byte for the view: the scores are read, not written.
+    const TrafficEstimate bound = TrafficLowerBound(r->graph);
+    EXPECT_EQ(bound.bytes_written,
+              g.nodes[g.outputs[3]].shape.bytes() + 2 * g.nodes[g.outputs[1]].shape.bytes());
+  }
+  EXPECT_EQ(AliasedParameter(g, scores), 0);
+  testing::EmulatorCheck check;
+  EXPECT_TRUE(testing::CheckOnEmulator(g, /*seed=*/77, /*random_order=*/true, &check));
 }
 
 class BladediscCase : public ::testing::TestWithParam<size_t> {

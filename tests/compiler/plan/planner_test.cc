@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "stitch/ir/aliasing.h"
 #include "stitch/ir/graph_proto.h"
 #include "stitch/ir/verifier.h"
 #include "stitch/plan/baseline_planner.h"
@@ -73,6 +74,28 @@ TEST(BaselinePlanner, ParameterOutputsAliasTheirInput) {
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->kernels.size(), 1u);
   EXPECT_EQ(plan->kernels[0].outputs, std::vector<int>{y});
+}
+
+// A reshape of a parameter is the parameter's bytes: no kernel copies it, and the lower
+// bound neither writes it nor reads a parameter only it needs.
+TEST(BaselinePlanner, ReshapesOfParametersAliasTheirInput) {
+  Graph g;
+  int x = testing::Param(g, {DType::kF32, {8, 4}}, 0);
+  int unused = testing::Param(g, {DType::kF32, {16}}, 1);
+  int flat = testing::Reshape(g, testing::Reshape(g, x, {4, 8}), {32});
+  int y = testing::Unary(g, OpCode::kNeg, x);
+  g.outputs = {flat, y, testing::Reshape(g, unused, {4, 4})};
+  EXPECT_EQ(AliasedParameter(g, flat), 0);
+  EXPECT_EQ(AliasedParameter(g, g.outputs[2]), 1);
+  EXPECT_EQ(AliasedParameter(g, y), -1);
+  EXPECT_EQ(ViewedParameterNode(g, flat), x);
+  StatusOr<FusionPlan> plan = PlanBaseline(g);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->kernels.size(), 1u);
+  EXPECT_EQ(plan->kernels[0].outputs, std::vector<int>{y});
+  const TrafficEstimate bound = TrafficLowerBound(g);
+  EXPECT_EQ(bound.bytes_read, 8 * 4 * 4);
+  EXPECT_EQ(bound.bytes_written, 8 * 4 * 4);
 }
 
 TEST(GraphProto, RoundTripsThroughBinaryAndJson) {

@@ -59,6 +59,13 @@ StatusOr<ComputeCapability> ParseTarget(std::string_view target);
 StatusOr<ImageKind> ChooseImage(std::string_view target, bool has_cubin, ComputeCapability device,
                                 int device_ordinal = -1);
 
+// An output no kernel writes because it is an input's bytes as they are (the graph returns
+// a parameter, or a reshape of one; BufferSpec.aliases_input).
+struct OutputAlias {
+  int output = 0;
+  int input = 0;
+};
+
 // A parsed and validated bundle, independent of any device or context; made by
 // ParseProgram (or KernelLoader::Load) and immutable after.
 class Program {
@@ -69,10 +76,17 @@ class Program {
   const std::string& key() const { return bundle_.key(); }
   // Returns the bundle's target, e.g. "sm_90".
   const std::string& target() const { return bundle_.target(); }
-  // Returns how many input pointers Launch takes: the largest INPUT index plus one.
+  // Returns how many input pointers Launch takes: the inputs the bundle declares, or, in a
+  // bundle that declares none, the largest INPUT index plus one.
   int num_inputs() const { return num_inputs_; }
-  // Returns how many output pointers Launch takes: the largest OUTPUT index plus one.
+  // Returns how many output pointers Launch takes, as num_inputs() counts inputs.
   int num_outputs() const { return num_outputs_; }
+  // Returns the outputs that alias an input, by output index. Launch copies the input into
+  // such an output after the kernels unless the caller bound the input's own buffer for it.
+  const std::vector<OutputAlias>& output_aliases() const { return output_aliases_; }
+  // Returns the bytes output `i` (< num_outputs(), declared) holds at `outer_extent`
+  // (0: the bundle's own shapes).
+  uint64_t OutputBytes(int i, int64_t outer_extent) const;
   // Returns the temporaries the loader allocates for each stream the program runs on.
   const google::protobuf::RepeatedPtrField<v1::TempBuffer>& temporaries() const {
     return bundle_.temporaries();
@@ -96,6 +110,7 @@ class Program {
   v1::KernelBundle bundle_;
   int num_inputs_ = 0;
   int num_outputs_ = 0;
+  std::vector<OutputAlias> output_aliases_;
   bool has_cubin_ = false;
   std::string cache_key_;
 };
@@ -103,7 +118,9 @@ class Program {
 // Returns the program in `bytes`, a serialized KernelBundle, or INVALID_ARGUMENT when the
 // bytes do not parse, the target is malformed, or a kernel (named in the message) has
 // neither PTX nor cubin, an empty name, a zero launch dimension, more than 1024 threads per
-// block, or a parameter with an unspecified role or a negative index. A shape-generic
+// block, or a parameter with an unspecified role or a negative index; when the bundle
+// declares its buffers, also a kernel parameter past them, or an output that aliases an
+// input it does not declare, of another size, or that a kernel writes. A shape-generic
 // bundle is also refused when its extent range is empty or not positive, or a buffer's
 // bytes per extent times the top extent exceed its bytes; and any bundle whose kernel takes
 // an outer extent without the bundle saying which extents it serves.
@@ -154,8 +171,9 @@ class KernelLoader {
   }
 
   // Enqueues the program's kernels, in bundle order, on `stream` (a CUstream as an integer;
-  // 0 for the default stream) in the calling thread's current context. `inputs` and
-  // `outputs` are device pointers, num_inputs() and num_outputs() of them. A shape-generic
+  // 0 for the default stream) in the calling thread's current context, then a copy of the
+  // input into each aliased output whose pointer is not the input's (output_aliases()). `inputs`
+  // and `outputs` are device pointers, num_inputs() and num_outputs() of them. A shape-generic
   // program runs at `outer_extent`, which each kernel that takes it gets as its last
   // argument; an exact program takes 0. Returns OK once enqueued; the caller synchronizes.
   // Returns INVALID_ARGUMENT for wrong pointer counts or an extent the program does not

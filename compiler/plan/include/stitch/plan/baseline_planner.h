@@ -8,7 +8,8 @@
 //   * A reduction's result is materialised: its consumers start a new kernel. A softmax
 //     therefore takes three kernels.
 //   * Outputs that are not reductions share one loop kernel per element count
-//     (multi-output loop fusion). Outputs that are parameters alias their input buffer.
+//     (multi-output loop fusion). Outputs that are parameters, or reshapes of one, alias
+//     their input buffer (aliasing.h).
 //
 // Thread-safety: pure function.
 #pragma once
@@ -40,8 +41,9 @@ struct TrafficEstimate {
 };
 TrafficEstimate EstimateTraffic(const Graph& g, const FusionPlan& plan);
 
-// The lower bound on traffic for any plan: every used parameter read once and every
-// distinct output written once.
+// The lower bound on traffic for any plan: every parameter some output needs read once and
+// every distinct output written once, but for outputs that alias a parameter (aliasing.h),
+// which move nothing.
 TrafficEstimate TrafficLowerBound(const Graph& g);
 
 }  // namespace stitch
