@@ -46,6 +46,8 @@ class Backend:
       rng_uniform(seed, node)
       to_numpy(x, dtype), from_numpy(a, dtype)
                                     transfers to and from the host, for `check` and `time`
+
+    and may override output(x), a graph output laid out densely in row-major order.
     """
 
     name = "backend"
@@ -68,6 +70,12 @@ class Backend:
 
     def reduce_bitwise(self, kind, x, dims, dtype):
         raise NotImplementedError(f"{kind} over {dtype}")
+
+    def output(self, x):
+        """A graph output as the graph lays it out: dense and row-major, HLO's default layout,
+        which stitch's kernels and XLA write. A framework whose ops return strided views (a
+        permute) overrides this, so its timing covers the same work."""
+        return x
 
     # -- dispatch ------------------------------------------------------------------------------
     def apply(self, node, xs, operand_nodes):

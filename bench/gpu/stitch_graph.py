@@ -132,7 +132,8 @@ def literal_values(node):
 
 
 def build_function(graph, backend):
-    """Returns f(*params) -> tuple of outputs, evaluating `graph` with `backend` op by op.
+    """Returns f(*params) -> tuple of outputs, evaluating `graph` with `backend` op by op;
+    each output is laid out as the graph lays it out (`Backend.output`).
 
     Values are dropped after their last use, so eager frameworks hold no more intermediates
     than the graph needs at once."""
@@ -165,6 +166,6 @@ def build_function(graph, backend):
                                       [nodes[o] for o in operands])
             for o in last:
                 del values[o]
-        return tuple(values[o] for o in outputs)
+        return tuple(backend.output(values[o]) for o in outputs)
 
     return run

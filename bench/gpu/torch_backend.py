@@ -60,6 +60,15 @@ class TorchBackend(Backend):
     def transpose(self, x, permutation):
         return x.permute(*permutation)
 
+    def output(self, x):
+        """A permute or an expand is a strided view in PyTorch, and torch.compile returns it
+        as one: its kernel then writes the untransposed values and leaves the transposition to
+        whatever reads them. The graph's outputs are dense row-major arrays, so they are made
+        contiguous, which torch.compile fuses into the kernel that computes them. An output
+        that is already dense (a reshaped input) stays the view it is, as stitch's bundle
+        aliases it to its input."""
+        return x.contiguous()
+
     def concatenate(self, xs, axis):
         return self.torch.cat(xs, dim=axis)
 

