@@ -227,6 +227,10 @@ KERNEL_COUNT_COLUMNS = {"stitch": "stitch_kernels", "xla_model": "baseline_kerne
 # gpu_bench.csv's cubin size column of each plan: the plan's cubins' bytes, summed.
 CUBIN_BYTES_COLUMNS = {"stitch": "stitch_cubin_bytes", "xla_model": "baseline_cubin_bytes",
                        "inductor_model": "inductor_cubin_bytes"}
+# gpu_bench.csv's digest of each plan's PTX (bench/gpu/code_digest.h); sets measured before
+# gpu_bench wrote it have none, and the other checks stand alone there.
+CODE_COLUMNS = {"stitch": "stitch_code", "xla_model": "baseline_code",
+                "inductor_model": "inductor_code"}
 
 
 def ncu_dims(text: str) -> str:
@@ -270,12 +274,11 @@ def plans_changed_since_measured(set_dir: pathlib.Path, model_rows: list[dict]
                                  ) -> dict[tuple[int, str], str]:
     """(suite id, plan) -> why the checkout's plan is not the one the set measured.
 
-    A plan whose kernel count or cubin bytes differ from gpu_bench.csv's, or whose launches
-    (grid and block) differ from those Nsight Compute recorded, or a stitched plan whose
-    kernels' registers differ from compiled_features.txt's, is other code than the set timed:
-    its
-    measured time says nothing of today's model of it, so it is left out of the set's figures
-    until a GPU run measures it. The calibration test applies the same rule."""
+    A plan whose kernel count, code digest or cubin bytes differ from gpu_bench.csv's, or
+    whose launches (grid and block) differ from those Nsight Compute recorded, or a stitched
+    plan whose kernels' registers differ from compiled_features.txt's, is other code than the
+    set timed: its measured time says nothing of today's model of it, so it is left out of the
+    set's figures until a GPU run measures it. The calibration test applies the same rule."""
     changed: dict[tuple[int, str], str] = {}
     bench = set_dir / "gpu_bench.csv"
     counts: dict[int, dict[str, str]] = {}
@@ -296,6 +299,11 @@ def plans_changed_since_measured(set_dir: pathlib.Path, model_rows: list[dict]
             if before != now:
                 changed[(row_id, plan)] = f"{before} kernel(s) measured, {now} now"
                 continue
+        before_code = counts.get(row_id, {}).get(CODE_COLUMNS.get(plan, ""), "")
+        now_code = record.get("code", "")
+        if before_code and now_code and before_code != now_code:
+            changed[(row_id, plan)] = f"code {before_code} measured, {now_code} now"
+            continue
         cubin_column = CUBIN_BYTES_COLUMNS.get(plan, "")
         before_cubin = counts.get(row_id, {}).get(cubin_column, "")
         now_cubin = record.get("cubin_bytes", "")

@@ -21,8 +21,9 @@
 // toolkit is missing), the plan's memory_us and issue_us (the kernels' memory and
 // instruction-issue terms, summed; a kernel takes the longer of its two), and launches: each
 // kernel's grid and block as GXxGYxGZ:BXxBYxBZ, ';'-separated, and cubin_bytes, the plan's
-// cubins' bytes summed as gpu_bench sums them, so that a measured set's launches (Nsight
-// Compute's) and cubin sizes (gpu_bench.csv) tell whether it timed the same kernels.
+// cubins' bytes summed as gpu_bench sums them, and code, the digest of the plan's PTX
+// (code_digest.h), so that a measured set's launches (Nsight Compute's), cubin sizes and code
+// digests (gpu_bench.csv) tell whether it timed the same kernels.
 //
 // --features PATH writes, per set, row and plan, the figures the learned residual reads
 // (stitch/plan/learned_residual.h: ResidualFeaturesOf, at full precision) beside set, id, plan
@@ -41,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpu/code_digest.h"
 #include "stitch/driver/compile.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/learned_residual.h"
@@ -220,7 +222,7 @@ int Main(int argc, char** argv) {
   }
   std::ofstream csv(flags->csv_path);
   csv << "set,id,plan,model_us,kernels,dram_bytes,registers,instructions,memory_us,issue_us,"
-         "launches,cubin_bytes\n";
+         "launches,cubin_bytes,code\n";
   std::ofstream features;
   if (!flags->features_path.empty()) {
     features.open(flags->features_path);
@@ -245,7 +247,7 @@ int Main(int argc, char** argv) {
           << "," << dram << "," << PerKernel(p.result.plan, &ThreadMapping::assembled_registers)
           << "," << PerKernel(p.result.plan, &ThreadMapping::assembled_instructions) << ","
           << memory * 1e6 << "," << issue * 1e6 << "," << Launches(p.result.plan) << ","
-          << CubinBytes(p.result) << "\n";
+          << CubinBytes(p.result) << "," << CodeDigest(p.result.kernels) << "\n";
       if (features.is_open()) {
         features << s << "," << p.id << "," << p.plan << "," << cost.seconds * 1e6;
         for (double value : ResidualFeaturesOf(p.result.plan, cost)) features << "," << value;

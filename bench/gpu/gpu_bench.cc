@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "gpu/bucket_case.h"
+#include "gpu/code_digest.h"
 #include "gpu/gpu_runner.h"
 #include "gpu/suite_export.h"
 #include "stitch/driver/compile.h"
@@ -103,6 +104,7 @@ struct PlanFigures {
   int kernels = -1;
   int64_t plan_bytes = -1;
   int64_t cubin_bytes = -1;
+  std::string code;         // CodeDigest of the plan's kernels; "" where not compiled
   double us = -1;           // the CUDA events' span, the host's launch gaps included
   double kernel_us = -1;    // the sum of the kernels' own durations
   std::string kernel_note;  // why kernel_us is missing
@@ -265,6 +267,7 @@ void MeasurePlan(const suite::SuiteEntry& e, PlannerKind planner, const Target& 
   for (const CompiledKernel& k : compiled->kernels) {
     p.cubin_bytes += static_cast<int64_t>(k.cubin.size());
   }
+  p.code = CodeDigest(compiled->kernels);
   if (gpu == nullptr) return;
   TimingOptions timing = flags.timing;
   timing.seed = static_cast<uint64_t>(e.id);
@@ -371,7 +374,8 @@ Status WriteCsv(const std::string& path, const std::vector<Row>& rows, double pe
          "inductor_cubin_bytes,inductor_us,inductor_matches,inductor_max_rel_error,"
          "speedup_over_better_baseline,stitch_model_us,baseline_model_us,inductor_model_us,"
          "stitch_model_error,baseline_model_error,inductor_model_error,stitch_kernel_us,"
-         "baseline_kernel_us,inductor_kernel_us,kernel_speedup_over_better_baseline\n";
+         "baseline_kernel_us,inductor_kernel_us,kernel_speedup_over_better_baseline,"
+         "stitch_code,baseline_code,inductor_code\n";
   auto num = [](double v, int digits) { return v < 0 ? std::string() : Fixed(v, digits); };
   auto cnt = [](int64_t v) { return v < 0 ? std::string() : std::to_string(v); };
   for (const Row& r : rows) {
@@ -394,8 +398,8 @@ Status WriteCsv(const std::string& path, const std::vector<Row>& rows, double pe
         << num(r.inductor.model_us, 2) << "," << Signed(ModelError(r.stitch)) << ","
         << Signed(ModelError(r.baseline)) << "," << Signed(ModelError(r.inductor)) << ","
         << num(r.stitch.kernel_us, 2) << "," << num(r.baseline.kernel_us, 2) << ","
-        << num(r.inductor.kernel_us, 2) << "," << num(KernelSpeedupOverBetterBaseline(r), 3)
-        << "\n";
+        << num(r.inductor.kernel_us, 2) << "," << num(KernelSpeedupOverBetterBaseline(r), 3) << ","
+        << r.stitch.code << "," << r.baseline.code << "," << r.inductor.code << "\n";
   }
   out.close();
   if (!out) return Internal("error writing " + path);

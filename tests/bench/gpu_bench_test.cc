@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/fake_cuda_driver.h"
@@ -263,6 +266,49 @@ TEST(GpuBenchTest, WorkspaceKernelsLaunchCooperativelyWithTheWorkspaceLast) {
   EXPECT_NE(out.status().message().find("kernel with_workspace"), std::string::npos)
       << out.status().ToString();
   EXPECT_EQ(FakeLaunchLog(), log);
+}
+
+// The digest of each plan's code that a measured set stores (gpu_bench.csv) is the one
+// cost_model_price gives the same plan of a checkout, so that the calibration can tell which
+// plans a set timed; plans with other code have other digests.
+TEST(GpuBenchTest, CodeDigestsAgreeWithCostModelPrice) {
+  ScratchDir scratch("digests");
+  const std::string& dir = scratch.path();
+  CommandResult bench = RunCommand(GpuBench() + " --list --only 18,26,29 --csv " + dir + "/b.csv");
+  ASSERT_EQ(bench.exit_status, 0) << bench.err << bench.out;
+  CommandResult price =
+      RunCommand(std::string(STITCH_BINARY_DIR) +
+                 "/bench/gpu/cost_model_price --only 18,26,29 --csv " + dir + "/p.csv");
+  ASSERT_EQ(price.exit_status, 0) << price.err << price.out;
+  const std::vector<std::string> b = Lines(ReadFile(dir + "/b.csv"));
+  const std::vector<std::string> p = Lines(ReadFile(dir + "/p.csv"));
+  ASSERT_EQ(b.size(), 4u);
+  ASSERT_EQ(p.size(), 10u);
+  const std::vector<std::string> bh = CsvFields(b[0]), ph = CsvFields(p[0]);
+  auto at = [](const std::vector<std::string>& header, const std::string& name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    EXPECT_NE(it, header.end()) << name;
+    return static_cast<size_t>(it - header.begin());
+  };
+  std::map<std::string, std::string> priced;  // "<id> <plan>" -> digest
+  for (size_t i = 1; i < p.size(); ++i) {
+    const std::vector<std::string> f = CsvFields(p[i]);
+    priced[f[at(ph, "id")] + " " + f[at(ph, "plan")]] = f[at(ph, "code")];
+  }
+  std::set<std::string> distinct;
+  for (size_t i = 1; i < b.size(); ++i) {
+    const std::vector<std::string> f = CsvFields(b[i]);
+    for (const auto& [column, plan] : {std::pair<std::string, std::string>{"stitch_code", "stitch"},
+                                       {"baseline_code", "xla_model"},
+                                       {"inductor_code", "inductor_model"}}) {
+      const std::string& code = f[at(bh, column)];
+      EXPECT_EQ(code.size(), 16u) << b[i];
+      EXPECT_EQ(code, priced[f[0] + " " + plan]) << "#" << f[0] << " " << plan;
+      distinct.insert(code);
+    }
+  }
+  // #18's and #26's plans differ from one another in every planner; #29's three are one.
+  EXPECT_EQ(distinct.size(), 7u);
 }
 
 TEST(GpuBenchTest, ListCompilesTheWholeSuiteWithBothPlanners) {

@@ -375,9 +375,9 @@ def model_records(model: dict[int, ModelRow]) -> list[dict]:
 def changed_since_measured(entry: MeasuredSet, model: dict[int, ModelRow]
                            ) -> dict[tuple[int, str], str]:
     """(suite id, plan) -> why the checkout's plan is other code than `entry` measured (the
-    trainer's rule: kernel count and cubin bytes against gpu_bench.csv, launches against
-    Nsight Compute's, registers against compiled_features.txt). It reads the compiled code
-    only, so every model version of one checkout shares it."""
+    trainer's rule: kernel count, code digest and cubin bytes against gpu_bench.csv, launches
+    against Nsight Compute's, registers against compiled_features.txt). It reads the compiled
+    code only, so every model version of one checkout shares it."""
     return load_trainer().plans_changed_since_measured(entry.path, model_records(model))
 
 

@@ -158,6 +158,45 @@ class HeldOutTest(unittest.TestCase):
             self.assertEqual(len(trained), len(samples) - len(held))
 
 
+class ChangedSinceMeasuredTest(unittest.TestCase):
+    """The code digest of gpu_bench.csv (bench/gpu/code_digest.h) against cost_model_price's:
+    a plan whose PTX changed is left out even where its kernel count, cubin size and launches
+    are the same (a split reduction's chunk count is an immediate)."""
+
+    HEADER = ("id,stitch_kernels,baseline_kernels,inductor_kernels,stitch_cubin_bytes,"
+              "baseline_cubin_bytes,inductor_cubin_bytes")
+
+    def changed(self, header: str, line: str, records: list[dict]) -> dict:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = pathlib.Path(tmp)
+            (folder / "gpu_bench.csv").write_text(header + "\n" + line + "\n", encoding="utf-8")
+            return trainer.plans_changed_since_measured(folder, records)
+
+    @staticmethod
+    def record(plan: str, code: str | None) -> dict:
+        r = {"id": "26", "plan": plan, "kernels": "1", "cubin_bytes": "4096", "launches": "",
+             "registers": "32"}
+        if code is not None:
+            r["code"] = code
+        return r
+
+    def test_a_plan_whose_code_changed_is_left_out(self):
+        header = self.HEADER + ",stitch_code,baseline_code,inductor_code"
+        line = "26,1,1,1,4096,4096,4096,00000000000000aa,00000000000000bb,00000000000000cc"
+        records = [self.record("stitch", "00000000000000a1"),
+                   self.record("xla_model", "00000000000000bb"),
+                   self.record("inductor_model", None)]
+        self.assertEqual(self.changed(header, line, records),
+                         {(26, "stitch"): "code 00000000000000aa measured, 00000000000000a1 now"})
+
+    def test_sets_without_digests_keep_the_other_checks(self):
+        records = [self.record("stitch", "00000000000000a1"),
+                   self.record("xla_model", "00000000000000bb")]
+        self.assertEqual(self.changed(self.HEADER, "26,1,1,1,4096,4096,4096", records), {})
+        self.assertEqual(self.changed(self.HEADER, "26,1,1,1,2048,4096,4096", records),
+                         {(26, "stitch"): "cubin of 2048 bytes measured, 4096 now"})
+
+
 class RuntimesFileTest(unittest.TestCase):
     def write(self, folder: pathlib.Path, text: str) -> pathlib.Path:
         path = folder / "runtimes.csv"
