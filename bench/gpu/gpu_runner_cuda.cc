@@ -628,8 +628,7 @@ StatusOr<std::vector<Tensor>> CudaGpu::Run(const Graph& g, const CompileResult& 
   for (int o : g.outputs) {
     // An output that is a parameter's bytes is the parameter's buffer, as a framework's view
     // of it is (aliasing.h).
-    const int viewed = ViewedParameterNode(g, o);
-    auto it = buffers.find(viewed >= 0 ? viewed : o);
+    auto it = buffers.find(OutputBufferNode(g, o));
     if (it == buffers.end())
       return Internal("no kernel wrote graph output node " + std::to_string(o));
     std::vector<uint8_t> bytes(it->second.bytes());

@@ -121,8 +121,7 @@ StatusOr<EmulatedRun> RunOnEmulator(const Graph& g, const std::vector<CompiledKe
   }
   for (int o : g.outputs) {
     // An output that is a parameter's bytes is bound to the parameter's buffer (aliasing.h).
-    const int viewed = ViewedParameterNode(g, o);
-    auto it = buffers.find(viewed >= 0 ? viewed : o);
+    auto it = buffers.find(OutputBufferNode(g, o));
     if (it == buffers.end()) {
       return Internal("no kernel wrote graph output node " + std::to_string(o));
     }

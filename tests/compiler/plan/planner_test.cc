@@ -89,6 +89,8 @@ TEST(BaselinePlanner, ReshapesOfParametersAliasTheirInput) {
   EXPECT_EQ(AliasedParameter(g, g.outputs[2]), 1);
   EXPECT_EQ(AliasedParameter(g, y), -1);
   EXPECT_EQ(ViewedParameterNode(g, flat), x);
+  EXPECT_EQ(OutputBufferNode(g, flat), x);
+  EXPECT_EQ(OutputBufferNode(g, y), y);
   StatusOr<FusionPlan> plan = PlanBaseline(g);
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->kernels.size(), 1u);

@@ -23,4 +23,11 @@ int64_t AliasedParameter(const Graph& g, int node);
 // Returns true when `node` is a parameter's bytes (ViewedParameterNode).
 inline bool IsParameterView(const Graph& g, int node) { return ViewedParameterNode(g, node) >= 0; }
 
+// Returns the node whose buffer holds graph output `output` once the kernels have run: the
+// parameter it views (ViewedParameterNode), or the output itself, which a kernel writes.
+inline int OutputBufferNode(const Graph& g, int output) {
+  const int viewed = ViewedParameterNode(g, output);
+  return viewed >= 0 ? viewed : output;
+}
+
 }  // namespace stitch
