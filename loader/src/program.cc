@@ -116,11 +116,15 @@ Status CheckOuterExtentSpec(const v1::KernelBundle& b) {
   return Status::Ok();
 }
 
+// The largest of `indices`, or -1 for none.
+int MaxIndex(const std::set<int>& indices) { return indices.empty() ? -1 : *indices.rbegin(); }
+
 // Checks the declared buffer lists against the kernels' parameters, and each output that
 // aliases an input (BufferSpec.aliases_input): a declared input of the same size, written
-// by no kernel. `written` flags the outputs some kernel takes.
-Status CheckDeclaredBuffers(const v1::KernelBundle& b, int max_input, int max_output,
+// by no kernel. `written` holds the output indices some kernel takes.
+Status CheckDeclaredBuffers(const v1::KernelBundle& b, int max_input,
                             const std::set<int>& written) {
+  const int max_output = MaxIndex(written);
   if (b.inputs_size() > 0 && max_input >= b.inputs_size()) {
     return InvalidArgument("a kernel takes input " + std::to_string(max_input) +
                            ", but the bundle declares " + std::to_string(b.inputs_size()));
@@ -167,7 +171,7 @@ StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
   const v1::KernelBundle& b = p->bundle_;
   STITCH_RETURN_IF_ERROR(ParseTarget(b.target()).status());
   if (b.kernels_size() == 0) return InvalidArgument("bundle has no kernels");
-  int max_input = -1, max_output = -1;
+  int max_input = -1;
   std::set<int> written;  // the output indices some kernel takes
   bool all_cubin = true;
   for (int k = 0; k < b.kernels_size(); ++k) {
@@ -204,7 +208,6 @@ StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
           max_input = std::max(max_input, param.index());
           break;
         case v1::KernelParam::OUTPUT:
-          max_output = std::max(max_output, param.index());
           written.insert(param.index());
           break;
         case v1::KernelParam::TEMPORARY:
@@ -220,11 +223,11 @@ StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
     }
   }
   STITCH_RETURN_IF_ERROR(CheckOuterExtentSpec(b));
-  STITCH_RETURN_IF_ERROR(CheckDeclaredBuffers(b, max_input, max_output, written));
+  STITCH_RETURN_IF_ERROR(CheckDeclaredBuffers(b, max_input, written));
   // The declared lists are the graph's signature: a parameter no kernel reads, or an output
   // that aliases an input, is still passed.
   p->num_inputs_ = std::max(max_input + 1, b.inputs_size());
-  p->num_outputs_ = std::max(max_output + 1, b.outputs_size());
+  p->num_outputs_ = std::max(MaxIndex(written) + 1, b.outputs_size());
   for (int i = 0; i < b.outputs_size(); ++i) {
     if (b.outputs(i).has_aliases_input()) {
       p->output_aliases_.push_back({i, b.outputs(i).aliases_input()});
