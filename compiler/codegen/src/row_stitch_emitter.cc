@@ -598,7 +598,8 @@ class RowStitchEmitter {
 }  // namespace
 
 StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
-  STITCH_ASSIGN_OR_RETURN(RowStitchLayout layout, AnalyzeRowStitch(kc.graph, kc.spec));
+  STITCH_ASSIGN_OR_RETURN(RowStitchLayout layout,
+                          AnalyzeRowStitch(kc.graph, kc.spec, kc.shape_class));
   const ThreadMapping& m = kc.spec.mapping;
   if (m.threads_per_row < 1 || (m.threads_per_row > 32 && m.threads_per_row % 32 != 0) ||
       (m.threads_per_row <= 32 && 32 % m.threads_per_row != 0)) {

@@ -268,7 +268,8 @@ std::optional<RowGeometry> RowGeometryOf(const Graph& g, int id) {
   return RowGeometry{in.elements() / row_len, row_len};
 }
 
-StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spec) {
+StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spec,
+                                           const ShapeClass* shape_class) {
   RowStitchLayout layout;
   std::vector<int> reduces;
   for (int id : spec.nodes) {
@@ -280,6 +281,11 @@ StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spe
   const RowGeometry& geo = layout.geometry;
   const std::set<int> in_kernel(spec.nodes.begin(), spec.nodes.end());
   const std::set<int> column_reduces(layout.column_reduces.begin(), layout.column_reduces.end());
+  // Whether output `o` follows the extent as the rows do (always, for an exact graph).
+  const int row_space = g.nodes[row_reduces.front()].operands[0];
+  auto follows_rows = [&](int o) {
+    return shape_class == nullptr || shape_class->Varies(o) == shape_class->Varies(row_space);
+  };
   for (int o : spec.outputs) {
     const int64_t count = g.nodes[o].shape.elements();
     if (!column_reduces.empty() && Reaches(g, in_kernel, o, column_reduces)) {
@@ -289,9 +295,9 @@ StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spe
                              std::to_string(geo.row_len));
       }
       layout.column_outputs.push_back(o);
-    } else if (count == geo.rows * geo.row_len) {
+    } else if (count == geo.rows * geo.row_len && follows_rows(o)) {
       layout.row_space_outputs.push_back(o);
-    } else if (count == geo.rows) {
+    } else if (count == geo.rows && follows_rows(o)) {
       layout.row_outputs.push_back(o);
     } else {
       layout.independent_outputs.push_back(o);

@@ -24,6 +24,7 @@
 
 #include "stitch/base/status.h"
 #include "stitch/ir/graph.h"
+#include "stitch/ir/shape_class.h"
 #include "stitch/plan/plan.h"
 
 namespace stitch {
@@ -91,6 +92,12 @@ bool InOnePass(const RowStitchLayout& layout, const RescaledSum& s);
 // when the spec is not one: a reduce with another geometry, an output of another size that
 // reads a reduce, a use of a row reduce's result at another row, or of a column reduce's
 // result anywhere but in a column output at its own column.
-StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spec);
+//
+// Outputs are told apart by their element counts. For a shape-generic graph at its top
+// extent, pass its `shape_class`: an output whose count equals the rows' (or the row
+// space's) at the top alone, because one of the two follows the extent and the other does
+// not, is then independent, as it is at every other extent of the bucket.
+StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spec,
+                                           const ShapeClass* shape_class = nullptr);
 
 }  // namespace stitch
