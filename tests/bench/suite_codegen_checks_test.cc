@@ -27,12 +27,9 @@ constexpr testing::KnownGap kKnownGaps[] = {
      "torch.compile on the H100 with 32 values per thread and 218 registers; now 8 values, "
      "32 registers)"},
     {3, "instructions", "dropout's random bits, drawn per element: ~79 instructions per element"},
-    {13, "in_flight",
-     "the transpose tile's loop kernel issues its 2-byte loads one at a time in the PTX, each "
-     "converted for the softcap's tanh before the next"},
     {13, "instructions",
-     "the softcap's tanh per element, and 16-lane tile rows over 12 heads: a quarter of the "
-     "first half's lanes compute an element again (80 instructions per element)"},
+     "the softcap's tanh (libdevice's, exact in f32) and its rounding to bf16 per element in "
+     "the transpose tile: 60 instructions per element"},
     {14, "in_flight",
      "2-byte row loads, each converted before the next; ptxas batches them in its schedule "
      "(1.43x torch.compile on the H100), the PTX does not"},

@@ -51,9 +51,6 @@ constexpr double kMaxDramPerDistinct = 1.1;
 // Checks that fail on today's code, each with its cause. A gap that starts passing fails the
 // test too, so the list only shrinks.
 constexpr testing::KnownGap kKnownGaps[] = {
-    {13, "sectors",
-     "the transpose tile's 16-lane rows read the bf16 operand's 12 heads, 24 bytes that "
-     "straddle sector boundaries: 1.28 bytes fetched per byte used"},
     {14, "sectors",
      "16 lanes per row, 2 bytes each: rows of 197 f16 (394 bytes) do not start on sector "
      "boundaries, so each half-warp's 32 bytes straddle two sectors (the L1 serves the rest)"},

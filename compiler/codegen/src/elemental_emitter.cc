@@ -34,6 +34,7 @@ ElementalEmitter::ElementalEmitter(KernelContext& kc) : kc_(kc), b_(kc.b) {
 void ElementalEmitter::ResetScope() {
   memo_.clear();
   delin_.clear();
+  lin_.clear();
 }
 
 void ElementalEmitter::PinAnyIndex(int node, llvm::AllocaInst* slot) { pinned_any_[node] = slot; }
@@ -117,6 +118,10 @@ std::vector<llvm::Value*> ElementalEmitter::Delinearize(llvm::Value* linear,
 
 llvm::Value* ElementalEmitter::Linearize(const std::vector<llvm::Value*>& idx,
                                          const std::vector<int64_t>& dims) {
+  // One value per index in a scope: a reshape's operand is then memoised under the same
+  // linear index by EmitLoads and by Emit, and the lanes of a vector share their arithmetic.
+  auto key = std::make_pair(idx, dims);
+  if (auto it = lin_.find(key); it != lin_.end()) return it->second;
   llvm::Value* lin = nullptr;
   for (size_t d = 0; d < dims.size(); ++d) {
     if (dims[d] == 1) continue;  // its index is 0 and it adds nothing to the stride
@@ -124,7 +129,9 @@ llvm::Value* ElementalEmitter::Linearize(const std::vector<llvm::Value*>& idx,
                              true, true)
               : idx[d];
   }
-  return lin ? lin : kc_.Index(0);
+  if (lin == nullptr) lin = kc_.Index(0);
+  lin_[key] = lin;
+  return lin;
 }
 
 const std::vector<llvm::Value*>& ElementalEmitter::DimsOf(IrIndex& index,

@@ -83,7 +83,8 @@ class ElementalEmitter {
   }
   // Returns per-dimension indices of `linear` in a row-major space of `dims`.
   std::vector<llvm::Value*> Delinearize(llvm::Value* linear, const std::vector<int64_t>& dims);
-  // Returns the row-major linear index of `idx` in a space of `dims`.
+  // Returns the row-major linear index of `idx` in a space of `dims`, one value per index
+  // until ResetScope.
   llvm::Value* Linearize(const std::vector<llvm::Value*>& idx, const std::vector<int64_t>& dims);
 
  private:
@@ -130,6 +131,7 @@ class ElementalEmitter {
   std::map<int, llvm::AllocaInst*> pinned_any_;
   std::map<std::pair<int, llvm::Value*>, llvm::AllocaInst*> pinned_;
   std::map<std::pair<llvm::Value*, std::vector<int64_t>>, std::vector<llvm::Value*>> delin_;
+  std::map<std::pair<std::vector<llvm::Value*>, std::vector<int64_t>>, llvm::Value*> lin_;
   struct Lane {
     llvm::Value* first;
     int64_t offset;

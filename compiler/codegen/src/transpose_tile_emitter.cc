@@ -1,9 +1,12 @@
 // A loop kernel whose transposed read is staged through shared memory (plan.h,
 // ThreadMapping::transpose_tile). Each pass of the grid-stride loop takes one tile of the
-// transpose's output: first the block computes the tile's elements with its lanes along the
-// dimension that is minor-most in the transposed operand, so the operand's loads are
-// coalesced, and keeps them in shared memory; then it writes them out with its lanes along
-// the output's minor-most dimension, so the stores are coalesced too. Any elementwise work
+// transpose's output (TransposeTiles): first the block computes the tile's elements with its
+// lanes along the p run, which is contiguous in the transposed operand, so the operand's
+// loads are coalesced, and keeps them in shared memory; then it writes them out with its
+// lanes along the output's minor-most dimension, so the stores are coalesced too. Each lane
+// takes vector_width consecutive elements both ways: the lanes of a vector differ only in
+// the operand's minor-most coordinate, which the width divides, so their loads are visibly
+// adjacent and aligned (index_alignment.h) and merge into one access. Any elementwise work
 // before or after the transpose happens in the first half, through the elemental emitter.
 #include "dtype_lowering.h"
 #include "elemental_emitter.h"
@@ -13,10 +16,12 @@
 namespace stitch::codegen {
 namespace {
 
-// One tile's place in the transpose's output: the linear index of its (0, 0) element's
-// other dimensions, and its first coordinates along the tiled pair.
+// One tile's place in the transpose's output: the linear index of its batch dimensions'
+// coordinates, each of those coordinates (the other dimensions' are null), and its first
+// positions along the p run and along q_dim.
 struct TileOrigin {
   llvm::Value* base = nullptr;
+  std::vector<llvm::Value*> coords;
   llvm::Value* p0 = nullptr;
   llvm::Value* q0 = nullptr;
 };
@@ -28,18 +33,23 @@ class TransposeTileEmitter {
         b_(kc.b),
         em_(kc),
         shape_(kc.graph.nodes[kc.spec.mapping.transpose_tile].shape),
-        tiles_(TransposeTilesOf(kc.graph, kc.spec.mapping.transpose_tile)) {
+        tiles_(TransposeTilesOf(kc.graph, kc.spec.mapping.transpose_tile)),
+        width_(std::max(kc.spec.mapping.vector_width, 1)) {
     strides_.assign(shape_.dims.size(), 1);
     for (int d = shape_.rank() - 2; d >= 0; --d) {
       strides_[d] = strides_[d + 1] * shape_.dims[d + 1];
     }
   }
 
-  // Whether a block of the mapping's threads covers a tile in whole rows both ways.
+  // Whether a block of the mapping's threads covers a tile in whole rows of vectors both
+  // ways, and a vector stays within a row of the operand's minor-most dimension and of q_dim.
   bool Fits() const {
     const int64_t threads = static_cast<int64_t>(kc_.spec.mapping.launch.block_threads());
-    return threads > 0 && threads % tiles_.p_side == 0 && threads % tiles_.q_side == 0 &&
-           kTransposeTileElements % threads == 0;
+    if (threads <= 0 || tiles_.p_dims.empty()) return false;
+    const int64_t operand_minor = shape_.dims[tiles_.p_dims.back()];
+    return tiles_.p_side % width_ == 0 && operand_minor % width_ == 0 && tiles_.q % width_ == 0 &&
+           threads % (tiles_.p_side / width_) == 0 && threads % (tiles_.q_side / width_) == 0 &&
+           kTransposeTileElements % (threads * width_) == 0;
   }
 
   StatusOr<EmittedNest> Emit() {
@@ -70,80 +80,135 @@ class TransposeTileEmitter {
   }
 
  private:
+  bool InP(int d) const {
+    return std::find(tiles_.p_dims.begin(), tiles_.p_dims.end(), d) != tiles_.p_dims.end();
+  }
+
   TileOrigin OriginOf(llvm::Value* tile) {
     TileOrigin o;
     llvm::Value* tq = b_.CreateURem(tile, kc_.Index(tiles_.tiles_q));
     llvm::Value* rest = b_.CreateUDiv(tile, kc_.Index(tiles_.tiles_q));
     llvm::Value* tp = b_.CreateURem(rest, kc_.Index(tiles_.tiles_p));
     llvm::Value* batch = b_.CreateUDiv(rest, kc_.Index(tiles_.tiles_p));
-    o.p0 = b_.CreateMul(tp, kc_.Index(tiles_.p_side));
-    o.q0 = b_.CreateMul(tq, kc_.Index(tiles_.q_side));
-    // The other dimensions, row-major, from the batch number.
+    o.p0 = b_.CreateMul(tp, kc_.Index(tiles_.p_side), "", true, true);
+    o.q0 = b_.CreateMul(tq, kc_.Index(tiles_.q_side), "", true, true);
+    // The batch dimensions, row-major in output order, from the batch number.
+    o.coords.assign(shape_.dims.size(), nullptr);
     o.base = kc_.Index(0);
     for (int d = shape_.rank() - 1; d >= 0; --d) {
-      if (d == tiles_.p_dim || d == tiles_.q_dim) continue;
-      llvm::Value* coordinate = b_.CreateURem(batch, kc_.Index(shape_.dims[d]));
+      if (d == tiles_.q_dim || InP(d)) continue;
+      o.coords[d] = b_.CreateURem(batch, kc_.Index(shape_.dims[d]));
       batch = b_.CreateUDiv(batch, kc_.Index(shape_.dims[d]));
-      o.base = b_.CreateAdd(o.base, b_.CreateMul(coordinate, kc_.Index(strides_[d])));
+      o.base =
+          b_.CreateAdd(o.base, b_.CreateMul(o.coords[d], kc_.Index(strides_[d])), "", true, true);
     }
     return o;
   }
 
-  llvm::Value* LinearOf(const TileOrigin& o, llvm::Value* p, llvm::Value* q) {
-    return b_.CreateAdd(o.base,
-                        b_.CreateAdd(b_.CreateMul(p, kc_.Index(strides_[tiles_.p_dim])), q));
+  // The output coordinates of element `m` of the p run and `q` of q_dim in tile `o`: the p
+  // run's coordinates row-major in operand order, its first the quotient left (`m` is below
+  // the run's length wherever an element is computed or stored).
+  std::vector<llvm::Value*> CoordinatesOf(const TileOrigin& o, llvm::Value* m, llvm::Value* q) {
+    std::vector<llvm::Value*> coords = o.coords;
+    coords[tiles_.q_dim] = q;
+    llvm::Value* rest = m;
+    for (size_t k = tiles_.p_dims.size(); k-- > 0;) {
+      const int d = tiles_.p_dims[k];
+      if (k == 0) {
+        coords[d] = rest;
+      } else if (shape_.dims[d] == 1) {
+        coords[d] = kc_.Index(0);
+      } else {
+        coords[d] = b_.CreateURem(rest, kc_.Index(shape_.dims[d]));
+        rest = b_.CreateUDiv(rest, kc_.Index(shape_.dims[d]));
+      }
+    }
+    return coords;
+  }
+
+  // The output's linear index at `coords`, the batch part taken from the tile's origin.
+  llvm::Value* LinearOf(const TileOrigin& o, const std::vector<llvm::Value*>& coords) {
+    llvm::Value* linear = o.base;
+    for (int d : tiles_.p_dims) {
+      linear = b_.CreateAdd(linear, b_.CreateMul(coords[d], kc_.Index(strides_[d]), "", true, true),
+                            "", true, true);
+    }
+    return b_.CreateAdd(linear, coords[tiles_.q_dim], "", true, true);
   }
 
   llvm::Value* Min(llvm::Value* v, int64_t bound) {
     return b_.CreateSelect(b_.CreateICmpSLT(v, kc_.Index(bound)), v, kc_.Index(bound));
   }
 
-  // Consecutive threads along p (the operand's minor dimension), p_side of them per row of
-  // the tile. Edge tiles compute the last valid element again rather than branch, so every
-  // load is issued before any math.
+  // Lanes along the p run, p_side / width of them per row of the tile, each computing a
+  // vector of `width` elements of the run. Edge tiles compute the last valid vector again
+  // rather than branch, so every load is issued before any math.
   Status ComputeTile(const TileOrigin& o) {
     em_.ResetScope();
-    llvm::Value* p_local = b_.CreateURem(tid_, kc_.Index(tiles_.p_side));
-    llvm::Value* p = Min(b_.CreateAdd(o.p0, p_local), shape_.dims[tiles_.p_dim] - 1);
-    llvm::Value* first_q = b_.CreateUDiv(tid_, kc_.Index(tiles_.p_side));
-    const int64_t rows_per_pass = threads_ / tiles_.p_side;
+    const int64_t per_row = tiles_.p_side / width_;
+    llvm::Value* p_local =
+        b_.CreateMul(b_.CreateURem(tid_, kc_.Index(per_row)), kc_.Index(width_), "", true, true);
+    llvm::Value* m = Min(b_.CreateAdd(o.p0, p_local, "", true, true), tiles_.p - width_);
+    llvm::Value* first_q = b_.CreateUDiv(tid_, kc_.Index(per_row));
+    const int64_t rows_per_pass = threads_ / per_row;
+    const int inner = tiles_.p_dims.back();
     std::vector<llvm::Value*> linears;
-    std::vector<llvm::Value*> q_locals;
+    std::vector<std::pair<llvm::Value*, int64_t>> slots;  // (q_local, lane) per linear
     for (int64_t r = 0; r < tiles_.q_side / rows_per_pass; ++r) {
-      llvm::Value* q_local = b_.CreateAdd(first_q, kc_.Index(r * rows_per_pass));
-      llvm::Value* q = Min(b_.CreateAdd(o.q0, q_local), shape_.dims[tiles_.q_dim] - 1);
-      linears.push_back(LinearOf(o, p, q));
-      q_locals.push_back(q_local);
+      llvm::Value* q_local = b_.CreateAdd(first_q, kc_.Index(r * rows_per_pass), "", true, true);
+      llvm::Value* q = Min(b_.CreateAdd(o.q0, q_local, "", true, true), tiles_.q - 1);
+      const std::vector<llvm::Value*> first = CoordinatesOf(o, m, q);
+      llvm::Value* first_linear = LinearOf(o, first);
+      for (int64_t e = 0; e < width_; ++e) {
+        std::vector<llvm::Value*> lane = first;
+        llvm::Value* linear = first_linear;
+        if (e > 0) {
+          lane[inner] = b_.CreateAdd(first[inner], kc_.Index(e), "", true, true);
+          linear = b_.CreateAdd(first_linear, kc_.Index(e * strides_[inner]), "", true, true);
+        }
+        // The transpose and anything of its shape read the coordinates, not a division.
+        em_.SeedDelinearization(linear, shape_.dims, std::move(lane));
+        linears.push_back(linear);
+        slots.emplace_back(q_local, e);
+      }
     }
     em_.EmitLoads(kc_.spec.outputs, linears);
     for (size_t i = 0; i < kc_.spec.outputs.size(); ++i) {
-      for (size_t r = 0; r < linears.size(); ++r) {
+      for (size_t k = 0; k < linears.size(); ++k) {
         STITCH_ASSIGN_OR_RETURN(llvm::Value * v,
-                                em_.Emit(kc_.spec.outputs[i], IrIndex{{}, linears[r]}));
-        b_.CreateStore(v, Slot(i, q_locals[r], p_local));
+                                em_.Emit(kc_.spec.outputs[i], IrIndex{{}, linears[k]}));
+        llvm::Value* p_at = b_.CreateAdd(p_local, kc_.Index(slots[k].second), "", true, true);
+        b_.CreateStore(v, Slot(i, slots[k].first, p_at));
       }
     }
     return Status::Ok();
   }
 
-  // Consecutive threads along q (the output's minor dimension), q_side of them per row;
-  // elements past the output's edge are not stored.
+  // Lanes along q_dim, q_side / width of them per row, each storing a vector of `width`
+  // elements; elements past the output's edge are not stored (q_dim's size is a multiple of
+  // the width, so a vector is stored whole or not at all).
   Status StoreTile(const TileOrigin& o) {
-    llvm::Value* q_local = b_.CreateURem(tid_, kc_.Index(tiles_.q_side));
-    llvm::Value* q = b_.CreateAdd(o.q0, q_local);
-    llvm::Value* q_in = b_.CreateICmpSLT(q, kc_.Index(shape_.dims[tiles_.q_dim]));
-    llvm::Value* first_p = b_.CreateUDiv(tid_, kc_.Index(tiles_.q_side));
-    const int64_t rows_per_pass = threads_ / tiles_.q_side;
+    const int64_t per_row = tiles_.q_side / width_;
+    llvm::Value* q_local =
+        b_.CreateMul(b_.CreateURem(tid_, kc_.Index(per_row)), kc_.Index(width_), "", true, true);
+    llvm::Value* q = b_.CreateAdd(o.q0, q_local, "", true, true);
+    llvm::Value* q_in = b_.CreateICmpSLT(q, kc_.Index(tiles_.q));
+    llvm::Value* first_p = b_.CreateUDiv(tid_, kc_.Index(per_row));
+    const int64_t rows_per_pass = threads_ / per_row;
     for (int64_t r = 0; r < tiles_.p_side / rows_per_pass; ++r) {
-      llvm::Value* p_local = b_.CreateAdd(first_p, kc_.Index(r * rows_per_pass));
-      llvm::Value* p = b_.CreateAdd(o.p0, p_local);
-      llvm::Value* in =
-          b_.CreateAnd(q_in, b_.CreateICmpSLT(p, kc_.Index(shape_.dims[tiles_.p_dim])));
+      llvm::Value* p_local = b_.CreateAdd(first_p, kc_.Index(r * rows_per_pass), "", true, true);
+      llvm::Value* m = b_.CreateAdd(o.p0, p_local, "", true, true);
+      llvm::Value* in = b_.CreateAnd(q_in, b_.CreateICmpSLT(m, kc_.Index(tiles_.p)));
+      llvm::Value* first = LinearOf(o, CoordinatesOf(o, m, q));
       std::vector<ElementStore> stores;
       for (size_t i = 0; i < kc_.spec.outputs.size(); ++i) {
-        llvm::Value* v = b_.CreateLoad(types_[i], Slot(i, q_local, p_local));
-        stores.push_back({kc_.graph.nodes[kc_.spec.outputs[i]].shape.dtype, v,
-                          kc_.output_buffers[i], LinearOf(o, p, q)});
+        for (int64_t e = 0; e < width_; ++e) {
+          llvm::Value* q_at = b_.CreateAdd(q_local, kc_.Index(e), "", true, true);
+          llvm::Value* v = b_.CreateLoad(types_[i], Slot(i, q_at, p_local));
+          llvm::Value* at = e == 0 ? first : b_.CreateAdd(first, kc_.Index(e), "", true, true);
+          stores.push_back(
+              {kc_.graph.nodes[kc_.spec.outputs[i]].shape.dtype, v, kc_.output_buffers[i], at});
+        }
       }
       STITCH_RETURN_IF_ERROR(EmitIf(kc_, "tile_store", in, [&]() -> Status {
         StoreElements(b_, stores);
@@ -165,6 +230,7 @@ class TransposeTileEmitter {
   ElementalEmitter em_;
   const Shape& shape_;
   const TransposeTiles tiles_;
+  const int64_t width_;
   std::vector<int64_t> strides_;
   std::vector<llvm::GlobalVariable*> tiles_smem_;
   std::vector<llvm::Type*> types_;

@@ -137,8 +137,7 @@ int TileableTranspose(const Graph& g, const KernelSpec& k) {
   }
   if (found < 0 || g.nodes[found].shape.elements() != n) return -1;
   const TransposeTiles tiles = TransposeTilesOf(g, found);
-  const Shape& shape = g.nodes[found].shape;
-  if (shape.dims[tiles.p_dim] < 8 || shape.dims[tiles.q_dim] < 16) return -1;
+  if (tiles.p < 8 || tiles.q < 16) return -1;
   for (int o : k.outputs) {
     const DType t = g.nodes[o].shape.dtype;
     if (!IsFloat(t) || g.nodes[o].shape.elements() != n) return -1;
@@ -203,9 +202,34 @@ void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_t
   m.load_bytes_in_flight_per_thread *= m.vector_width;
 }
 
-// A loop kernel that reads `transpose` through shared memory tiles: 256 threads a block, a
-// warp-wide row of the tile per warp and pass, every access one element wide. Both halves of
-// a tile are coalesced, so nothing is strided; two block barriers per tile.
+// The consecutive elements (4, 2 or 1) a thread of a transpose tile of `threads` threads
+// loads along the p run and stores along q_dim at once: a vector stays within one row of
+// the operand's minor-most dimension and of q_dim, whose sizes the width divides, and within
+// the thread's share of a tile, and that many elements of every full-size buffer fit one
+// kMaxVectorBytes access.
+int TileVectorWidth(const Graph& g, const KernelSpec& k, int transpose, const TransposeTiles& tiles,
+                    int64_t threads) {
+  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+  const int64_t operand_minor = g.nodes[transpose].shape.dims[tiles.p_dims.back()];
+  int64_t widest = 1;
+  for (const std::vector<int>* list : {&k.inputs, &k.outputs}) {
+    for (int id : *list) {
+      const Shape& s = g.nodes[id].shape;
+      if (s.elements() == n) widest = std::max<int64_t>(widest, DTypeBytes(s.dtype));
+    }
+  }
+  for (int v = 4; v > 1; v /= 2) {
+    if (operand_minor % v == 0 && tiles.q % v == 0 && v * widest <= kMaxVectorBytes &&
+        kTransposeTileElements % (threads * v) == 0) {
+      return v;
+    }
+  }
+  return 1;
+}
+
+// A loop kernel that reads `transpose` through shared memory tiles: 256 threads a block, each
+// with TileVectorWidth's elements of a tile row per access. Both halves of a tile are
+// coalesced, so nothing is strided; two block barriers per tile.
 void ScheduleTransposeTile(const Graph& g, KernelSpec& k, const GpuDevice& d, int transpose) {
   const int64_t n = g.nodes[k.outputs[0]].shape.elements();
   ThreadMapping& m = k.mapping;
@@ -213,6 +237,7 @@ void ScheduleTransposeTile(const Graph& g, KernelSpec& k, const GpuDevice& d, in
   m.transpose_tile = transpose;
   const TransposeTiles tiles = TransposeTilesOf(g, transpose);
   constexpr int64_t kThreads = 256;
+  m.vector_width = TileVectorWidth(g, k, transpose, tiles, kThreads);
   m.launch.block = {static_cast<uint32_t>(kThreads), 1, 1};
   m.launch.grid = {CeilDivCapped(tiles.count(), 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
   m.work_items = tiles.count();
@@ -1074,15 +1099,20 @@ TransposeTiles TransposeTilesOf(const Graph& g, int transpose) {
   const Node& t = g.nodes[transpose];
   const int rank = t.shape.rank();
   TransposeTiles tiles;
+  if (rank < 2) return tiles;
   tiles.q_dim = rank - 1;
-  tiles.p_dim = static_cast<int>(std::find(t.dimensions.begin(), t.dimensions.end(), rank - 1) -
-                                 t.dimensions.begin());
-  const int64_t p = t.shape.dims[tiles.p_dim], q = t.shape.dims[tiles.q_dim];
-  tiles.p_side = p >= 32 ? 32 : p > 8 ? 16 : 8;
+  tiles.q = t.shape.dims[tiles.q_dim];
+  tiles.p = 1;
+  for (int64_t operand_dim = t.dimensions[tiles.q_dim] + 1; operand_dim < rank; ++operand_dim) {
+    const auto at = std::find(t.dimensions.begin(), t.dimensions.end(), operand_dim);
+    tiles.p_dims.push_back(static_cast<int>(at - t.dimensions.begin()));
+    tiles.p *= t.shape.dims[tiles.p_dims.back()];
+  }
+  tiles.p_side = tiles.p >= 32 ? 32 : tiles.p > 8 ? 16 : 8;
   tiles.q_side = kTransposeTileElements / tiles.p_side;
-  tiles.tiles_p = CeilDiv(p, tiles.p_side);
-  tiles.tiles_q = CeilDiv(q, tiles.q_side);
-  tiles.batch = p * q > 0 ? t.shape.elements() / (p * q) : 0;
+  tiles.tiles_p = CeilDiv(tiles.p, tiles.p_side);
+  tiles.tiles_q = CeilDiv(tiles.q, tiles.q_side);
+  tiles.batch = tiles.p * tiles.q > 0 ? t.shape.elements() / (tiles.p * tiles.q) : 0;
   return tiles;
 }
 

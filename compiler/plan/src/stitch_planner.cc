@@ -429,8 +429,11 @@ class Planner {
   bool TransposeInReduction(const KernelSpec& spec) const {
     if (rules_.transposes_in_reductions || spec.kind == KernelKind::kLoop) return false;
     return std::any_of(spec.nodes.begin(), spec.nodes.end(), [&](int id) {
-      return MovesMinorDimension(g_, id) &&
-             TransposeTilesOf(g_, id).p_dim != g_.nodes[id].shape.rank() - 2;
+      if (!MovesMinorDimension(g_, id)) return false;
+      const Node& t = g_.nodes[id];
+      const int64_t minor = t.shape.rank() - 1;
+      const auto becomes = std::find(t.dimensions.begin(), t.dimensions.end(), minor);
+      return becomes - t.dimensions.begin() != minor - 1;
     });
   }
 

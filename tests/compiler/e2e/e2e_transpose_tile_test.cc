@@ -56,12 +56,19 @@ TEST(TransposeTile, LoopKernelsStageTransposedReadsAndMatchTheInterpreter) {
   struct Case {
     std::vector<int64_t> dims, perm;
     DType dtype;
+    size_t p_dims;  // output dimensions in the tile's p run
+    int width;      // elements per lane and access
   };
-  // [70, 45] -> [45, 70]: both sides ragged. [3, 50, 40] -> [3, 40, 50]: a batch dimension
-  // before the pair. [2, 40, 3, 36] -> [3, 36, 2, 40]: batch dimensions before and between.
+  // [70, 45] -> [45, 70]: both sides ragged, 45 elements a row, so one element per access.
+  // [3, 50, 40] -> [3, 40, 50]: a batch dimension before the pair; 50 output columns take
+  // vectors of 2. [2, 40, 3, 36] -> [3, 36, 2, 40]: the operand's trailing [3, 36] is one run
+  // of 108 elements, a batch dimension between. [256, 64, 12] -> [12, 64, 256]: suite row
+  // #13's heads, a run of 768 whose minor dimension has 12 elements.
   for (const Case& c :
-       {Case{{70, 45}, {1, 0}, DType::kF32}, Case{{3, 50, 40}, {0, 2, 1}, DType::kF16},
-        Case{{2, 40, 3, 36}, {2, 3, 0, 1}, DType::kBF16}, Case{{64, 3136}, {1, 0}, DType::kF32}}) {
+       {Case{{70, 45}, {1, 0}, DType::kF32, 1, 1}, Case{{3, 50, 40}, {0, 2, 1}, DType::kF16, 1, 2},
+        Case{{2, 40, 3, 36}, {2, 3, 0, 1}, DType::kBF16, 2, 4},
+        Case{{64, 3136}, {1, 0}, DType::kF32, 1, 4},
+        Case{{256, 64, 12}, {2, 1, 0}, DType::kBF16, 2, 4}}) {
     const Graph g = BiasedTranspose(c.dims, c.perm, c.dtype);
     SCOPED_TRACE(g.nodes[g.outputs[0]].shape.ToString() + ", seed " + std::to_string(kSeed));
     testing::EmulatorCheck check;
@@ -72,11 +79,13 @@ TEST(TransposeTile, LoopKernelsStageTransposedReadsAndMatchTheInterpreter) {
     EXPECT_EQ(k.mapping.work_items, tiles.count());
     EXPECT_GT(k.mapping.shared_bytes, 0u);
     EXPECT_EQ(k.mapping.strided_input_bytes, 0);
-    std::printf("%s: %lld tiles (%lld x %lld x %lld), max relative error %.2e\n",
+    EXPECT_EQ(tiles.p_dims.size(), c.p_dims);
+    EXPECT_EQ(k.mapping.vector_width, c.width);
+    std::printf("%s: %lld tiles (%lld x %lld x %lld), %d per access, max relative error %.2e\n",
                 g.nodes[g.outputs[0]].shape.ToString().c_str(),
                 static_cast<long long>(tiles.count()), static_cast<long long>(tiles.batch),
                 static_cast<long long>(tiles.tiles_p), static_cast<long long>(tiles.tiles_q),
-                check.max_rel_error);
+                k.mapping.vector_width, check.max_rel_error);
   }
 }
 

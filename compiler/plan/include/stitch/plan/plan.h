@@ -93,10 +93,11 @@ struct ThreadMapping {
   // kLoop: the transpose node whose read is staged through shared memory, or -1. Its operand's
   // minor-most dimension is not its output's, so threads walking the output in order would
   // read the operand a sector per element; instead a block takes tiles of
-  // kTransposeTileElements elements of the transpose's output (over the dimension the
-  // operand's minor-most one becomes and the output's minor-most one), computes a tile
-  // with its lanes along the operand's minor dimension and stores it with its lanes along the
-  // output's, through shared memory. work_items then counts tiles.
+  // kTransposeTileElements elements of the transpose's output (over a run of the operand's
+  // trailing dimensions and the output's minor-most dimension: TransposeTiles), computes a
+  // tile with its lanes along the operand's run and stores it with its lanes along the
+  // output's minor dimension, through shared memory, vector_width elements per lane and
+  // access both ways. work_items then counts tiles.
   int transpose_tile = -1;
   // kLoop: 0, or the elements of the output's trailing dimensions over which every
   // broadcast of per-column values (a batch norm's per-channel statistics, a bias) repeats.

@@ -66,13 +66,18 @@ std::vector<uint64_t> BoundaryBlocks(const Graph& g, const KernelSpec& kernel);
 int64_t ItemsPerPass(KernelKind kind, const ThreadMapping& m);
 
 // The tiles of a transpose tile (ThreadMapping::transpose_tile) over node `transpose`'s
-// output: the output dimension its operand's minor-most dimension becomes (p_dim), the
-// output's minor-most one (q_dim), a tile's side along each (p_side x q_side =
-// kTransposeTileElements; p_side is 32, or 16 or 8 for a shorter p dimension), and how many
-// tiles cover each and how many times the other dimensions repeat them.
+// output. A tile spans q_side elements of the output's minor-most dimension (q_dim) and
+// p_side elements of the p run: the output dimensions whose operand dimensions come after
+// the one q_dim reads (p_dims, in operand order), which row-major in that order are one
+// contiguous run of the operand. So a tile reads q_side runs of p_side consecutive operand
+// elements and writes p_side runs of q_side consecutive output elements. p_side x q_side =
+// kTransposeTileElements; p_side is 32, or 16 or 8 for a shorter run. tiles_p and tiles_q
+// tiles cover the run and q_dim, and the other dimensions repeat them `batch` times.
 struct TransposeTiles {
-  int p_dim = 0;
+  std::vector<int> p_dims;
   int q_dim = 0;
+  int64_t p = 0;  // elements of the p run
+  int64_t q = 0;  // elements of q_dim
   int64_t p_side = 0;
   int64_t q_side = 0;
   int64_t tiles_p = 0;
