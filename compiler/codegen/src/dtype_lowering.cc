@@ -4,6 +4,7 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
+#include <llvm/IR/PatternMatch.h>
 
 #include <algorithm>
 #include <map>
@@ -63,15 +64,17 @@ llvm::Value* Bf16BitsToFloat(llvm::IRBuilder<>& b, llvm::Value* bits16) {
   return b.CreateBitCast(wide, b.getFloatTy());
 }
 
-// float -> bf16 bits, rounding to nearest even; NaN becomes a quiet NaN of the same sign.
-llvm::Value* FloatToBf16Bits(llvm::IRBuilder<>& b, llvm::Value* f) {
-  llvm::Value* bits = b.CreateBitCast(f, b.getInt32Ty());
-  llvm::Value* lsb = b.CreateAnd(b.CreateLShr(bits, 16), 1);
-  llvm::Value* rounded = b.CreateAdd(bits, b.CreateAdd(lsb, b.getInt32(0x7fff)));
-  llvm::Value* is_nan = b.CreateFCmpUNO(f, f);
-  llvm::Value* nan_bits = b.CreateOr(bits, b.getInt32(0x00400000));
-  llvm::Value* chosen = b.CreateSelect(is_nan, nan_bits, rounded);
-  return b.CreateTrunc(b.CreateLShr(chosen, 16), b.getInt16Ty());
+// The bf16 bits `f` was widened from by Bf16BitsToFloat, or null: a value rounded to bf16
+// already (a convert to bf16, or a bf16 load) is stored as its bits, not rounded again, which
+// the optimiser cannot see through the rounding call.
+llvm::Value* Bf16BitsOf(llvm::Value* f) {
+  using namespace llvm::PatternMatch;
+  llvm::Value* bits = nullptr;
+  if (match(f, m_BitCast(m_Shl(m_ZExt(m_Value(bits)), m_SpecificInt(16)))) &&
+      bits->getType()->isIntegerTy(16)) {
+    return bits;
+  }
+  return nullptr;
 }
 
 // The alignment the index arithmetic proves, so that the lanes of a vector, whose first
@@ -103,7 +106,7 @@ llvm::Value* Narrow(llvm::IRBuilder<>& b, DType t, llvm::Value* value) {
     case DType::kF16:
       return b.CreateFPTrunc(value, b.getHalfTy());
     case DType::kBF16:
-      return FloatToBf16Bits(b, value);
+      return Bf16BitsOf(value) ? Bf16BitsOf(value) : EmitBf16Rounding(b, value);
     default:
       return value;
   }
@@ -239,7 +242,7 @@ llvm::Value* RoundFloatTo(llvm::IRBuilder<>& b, llvm::Value* value, DType t) {
     case DType::kBF16: {
       llvm::Value* f =
           value->getType()->isDoubleTy() ? b.CreateFPTrunc(value, b.getFloatTy()) : value;
-      return Bf16BitsToFloat(b, FloatToBf16Bits(b, f));
+      return Bf16BitsToFloat(b, EmitBf16Rounding(b, f));
     }
     case DType::kF32:
       return value->getType()->isDoubleTy() ? b.CreateFPTrunc(value, b.getFloatTy()) : value;
@@ -289,7 +292,7 @@ llvm::Value* BitcastValue(llvm::IRBuilder<>& b, llvm::Value* value, DType from, 
     if (from == DType::kF16) {
       bits = b.CreateBitCast(b.CreateFPTrunc(value, b.getHalfTy()), b.getInt16Ty());
     } else {
-      bits = FloatToBf16Bits(b, value);
+      bits = EmitBf16Rounding(b, value);
     }
     if (to == DType::kF16)
       return b.CreateFPExt(b.CreateBitCast(bits, b.getHalfTy()), b.getFloatTy());

@@ -12,13 +12,13 @@
 
 namespace stitch::codegen {
 
-llvm::Value* FloatMax(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
+llvm::Value* SoftFloatMax(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
   // ogt is false when y is NaN, which then picks y; a NaN x is caught by the second select.
   llvm::Value* r = b.CreateSelect(b.CreateFCmpOGT(x, y), x, y);
   return b.CreateSelect(b.CreateFCmpUNO(x, x), x, r);
 }
 
-llvm::Value* FloatMin(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
+llvm::Value* SoftFloatMin(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
   llvm::Value* r = b.CreateSelect(b.CreateFCmpOLT(x, y), x, y);
   return b.CreateSelect(b.CreateFCmpUNO(x, x), x, r);
 }

@@ -112,6 +112,10 @@ Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options) {
   m->setTargetTriple(codegen::kNvptxTriple);
   // The grid barrier gets its device body here; O3 inlines it into the kernel.
   STITCH_RETURN_IF_ERROR(codegen::DefineGridBarrier(*m).WithContext("kernel " + kernel.name));
+  // cvt.rn.bf16.f32 and max.NaN.f32 are sm_80 instructions (PTX ISA 7.0).
+  STITCH_RETURN_IF_ERROR(
+      codegen::DefineMachineFunctions(*m, options.target.compute_capability() >= 80)
+          .WithContext("kernel " + kernel.name));
 
   if (HasMathDeclarations(*m)) {
     std::ifstream probe(options.libdevice_path, std::ios::binary);

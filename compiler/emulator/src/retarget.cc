@@ -26,6 +26,7 @@
 
 #include "block_scheduler.h"
 #include "runtime.h"
+#include "stitch/codegen/llvm_pipeline.h"
 
 namespace stitch::emu {
 namespace {
@@ -582,6 +583,9 @@ StatusOr<RetargetedModule> Retarget(llvm::LLVMContext& ctx, const std::string& b
     if (llvm::NamedMDNode* node = m.getNamedMetadata(md)) m.eraseNamedMetadata(node);
   }
 
+  // The host computes the machine functions as GPUs before sm_80 do.
+  STITCH_RETURN_IF_ERROR(
+      codegen::DefineMachineFunctions(m, /*native=*/false).WithContext("kernel " + label));
   Rewriter rewriter(m, kernel_name);
   STITCH_RETURN_IF_ERROR(rewriter.LowerIntrinsics());
   STITCH_ASSIGN_OR_RETURN(const bool grid_barrier, rewriter.LowerGridBarrier());

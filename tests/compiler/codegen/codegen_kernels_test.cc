@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "compiler/codegen/codegen_test_util.h"
 #include "stitch/codegen/codegen.h"
@@ -17,6 +18,7 @@ using testing::CompileEverywhere;
 using testing::Contains;
 using testing::GraphBuilder;
 using testing::MakeSpec;
+using testing::Occurrences;
 
 constexpr DType F32 = DType::kF32;
 
@@ -99,6 +101,69 @@ TEST(CodegenLoop, HalfAndBfloatConvertChains) {
   std::string ptx = CompileEverywhere(
       gb.g, MakeSpec(gb.g, "half_chain", KernelKind::kLoop, {to_bf, to_h, to_s8, to_pred, e_h}));
   EXPECT_TRUE(Contains(ptx, "cvt.rn.f16.f32")) << ptx;
+}
+
+// The PTX of loop kernel `outputs` of `gb` for sm_75 (no machine instructions for the
+// portable IR's machine functions), sm_80 and sm_90, each assembled where ptxas is found.
+std::map<std::string, std::string> PtxOfEachGeneration(const GraphBuilder& gb, const char* name,
+                                                       const std::vector<int>& outputs) {
+  std::map<std::string, std::string> ptx;
+  StatusOr<CompiledKernel> k =
+      EmitKernel(gb.g, MakeSpec(gb.g, name, KernelKind::kLoop, outputs), CodegenOptions{});
+  EXPECT_TRUE(k.ok()) << k.status().ToString();
+  if (!k.ok()) return ptx;
+  for (const char* target : {"sm_75", "sm_80", "sm_90"}) {
+    CodegenOptions o;
+    o.target = *Target::Parse(target);
+    CompiledKernel ck = *k;
+    Status lowered = LowerToPtx(ck, o);
+    EXPECT_TRUE(lowered.ok()) << target << ": " << lowered.ToString();
+    if (CubinAvailable(o)) {
+      EXPECT_TRUE(AssembleCubin(ck, o).ok()) << target;
+    }
+    ptx[target] = ck.ptx;
+  }
+  return ptx;
+}
+
+// Rounding f32 to bf16 is one cvt.rn.bf16.f32 from sm_80 on, and the bit sequence (add
+// 0x7fff and the kept part's lowest bit, truncate) on sm_75, which has no such instruction.
+TEST(CodegenLoop, Bf16RoundingIsOneInstructionFromSm80) {
+  GraphBuilder gb;
+  int x = gb.Param(F32, {4096});
+  int y = gb.Convert(gb.Ew(OpCode::kMul, {x, x}), DType::kBF16);
+  const auto ptx_of = PtxOfEachGeneration(gb, "to_bf16", {y});
+  ASSERT_EQ(ptx_of.size(), 3u);
+  for (const auto& [target, ptx] : ptx_of) {
+    const bool native = target != "sm_75";
+    EXPECT_EQ(Contains(ptx, "cvt.rn.bf16.f32"), native) << target << "\n" << ptx;
+    EXPECT_EQ(Contains(ptx, "32767"), !native) << target << "\n" << ptx;
+    if (native) {
+      // One rounding per element (one multiply each): the convert's result is stored as its
+      // bits, not rounded again.
+      EXPECT_EQ(Occurrences(ptx, "cvt.rn.bf16.f32"), Occurrences(ptx, "mul.rn.f32"))
+          << target << "\n"
+          << ptx;
+    }
+  }
+}
+
+// An f32 max or min that propagates NaN is one max.NaN.f32 or min.NaN.f32 from sm_80 on, and
+// compares and selects on sm_75.
+TEST(CodegenLoop, NanPropagatingMaxAndMinAreOneInstructionFromSm80) {
+  GraphBuilder gb;
+  int x = gb.Param(F32, {4096});
+  int y = gb.Param(F32, {4096});
+  int hi = gb.Ew(OpCode::kMax, {x, y});
+  int lo = gb.Ew(OpCode::kMin, {x, y});
+  const auto ptx_of = PtxOfEachGeneration(gb, "max_min", {hi, lo});
+  ASSERT_EQ(ptx_of.size(), 3u);
+  for (const auto& [target, ptx] : ptx_of) {
+    const bool native = target != "sm_75";
+    EXPECT_EQ(Contains(ptx, "max.NaN.f32"), native) << target << "\n" << ptx;
+    EXPECT_EQ(Contains(ptx, "min.NaN.f32"), native) << target << "\n" << ptx;
+    EXPECT_EQ(Contains(ptx, "setp.nan.f32"), !native) << target << "\n" << ptx;
+  }
 }
 
 TEST(CodegenLoop, IntegerOps) {

@@ -119,6 +119,16 @@ inline bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+// How many times `needle` occurs in `haystack`, not overlapping.
+inline int Occurrences(const std::string& haystack, const std::string& needle) {
+  int n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + needle.size())) {
+    ++n;
+  }
+  return n;
+}
+
 // Emits, lowers (sm_90, then sm_80) and, where possible, assembles `spec`; returns the
 // sm_90 PTX. Fails the test on any error.
 inline std::string CompileEverywhere(const Graph& g, const KernelSpec& spec,

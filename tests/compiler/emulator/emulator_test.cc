@@ -374,6 +374,70 @@ define void @odd(ptr %x) {
       << stats.status().ToString();
 }
 
+// The portable IR's bf16 rounding (stitch.f32.to.bf16) runs on the host as the bits give it:
+// to nearest even, ties to the even neighbour, overflow to infinity, a NaN kept a NaN.
+TEST(EmulatorTest, Bf16RoundingIsNearestEven) {
+  auto emu = NewEmulator();
+  ASSERT_NE(emu, nullptr);
+  CompiledKernel k = MakeKernel("to_bf16", R"(
+declare i16 @stitch.f32.to.bf16(float)
+define void @to_bf16(ptr %x, ptr %y) {
+  %i = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %px = getelementptr float, ptr %x, i32 %i
+  %py = getelementptr i16, ptr %y, i32 %i
+  %v = load float, ptr %px, align 4
+  %r = call i16 @stitch.f32.to.bf16(float %v)
+  store i16 %r, ptr %py, align 2
+  ret void
+}
+)",
+                                {1, 1, 1}, {8, 1, 1});
+  // 1 + 2^-8 is a tie between 1 and 1 + 2^-7 (even: 1); 1 + 3 x 2^-8 one between 1 + 2^-7 and
+  // 1 + 2^-6 (even: 1 + 2^-6); just above a tie rounds up; the largest f32 overflows.
+  const std::vector<float> x = {1.0f,
+                                1.0f + 0x1p-8f,
+                                1.0f + 3 * 0x1p-8f,
+                                1.0f + 0x1p-8f + 0x1p-20f,
+                                -2.5f,
+                                3.4028235e38f,
+                                std::numeric_limits<float>::quiet_NaN(),
+                                -0.0f};
+  const std::vector<uint16_t> want = {0x3f80, 0x3f80, 0x3f82, 0x3f81, 0xc020, 0x7f80, 0, 0x8000};
+  std::vector<float> in = x;
+  std::vector<uint16_t> out(x.size(), 0);
+  auto stats = emu->Launch(k, {in.data(), out.data()});
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) {
+      EXPECT_EQ(out[i] & 0x7f80, 0x7f80) << i;
+      EXPECT_NE(out[i] & 0x7f, 0) << i;
+    } else {
+      EXPECT_EQ(out[i], want[i]) << i << ": " << x[i];
+    }
+  }
+}
+
+TEST(EmulatorTest, Bf16RoundingOfAnotherTypeIsRefused) {
+  auto emu = NewEmulator();
+  ASSERT_NE(emu, nullptr);
+  CompiledKernel k = MakeKernel("odd_bf16", R"(
+declare i32 @stitch.f32.to.bf16(double)
+define void @odd_bf16(ptr %x) {
+  %v = load double, ptr %x, align 8
+  %r = call i32 @stitch.f32.to.bf16(double %v)
+  store i32 %r, ptr %x, align 4
+  ret void
+}
+)",
+                                {1, 1, 1}, {1, 1, 1});
+  double x = 1.0;
+  auto stats = emu->Launch(k, {&x});
+  ASSERT_FALSE(stats.ok());
+  EXPECT_EQ(stats.status().code(), StatusCode::kInvalidArgument) << stats.status().ToString();
+  EXPECT_NE(stats.status().message().find("stitch.f32.to.bf16"), std::string::npos)
+      << stats.status().ToString();
+}
+
 // Value of IEEE binary16 `bits`.
 double HalfValue(uint16_t bits) {
   const int exp = (bits >> 10) & 0x1f;

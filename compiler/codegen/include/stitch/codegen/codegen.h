@@ -14,7 +14,10 @@
 //   * shared memory is module globals in addrspace(3) of static size;
 //   * math functions are calls to libdevice names (__nv_expf, ...) left as declarations;
 //     LowerToPtx links libdevice or, without the toolkit, stitch's own definitions;
-//   * f16 values use LLVM `half` (fpext/fptrunc); bf16 is handled as i16 bits.
+//   * f16 values use LLVM `half` (fpext/fptrunc); bf16 is handled as i16 bits;
+//   * machine functions (llvm_pipeline.h): f32 to bf16 rounding and f32 max and min are
+//     calls to `stitch.f32.to.bf16`, `stitch.f32.max` and `stitch.f32.min`, left as
+//     declarations; LowerToPtx and the emulator each define them for their machine;
 //   * a grid-wide barrier (AStitch's "global" scheme) is a call to
 //     `declare void @stitch.grid.sync(ptr %workspace)`, marked convergent. %workspace
 //     points to 8 bytes of global memory, 4-byte aligned: a u32 arrival counter, then a

@@ -5,6 +5,8 @@
 // different modules may run concurrently.
 #pragma once
 
+#include "stitch/base/status.h"
+
 namespace llvm {
 class Module;
 class TargetMachine;
@@ -30,5 +32,23 @@ void RunModulePipeline(llvm::Module& module, llvm::TargetMachine* machine, Pipel
 // ones. Keeps what those two backend passes give, loads and stores that are global and as
 // wide as the emitters laid them out, at a cost linear in the kernel's size.
 void RunGlobalAccessPasses(llvm::Module& module, llvm::TargetMachine* machine);
+
+// The portable IR's machine functions (codegen.h): operations whose best form depends on the
+// GPU. Kernels call them; each consumer of the portable IR gives them the bodies its machine
+// runs best.
+//   i16 @stitch.f32.to.bf16(float): the bf16 bits of an f32, rounded to nearest even, a NaN
+//     kept a NaN;
+//   float @stitch.f32.max(float, float), float @stitch.f32.min(float, float): a NaN when
+//     either operand is one, else the larger (smaller) operand.
+inline constexpr char kBf16RoundingFunction[] = "stitch.f32.to.bf16";
+inline constexpr char kF32MaxFunction[] = "stitch.f32.max";
+inline constexpr char kF32MinFunction[] = "stitch.f32.min";
+
+// Gives each machine function `module` declares its body, internal and always inlined: where
+// `native` (sm_80 and later), one instruction each (cvt.rn.bf16.f32, max.NaN.f32,
+// min.NaN.f32); elsewhere the same results from compares, selects and the f32 bits. The two
+// differ only in a NaN's payload and in which zero a max or min of -0 and +0 returns.
+// INVALID_ARGUMENT when the module defines one or declares it with another type.
+Status DefineMachineFunctions(llvm::Module& module, bool native);
 
 }  // namespace stitch::codegen
