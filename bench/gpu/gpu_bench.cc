@@ -538,6 +538,9 @@ struct BucketRow {
   std::string not_generic;  // why the row compiles exact only
   int bucket_kernels = -1, exact_kernels = -1;
   double us[kWays] = {-1, -1, -1, -1};
+  // The same runs' kernel time (PlanTiming::kernel_median_us), -1 where not measured.
+  double kernel_us[kWays] = {-1, -1, -1, -1};
+  std::string kernel_note;  // why kernel time is missing
   // The cost model's estimates: each exact plan on its own graph, and the bucket's plan as it
   // ships, scheduled at the bucket's planning extent; the model has no term for the blocks a
   // run below it masks off, so that one figure prices the bundle at every extent it serves.
@@ -560,9 +563,10 @@ double ModelUs(const Graph& g, const FusionPlan& plan, const Gpu* gpu, const Tar
   return NewAnalyticalCostModel(PricingDevice(gpu, target))->Estimate(g, plan).seconds * 1e6;
 }
 
-// Times `compiled`, run on `g` at `extent`, into `us`; the first failure goes to `r.error`.
+// Times `compiled`, run on `g` at `extent`, as way `way` of `r`; the first failure goes to
+// `r.error`.
 void TimeWay(Gpu& gpu, const Graph& g, const CompileResult& compiled, int64_t extent,
-             const Flags& flags, const char* what, double& us, BucketRow& r) {
+             const Flags& flags, const char* what, Way way, BucketRow& r) {
   TimingOptions timing = flags.timing;
   timing.seed = static_cast<uint64_t>(r.id);
   StatusOr<PlanTiming> t = gpu.TimePlan(g, compiled, timing, extent);
@@ -570,7 +574,9 @@ void TimeWay(Gpu& gpu, const Graph& g, const CompileResult& compiled, int64_t ex
     if (r.error.empty()) r.error = std::string(what) + " run: " + t.status().ToString();
     return;
   }
-  us = t->median_us;
+  r.us[way] = t->median_us;
+  r.kernel_us[way] = t->kernel_median_us;
+  if (t->kernel_median_us < 0 && r.kernel_note.empty()) r.kernel_note = t->kernel_note;
   r.loaded_from = t->loaded_from;
 }
 
@@ -654,12 +660,12 @@ BucketRow MeasureBuckets(const suite::SuiteEntry& e, const Target& target, Gpu* 
     return r;
   }
   if (gpu == nullptr) return r;
-  TimeWay(*gpu, exact.graph, exact, 0, flags, "exact at e", r.us[kExactAtE], r);
-  TimeWay(*gpu, RunGraphAt(*bucket, r.extent), *bucket, r.extent, flags, "bucket at e",
-          r.us[kBucketAtE], r);
-  TimeWay(*gpu, exact_other.graph, exact_other, 0, flags, "exact at e'", r.us[kExactAtOther], r);
+  TimeWay(*gpu, exact.graph, exact, 0, flags, "exact at e", kExactAtE, r);
+  TimeWay(*gpu, RunGraphAt(*bucket, r.extent), *bucket, r.extent, flags, "bucket at e", kBucketAtE,
+          r);
+  TimeWay(*gpu, exact_other.graph, exact_other, 0, flags, "exact at e'", kExactAtOther, r);
   TimeWay(*gpu, RunGraphAt(*bucket, r.other), *bucket, r.other, flags, "bucket at e'",
-          r.us[kBucketAtOther], r);
+          kBucketAtOther, r);
   if (flags.verify) {
     const bool cubin = !bucket->kernels.empty() && !bucket->kernels[0].cubin.empty();
     VerifyBucketOnGpu(*gpu, e, *named, target, cubin, r);
@@ -670,9 +676,11 @@ BucketRow MeasureBuckets(const suite::SuiteEntry& e, const Target& target, Gpu* 
 void PrintBucketTable(const std::vector<BucketRow>& rows) {
   std::cout << "| id | subgraph | e | e' | bucket | kernels (bucket / exact) | exact e µs | "
                "bucket e µs | exact e' µs | bucket e' µs | bucket / exact at e | at e' | "
-               "bucket = interp at e' | model µs (exact e / bucket / exact e') | model bucket "
-               "/ exact at e / e' |\n"
-               "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|\n";
+               "kernel µs (exact e / bucket e / exact e' / bucket e') | kernel bucket / exact at "
+               "e / e' | bucket = interp at e' | model µs (exact e / bucket / exact e') | model "
+               "bucket / exact at e / e' |\n"
+               "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|"
+               "---:|\n";
   for (const BucketRow& r : rows) {
     std::cout << "| " << r.id << " | " << r.subgraph << " | " << Count(r.extent) << " | "
               << Count(r.other) << " | " << (r.generic ? BucketText(r) : "exact only") << " | "
@@ -680,8 +688,14 @@ void PrintBucketTable(const std::vector<BucketRow>& rows) {
               << Fixed(r.us[kExactAtE], 1) << " | " << Fixed(r.us[kBucketAtE], 1) << " | "
               << Fixed(r.us[kExactAtOther], 1) << " | " << Fixed(r.us[kBucketAtOther], 1) << " | "
               << Fixed(Ratio(r.us[kBucketAtE], r.us[kExactAtE]), 3) << " | "
-              << Fixed(Ratio(r.us[kBucketAtOther], r.us[kExactAtOther]), 3) << " | " << r.matches
+              << Fixed(Ratio(r.us[kBucketAtOther], r.us[kExactAtOther]), 3) << " | "
+              << Pair(Pair(Fixed(r.kernel_us[kExactAtE], 1), Fixed(r.kernel_us[kBucketAtE], 1)),
+                      Pair(Fixed(r.kernel_us[kExactAtOther], 1),
+                           Fixed(r.kernel_us[kBucketAtOther], 1)))
               << " | "
+              << Pair(Fixed(Ratio(r.kernel_us[kBucketAtE], r.kernel_us[kExactAtE]), 3),
+                      Fixed(Ratio(r.kernel_us[kBucketAtOther], r.kernel_us[kExactAtOther]), 3))
+              << " | " << r.matches << " | "
               << Pair(Pair(Fixed(r.model_exact_us, 1), Fixed(r.model_bucket_us, 1)),
                       Fixed(r.model_exact_other_us, 1))
               << " | "
@@ -697,6 +711,18 @@ std::pair<double, int> RatioGeomean(const std::vector<BucketRow>& rows,
   std::vector<double> ratios;
   for (const BucketRow& r : rows) {
     if (Ratio(a(r), b(r)) > 0) ratios.push_back(Ratio(a(r), b(r)));
+  }
+  return {GeometricMean(ratios), static_cast<int>(ratios.size())};
+}
+
+// RatioGeomean of one of a row's times of the four ways (BucketRow::us or kernel_us): the
+// bucket's run `bucket` over the exact run `exact`.
+std::pair<double, int> BucketOverExact(const std::vector<BucketRow>& rows,
+                                       double (BucketRow::*times)[kWays], Way bucket, Way exact) {
+  std::vector<double> ratios;
+  for (const BucketRow& r : rows) {
+    const double ratio = Ratio((r.*times)[bucket], (r.*times)[exact]);
+    if (ratio > 0) ratios.push_back(ratio);
   }
   return {GeometricMean(ratios), static_cast<int>(ratios.size())};
 }
@@ -730,19 +756,29 @@ void PrintBucketSummary(const std::vector<BucketRow>& rows, const Target& target
   if (gpu == nullptr) {
     std::cout << "Not run: this listing only compiles (no GPU used).\n";
   } else {
-    const auto at_e = RatioGeomean(
-        rows, [](const BucketRow& r) { return r.us[kBucketAtE]; },
-        [](const BucketRow& r) { return r.us[kExactAtE]; });
-    const auto at_other = RatioGeomean(
-        rows, [](const BucketRow& r) { return r.us[kBucketAtOther]; },
-        [](const BucketRow& r) { return r.us[kExactAtOther]; });
+    const auto at_e = BucketOverExact(rows, &BucketRow::us, kBucketAtE, kExactAtE);
+    const auto at_other = BucketOverExact(rows, &BucketRow::us, kBucketAtOther, kExactAtOther);
+    const auto kernel_e = BucketOverExact(rows, &BucketRow::kernel_us, kBucketAtE, kExactAtE);
+    const auto kernel_other =
+        BucketOverExact(rows, &BucketRow::kernel_us, kBucketAtOther, kExactAtOther);
     std::cout << "Timed " << at_e.second << "/" << generic
               << " shape-generic rows; geometric-mean bucket / exact: " << Fixed(at_e.first, 3)
               << " at e, " << Fixed(at_other.first, 3)
               << " at e'; within 10%: " << WithinTenPercent(rows, kBucketAtE, kExactAtE)
               << " rows at e, " << WithinTenPercent(rows, kBucketAtOther, kExactAtOther)
-              << " at e'.\n"
-              << (verified == 0 ? std::string("Outputs not verified.\n")
+              << " at e'.\n";
+    if (kernel_e.second > 0) {
+      std::cout << "Kernel time of the same runs, bucket / exact (geometric mean over "
+                << kernel_e.second << " rows): " << Fixed(kernel_e.first, 3) << " at e, "
+                << Fixed(kernel_other.first, 3) << " at e'.\n";
+    } else {
+      std::string note;
+      for (const BucketRow& r : rows) {
+        if (note.empty()) note = r.kernel_note;
+      }
+      std::cout << "Kernel time not measured" << (note.empty() ? "" : ": " + note) << ".\n";
+    }
+    std::cout << (verified == 0 ? std::string("Outputs not verified.\n")
                                 : "Outputs of the bucket's kernels at e' matched the reference "
                                   "interpreter for " +
                                       std::to_string(matched) + "/" + std::to_string(verified) +
@@ -765,7 +801,9 @@ Status WriteBucketCsv(const std::string& path, const std::vector<BucketRow>& row
          "bucket_kernels,exact_kernels,exact_us,bucket_us,exact_other_us,bucket_other_us,"
          "bucket_over_exact,bucket_over_exact_other,exact_model_us,bucket_model_us,"
          "exact_other_model_us,model_bucket_over_exact,model_bucket_over_exact_other,loaded,"
-         "matches_other,max_rel_error_other,error\n";
+         "matches_other,max_rel_error_other,exact_kernel_us,bucket_kernel_us,"
+         "exact_other_kernel_us,bucket_other_kernel_us,kernel_bucket_over_exact,"
+         "kernel_bucket_over_exact_other,error\n";
   auto num = [](double v, int digits) { return v < 0 ? std::string() : Fixed(v, digits); };
   auto cnt = [](int64_t v) { return v < 0 ? std::string() : std::to_string(v); };
   for (const BucketRow& r : rows) {
@@ -780,7 +818,12 @@ Status WriteBucketCsv(const std::string& path, const std::vector<BucketRow>& row
         << num(r.model_exact_other_us, 2) << ","
         << num(Ratio(r.model_bucket_us, r.model_exact_us), 4) << ","
         << num(Ratio(r.model_bucket_us, r.model_exact_other_us), 4) << "," << r.loaded_from << ","
-        << r.matches << "," << Scientific(r.max_rel_error) << "," << CsvField(r.error) << "\n";
+        << r.matches << "," << Scientific(r.max_rel_error) << "," << num(r.kernel_us[kExactAtE], 2)
+        << "," << num(r.kernel_us[kBucketAtE], 2) << "," << num(r.kernel_us[kExactAtOther], 2)
+        << "," << num(r.kernel_us[kBucketAtOther], 2) << ","
+        << num(Ratio(r.kernel_us[kBucketAtE], r.kernel_us[kExactAtE]), 4) << ","
+        << num(Ratio(r.kernel_us[kBucketAtOther], r.kernel_us[kExactAtOther]), 4) << ","
+        << CsvField(r.error) << "\n";
   }
   out.close();
   if (!out) return Internal("error writing " + path);

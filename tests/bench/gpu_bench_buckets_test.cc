@@ -206,6 +206,40 @@ TEST(GpuBenchBucketsTest, FakeDriverTimesFourWaysAndWritesBucketsCsv) {
   EXPECT_EQ(rows[0].at("loaded"), "ptx");
   EXPECT_EQ(rows[1].at("generic"), "no");
   EXPECT_TRUE(std::filesystem::exists(scratch.path() + "/device.json"));
+  for (const char* us : {"exact_kernel_us", "bucket_kernel_us"}) {
+    EXPECT_TRUE(rows[0].at(us).empty()) << us << ": no profiler, no kernel time";
+  }
+  EXPECT_NE(r.out.find("Kernel time not measured"), std::string::npos) << r.out;
+}
+
+// With the stand-in's kernel records, each way's kernel time is its event time less the
+// stand-in's 1 us host gap before each of its kernels.
+TEST(GpuBenchBucketsTest, FakeProfilerGivesEveryWayItsKernelTime) {
+  if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
+  ScratchDir scratch("buckets_kernel_time");
+  CommandResult r = RunCommand(
+      GpuBench() + " --buckets --driver " + FakeDriver() + " --profiler " + FakeDriver() +
+      " --only 1 --warmup 1 --repeats 3 --no-verify --out-dir " + scratch.path());
+  ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("Kernel time of the same runs, bucket / exact (geometric mean over 1 rows)"),
+            std::string::npos)
+      << r.out;
+  const auto rows = ReadCsv(scratch.path() + "/buckets.csv");
+  ASSERT_EQ(rows.size(), 1u);
+  const auto& row = rows[0];
+  const double exact_kernels = std::stod(row.at("exact_kernels"));
+  const double bucket_kernels = std::stod(row.at("bucket_kernels"));
+  for (const auto& [way, kernels] : {std::pair<std::string, double>{"exact", exact_kernels},
+                                     {"bucket", bucket_kernels},
+                                     {"exact_other", exact_kernels},
+                                     {"bucket_other", bucket_kernels}}) {
+    const double us = std::stod(row.at(way + "_us"));
+    const double kernel_us = std::stod(row.at(way + "_kernel_us"));
+    EXPECT_GT(kernel_us, 0) << way;
+    EXPECT_NEAR(us - kernel_us, kernels * 1.0, 0.02) << way;
+  }
+  EXPECT_FALSE(row.at("kernel_bucket_over_exact").empty());
+  EXPECT_FALSE(row.at("kernel_bucket_over_exact_other").empty());
 }
 
 }  // namespace
