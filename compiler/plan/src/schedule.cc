@@ -164,19 +164,25 @@ void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements) {
   SetStridedTraffic(g, k);
 }
 
+// The widest element, in bytes (at least 1), among `k`'s inputs and outputs of `elements`
+// elements: the buffers whose accesses a vector of that many consecutive elements widens.
+int64_t WidestBufferElement(const Graph& g, const KernelSpec& k, int64_t elements) {
+  int64_t widest = 1;
+  for (const std::vector<int>* buffers : {&k.inputs, &k.outputs}) {
+    for (int id : *buffers) {
+      const Shape& s = g.nodes[id].shape;
+      if (s.elements() == elements) widest = std::max<int64_t>(widest, DTypeBytes(s.dtype));
+    }
+  }
+  return widest;
+}
+
 // The most consecutive elements (8, 4, 2 or 1) a loop kernel's thread can handle per pass:
 // the count divides the kernel's `n` elements, that many elements of every full-size buffer
 // fit one kMaxVectorBytes access, and every thread of a block still gets a vector.
 int LoopVectorWidth(const Graph& g, const KernelSpec& k, int64_t n, int64_t block,
                     int max_width = 8) {
-  int64_t widest = 1;
-  for (int o : k.outputs) {
-    widest = std::max<int64_t>(widest, DTypeBytes(g.nodes[o].shape.dtype));
-  }
-  for (int i : k.inputs) {
-    const Shape& s = g.nodes[i].shape;
-    if (s.elements() == n) widest = std::max<int64_t>(widest, DTypeBytes(s.dtype));
-  }
+  const int64_t widest = WidestBufferElement(g, k, n);
   for (int v = max_width; v > 1; v /= 2) {
     if (n % v == 0 && v * widest <= kMaxVectorBytes && n / v >= block) return v;
   }
@@ -209,15 +215,8 @@ void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_t
 // kMaxVectorBytes access.
 int TileVectorWidth(const Graph& g, const KernelSpec& k, int transpose, const TransposeTiles& tiles,
                     int64_t threads) {
-  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
   const int64_t operand_minor = g.nodes[transpose].shape.dims[tiles.p_dims.back()];
-  int64_t widest = 1;
-  for (const std::vector<int>* list : {&k.inputs, &k.outputs}) {
-    for (int id : *list) {
-      const Shape& s = g.nodes[id].shape;
-      if (s.elements() == n) widest = std::max<int64_t>(widest, DTypeBytes(s.dtype));
-    }
-  }
+  const int64_t widest = WidestBufferElement(g, k, g.nodes[k.outputs[0]].shape.elements());
   for (int v = 4; v > 1; v /= 2) {
     if (operand_minor % v == 0 && tiles.q % v == 0 && v * widest <= kMaxVectorBytes &&
         kTransposeTileElements % (threads * v) == 0) {
@@ -373,14 +372,7 @@ int64_t PartialBytes(const Graph& g, const std::vector<int>& reduces) {
 // registers, the vectors need no more positions per thread than single elements would.
 int RowVectorWidth(const Graph& g, const KernelSpec& k, const RowGeometry& geo, int threads_per_row,
                    bool registers) {
-  const int64_t row_space = geo.rows * geo.row_len;
-  int64_t widest = 1;
-  for (const std::vector<int>* buffers : {&k.inputs, &k.outputs}) {
-    for (int id : *buffers) {
-      const Shape& s = g.nodes[id].shape;
-      if (s.elements() == row_space) widest = std::max<int64_t>(widest, DTypeBytes(s.dtype));
-    }
-  }
+  const int64_t widest = WidestBufferElement(g, k, geo.rows * geo.row_len);
   const int64_t tpr = threads_per_row;
   for (int64_t v = 8; v > 1; v /= 2) {
     if (geo.row_len % v != 0 || v * widest > kMaxVectorBytes || geo.row_len < tpr * v) continue;
