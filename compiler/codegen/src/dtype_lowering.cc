@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "index_alignment.h"
+#include "machine_functions.h"
 
 namespace stitch::codegen {
 

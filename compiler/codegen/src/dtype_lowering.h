@@ -84,10 +84,6 @@ void StoreElements(llvm::IRBuilder<>& b, const std::vector<ElementStore>& stores
 // t's compute type; for other float dtypes it only changes the LLVM width if needed.
 llvm::Value* RoundFloatTo(llvm::IRBuilder<>& b, llvm::Value* value, DType t);
 
-// Emits a call to the portable IR's bf16 rounding (kBf16RoundingFunction, llvm_pipeline.h)
-// on f32 `value`, declaring it on first use (machine_functions.cc). Returns the i16 bits.
-llvm::Value* EmitBf16Rounding(llvm::IRBuilder<>& b, llvm::Value* value);
-
 // Converts `value` of dtype `from` to dtype `to` following SEMANTICS.md `convert`.
 llvm::Value* ConvertValue(llvm::IRBuilder<>& b, llvm::Value* value, DType from, DType to);
 

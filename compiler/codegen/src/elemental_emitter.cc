@@ -8,20 +8,10 @@
 #include <set>
 
 #include "dtype_lowering.h"
+#include "machine_functions.h"
 #include "philox.h"
 
 namespace stitch::codegen {
-
-llvm::Value* SoftFloatMax(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
-  // ogt is false when y is NaN, which then picks y; a NaN x is caught by the second select.
-  llvm::Value* r = b.CreateSelect(b.CreateFCmpOGT(x, y), x, y);
-  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, r);
-}
-
-llvm::Value* SoftFloatMin(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
-  llvm::Value* r = b.CreateSelect(b.CreateFCmpOLT(x, y), x, y);
-  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, r);
-}
 
 ElementalEmitter::ElementalEmitter(KernelContext& kc) : kc_(kc), b_(kc.b) {
   in_kernel_.insert(kc.spec.nodes.begin(), kc.spec.nodes.end());

@@ -142,12 +142,4 @@ class ElementalEmitter {
   size_t max_stack_ = 0;
 };
 
-// Float max/min that return NaN when either operand is NaN: for f32 a call to the portable
-// IR's machine function (kF32MaxFunction, llvm_pipeline.h), otherwise SoftFloatMax's
-// compares and selects, which are also that function's body before sm_80 and on the host.
-llvm::Value* FloatMax(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
-llvm::Value* FloatMin(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
-llvm::Value* SoftFloatMax(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
-llvm::Value* SoftFloatMin(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
-
 }  // namespace stitch::codegen

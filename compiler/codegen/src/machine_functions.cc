@@ -1,13 +1,13 @@
 // The portable IR's machine functions (llvm_pipeline.h): the calls kernels make and the
 // bodies each consumer gives them.
+#include "machine_functions.h"
+
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
 
 #include <string>
 
-#include "dtype_lowering.h"
-#include "elemental_emitter.h"
 #include "stitch/codegen/llvm_pipeline.h"
 
 namespace stitch::codegen {
@@ -31,6 +31,18 @@ llvm::Value* RoundFromBits(llvm::IRBuilder<>& b, llvm::Value* f) {
   llvm::Value* nan_bits = b.CreateOr(bits, b.getInt32(0x00400000));
   llvm::Value* chosen = b.CreateSelect(is_nan, nan_bits, rounded);
   return b.CreateTrunc(b.CreateLShr(chosen, 16), b.getInt16Ty());
+}
+
+// NaN when either operand is: ogt is false when y is NaN, which then picks y; a NaN x is
+// caught by the second select.
+llvm::Value* SoftFloatMax(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
+  llvm::Value* r = b.CreateSelect(b.CreateFCmpOGT(x, y), x, y);
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, r);
+}
+
+llvm::Value* SoftFloatMin(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
+  llvm::Value* r = b.CreateSelect(b.CreateFCmpOLT(x, y), x, y);
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, r);
 }
 
 // A call to machine function `name` of type `type`, declared pure on first use, so that the

@@ -7,6 +7,7 @@
 
 #include "dtype_lowering.h"
 #include "grid_barrier.h"
+#include "machine_functions.h"
 #include "stitch/plan/op_classes.h"
 
 namespace stitch::codegen {
