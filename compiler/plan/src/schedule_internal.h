@@ -1,0 +1,80 @@
+// What the scheduler's files share (schedule.h is the public interface): grid sizing, each
+// kernel's modelled global traffic, and the per-kind schedulers that ScheduleKernel and a
+// global kernel's phases call. In each Schedule* function a nonzero `block_threads` fixes
+// the block size: the phases of a global kernel share one.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "stitch/base/status.h"
+#include "stitch/ir/graph.h"
+#include "stitch/plan/cost_model.h"
+#include "stitch/plan/gpu_device.h"
+#include "stitch/plan/plan.h"
+#include "stitch/plan/row_stitch.h"
+
+namespace stitch::internal {
+
+// Beyond a few waves a grid-stride loop is as fast and the launch is cheaper.
+constexpr int64_t kMaxBlocksPerSm = 32;
+
+// ceil(n / d), clamped to [1, cap]; 1 when d is not positive.
+uint32_t CeilDivCapped(int64_t n, int64_t d, int64_t cap);
+
+// The least power of two >= n, at most 2^20.
+int NextPow2(int64_t n);
+
+// DRAM moves 32-byte sectors, and buffers start on sector boundaries, so each buffer's
+// bytes are rounded up to whole sectors.
+int64_t Sectors(int64_t bytes);
+
+// Adds to `found` the kernel inputs whose elements reach node `id` one to one, through
+// elementwise ops and reshapes, which keep the linear order of the elements.
+void OneToOneInputs(const Graph& g, const KernelSpec& k, int id, std::set<int>& found);
+
+// Sets `k`'s footprint traffic (bytes loaded and stored, loads in flight per thread over an
+// iteration space of `elements`, and the inputs read through a strided transpose).
+void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements);
+
+// The widest element, in bytes (at least 1), among `k`'s inputs and outputs of `elements`
+// elements: the buffers whose accesses a vector of that many consecutive elements widens.
+int64_t WidestBufferElement(const Graph& g, const KernelSpec& k, int64_t elements);
+
+// Bytes of one partial value of each of `reduces` (reduce.h's PartialArrays): its
+// accumulator type, at least 4 bytes (f16 and bf16 accumulate in f32).
+int64_t PartialBytes(const Graph& g, const std::vector<int>& reduces);
+
+// The planning version's constants with the fitted issue term, which only a measurement
+// gives (the datasheet version has none; devices without a fit keep none).
+CostModelParameters WithFittedIssueTerm(const GpuDevice& d);
+
+// Loop kernels (schedule_loop.cc). ScheduleLoop gives `k` blocks of `block_threads` (or a
+// size of its own) and the widest vector up to `max_vector_width`; ScheduleStandaloneLoop
+// picks the cheapest of a few such mappings, or a transpose tile, for a kernel of its own.
+void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0,
+                  int max_vector_width = 8);
+void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d);
+
+// Reductions (schedule_reduce.cc). SetLoadsPerStep sets how many reduced elements a thread
+// loads before combining them: up to 4, as many as it has per row (or chunk).
+void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0);
+void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0);
+void SetLoadsPerStep(const Graph& g, KernelSpec& k);
+
+// Row-stitched kernels (schedule_row_stitch.cc). FillRowStitch fills a mapping with
+// `threads_per_row` threads per row and returns false when the kernel has column reduces
+// and a thread cannot keep fixed columns in registers; AddColumnPartials prices a phase's
+// column reduces on its final grid.
+Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0);
+bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
+                   const GpuDevice& d, int block_threads, KernelSpec& k);
+void AddColumnPartials(const Graph& g, KernelSpec& k);
+
+// Global kernels (schedule_global.cc): the phases, their grid and their split reduces.
+Status ScheduleGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d);
+
+}  // namespace stitch::internal

@@ -1,0 +1,290 @@
+// Loop kernels: block size, vector width and grid; transpose tiles; per-column values kept
+// per thread.
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "int_math.h"
+#include "schedule_internal.h"
+#include "stitch/plan/cost_model.h"
+#include "stitch/plan/op_classes.h"
+#include "stitch/plan/schedule.h"
+
+namespace stitch {
+namespace internal {
+namespace {
+
+// The transpose a loop kernel can stage through shared memory tiles (ThreadMapping::
+// transpose_tile), or -1: its only transpose that moves the minor-most dimension, with float
+// outputs of the transpose's element count (shared memory holds their compute type), side
+// lengths that fill most of a tile, and every full-size input read through it. An input read
+// in output order would be strided instead while the tile is computed.
+int TileableTranspose(const Graph& g, const KernelSpec& k) {
+  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+  int found = -1;
+  for (int id : k.nodes) {
+    if (!MovesMinorDimension(g, id)) continue;
+    if (found >= 0) return -1;
+    found = id;
+  }
+  if (found < 0 || g.nodes[found].shape.elements() != n) return -1;
+  const TransposeTiles tiles = TransposeTilesOf(g, found);
+  if (tiles.p < 8 || tiles.q < 16) return -1;
+  for (int o : k.outputs) {
+    const DType t = g.nodes[o].shape.dtype;
+    if (!IsFloat(t) || g.nodes[o].shape.elements() != n) return -1;
+  }
+  std::set<int> through;
+  OneToOneInputs(g, k, g.nodes[found].operands[0], through);
+  if (through.empty()) return -1;
+  for (int i : k.inputs) {
+    if (g.nodes[i].shape.elements() == n && !through.count(i)) return -1;
+  }
+  return found;
+}
+
+// The most consecutive elements (8, 4, 2 or 1) a loop kernel's thread can handle per pass:
+// the count divides the kernel's `n` elements, that many elements of every full-size buffer
+// fit one kMaxVectorBytes access, and every thread of a block still gets a vector.
+int LoopVectorWidth(const Graph& g, const KernelSpec& k, int64_t n, int64_t block,
+                    int max_width = 8) {
+  const int64_t widest = WidestBufferElement(g, k, n);
+  for (int v = max_width; v > 1; v /= 2) {
+    if (n % v == 0 && v * widest <= kMaxVectorBytes && n / v >= block) return v;
+  }
+  return 1;
+}
+
+}  // namespace
+
+void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads,
+                  int max_vector_width) {
+  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+  ThreadMapping& m = k.mapping;
+  // Round tiny sizes up to whole warps; 256 threads keep 8 blocks resident per SM.
+  const int64_t block = block_threads > 0
+                            ? block_threads
+                            : std::min<int64_t>(256, std::max<int64_t>(32, (n + 31) / 32 * 32));
+  m.vector_width = LoopVectorWidth(g, k, n, block, max_vector_width);
+  m.launch.block = {static_cast<uint32_t>(block), 1, 1};
+  m.launch.grid = {CeilDivCapped(n / m.vector_width, block, int64_t{d.sms} * 8 * 4), 1, 1};
+  m.work_items = n;
+  SetTraffic(g, k, n);
+  // Each of a thread's elements is an independent load in flight.
+  m.load_bytes_in_flight_per_thread *= m.vector_width;
+}
+
+namespace {
+
+// The consecutive elements (4, 2 or 1) a thread of a transpose tile of `threads` threads
+// loads along the p run and stores along q_dim at once: a vector stays within one row of
+// the operand's minor-most dimension and of q_dim, whose sizes the width divides, and within
+// the thread's share of a tile, and that many elements of every full-size buffer fit one
+// kMaxVectorBytes access.
+int TileVectorWidth(const Graph& g, const KernelSpec& k, int transpose, const TransposeTiles& tiles,
+                    int64_t threads) {
+  const int64_t operand_minor = g.nodes[transpose].shape.dims[tiles.p_dims.back()];
+  const int64_t widest = WidestBufferElement(g, k, g.nodes[k.outputs[0]].shape.elements());
+  for (int v = 4; v > 1; v /= 2) {
+    if (operand_minor % v == 0 && tiles.q % v == 0 && v * widest <= kMaxVectorBytes &&
+        kTransposeTileElements % (threads * v) == 0) {
+      return v;
+    }
+  }
+  return 1;
+}
+
+// A loop kernel that reads `transpose` through shared memory tiles: 256 threads a block, each
+// with TileVectorWidth's elements of a tile row per access. Both halves of a tile are
+// coalesced, so nothing is strided; two block barriers per tile.
+void ScheduleTransposeTile(const Graph& g, KernelSpec& k, const GpuDevice& d, int transpose) {
+  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+  ThreadMapping& m = k.mapping;
+  m = ThreadMapping{};
+  m.transpose_tile = transpose;
+  const TransposeTiles tiles = TransposeTilesOf(g, transpose);
+  constexpr int64_t kThreads = 256;
+  m.vector_width = TileVectorWidth(g, k, transpose, tiles, kThreads);
+  m.launch.block = {static_cast<uint32_t>(kThreads), 1, 1};
+  m.launch.grid = {CeilDivCapped(tiles.count(), 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
+  m.work_items = tiles.count();
+  m.block_barriers_per_item = 2;
+  for (int o : k.outputs) {
+    const int64_t bytes = g.nodes[o].shape.dtype == DType::kF64 ? 8 : 4;
+    m.shared_bytes += static_cast<uint32_t>(tiles.q_side * (tiles.p_side + 1) * bytes);
+  }
+  SetTraffic(g, k, n);
+  m.strided_input_bytes = m.strided_sector_bytes = m.strided_reuse_bytes = 0;
+  // A thread loads its elements of the tile (one per warp-wide row it takes) together.
+  m.load_bytes_in_flight_per_thread *= kTransposeTileElements / kThreads;
+}
+
+}  // namespace
+
+// A loop kernel of its own: the grid-stride loop runs any grid, so the block size, vector
+// width and grid are the cheapest of a few by the cost model. A grid capped at a few waves
+// keeps blocks resident across passes, but when the passes do not divide evenly among its
+// blocks half of them run an extra pass; a grid of one pass per block has only the last
+// wave's tail, and narrower vectors make more, smaller blocks that even the waves out.
+void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d, kPlanningCostModel);
+  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+  ScheduleLoop(g, k, d);
+  double best = model->EstimateKernel(g, k).seconds;
+  for (const auto& [threads, width] : {std::pair{128, 8}, {128, 4}, {128, 2}, {256, 8}, {256, 4}}) {
+    KernelSpec trial = k;
+    ScheduleLoop(g, trial, d, threads, width);
+    const int64_t blocks = CeilDiv(n, int64_t{threads} * trial.mapping.vector_width);
+    if (blocks > std::numeric_limits<int32_t>::max()) continue;
+    trial.mapping.launch.grid = {static_cast<uint32_t>(std::max<int64_t>(blocks, 1)), 1, 1};
+    const double seconds = model->EstimateKernel(g, trial).seconds;
+    if (seconds < best) {
+      best = seconds;
+      k = std::move(trial);
+    }
+  }
+  // A transposed read goes through shared memory tiles wherever it can. The model takes the
+  // rest of a strided sector as an L2 hit when it is used again soon enough, as it is for
+  // every suite row, but a warp's strided load still moves a sector per lane from L2 (suite
+  // row #24 ran at 0.49x torch.compile on the H100 with its input read that way).
+  if (const int transpose = TileableTranspose(g, k); transpose >= 0) {
+    ScheduleTransposeTile(g, k, d, transpose);
+  }
+}
+
+namespace {
+
+// Instructions a thread of a loop kernel issues per pass (a vector of `width` elements),
+// estimated as EstimatedPassInstructions does for row mappings: about two per load, store
+// and cheap op, a dozen per costly one. Values smaller than the output (per-column ones) are
+// computed with every element unless the thread keeps to its columns, when they are
+// computed once before its loop and left out.
+int EstimatedLoopInstructions(const Graph& g, const KernelSpec& k, bool keeps_columns) {
+  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+  int64_t per_element = 2 * static_cast<int64_t>(k.outputs.size());
+  for (int i : k.inputs) {
+    if (g.nodes[i].shape.elements() == n || !keeps_columns) per_element += 2;
+  }
+  for (int id : k.nodes) {
+    const Node& node = g.nodes[id];
+    if (ClassOf(node.op) != OpClass::kElementwise) continue;
+    if (node.shape.elements() == n || !keeps_columns) {
+      per_element += CostOf(node.op) == OpCost::kCostly ? 12 : 2;
+    }
+  }
+  const int64_t total = per_element * std::max(k.mapping.vector_width, 1);
+  return static_cast<int>(std::min<int64_t>(total, std::numeric_limits<int>::max()));
+}
+
+// What a loop kernel's broadcasts to its output's shape read per column.
+struct LoopColumns {
+  // The elements over which every such broadcast repeats: the product of the output's
+  // dimensions from the outermost one a broadcast keeps (the channel of a [N, H, W, C] batch
+  // norm: C). 0 where no broadcast keeps only inner dimensions (none at all, only scalars,
+  // or one that keeps the outermost dimension).
+  int64_t period = 0;
+  // The distinct values broadcast that keep some dimension (a scalar's is the same
+  // everywhere): what a thread that keeps to its columns holds across its loop.
+  std::set<int> values;
+};
+
+LoopColumns AnalyzeLoopColumns(const Graph& g, const KernelSpec& k) {
+  const std::vector<int64_t>& dims = g.nodes[k.outputs[0]].shape.dims;
+  LoopColumns columns;
+  int first_kept = static_cast<int>(dims.size());
+  for (int id : k.nodes) {
+    const Node& n = g.nodes[id];
+    if (n.op != OpCode::kBroadcast || n.shape.dims != dims) continue;
+    const std::vector<int64_t>& in = g.nodes[n.operands[0]].shape.dims;
+    for (size_t i = 0; i < in.size() && i < n.dimensions.size(); ++i) {
+      if (in[i] != 1) first_kept = std::min(first_kept, static_cast<int>(n.dimensions[i]));
+    }
+    if (g.nodes[n.operands[0]].shape.elements() > 1) columns.values.insert(n.operands[0]);
+  }
+  if (first_kept <= 0 || first_kept >= static_cast<int>(dims.size())) return columns;
+  columns.period = 1;
+  for (size_t d = static_cast<size_t>(first_kept); d < dims.size(); ++d) {
+    columns.period *= dims[d];
+  }
+  return columns;
+}
+
+}  // namespace
+}  // namespace internal
+
+using internal::AnalyzeLoopColumns;
+using internal::EstimatedLoopInstructions;
+using internal::LoopColumns;
+using internal::WithFittedIssueTerm;
+
+void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  const ThreadMapping& m = kernel.mapping;
+  if (kernel.kind != KernelKind::kLoop || m.transpose_tile >= 0 || m.column_period > 0) return;
+  const LoopColumns columns = AnalyzeLoopColumns(g, kernel);
+  const int64_t period = columns.period;
+  const int64_t width = std::max(m.vector_width, 1);
+  if (period == 0 || period % width != 0) return;
+  const int64_t vectors = g.nodes[kernel.outputs[0]].shape.elements() / width;
+  const int64_t threads = static_cast<int64_t>(m.launch.block_threads());
+  // The grid's threads must be a multiple of a period's vectors.
+  const int64_t period_vectors = period / width;
+  const int64_t grid_step = period_vectors / std::gcd(period_vectors, threads);
+  // Each thread holds every per-column value for each lane of its vector across the loop.
+  ThreadMapping kept = m;
+  kept.column_period = period;
+  kept.registers_per_thread =
+      std::min<int>(device.max_registers_per_thread,
+                    m.registers_per_thread + static_cast<int>(width * columns.values.size()));
+  const int64_t resident = int64_t{ResidentBlocksPerSm(device, kept)} * device.sms;
+  // What keeping the columns saves is instructions, which only the issue term prices; it
+  // costs occupancy (the values' registers) and a grid of a few waves.
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, WithFittedIssueTerm(device));
+  KernelSpec scheduled = kernel;
+  scheduled.mapping.estimated_instructions = EstimatedLoopInstructions(g, kernel, false);
+  kept.estimated_instructions = EstimatedLoopInstructions(g, kernel, true);
+  double best_seconds = model->EstimateKernel(g, scheduled).seconds;
+  std::optional<KernelSpec> best;
+  for (int64_t waves : {1, 2, 4}) {
+    const int64_t grid = resident * waves / grid_step * grid_step;
+    if (grid < grid_step || grid * threads * 2 > vectors) continue;
+    KernelSpec trial = kernel;
+    trial.mapping = kept;
+    trial.mapping.launch.grid = {static_cast<uint32_t>(grid), 1, 1};
+    const double seconds = model->EstimateKernel(g, trial).seconds;
+    if (seconds < best_seconds) {  // the fewest waves at a tie
+      best_seconds = seconds;
+      best = std::move(trial);
+    }
+  }
+  if (best) {
+    kernel = std::move(*best);
+    kernel.mapping.estimated_instructions = 0;  // a shipped plan's prices read the cubin's
+  }
+}
+
+TransposeTiles TransposeTilesOf(const Graph& g, int transpose) {
+  const Node& t = g.nodes[transpose];
+  const int rank = t.shape.rank();
+  TransposeTiles tiles;
+  if (rank < 2) return tiles;
+  tiles.q_dim = rank - 1;
+  tiles.q = t.shape.dims[tiles.q_dim];
+  tiles.p = 1;
+  for (int64_t operand_dim = t.dimensions[tiles.q_dim] + 1; operand_dim < rank; ++operand_dim) {
+    const auto at = std::find(t.dimensions.begin(), t.dimensions.end(), operand_dim);
+    tiles.p_dims.push_back(static_cast<int>(at - t.dimensions.begin()));
+    tiles.p *= t.shape.dims[tiles.p_dims.back()];
+  }
+  tiles.p_side = tiles.p >= 32 ? 32 : tiles.p > 8 ? 16 : 8;
+  tiles.q_side = kTransposeTileElements / tiles.p_side;
+  tiles.tiles_p = CeilDiv(tiles.p, tiles.p_side);
+  tiles.tiles_q = CeilDiv(tiles.q, tiles.q_side);
+  tiles.batch = tiles.p * tiles.q > 0 ? t.shape.elements() / (tiles.p * tiles.q) : 0;
+  return tiles;
+}
+
+}  // namespace stitch

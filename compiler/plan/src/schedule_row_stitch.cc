@@ -1,0 +1,295 @@
+// Row-stitched kernels: threads per row, rows held in registers or walked in loop mode, and
+// loop-mode rows fitted to L2.
+#include <algorithm>
+#include <limits>
+#include <memory>
+
+#include "int_math.h"
+#include "schedule_internal.h"
+#include "stitch/plan/cost_model.h"
+#include "stitch/plan/op_classes.h"
+#include "stitch/plan/schedule.h"
+
+namespace stitch {
+namespace internal {
+namespace {
+
+// Row elements a thread may keep in registers per cached value. Rows held in registers are
+// read from memory once; a row walked in a loop is read again by every pass (the H100 runs
+// of the layernorm rows showed those re-reads cost 1.6-2.3x). 32 positions keep rows of up
+// to 32 x 1024 elements resident, with room under 255 registers for a few cached values.
+constexpr int kMaxValuesPerThread = 32;
+
+// The most consecutive elements of a row (8, 4, 2 or 1) a row-stitched thread takes at once:
+// the count divides the row, that many elements of every row-space buffer fit one
+// kMaxVectorBytes access, every thread of the row gets a vector, and, when the row stays in
+// registers, the vectors need no more positions per thread than single elements would.
+int RowVectorWidth(const Graph& g, const KernelSpec& k, const RowGeometry& geo, int threads_per_row,
+                   bool registers) {
+  const int64_t widest = WidestBufferElement(g, k, geo.rows * geo.row_len);
+  const int64_t tpr = threads_per_row;
+  for (int64_t v = 8; v > 1; v /= 2) {
+    if (geo.row_len % v != 0 || v * widest > kMaxVectorBytes || geo.row_len < tpr * v) continue;
+    const int64_t positions = (geo.row_len + tpr * v - 1) / (tpr * v) * v;
+    if (!registers || positions == (geo.row_len + tpr - 1) / tpr) return static_cast<int>(v);
+  }
+  return 1;
+}
+
+// Bytes of one row a loop-mode row kernel loads again: every later pass that reads a loaded
+// row-space value reads it from memory once more. With `distinct`, each such value's row
+// counts once: what the row keeps in L2 between its passes.
+int64_t LoopModeRereadBytes(const Graph& g, const KernelSpec& k, const RowStitchLayout& layout,
+                            bool distinct = false) {
+  const std::set<int> inputs(k.inputs.begin(), k.inputs.end());
+  int64_t bytes = 0;
+  for (size_t c = 0; c < layout.cached.size(); ++c) {
+    const Node& n = g.nodes[layout.cached[c]];
+    if (!inputs.count(layout.cached[c]) && n.op != OpCode::kParameter) continue;
+    const int64_t again = layout.cached_pass_count[c] - 1;
+    if (again <= 0) continue;
+    bytes += (distinct ? 1 : again) * layout.geometry.row_len * DTypeBytes(n.shape.dtype);
+  }
+  return bytes;
+}
+
+// A row in loop mode reads its row once per pass: its rescaled sums share their max's pass,
+// and what every later pass reads again is priced as re-reads.
+void SetLoopModePasses(const Graph& g, const RowStitchLayout& layout, KernelSpec& k) {
+  ThreadMapping& m = k.mapping;
+  // A rescaled sum still combines across the row's threads after its max does, so the
+  // block barriers stay as they are. Without one the passes are `layout`'s.
+  m.rescaled_sums_in_one_pass = !layout.rescaled_sums.empty();
+  StatusOr<RowStitchLayout> merged =
+      m.rescaled_sums_in_one_pass ? AnalyzeRowStitch(g, k) : StatusOr<RowStitchLayout>(layout);
+  if (!merged.ok()) m.rescaled_sums_in_one_pass = false;
+  const RowStitchLayout& passes = merged.ok() ? *merged : layout;
+  m.reread_bytes_per_item = LoopModeRereadBytes(g, k, passes);
+  m.reread_footprint_bytes_per_item = LoopModeRereadBytes(g, k, passes, /*distinct=*/true);
+}
+
+// Instructions a thread issues per pass of a row-stitched mapping, estimated before any
+// mapping is assembled so that the cost model's issue term can rank one kernel's mappings.
+// Per row-space element: about two for a cheap op with its index and address arithmetic and
+// for each load, store and reduce step, a dozen for a costly one (exact f32 division, exp's
+// range reduction). The suite's row kernels assemble to 35-90 per element; the estimate
+// needs the right order, not the digit, since every mapping of the kernel shares it. What
+// differs between mappings is the elements a thread takes per pass (each walked once per
+// pass over the row in loop mode) and each reduce's combine across the row's threads:
+// shuffle steps, and a round through shared memory beyond a warp.
+int EstimatedPassInstructions(const Graph& g, const KernelSpec& k, const RowStitchLayout& layout) {
+  const RowGeometry& geo = layout.geometry;
+  const int64_t row_space = geo.rows * geo.row_len;
+  int64_t per_element = 2 * static_cast<int64_t>(k.inputs.size() + k.outputs.size());
+  int reduces = 0;
+  for (int id : k.nodes) {
+    const Node& n = g.nodes[id];
+    if (n.op == OpCode::kReduce) {
+      per_element += 2;
+      ++reduces;
+    } else if (ClassOf(n.op) == OpClass::kElementwise && n.shape.elements() == row_space) {
+      per_element += CostOf(n.op) == OpCost::kCostly ? 12 : 2;
+    }
+  }
+  const ThreadMapping& m = k.mapping;
+  const int64_t tpr = std::max(m.threads_per_row, 1);
+  const int64_t passes_over_row =
+      m.values_per_thread > 0 ? 1 : static_cast<int64_t>(layout.phases.size()) + 1;
+  int64_t combine = 0;
+  for (int64_t t = std::min<int64_t>(tpr, 32); t > 1; t /= 2) combine += 4;
+  if (tpr > 32) combine += 16;
+  const int64_t total =
+      CeilDiv(geo.row_len, tpr) * per_element * passes_over_row + combine * reduces;
+  return static_cast<int>(std::min<int64_t>(total, std::numeric_limits<int>::max()));
+}
+
+// How far above the best issue-aware price a row mapping chosen on memory alone must be
+// priced before the issue term overrules it: the estimate's error on the suite's row
+// kernels is within about a quarter.
+constexpr double kIssueOverruleRatio = 1.25;
+
+}  // namespace
+
+// Fills a row-stitched mapping with `threads_per_row` threads per row. Returns false when
+// the kernel has column reduces and a thread cannot keep fixed columns in registers.
+bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
+                   const GpuDevice& d, int block_threads, KernelSpec& k) {
+  const RowGeometry& geo = layout.geometry;
+  ThreadMapping& m = k.mapping;
+  m = ThreadMapping{};
+  m.threads_per_row = threads_per_row;
+  m.work_items = geo.rows;
+  int reduces = 0;
+  for (const auto& p : layout.phases) reduces += static_cast<int>(p.size());
+  if (threads_per_row <= 32) {
+    const int64_t rows_per_warp = 32 / threads_per_row;
+    const int64_t warps_needed = (geo.rows + rows_per_warp - 1) / rows_per_warp;
+    // Fewer warps per block when rows are few, so the blocks spread over every SM.
+    int warps = 8;
+    while (warps > 1 && warps_needed / warps < int64_t{d.sms} * 2) warps /= 2;
+    if (block_threads > 0) warps = block_threads / 32;
+    m.rows_per_block = static_cast<int>(warps * rows_per_warp);
+    m.launch.block = {32, static_cast<uint32_t>(warps), 1};
+  } else {
+    m.rows_per_block = 1;
+    m.launch.block = {static_cast<uint32_t>(threads_per_row), 1, 1};
+    // One slot per warp and reduce; results are read by every thread after one barrier,
+    // and a last barrier per row guards the slots' reuse.
+    m.shared_bytes = static_cast<uint32_t>(8 * (threads_per_row / 32) * reduces);
+    m.block_barriers_per_item = static_cast<int>(layout.phases.size()) + 1;
+  }
+  m.launch.grid = {CeilDivCapped(geo.rows, m.rows_per_block, int64_t{d.sms} * kMaxBlocksPerSm), 1,
+                   1};
+  const int64_t per_thread = (geo.row_len + threads_per_row - 1) / threads_per_row;
+  const int cached = static_cast<int>(layout.cached.size());
+  m.values_per_thread = per_thread <= kMaxValuesPerThread ? static_cast<int>(per_thread) : 0;
+  m.vector_width = RowVectorWidth(g, k, geo, threads_per_row, m.values_per_thread > 0);
+  // Column reduces keep an accumulator per register position.
+  const int columns = static_cast<int>(layout.column_reduces.size());
+  m.registers_per_thread = 32 + 2 * reduces + m.values_per_thread * (std::max(cached, 1) + columns);
+  if (m.registers_per_thread > 255) {
+    m.values_per_thread = 0;
+    m.registers_per_thread = 32 + 2 * reduces;
+  }
+  SetTraffic(g, k, geo.rows * geo.row_len);
+  if (m.values_per_thread == 0) SetLoopModePasses(g, layout, k);
+  // A thread's register positions are independent loads, as are a vector's elements.
+  m.load_bytes_in_flight_per_thread *=
+      m.values_per_thread > 0 ? m.values_per_thread : m.vector_width;
+  if (columns == 0) return true;
+  // The row groups of a block combine their column partials through a slot per thread.
+  const int64_t groups = static_cast<int64_t>(m.launch.block_threads()) / threads_per_row;
+  if (groups > 1) {
+    m.shared_bytes += static_cast<uint32_t>(PartialBytes(g, layout.column_reduces) *
+                                            static_cast<int64_t>(m.launch.block_threads()));
+  }
+  return m.values_per_thread > 0;
+}
+
+// Prices the column reduces of a row-stitched phase on its final grid: each block writes one
+// partial per column, read back once by the combine behind one more grid barrier.
+void AddColumnPartials(const Graph& g, KernelSpec& k) {
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, k);
+  if (!layout.ok() || layout->column_reduces.empty()) return;
+  ThreadMapping& m = k.mapping;
+  m.reduce_chunks = static_cast<int>(m.launch.grid[0]);
+  m.grid_barriers += 1;
+  const int64_t partials =
+      Sectors(PartialBytes(g, layout->column_reduces) * layout->geometry.row_len * m.reduce_chunks);
+  m.bytes_stored += partials;
+  m.bytes_loaded += partials;
+}
+
+Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads) {
+  STITCH_ASSIGN_OR_RETURN(RowStitchLayout layout, AnalyzeRowStitch(g, k));
+  if (!layout.column_reduces.empty() && block_threads == 0) {
+    return InvalidArgument("kernel " + k.name +
+                           ": column reduces of rows run only as a phase of a global_stitch "
+                           "kernel");
+  }
+  const int64_t row_len = layout.geometry.row_len;
+  std::vector<int> candidates;
+  for (int t = std::min(NextPow2(row_len), 32); t >= 1 && t * 4 >= std::min<int64_t>(row_len, 32);
+       t /= 2) {
+    candidates.push_back(t);
+  }
+  for (int t = 64; t <= 1024 && (t / 2) < row_len; t *= 2) {
+    if (block_threads == 0 || t == block_threads) candidates.push_back(t);
+  }
+  if (block_threads > 0 && row_len > 32 && candidates.back() != block_threads) {
+    candidates.push_back(block_threads);
+  }
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d, kPlanningCostModel);
+  std::unique_ptr<CostModel> issue_model = NewAnalyticalCostModel(d, WithFittedIssueTerm(d));
+  // Where later passes over a row read values an earlier pass read or computed (the
+  // layout's cached values), mappings that keep the row in registers come first, as
+  // Triton's persistent reductions do: the model prices a pass over a row the same whether
+  // it hits in cache or not, and on the GPU the re-read is what the loop mode loses.
+  const bool rereads = !layout.cached.empty();
+  double best = std::numeric_limits<double>::infinity();
+  bool best_in_registers = false;
+  int best_threads = candidates.front();
+  // The same in-register mappings priced with the issue term on an estimated instruction
+  // count (a kernel of its own only: a global kernel's phase shares the cubin).
+  double best_issue_priced = std::numeric_limits<double>::infinity();
+  double least_issue_priced = std::numeric_limits<double>::infinity();
+  int least_issue_threads = 0;
+  for (int t : candidates) {
+    if (!FillRowStitch(g, layout, t, d, block_threads, k)) continue;
+    if (ResidentBlocksPerSm(d, k.mapping) == 0) continue;
+    const bool in_registers = rereads && k.mapping.values_per_thread > 0;
+    if (best_in_registers && !in_registers) continue;
+    double issue_priced = std::numeric_limits<double>::infinity();
+    if (in_registers && block_threads == 0) {
+      KernelSpec priced = k;
+      priced.mapping.estimated_instructions = EstimatedPassInstructions(g, k, layout);
+      issue_priced = issue_model->EstimateKernel(g, priced).seconds;
+      if (issue_priced < least_issue_priced) {
+        least_issue_priced = issue_priced;
+        least_issue_threads = t;
+      }
+    }
+    const double s = model->EstimateKernel(g, k).seconds;
+    if (s < best || (in_registers && !best_in_registers)) {
+      best = s;
+      best_threads = t;
+      best_in_registers = in_registers;
+      best_issue_priced = issue_priced;
+    }
+  }
+  // The issue term weighs the bytes a thread keeps in flight against the warps that hide
+  // each other's latency: many values per thread cost registers, and one large block per SM
+  // leaves each scheduler two warps (the H100 ran suite row #29's 32 values per thread, 168
+  // registers, at 0.29x torch.compile). Its instruction count is an estimate, so it only
+  // overrules the choice above when it prices that choice well above the best it finds.
+  if (best_in_registers && least_issue_threads > 0 &&
+      best_issue_priced > kIssueOverruleRatio * least_issue_priced) {
+    best_threads = least_issue_threads;
+  }
+  if (!FillRowStitch(g, layout, best_threads, d, block_threads, k) ||
+      ResidentBlocksPerSm(d, k.mapping) == 0) {
+    return ResourceExhausted("kernel " + k.name + ": no row mapping fits " + d.name);
+  }
+  return Status::Ok();
+}
+
+}  // namespace internal
+
+using internal::FillRowStitch;
+
+void FitLoopRowsInL2(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  const ThreadMapping& m = kernel.mapping;
+  if (kernel.kind != KernelKind::kRowStitch || m.values_per_thread > 0 ||
+      m.reread_footprint_bytes_per_item <= 0 || m.rows_per_block != 1) {
+    return;
+  }
+  const CostModelParameters fitted = CostModelParametersFor(device, kCurrentCostModel);
+  const int64_t rows_in_window = static_cast<int64_t>(
+      fitted.reuse_window_bytes / static_cast<double>(m.reread_footprint_bytes_per_item));
+  if (rows_in_window < 1) return;  // no fitted window, or one row outgrows it
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, kernel);
+  if (!layout.ok()) return;
+  // Priced with the fitted constants: the planning version has no reuse window, so it
+  // takes every re-read for an L2 hit and sees nothing to gain.
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, fitted);
+  KernelSpec best = kernel;
+  double best_seconds = model->EstimateKernel(g, kernel).seconds;
+  // The largest blocks keep the most bytes in flight per row in flight.
+  for (int threads = 1024; threads >= 256 && threads / 2 < layout->geometry.row_len; threads /= 2) {
+    KernelSpec trial = kernel;
+    if (!FillRowStitch(g, *layout, threads, device, 0, trial) ||
+        trial.mapping.values_per_thread > 0 || ResidentBlocksPerSm(device, trial.mapping) == 0) {
+      continue;
+    }
+    uint32_t& grid = trial.mapping.launch.grid[0];
+    grid = static_cast<uint32_t>(std::min<int64_t>(grid, rows_in_window));
+    const double seconds = model->EstimateKernel(g, trial).seconds;
+    if (seconds < best_seconds) {
+      best_seconds = seconds;
+      best = std::move(trial);
+    }
+  }
+  kernel = std::move(best);
+}
+
+}  // namespace stitch
