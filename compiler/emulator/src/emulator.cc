@@ -311,6 +311,9 @@ class EmulatorImpl final : public Emulator {
                                " bytes of local memory per thread; the emulator allows " +
                                std::to_string(kMaxFrameBytes));
     }
+    if (options_.count_sectors) {
+      STITCH_RETURN_IF_ERROR(emu::AnnotateAccessSites(*rm.module, rm.kernel_name));
+    }
     jit_->Optimize(*rm.module);
     uint32_t sites = 0;
     STITCH_RETURN_IF_ERROR(emu::InstrumentGlobalTraffic(

@@ -7,12 +7,14 @@
 #include <llvm/IR/InstIterator.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicInst.h>
+#include <llvm/IR/Metadata.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Operator.h>
 #include <llvm/Transforms/Utils/BasicBlockUtils.h>
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -160,6 +162,19 @@ struct Site {
   bool leader = true;
 };
 
+// The metadata that carries an access's site from AnnotateAccessSites through the host's
+// optimisation to InstrumentGlobalTraffic.
+constexpr const char* kSiteMetadata = "stitch.site";
+
+std::optional<Site> SiteFromMetadata(const llvm::Instruction& inst) {
+  const llvm::MDNode* node = inst.getMetadata(kSiteMetadata);
+  if (node == nullptr || node->getNumOperands() != 2) return std::nullopt;
+  const auto* id = llvm::mdconst::dyn_extract<llvm::ConstantInt>(node->getOperand(0));
+  const auto* leader = llvm::mdconst::dyn_extract<llvm::ConstantInt>(node->getOperand(1));
+  if (id == nullptr || leader == nullptr) return std::nullopt;
+  return Site{static_cast<uint32_t>(id->getZExtValue()), !leader->isZero()};
+}
+
 std::unordered_map<const llvm::Instruction*, Site> AssignSites(llvm::Function& kernel) {
   const llvm::DataLayout& dl = kernel.getParent()->getDataLayout();
   struct Candidate {
@@ -193,6 +208,24 @@ std::unordered_map<const llvm::Instruction*, Site> AssignSites(llvm::Function& k
           {&inst, Decompose(ptr, dl), dl.getTypeStoreSize(type).getFixedValue(), align, store});
     }
     std::vector<int> group(accesses.size(), -1);
+    // Accesses the code as retargeted showed side by side (AnnotateAccessSites) stay together
+    // where the host's optimisation has since reassociated their index arithmetic (hoisting
+    // `first + 1` out of `i * n + first + 1`, or masking and or-ing a widened index): a
+    // recorded follower joins the nearest recorded leader of its site before it in the block,
+    // so the copies of an unrolled loop stay apart.
+    std::unordered_map<uint32_t, size_t> last_leader;
+    for (size_t i = 0; i < accesses.size(); ++i) {
+      const std::optional<Site> recorded = SiteFromMetadata(*accesses[i].inst);
+      if (!recorded) continue;
+      if (recorded->leader) {
+        last_leader[recorded->id] = i;
+        continue;
+      }
+      const auto leader = last_leader.find(recorded->id);
+      if (leader == last_leader.end()) continue;
+      group[leader->second] = static_cast<int>(leader->second);
+      group[i] = static_cast<int>(leader->second);
+    }
     std::vector<size_t> anchors(accesses.size());
     std::iota(anchors.begin(), anchors.end(), size_t{0});
     std::stable_sort(anchors.begin(), anchors.end(), [&](size_t a, size_t b) {
@@ -268,6 +301,24 @@ Status InstrumentBoundsChecks(llvm::Module& module, const std::string& kernel_na
                   {constant_ptr(check.recorder), begin, a.bytes,
                    llvm::ConstantInt::get(i32, a.params.front()),
                    llvm::ConstantInt::get(i32, a.store ? 1 : 0)});
+  }
+  return Status::Ok();
+}
+
+Status AnnotateAccessSites(llvm::Module& module, const std::string& kernel_name) {
+  llvm::Function* kernel = module.getFunction(kernel_name);
+  if (kernel == nullptr || kernel->isDeclaration()) {
+    return Internal("kernel " + kernel_name + " is missing before its sites are assigned");
+  }
+  llvm::LLVMContext& ctx = module.getContext();
+  auto* i32 = llvm::Type::getInt32Ty(ctx);
+  auto* i1 = llvm::Type::getInt1Ty(ctx);
+  for (const auto& [inst, site] : AssignSites(*kernel)) {
+    llvm::Metadata* fields[] = {
+        llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(i32, site.id)),
+        llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(i1, site.leader ? 1 : 0))};
+    const_cast<llvm::Instruction*>(inst)->setMetadata(kSiteMetadata,
+                                                      llvm::MDNode::get(ctx, fields));
   }
   return Status::Ok();
 }

@@ -61,6 +61,12 @@ inline constexpr uint32_t kSiteFollower = uint32_t{1} << 31;
 using SectorFn = void (*)(void* recorder, const void* address, uint64_t bytes, uint32_t store,
                           uint32_t site);
 
+// Records the site of each global load and store of `kernel_name` (see SectorFn) on the
+// instruction, as metadata that InstrumentGlobalTraffic reads: sites are assigned on the code
+// as retargeted, before the host's optimisation reassociates the index arithmetic that shows
+// a thread's accesses side by side. Returns INTERNAL when the kernel is missing.
+Status AnnotateAccessSites(llvm::Module& module, const std::string& kernel_name);
+
 // `footprint` (`sectors`) and `recorder` are null unless each access is to be reported to
 // `footprint` (`sectors`). When `sectors` is given, `*sites` receives the number of sites.
 Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_name,

@@ -284,6 +284,80 @@ TEST(EmulatorSectorTest, AccessesTheVectorizerMergesAreOneWarpAccess) {
   }
 }
 
+// A column lane's loop (the column reduction's form): thread i sums x[r][4i .. 4i + 3] over
+// rows r, its four loads at `row + first` plus 0..3. The host's optimisation rewrites that
+// arithmetic (it hoists the invariant `first + j` out of the loop, or widens and masks the
+// index) where NVPTX's vectorizer still makes one 16-byte load of the four; the emulator
+// pairs them on the code as emitted, so each row is one warp access that fetches what it uses.
+const char* const kColumnLane = R"(
+define void @lane(ptr %x, ptr %y) {
+entry:
+  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %base = mul i32 %ctaid, %ntid
+  %i = add i32 %base, %tid
+  %first = shl nuw nsw i32 %i, 2
+  br label %header
+header:
+  %r = phi i32 [ 0, %entry ], [ %r.next, %body ]
+  %acc = phi float [ 0.0, %entry ], [ %acc.next, %body ]
+  %done = icmp sge i32 %r, ROWS
+  br i1 %done, label %exit, label %body
+body:
+  %row = mul nuw nsw i32 %r, COLUMNS
+  %k0 = add nuw nsw i32 %row, %first
+  %k1 = add nuw nsw i32 %k0, 1
+  %k2 = add nuw nsw i32 %k0, 2
+  %k3 = add nuw nsw i32 %k0, 3
+  %e0 = zext i32 %k0 to i64
+  %e1 = zext i32 %k1 to i64
+  %e2 = zext i32 %k2 to i64
+  %e3 = zext i32 %k3 to i64
+  %p0 = getelementptr inbounds float, ptr %x, i64 %e0
+  %p1 = getelementptr inbounds float, ptr %x, i64 %e1
+  %p2 = getelementptr inbounds float, ptr %x, i64 %e2
+  %p3 = getelementptr inbounds float, ptr %x, i64 %e3
+  %v0 = load float, ptr %p0, align 16
+  %v1 = load float, ptr %p1, align 4
+  %v2 = load float, ptr %p2, align 8
+  %v3 = load float, ptr %p3, align 4
+  %s0 = fadd float %v0, %v1
+  %s1 = fadd float %v2, %v3
+  %s = fadd float %s0, %s1
+  %acc.next = fadd float %acc, %s
+  %r.next = add nuw nsw i32 %r, 1
+  br label %header
+exit:
+  %i64 = zext i32 %i to i64
+  %py = getelementptr inbounds float, ptr %y, i64 %i64
+  store float %acc, ptr %py, align 4
+  ret void
+}
+)";
+
+TEST(EmulatorSectorTest, LoadsPairedAsEmittedStayPairedAfterTheHostsOptimisation) {
+  constexpr uint64_t kRows = 8;
+  const uint64_t columns = kElements * 4;
+  auto emu = SectorEmulator(uint64_t{1} << 20);
+  ASSERT_NE(emu, nullptr);
+  CompiledKernel k;
+  k.name = "lane";
+  k.launch.grid = {kBlocks, 1, 1};
+  k.launch.block = {kThreads, 1, 1};
+  std::string ir = Replace(kColumnLane, "ROWS", std::to_string(kRows));
+  ir = Replace(ir, "COLUMNS", std::to_string(columns));
+  k.portable_ir = testing::TextIrToBitcode(kHeader + ir);
+  Buffer x(kRows * columns * 4), y(kElements * 4);
+  auto stats = emu->Launch(k, {x.data(), y.data()});
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  Print("column lane", *stats);
+  const SectorTraffic& loads = stats->sector_loads;
+  EXPECT_EQ(loads.used_bytes, kRows * kElements * 16);
+  EXPECT_EQ(loads.warp_accesses, kRows * kElements / 32);
+  EXPECT_EQ(loads.fetched_bytes, kRows * kElements * 16);
+}
+
 TEST(EmulatorSectorTest, OffByDefault) {
   auto emu = Emulator::Create();
   ASSERT_TRUE(emu.ok()) << emu.status().ToString();
