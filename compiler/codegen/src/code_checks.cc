@@ -60,10 +60,9 @@ bool StepsThroughRows(const KernelCodeFacts& f) {
 double InstructionsPerElement(const KernelCodeFacts& f, const PtxMemorySummary& ptx) {
   const double per_pass = std::max(ElementsPerPass(f), 1e-9);
   if (!StepsThroughRows(f) || ptx.instructions == 0) return f.instructions / per_pass;
-  const int kind_step =
-      f.kind == KernelKind::kColumnReduce ? 1 : std::max(f.mapping.vector_width, 1);
   const double per_trip =
-      std::min(per_pass, static_cast<double>(kind_step * std::max(f.mapping.loads_per_step, 1)));
+      std::min(per_pass, static_cast<double>(std::max(f.mapping.vector_width, 1) *
+                                             std::max(f.mapping.loads_per_step, 1)));
   const double in_loops =
       static_cast<double>(ptx.innermost_loop_instructions) / static_cast<double>(ptx.instructions);
   return f.instructions * (in_loops / per_trip + (1 - in_loops) / per_pass);
@@ -98,8 +97,11 @@ KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKe
 }
 
 int PromisedAccessBytes(KernelKind kind, int vector_width, int element_bytes) {
-  // Only loop and row-stitch kernels vectorise their full-size accesses.
-  if (vector_width <= 1 || (kind != KernelKind::kLoop && kind != KernelKind::kRowStitch)) return 0;
+  // Loop, row-stitch and column-reduce kernels vectorise their full-size accesses.
+  if (vector_width <= 1 || (kind != KernelKind::kLoop && kind != KernelKind::kRowStitch &&
+                            kind != KernelKind::kColumnReduce)) {
+    return 0;
+  }
   return std::min(16, element_bytes * vector_width);
 }
 

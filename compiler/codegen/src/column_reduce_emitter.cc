@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <tuple>
+#include <vector>
 
 #include "emitters.h"
 #include "reduction.h"
@@ -13,6 +14,11 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
   EmittedNest nest;
   nest.launch = cfg.launch;
   const int tile_y = cfg.column_tile_y;
+  // Each lane reduces `width` adjacent kept columns (the scheduler's width divides the
+  // input's minor-most dimension), so a tile spans 32 x width columns and a lane's loads of
+  // one row are adjacent: the vectoriser makes them one access.
+  const int width = std::max(cfg.vector_width, 1);
+  const int64_t tile_columns = 32 * static_cast<int64_t>(width);
   const int64_t chunks = std::max(cfg.reduce_chunks, 1);
   llvm::IRBuilder<>& b = kc.b;
   PartialArrays arrays;
@@ -22,58 +28,87 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
   }
   for (auto& r : plan.reduces) {
     llvm::Type* st = SharedType(r.acc_ty);
-    // Row ty of the tile holds thread (tx, ty)'s partial at [ty * 32 + tx]: both the writes
-    // and the column walk of the final step touch 32 consecutive slots (no bank conflicts).
-    r.smem = SharedArray(kc, st, 32 * static_cast<uint64_t>(tile_y), "column_partials");
+    // Thread (tx, ty)'s partial of its column j is at [(ty * width + j) * 32 + tx]: the
+    // writes of one j and the column walk of the final step touch 32 consecutive slots (no
+    // bank conflicts).
+    const uint64_t slots = static_cast<uint64_t>(tile_columns) * static_cast<uint64_t>(tile_y);
+    r.smem = SharedArray(kc, st, slots, "column_partials");
     nest.shared_bytes +=
-        static_cast<uint32_t>(kc.module.getDataLayout().getTypeAllocSize(st) * 32 * tile_y);
+        static_cast<uint32_t>(kc.module.getDataLayout().getTypeAllocSize(st) * slots);
+  }
+  // One copy of the plan per column of a lane, each with accumulators of its own.
+  std::vector<ReducePlan> lane_plans(static_cast<size_t>(width), plan);
+  for (ReducePlan& p : lane_plans) {
+    for (ReduceInfo& r : p.reduces) r.acc = nullptr;
   }
   ElementalEmitter em(kc);
   llvm::Value* tx = ThreadIdx(kc, Dim::kX);
   llvm::Value* ty = ThreadIdx(kc, Dim::kY);
-  llvm::Value* slot = b.CreateAdd(b.CreateMul(ty, kc.Index(32)), tx);
+  auto slot = [&](llvm::Value* y, int j) {
+    return b.CreateAdd(
+        b.CreateMul(b.CreateAdd(b.CreateMul(y, kc.Index(width)), kc.Index(j)), kc.Index(32)), tx);
+  };
   llvm::Value* kept = KeptCount(kc, geo);
-  llvm::Value* tiles = b.CreateUDiv(b.CreateAdd(kept, kc.Index(31)), kc.Index(32));
-  // A work item is a tile of 32 kept columns and, when split, one chunk of its rows.
+  llvm::Value* tiles =
+      b.CreateUDiv(b.CreateAdd(kept, kc.Index(tile_columns - 1)), kc.Index(tile_columns));
+  // A work item is a tile of 32 x width kept columns and, when split, one chunk of its rows.
   STITCH_RETURN_IF_ERROR(EmitForLoop(
       kc, "tile", BlockIdx(kc, Dim::kX), b.CreateMul(tiles, kc.Index(chunks)), GridDim(kc, Dim::kX),
       [&](llvm::Value* item) -> Status {
         llvm::Value* tile = chunks > 1 ? b.CreateURem(item, tiles) : item;
         llvm::Value* chunk = chunks > 1 ? b.CreateUDiv(item, tiles) : kc.Index(0);
-        llvm::Value* k = b.CreateAdd(b.CreateMul(tile, kc.Index(32)), tx);
-        llvm::Value* valid = b.CreateICmpSLT(k, kept);
+        llvm::Value* first = b.CreateAdd(b.CreateMul(tile, kc.Index(tile_columns)),
+                                         b.CreateMul(tx, kc.Index(width)));
+        // A lane's columns are all in range or none is: the width divides the kept count.
+        llvm::Value* valid = b.CreateICmpSLT(first, kept);
         llvm::Value* lo = kc.Index(0);
         llvm::Value* hi = ReducedCount(kc, geo);
         if (chunks > 1) std::tie(lo, hi) = ChunkRange(kc, hi, chunks, chunk);
-        InitAccumulators(kc, plan.reduces);
+        std::vector<AccumulatedColumn> columns;
+        std::vector<llvm::Value*> ks;
+        for (int j = 0; j < width; ++j) {
+          InitAccumulators(kc, lane_plans[static_cast<size_t>(j)].reduces);
+          ks.push_back(j == 0 ? first : b.CreateAdd(first, kc.Index(j), "", true, true));
+          columns.push_back({&lane_plans[static_cast<size_t>(j)], ks.back()});
+        }
         // Threads past the last output skip the loads but still take part in barriers.
         llvm::Value* end = b.CreateSelect(valid, hi, kc.Index(0));
-        STITCH_RETURN_IF_ERROR(EmitAccumulateLoop(kc, em, plan, k, b.CreateAdd(lo, ty), end, tile_y,
+        STITCH_RETURN_IF_ERROR(EmitAccumulateLoop(kc, em, columns, b.CreateAdd(lo, ty), end, tile_y,
                                                   cfg.loads_per_step, "red"));
-        for (auto& r : plan.reduces) {
-          llvm::Type* st = SharedType(r.acc_ty);
-          b.CreateStore(ToShared(b, b.CreateLoad(r.acc_ty, r.acc)),
-                        b.CreateInBoundsGEP(st, r.smem, {slot}));
+        for (int j = 0; j < width; ++j) {
+          const std::vector<ReduceInfo>& lane = lane_plans[static_cast<size_t>(j)].reduces;
+          for (size_t i = 0; i < lane.size(); ++i) {
+            llvm::Type* st = SharedType(lane[i].acc_ty);
+            b.CreateStore(ToShared(b, b.CreateLoad(lane[i].acc_ty, lane[i].acc)),
+                          b.CreateInBoundsGEP(st, plan.reduces[i].smem, {slot(ty, j)}));
+          }
         }
         Barrier(kc);
         llvm::Value* writer = b.CreateAnd(valid, b.CreateICmpEQ(ty, kc.Index(0)));
         STITCH_RETURN_IF_ERROR(EmitIf(kc, "combine", writer, [&]() -> Status {
-          std::vector<llvm::Value*> partials;
-          for (auto& r : plan.reduces) {
-            llvm::Type* st = SharedType(r.acc_ty);
-            llvm::Value* acc = nullptr;
-            for (int i = 0; i < tile_y; ++i) {
-              llvm::Value* p = b.CreateInBoundsGEP(st, r.smem, {b.CreateAdd(tx, kc.Index(32 * i))});
-              llvm::Value* v = FromShared(b, b.CreateLoad(st, p), r.acc_ty);
-              acc = acc ? Combine(b, r, acc, v) : v;
+          // Every column's partials first, then their stores side by side, which the
+          // vectoriser merges.
+          std::vector<std::vector<llvm::Value*>> partials(static_cast<size_t>(width));
+          for (int j = 0; j < width; ++j) {
+            for (auto& r : plan.reduces) {
+              llvm::Type* st = SharedType(r.acc_ty);
+              llvm::Value* acc = nullptr;
+              for (int i = 0; i < tile_y; ++i) {
+                llvm::Value* p = b.CreateInBoundsGEP(st, r.smem, {slot(kc.Index(i), j)});
+                llvm::Value* v = FromShared(b, b.CreateLoad(st, p), r.acc_ty);
+                acc = acc ? Combine(b, r, acc, v) : v;
+              }
+              partials[static_cast<size_t>(j)].push_back(acc);
             }
-            partials.push_back(acc);
           }
           if (chunks > 1) {
-            StorePartials(kc, plan, arrays, partials, chunk, k);
+            StoreColumnPartials(kc, plan, arrays, partials, chunk, first);
             return Status::Ok();
           }
-          return WriteReduceOutputs(kc, em, plan, partials, k);
+          for (size_t j = 0; j < partials.size(); ++j) {
+            STITCH_RETURN_IF_ERROR(WriteReduceOutputs(kc, em, plan, partials[j], ks[j]));
+          }
+          return Status::Ok();
         }));
         // The next tile reuses the partial slots.
         Barrier(kc);

@@ -4,9 +4,11 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "dtype_lowering.h"
 #include "grid_barrier.h"
+#include "index_alignment.h"
 #include "machine_functions.h"
 #include "stitch/plan/op_classes.h"
 
@@ -216,13 +218,10 @@ void InitAccumulators(KernelContext& kc, std::vector<ReduceInfo>& reduces) {
 
 namespace {
 
-// Emits the element (kept k, reduced r) of every reduce's input, in plan order, and stores the
-// side outputs' element there; returns the reduce inputs' values.
+// Emits the element at `idx` of every reduce's input, in plan order, and stores the side
+// outputs' element there; returns the reduce inputs' values.
 StatusOr<std::vector<llvm::Value*>> EmitElement(KernelContext& kc, ElementalEmitter& em,
-                                                const ReducePlan& plan, llvm::Value* k,
-                                                llvm::Value* r) {
-  em.ResetScope();
-  const IrIndex idx = InputIndex(kc, em, plan.geometry, k, r);
+                                                const ReducePlan& plan, const IrIndex& idx) {
   std::vector<llvm::Value*> values;
   for (const auto& red : plan.reduces) {
     STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(red.input, idx));
@@ -249,25 +248,43 @@ void CombineElements(KernelContext& kc, const ReducePlan& plan,
   }
 }
 
-// Emits `count` elements r, r + step, ... before combining any, so their loads are in flight
-// together.
-Status AccumulateElements(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
-                          llvm::Value* k, llvm::Value* r, int64_t step, int64_t count) {
-  std::vector<std::vector<llvm::Value*>> elements;
+// Emits `count` elements r, r + step, ... of every column before combining any, so their
+// loads are in flight together.
+Status AccumulateElements(KernelContext& kc, ElementalEmitter& em,
+                          const std::vector<AccumulatedColumn>& columns, llvm::Value* r,
+                          int64_t step, int64_t count) {
+  std::vector<std::vector<std::vector<llvm::Value*>>> elements(columns.size());
   for (int64_t u = 0; u < count; ++u) {
     llvm::Value* ru = u == 0 ? r : kc.b.CreateAdd(r, kc.Index(u * step), "", true, true);
-    STITCH_ASSIGN_OR_RETURN(std::vector<llvm::Value*> values, EmitElement(kc, em, plan, k, ru));
-    elements.push_back(std::move(values));
+    llvm::Value* first_linear = nullptr;
+    for (size_t c = 0; c < columns.size(); ++c) {
+      em.ResetScope();
+      // Where the kept columns are the input's trailing dimensions, a later column's element
+      // is the first column's plus their distance, formed so in the IR: the vectoriser merges
+      // loads only where their addresses differ by constants it can see.
+      const std::optional<int64_t> distance =
+          c == 0 ? std::nullopt : ConstantDistance(columns[c].k, columns[0].k);
+      IrIndex idx;
+      if (distance && first_linear && columns[0].plan->geometry.reduced_is_prefix) {
+        idx.linear = kc.b.CreateAdd(first_linear, kc.Index(*distance), "", true, true);
+      } else {
+        idx = InputIndex(kc, em, columns[c].plan->geometry, columns[c].k, ru);
+      }
+      if (c == 0) first_linear = idx.linear;
+      STITCH_ASSIGN_OR_RETURN(std::vector<llvm::Value*> values,
+                              EmitElement(kc, em, *columns[c].plan, idx));
+      elements[c].push_back(std::move(values));
+    }
   }
-  CombineElements(kc, plan, elements);
+  for (size_t c = 0; c < columns.size(); ++c) CombineElements(kc, *columns[c].plan, elements[c]);
   return Status::Ok();
 }
 
 }  // namespace
 
-Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
-                          llvm::Value* k, llvm::Value* start, llvm::Value* end, int64_t step,
-                          int loads_per_step, const char* name) {
+Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em,
+                          const std::vector<AccumulatedColumn>& columns, llvm::Value* start,
+                          llvm::Value* end, int64_t step, int loads_per_step, const char* name) {
   const int64_t unroll = std::max(loads_per_step, 1);
   llvm::Value* rest = start;
   if (unroll > 1) {
@@ -275,13 +292,20 @@ Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em, const ReduceP
     llvm::Value* last_start = kc.b.CreateSub(end, kc.Index((unroll - 1) * step), "", false, true);
     STITCH_RETURN_IF_ERROR(EmitForLoop(
         kc, name, start, last_start, kc.Index(unroll * step),
-        [&](llvm::Value* r) { return AccumulateElements(kc, em, plan, k, r, step, unroll); }, &rest,
+        [&](llvm::Value* r) { return AccumulateElements(kc, em, columns, r, step, unroll); }, &rest,
         /*unrollable=*/false));
   }
   return EmitForLoop(
       kc, (std::string(name) + ".rest").c_str(), rest, end, kc.Index(step),
-      [&](llvm::Value* r) { return AccumulateElements(kc, em, plan, k, r, step, 1); }, nullptr,
+      [&](llvm::Value* r) { return AccumulateElements(kc, em, columns, r, step, 1); }, nullptr,
       /*unrollable=*/unroll == 1);
+}
+
+Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                          llvm::Value* k, llvm::Value* start, llvm::Value* end, int64_t step,
+                          int loads_per_step, const char* name) {
+  return EmitAccumulateLoop(kc, em, {AccumulatedColumn{&plan, k}}, start, end, step, loads_per_step,
+                            name);
 }
 
 namespace {
@@ -370,12 +394,14 @@ namespace {
 
 constexpr uint64_t kPartialAlignment = 256;
 
+llvm::Value* PartialSlot(KernelContext& kc, llvm::Value* chunk, llvm::Value* k, int64_t kept) {
+  llvm::IRBuilder<>& b = kc.b;
+  return b.CreateAdd(b.CreateMul(chunk, kc.Index(kept), "", true, true), k, "", true, true);
+}
+
 llvm::Value* PartialAddress(KernelContext& kc, const ReduceInfo& r, llvm::Value* base,
                             llvm::Value* chunk, llvm::Value* k, int64_t kept) {
-  llvm::IRBuilder<>& b = kc.b;
-  llvm::Value* slot =
-      b.CreateAdd(b.CreateMul(chunk, kc.Index(kept), "", true, true), k, "", true, true);
-  return b.CreateInBoundsGEP(SharedType(r.acc_ty), base, {slot});
+  return kc.b.CreateInBoundsGEP(SharedType(r.acc_ty), base, {PartialSlot(kc, chunk, k, kept)});
 }
 
 }  // namespace
@@ -401,13 +427,30 @@ StatusOr<PartialArrays> LayoutPartials(KernelContext& kc, const ReducePlan& plan
   return arrays;
 }
 
+void StoreColumnPartials(KernelContext& kc, const ReducePlan& plan, const PartialArrays& arrays,
+                         const std::vector<std::vector<llvm::Value*>>& partials, llvm::Value* chunk,
+                         llvm::Value* first) {
+  llvm::Value* first_slot = PartialSlot(kc, chunk, first, plan.geometry.kept);
+  const llvm::DataLayout& dl = kc.module.getDataLayout();
+  for (size_t i = 0; i < plan.reduces.size(); ++i) {
+    llvm::Type* st = SharedType(plan.reduces[i].acc_ty);
+    for (size_t j = 0; j < partials.size(); ++j) {
+      // Each slot is formed as the first's plus j, and the arrays are 256-byte aligned, so
+      // the vectoriser sees the stores adjacent and the first's alignment.
+      llvm::Value* slot =
+          j == 0 ? first_slot
+                 : kc.b.CreateAdd(first_slot, kc.Index(static_cast<int64_t>(j)), "", true, true);
+      const uint64_t align = ElementAlignment(slot, dl.getTypeStoreSize(st));
+      kc.b.CreateAlignedStore(ToShared(kc.b, partials[j][i]),
+                              kc.b.CreateInBoundsGEP(st, arrays.base[i], {slot}),
+                              llvm::Align(align));
+    }
+  }
+}
+
 void StorePartials(KernelContext& kc, const ReducePlan& plan, const PartialArrays& arrays,
                    const std::vector<llvm::Value*>& partials, llvm::Value* chunk, llvm::Value* k) {
-  for (size_t i = 0; i < plan.reduces.size(); ++i) {
-    const ReduceInfo& r = plan.reduces[i];
-    kc.b.CreateStore(ToShared(kc.b, partials[i]),
-                     PartialAddress(kc, r, arrays.base[i], chunk, k, plan.geometry.kept));
-  }
+  StoreColumnPartials(kc, plan, arrays, {partials}, chunk, k);
 }
 
 Status EmitCombinePartials(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,

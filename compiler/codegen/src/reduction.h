@@ -83,6 +83,20 @@ Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em, const ReduceP
                           llvm::Value* k, llvm::Value* start, llvm::Value* end, int64_t step,
                           int loads_per_step, const char* name);
 
+// One kept output a thread reduces beside others: its index, and the plan whose reduces'
+// accumulators (ReduceInfo::acc) hold its partial results.
+struct AccumulatedColumn {
+  const ReducePlan* plan = nullptr;
+  llvm::Value* k = nullptr;
+};
+
+// EmitAccumulateLoop for several kept outputs at once (a column reduction's lane of adjacent
+// columns): each step emits every column's elements before combining any, so the loads of
+// adjacent columns sit side by side and become vectors.
+Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em,
+                          const std::vector<AccumulatedColumn>& columns, llvm::Value* start,
+                          llvm::Value* end, int64_t step, int loads_per_step, const char* name);
+
 // Returns `v` reduced over groups of `width` consecutive lanes (lane 0 of each group holds
 // the result) with shfl.sync.down on a full mask.
 llvm::Value* WarpReduce(KernelContext& kc, const ReduceInfo& r, llvm::Value* v, int width);
@@ -118,6 +132,12 @@ struct PartialArrays {
 // Lays out the partial arrays of `plan` in kc.workspace. Returns INTERNAL when the kernel
 // has no workspace.
 StatusOr<PartialArrays> LayoutPartials(KernelContext& kc, const ReducePlan& plan, int64_t chunks);
+
+// Stores `partials[j]` (one per reduce) as chunk `chunk` of output `first` + j, for every j:
+// a column lane's adjacent outputs, whose stores merge into one access.
+void StoreColumnPartials(KernelContext& kc, const ReducePlan& plan, const PartialArrays& arrays,
+                         const std::vector<std::vector<llvm::Value*>>& partials, llvm::Value* chunk,
+                         llvm::Value* first);
 
 // Stores `partials` (one per reduce) as chunk `chunk` of output `k`.
 void StorePartials(KernelContext& kc, const ReducePlan& plan, const PartialArrays& arrays,

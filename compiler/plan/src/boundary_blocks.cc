@@ -68,7 +68,8 @@ void AddBoundaries(const Graph& g, const KernelSpec& k, std::vector<uint64_t>& o
     case KernelKind::kColumnReduce: {
       const int64_t kept = g.nodes[k.hero].shape.elements();
       if (k.kind == KernelKind::kColumnReduce) {
-        AddBoundary(CeilDiv(kept, int64_t{32}) * chunks, 1, grid, out);
+        AddBoundary(CeilDiv(kept, int64_t{32} * std::max(m.vector_width, 1)) * chunks, 1, grid,
+                    out);
       } else if (m.threads_per_row <= 32) {
         AddBoundary(CeilDiv(kept, int64_t{32 / m.threads_per_row}), m.launch.block[1], grid, out);
       } else {
@@ -100,7 +101,7 @@ int64_t ItemsPerPass(KernelKind kind, const ThreadMapping& m) {
       // Rows side by side in a block (several per warp, a warp each, or one per block).
       return std::max(m.rows_per_block, 1);
     case KernelKind::kColumnReduce:
-      // A 32 x column_tile_y block owns one tile of 32 kept columns at a time.
+      // A 32 x column_tile_y block owns one tile of 32 x vector_width kept columns at a time.
       return 1;
     case KernelKind::kGlobalStitch:
       return 1;  // priced phase by phase

@@ -133,6 +133,14 @@ int64_t WidestBufferElement(const Graph& g, const KernelSpec& k, int64_t element
   return widest;
 }
 
+std::vector<int> ReduceOutputs(const Graph& g, const KernelSpec& k) {
+  std::vector<int> reduces;
+  for (int o : k.outputs) {
+    if (g.nodes[o].op == OpCode::kReduce) reduces.push_back(o);
+  }
+  return reduces;
+}
+
 int64_t PartialBytes(const Graph& g, const std::vector<int>& reduces) {
   int64_t bytes = 0;
   for (int r : reduces) bytes += std::max<int64_t>(DTypeBytes(g.nodes[r].shape.dtype), 4);

@@ -14,15 +14,6 @@ namespace stitch {
 namespace internal {
 namespace {
 
-// The reduces a split reduce phase computes: its reduce outputs.
-std::vector<int> ReduceOutputs(const Graph& g, const KernelSpec& k) {
-  std::vector<int> reduces;
-  for (int o : k.outputs) {
-    if (g.nodes[o].op == OpCode::kReduce) reduces.push_back(o);
-  }
-  return reduces;
-}
-
 // Schedules a phase of a global kernel for blocks of `threads` threads.
 Status SchedulePhase(const Graph& g, KernelSpec& k, const GpuDevice& d, int threads) {
   k.mapping = ThreadMapping{};
@@ -108,7 +99,7 @@ void SplitReducePhase(const Graph& g, KernelSpec& k, const CostModel& model) {
   const bool column = k.kind == KernelKind::kColumnReduce;
   const Node& h = g.nodes[k.hero];
   const int64_t kept = h.shape.elements();
-  const int64_t items = column ? (kept + 31) / 32 : kept;
+  const int64_t items = column ? CeilDiv(kept, ColumnTileWidth(m)) : kept;
   const int64_t blocks = static_cast<int64_t>(m.launch.blocks());
   const int64_t max_chunks = MaxReduceChunks(g, k);
   const ThreadMapping unsplit = m;

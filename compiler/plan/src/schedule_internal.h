@@ -6,6 +6,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -44,6 +45,9 @@ void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements);
 // elements: the buffers whose accesses a vector of that many consecutive elements widens.
 int64_t WidestBufferElement(const Graph& g, const KernelSpec& k, int64_t elements);
 
+// The reduces a reduce kernel (or phase) writes: its reduce outputs, in output order.
+std::vector<int> ReduceOutputs(const Graph& g, const KernelSpec& k);
+
 // Bytes of one partial value of each of `reduces` (reduce.h's PartialArrays): its
 // accumulator type, at least 4 bytes (f16 and bf16 accumulate in f32).
 int64_t PartialBytes(const Graph& g, const std::vector<int>& reduces);
@@ -58,6 +62,11 @@ CostModelParameters WithFittedIssueTerm(const GpuDevice& d);
 void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0,
                   int max_vector_width = 8);
 void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d);
+
+// The kept columns of a column reduction's tile: 32 lanes of `vector_width` each.
+inline int64_t ColumnTileWidth(const ThreadMapping& m) {
+  return 32 * static_cast<int64_t>(std::max(m.vector_width, 1));
+}
 
 // Reductions (schedule_reduce.cc). SetLoadsPerStep sets how many reduced elements a thread
 // loads before combining them: up to 4, as many as it has per row (or chunk).

@@ -22,6 +22,52 @@ ReduceSpan SpanOf(const Graph& g, const KernelSpec& k) {
   return {reduced, k.kind == KernelKind::kColumnReduce ? m.column_tile_y : m.threads_per_row};
 }
 
+// The reduces a reduce kernel computes: its hero, and the reduces among its outputs. The
+// column emitter keeps a tile of partials of each in shared memory.
+std::vector<int> ComputedReduces(const Graph& g, const KernelSpec& k) {
+  std::vector<int> reduces = ReduceOutputs(g, k);
+  if (std::find(reduces.begin(), reduces.end(), k.hero) == reduces.end()) {
+    reduces.push_back(k.hero);
+  }
+  return reduces;
+}
+
+// Static shared memory a block may declare; the emitters' arrays are static.
+constexpr int64_t kMaxStaticSharedBytes = 48 * 1024;
+// Accumulators a column lane keeps: the phases of a global kernel of 1,024-thread blocks run
+// in 32 registers, which eight accumulators beside a step's loads still leave room in.
+constexpr int64_t kMaxColumnAccumulators = 8;
+
+// The adjacent kept columns (8, 4, 2 or 1) each lane of a column reduction takes: the count
+// divides the input's minor-most dimension, so a lane's columns are adjacent in memory; that
+// many elements of every full-size input fit one kMaxVectorBytes access; the 32 lanes'
+// columns do not outnumber the kept ones, where lanes past them would idle; and the tile's
+// partials, `partial_bytes` per column and row of the tile, fit in static shared memory; and
+// a lane's accumulators, one per reduce and column, stay within kMaxColumnAccumulators; and
+// the work items (tiles times the chunks their rows can split into) still number as many as
+// single columns give, or two per SM. Where 32 columns make half a row of the input (suite
+// rows #18 and #20: 64 f16 channels), two per lane make a warp's load one whole row.
+int ColumnVectorWidth(const Graph& g, const KernelSpec& k, const GpuDevice& d,
+                      int64_t partial_bytes, int64_t reduces) {
+  const Node& input = g.nodes[g.nodes[k.hero].operands[0]];
+  const int64_t kept = g.nodes[k.hero].shape.elements();
+  const int64_t reduced = kept > 0 ? input.shape.elements() / kept : 0;
+  const int64_t minor = input.shape.rank() > 0 ? input.shape.dims.back() : 1;
+  const int64_t widest = WidestBufferElement(g, k, input.shape.elements());
+  const int tile_y = k.mapping.column_tile_y;
+  const int64_t chunks = std::max<int64_t>(1, reduced / (int64_t{tile_y} * 4));
+  const int64_t items_needed = std::min(CeilDiv(kept, 32) * chunks, int64_t{d.sms} * 2);
+  for (int v = 8; v > 1; v /= 2) {
+    const int64_t tile_bytes = partial_bytes * 32 * v * tile_y;
+    if (minor % v == 0 && v * widest <= kMaxVectorBytes && 32 * v <= kept &&
+        tile_bytes <= kMaxStaticSharedBytes && v * reduces <= kMaxColumnAccumulators &&
+        CeilDiv(kept, 32 * v) * chunks >= items_needed) {
+      return v;
+    }
+  }
+  return 1;
+}
+
 }  // namespace
 
 // Sets how many reduced elements a reduction kernel's thread loads before combining them:
@@ -31,7 +77,12 @@ void SetLoadsPerStep(const Graph& g, KernelSpec& k) {
   const ReduceSpan span = SpanOf(g, k);
   const int64_t chunk = CeilDiv(span.reduced, std::max(m.reduce_chunks, 1));
   const int64_t per_thread = CeilDiv(chunk, std::max<int64_t>(span.threads, 1));
-  const int loads = per_thread >= 4 ? 4 : per_thread >= 2 ? 2 : 1;
+  int loads = per_thread >= 4 ? 4 : per_thread >= 2 ? 2 : 1;
+  // A column lane's loads are vectors of vector_width values: at most 4 values a step in
+  // flight, as for single columns, keeps its registers those of a single column's loop.
+  if (k.kind == KernelKind::kColumnReduce) {
+    loads = std::min(loads, std::max(1, 4 / std::max(m.vector_width, 1)));
+  }
   m.load_bytes_in_flight_per_thread =
       m.load_bytes_in_flight_per_thread / std::max(m.loads_per_step, 1) * loads;
   m.loads_per_step = loads;
@@ -71,16 +122,28 @@ void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int
   const int64_t kept = h.shape.elements();
   const int64_t reduced = kept > 0 ? g.nodes[h.operands[0]].shape.elements() / kept : 0;
   ThreadMapping& m = k.mapping;
-  const int64_t tiles = (kept + 31) / 32;
   // Few tiles: taller blocks so each SM still gets enough threads to hide latency.
-  m.column_tile_y = (tiles < int64_t{d.sms} * 4 && reduced >= 256) ? 32 : 8;
+  m.column_tile_y = (CeilDiv(kept, 32) < int64_t{d.sms} * 4 && reduced >= 256) ? 32 : 8;
   if (block_threads > 0) m.column_tile_y = block_threads / 32;
+  // Lanes of several columns go to the column phases of global kernels first, where the H100
+  // found the miss (#18's phase read at 1.8 TB/s with one f16 column, half a row, per lane);
+  // a kernel of its own, as the baselines' renditions use, keeps one column per lane until
+  // a GPU run has measured the lanes.
+  // Up to 8 bytes of partial for each output, column and row of the tile.
+  const int64_t partial_bytes = 8 * static_cast<int64_t>(k.outputs.size());
+  if (block_threads > 0) {
+    m.vector_width = ColumnVectorWidth(g, k, d, partial_bytes,
+                                       static_cast<int64_t>(ComputedReduces(g, k).size()));
+  }
+  const int64_t tiles = CeilDiv(kept, ColumnTileWidth(m));
   m.launch.block = {32, static_cast<uint32_t>(m.column_tile_y), 1};
   m.launch.grid = {CeilDivCapped(tiles, 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
-  m.shared_bytes = static_cast<uint32_t>(8 * 32 * m.column_tile_y * k.outputs.size());
+  m.shared_bytes = static_cast<uint32_t>(partial_bytes * ColumnTileWidth(m) * m.column_tile_y);
   m.block_barriers_per_item = 2;
   m.work_items = tiles;
   SetTraffic(g, k, kept * reduced);
+  // A lane's columns are independent loads of one access.
+  m.load_bytes_in_flight_per_thread *= m.vector_width;
   SetLoadsPerStep(g, k);
 }
 

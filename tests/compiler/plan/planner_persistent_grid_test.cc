@@ -3,9 +3,11 @@
 // one the co-resident bound, and the cost model prices the grid that is launched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "stitch/ir/verifier.h"
@@ -95,7 +97,8 @@ TEST(PersistentGrid, SplitPhasesGiveEveryBlockAShare) {
     for (const KernelSpec& phase : k->phases) {
       if (phase.kind != KernelKind::kColumnReduce || phase.mapping.reduce_chunks <= 1) continue;
       ++split;
-      const int64_t items = (cols + 31) / 32;
+      const int64_t tile = 32 * std::max(phase.mapping.vector_width, 1);
+      const int64_t items = (cols + tile - 1) / tile;
       const int64_t chunks = phase.mapping.reduce_chunks;
       const double busiest =
           static_cast<double>((items * chunks + blocks - 1) / blocks) / static_cast<double>(chunks);
@@ -105,6 +108,33 @@ TEST(PersistentGrid, SplitPhasesGiveEveryBlockAShare) {
           << Describe(g, *plan);
     }
     EXPECT_GT(split, 0) << Describe(g, *plan);
+  }
+}
+
+// A column phase's lane takes adjacent kept columns, as many as one 16-byte access holds,
+// where its tile of 32 lanes stays within the kept columns and the phase keeps work for the
+// whole grid: 64 f32 channels make one 256-byte row per warp (two per lane), 4096 make tiles
+// of 4 per lane, and a small graph keeps one, since wider tiles would starve its grid.
+TEST(PersistentGrid, ColumnPhasesTakeAdjacentColumnsPerLane) {
+  const GpuDevice& h100 = Target().device();
+  for (const auto& [rows, cols, width] :
+       {std::tuple<int64_t, int64_t, int>{1 << 16, 64, 2}, {1 << 14, 4096, 4}, {256, 256, 1}}) {
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols));
+    Graph g = BatchNormStatistics(rows, cols);
+    StatusOr<FusionPlan> plan = PlanStitched(g, h100);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    const KernelSpec* k = GlobalKernel(*plan);
+    ASSERT_NE(k, nullptr) << Describe(g, *plan);
+    int columns = 0;
+    for (const KernelSpec& phase : k->phases) {
+      if (phase.kind != KernelKind::kColumnReduce) continue;
+      ++columns;
+      EXPECT_EQ(phase.mapping.vector_width, width) << phase.name << "\n" << Describe(g, *plan);
+      // The tiles cover the kept columns once.
+      EXPECT_EQ(phase.mapping.work_items % ((cols + 32 * width - 1) / (32 * width)), 0)
+          << phase.name;
+    }
+    EXPECT_GT(columns, 0) << Describe(g, *plan);
   }
 }
 

@@ -41,7 +41,8 @@ struct KernelCodeFacts {
 
 // The widest access the plan promises a `kind` kernel with `vector_width` lanes on buffers of
 // `element_bytes`-byte elements: their product, at most 16 bytes; 0 where the kind does not
-// vectorise its full-size accesses (only loop and row-stitch kernels do) or the width is 1.
+// vectorise its full-size accesses (loop, row-stitch and column-reduce kernels do) or the width
+// is 1.
 int PromisedAccessBytes(KernelKind kind, int vector_width, int element_bytes);
 
 // Returns the facts of `kernel`, compiled from `spec` of a plan for `g`.
