@@ -38,15 +38,17 @@ constexpr int64_t kMaxStaticSharedBytes = 48 * 1024;
 // in 32 registers, which eight accumulators beside a step's loads still leave room in.
 constexpr int64_t kMaxColumnAccumulators = 8;
 
-// The adjacent kept columns (8, 4, 2 or 1) each lane of a column reduction takes: the count
-// divides the input's minor-most dimension, so a lane's columns are adjacent in memory; that
-// many elements of every full-size input fit one kMaxVectorBytes access; the 32 lanes'
-// columns do not outnumber the kept ones, where lanes past them would idle; and the tile's
-// partials, `partial_bytes` per column and row of the tile, fit in static shared memory; and
-// a lane's accumulators, one per reduce and column, stay within kMaxColumnAccumulators; and
-// the work items (tiles times the chunks their rows can split into) still number as many as
-// single columns give, or two per SM. Where 32 columns make half a row of the input (suite
-// rows #18 and #20: 64 f16 channels), two per lane make a warp's load one whole row.
+// The adjacent kept columns (8, 4, 2 or 1) each lane of a column reduction takes, the most
+// for which:
+// - the count divides the input's minor-most dimension, so a lane's columns are adjacent;
+// - that many elements of every full-size input fit one kMaxVectorBytes access;
+// - the 32 lanes' columns do not outnumber the kept ones (lanes past them would idle);
+// - the tile's partials, `partial_bytes` per column and row of the tile, fit static shared
+//   memory, and a lane's accumulators, one per reduce and column, kMaxColumnAccumulators;
+// - the work items (tiles times the chunks their rows can split into) still number as many
+//   as single columns give, or two per SM.
+// Where 32 columns make half a row of the input (suite row #18: 64 f16 channels), two per lane
+// make a warp's load one whole row.
 int ColumnVectorWidth(const Graph& g, const KernelSpec& k, const GpuDevice& d,
                       int64_t partial_bytes, int64_t reduces) {
   const Node& input = g.nodes[g.nodes[k.hero].operands[0]];
@@ -131,10 +133,10 @@ void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int
   // a GPU run has measured the lanes.
   // Up to 8 bytes of partial for each output, column and row of the tile.
   const int64_t partial_bytes = 8 * static_cast<int64_t>(k.outputs.size());
-  if (block_threads > 0) {
-    m.vector_width = ColumnVectorWidth(g, k, d, partial_bytes,
-                                       static_cast<int64_t>(ComputedReduces(g, k).size()));
-  }
+  m.vector_width = block_threads > 0
+                       ? ColumnVectorWidth(g, k, d, partial_bytes,
+                                           static_cast<int64_t>(ComputedReduces(g, k).size()))
+                       : 1;
   const int64_t tiles = CeilDiv(kept, ColumnTileWidth(m));
   m.launch.block = {32, static_cast<uint32_t>(m.column_tile_y), 1};
   m.launch.grid = {CeilDivCapped(tiles, 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};

@@ -2,7 +2,8 @@
 //
 // Row reductions get several rows per warp for short rows, a warp per row, or a block per
 // row, with block sizes picked so the grid fills the SMs; column reductions get tiles of
-// 32 columns; every kernel gets the widest vector access its shapes allow. The mapping also
+// 32 lanes, each lane one column or, in a global kernel's phase, several adjacent ones; every
+// kernel gets the widest vector access its shapes allow. The mapping also
 // records the kernel's modelled global traffic, so the cost model and the emulator can be
 // compared kernel by kernel.
 //
@@ -61,8 +62,9 @@ std::vector<uint64_t> BoundaryBlocks(const Graph& g, const KernelSpec& kernel);
 
 // Returns the elements, rows or tiles (the unit of ThreadMapping::work_items) one block of
 // a `kind` kernel with mapping `m` covers per pass of its grid-stride loop: a vector per
-// thread (loop kernels), rows_per_block rows (row kernels), one 32-column tile (column
-// reductions); 1 for a global_stitch kernel, whose phases are their own kernels.
+// thread (loop kernels), rows_per_block rows (row kernels), one tile of 32 x vector_width
+// columns (column reductions); 1 for a global_stitch kernel, whose phases are their own
+// kernels.
 int64_t ItemsPerPass(KernelKind kind, const ThreadMapping& m);
 
 // The tiles of a transpose tile (ThreadMapping::transpose_tile) over node `transpose`'s
