@@ -224,19 +224,13 @@ TEST(EmulatorSectorTest, StoresAreWrittenBackOnceUnlessEvicted) {
 // the first load 16-byte aligned NVPTX's load-store vectorizer makes one 16-byte load of
 // them, and the emulator counts one warp access; aligned to 4 bytes only, they stay four
 // scalar loads, each spanning 4 times the sectors it uses.
-const char* const kFourLoads = R"(
-define void @four(ptr %x, ptr %y) {
-entry:
-  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
-  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
-  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
-  %base = mul i32 %ctaid, %ntid
-  %i = add i32 %base, %tid
-  %j = shl i32 %i, 2
-  %j1 = add nuw nsw i32 %j, 1
-  %j2 = add nuw nsw i32 %j, 2
-  %j3 = add nuw nsw i32 %j, 3
-  %e0 = zext i32 %j to i64
+// Thread-local: %s = x[J] + x[J + 1] + x[J + 2] + x[J + 3] for the i32 value %J, the first
+// load aligned to ALIGN bytes.
+const char* const kFourLoadsAt = R"(
+  %j1 = add nuw nsw i32 %J, 1
+  %j2 = add nuw nsw i32 %J, 2
+  %j3 = add nuw nsw i32 %J, 3
+  %e0 = zext i32 %J to i64
   %e1 = zext i32 %j1 to i64
   %e2 = zext i32 %j2 to i64
   %e3 = zext i32 %j3 to i64
@@ -251,6 +245,18 @@ entry:
   %s0 = fadd float %v0, %v1
   %s1 = fadd float %v2, %v3
   %s = fadd float %s0, %s1
+)";
+
+const char* const kFourLoads = R"(
+define void @four(ptr %x, ptr %y) {
+entry:
+  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %base = mul i32 %ctaid, %ntid
+  %i = add i32 %base, %tid
+  %j = shl i32 %i, 2
+FOUR_LOADS
   %i64 = zext i32 %i to i64
   %py = getelementptr inbounds float, ptr %y, i64 %i64
   store float %s, ptr %py, align 4
@@ -258,17 +264,24 @@ entry:
 }
 )";
 
+// A kernel of kBlocks blocks of kThreads threads from the IR text of function `name`.
+CompiledKernel TextKernel(const std::string& name, const std::string& ir) {
+  CompiledKernel k;
+  k.name = name;
+  k.launch.grid = {kBlocks, 1, 1};
+  k.launch.block = {kThreads, 1, 1};
+  k.portable_ir = testing::TextIrToBitcode(kHeader + ir);
+  return k;
+}
+
 TEST(EmulatorSectorTest, AccessesTheVectorizerMergesAreOneWarpAccess) {
   for (const int align : {16, 4}) {
     SCOPED_TRACE(align);
     auto emu = SectorEmulator(uint64_t{1} << 20);
     ASSERT_NE(emu, nullptr);
-    CompiledKernel k;
-    k.name = "four";
-    k.launch.grid = {kBlocks, 1, 1};
-    k.launch.block = {kThreads, 1, 1};
-    k.portable_ir =
-        testing::TextIrToBitcode(kHeader + Replace(kFourLoads, "ALIGN", std::to_string(align)));
+    const std::string four =
+        Replace(Replace(kFourLoadsAt, "%J", "%j"), "ALIGN", std::to_string(align));
+    const CompiledKernel k = TextKernel("four", Replace(kFourLoads, "FOUR_LOADS", four));
     Buffer x(kElements * 16), y(kElements * 4);
     auto stats = emu->Launch(k, {x.data(), y.data()});
     ASSERT_TRUE(stats.ok()) << stats.status().ToString();
@@ -307,24 +320,7 @@ header:
 body:
   %row = mul nuw nsw i32 %r, COLUMNS
   %k0 = add nuw nsw i32 %row, %first
-  %k1 = add nuw nsw i32 %k0, 1
-  %k2 = add nuw nsw i32 %k0, 2
-  %k3 = add nuw nsw i32 %k0, 3
-  %e0 = zext i32 %k0 to i64
-  %e1 = zext i32 %k1 to i64
-  %e2 = zext i32 %k2 to i64
-  %e3 = zext i32 %k3 to i64
-  %p0 = getelementptr inbounds float, ptr %x, i64 %e0
-  %p1 = getelementptr inbounds float, ptr %x, i64 %e1
-  %p2 = getelementptr inbounds float, ptr %x, i64 %e2
-  %p3 = getelementptr inbounds float, ptr %x, i64 %e3
-  %v0 = load float, ptr %p0, align 16
-  %v1 = load float, ptr %p1, align 4
-  %v2 = load float, ptr %p2, align 8
-  %v3 = load float, ptr %p3, align 4
-  %s0 = fadd float %v0, %v1
-  %s1 = fadd float %v2, %v3
-  %s = fadd float %s0, %s1
+FOUR_LOADS
   %acc.next = fadd float %acc, %s
   %r.next = add nuw nsw i32 %r, 1
   br label %header
@@ -341,13 +337,10 @@ TEST(EmulatorSectorTest, LoadsPairedAsEmittedStayPairedAfterTheHostsOptimisation
   const uint64_t columns = kElements * 4;
   auto emu = SectorEmulator(uint64_t{1} << 20);
   ASSERT_NE(emu, nullptr);
-  CompiledKernel k;
-  k.name = "lane";
-  k.launch.grid = {kBlocks, 1, 1};
-  k.launch.block = {kThreads, 1, 1};
   std::string ir = Replace(kColumnLane, "ROWS", std::to_string(kRows));
   ir = Replace(ir, "COLUMNS", std::to_string(columns));
-  k.portable_ir = testing::TextIrToBitcode(kHeader + ir);
+  ir = Replace(ir, "FOUR_LOADS", Replace(Replace(kFourLoadsAt, "%J", "%k0"), "ALIGN", "16"));
+  const CompiledKernel k = TextKernel("lane", ir);
   Buffer x(kRows * columns * 4), y(kElements * 4);
   auto stats = emu->Launch(k, {x.data(), y.data()});
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
