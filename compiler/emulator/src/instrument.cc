@@ -175,7 +175,7 @@ std::optional<Site> SiteFromMetadata(const llvm::Instruction& inst) {
   return Site{static_cast<uint32_t>(id->getZExtValue()), !leader->isZero()};
 }
 
-std::unordered_map<const llvm::Instruction*, Site> AssignSites(llvm::Function& kernel) {
+std::unordered_map<llvm::Instruction*, Site> AssignSites(llvm::Function& kernel) {
   const llvm::DataLayout& dl = kernel.getParent()->getDataLayout();
   struct Candidate {
     llvm::Instruction* inst;
@@ -184,7 +184,7 @@ std::unordered_map<const llvm::Instruction*, Site> AssignSites(llvm::Function& k
     uint64_t align;
     bool store;
   };
-  std::unordered_map<const llvm::Instruction*, Site> sites;
+  std::unordered_map<llvm::Instruction*, Site> sites;
   uint32_t next = 0;
   for (llvm::BasicBlock& bb : kernel) {
     std::vector<Candidate> accesses;
@@ -317,8 +317,7 @@ Status AnnotateAccessSites(llvm::Module& module, const std::string& kernel_name)
     llvm::Metadata* fields[] = {
         llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(i32, site.id)),
         llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(i1, site.leader ? 1 : 0))};
-    const_cast<llvm::Instruction*>(inst)->setMetadata(kSiteMetadata,
-                                                      llvm::MDNode::get(ctx, fields));
+    inst->setMetadata(kSiteMetadata, llvm::MDNode::get(ctx, fields));
   }
   return Status::Ok();
 }
@@ -352,7 +351,7 @@ Status InstrumentGlobalTraffic(llvm::Module& module, const std::string& kernel_n
       llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, ptr, i64, i32}, false);
   auto* sector_ty =
       llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, ptr, i64, i32, i32}, false);
-  std::unordered_map<const llvm::Instruction*, Site> site_of;
+  std::unordered_map<llvm::Instruction*, Site> site_of;
   if (sectors != nullptr) site_of = AssignSites(*kernel);
   uint32_t num_sites = 0;
   for (const auto& [inst, site] : site_of) num_sites = std::max(num_sites, site.id + 1);
