@@ -25,16 +25,32 @@ declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
 declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
 )";
 
+std::string Replace(std::string s, const std::string& from, const std::string& to) {
+  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
+    s.replace(pos, from.size(), to);
+  }
+  return s;
+}
+
+// The global thread index %i, from %tid, %ntid and %ctaid, which every kernel below starts
+// with (at GLOBAL_THREAD).
+const char* const kThreadIndex = R"(  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %base = mul i32 %ctaid, %ntid
+  %i = add i32 %base, %tid)";
+
+// The bitcode of a module of the header's declarations and kernel text `ir`.
+std::string KernelBitcode(const std::string& ir) {
+  return testing::TextIrToBitcode(kHeader + Replace(ir, "GLOBAL_THREAD", kThreadIndex));
+}
+
 // y[i] = x[SOURCE] for the global thread index i; ELEM is the element type, SOURCE an i32
 // value computed by INDEX from %tid, %ntid, %ctaid and %i.
 const char* const kGather = R"(
 define void @gather(ptr %x, ptr %y) {
 entry:
-  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
-  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
-  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
-  %base = mul i32 %ctaid, %ntid
-  %i = add i32 %base, %tid
+GLOBAL_THREAD
 INDEX
   %s64 = zext i32 %SOURCE to i64
   %px = getelementptr inbounds ELEM, ptr %x, i64 %s64
@@ -46,13 +62,6 @@ INDEX
 }
 )";
 
-std::string Replace(std::string s, const std::string& from, const std::string& to) {
-  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
-    s.replace(pos, from.size(), to);
-  }
-  return s;
-}
-
 CompiledKernel Gather(const std::string& elem, const std::string& index, const std::string& source,
                       uint32_t blocks, uint32_t threads) {
   std::string ir = Replace(kGather, "ELEM", elem);
@@ -62,7 +71,7 @@ CompiledKernel Gather(const std::string& elem, const std::string& index, const s
   k.name = "gather";
   k.launch.grid = {blocks, 1, 1};
   k.launch.block = {threads, 1, 1};
-  k.portable_ir = testing::TextIrToBitcode(kHeader + ir);
+  k.portable_ir = KernelBitcode(ir);
   return k;
 }
 
@@ -202,7 +211,7 @@ TEST(EmulatorSectorTest, StoresAreWrittenBackOnceUnlessEvicted) {
     std::string ir = Replace(Replace(kGather, "ELEM", "float"), "INDEX", "");
     ir = Replace(ir, "%SOURCE", "%i");
     ir = Replace(ir, "%i64 = zext i32 %i to i64", "%i64 = zext i32 %tid to i64");
-    g.portable_ir = testing::TextIrToBitcode(kHeader + ir);
+    g.portable_ir = KernelBitcode(ir);
     return g;
   }();
   Buffer x(kElements * 4), y(kThreads * 4);
@@ -250,11 +259,7 @@ const char* const kFourLoadsAt = R"(
 const char* const kFourLoads = R"(
 define void @four(ptr %x, ptr %y) {
 entry:
-  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
-  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
-  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
-  %base = mul i32 %ctaid, %ntid
-  %i = add i32 %base, %tid
+GLOBAL_THREAD
   %j = shl i32 %i, 2
 FOUR_LOADS
   %i64 = zext i32 %i to i64
@@ -270,7 +275,7 @@ CompiledKernel TextKernel(const std::string& name, const std::string& ir) {
   k.name = name;
   k.launch.grid = {kBlocks, 1, 1};
   k.launch.block = {kThreads, 1, 1};
-  k.portable_ir = testing::TextIrToBitcode(kHeader + ir);
+  k.portable_ir = KernelBitcode(ir);
   return k;
 }
 
@@ -305,11 +310,7 @@ TEST(EmulatorSectorTest, AccessesTheVectorizerMergesAreOneWarpAccess) {
 const char* const kColumnLane = R"(
 define void @lane(ptr %x, ptr %y) {
 entry:
-  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
-  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
-  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
-  %base = mul i32 %ctaid, %ntid
-  %i = add i32 %base, %tid
+GLOBAL_THREAD
   %first = shl nuw nsw i32 %i, 2
   br label %header
 header:
