@@ -69,7 +69,8 @@ inline int64_t ColumnTileWidth(const ThreadMapping& m) {
 }
 
 // Reductions (schedule_reduce.cc). SetLoadsPerStep sets how many reduced elements a thread
-// loads before combining them: up to 4, as many as it has per row (or chunk).
+// loads before combining them: up to 4, as many as it has per row (or chunk), each an
+// independent load in flight (a column lane's vector counting as its values).
 void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0);
 void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0);
 void SetLoadsPerStep(const Graph& g, KernelSpec& k);

@@ -72,8 +72,6 @@ int ColumnVectorWidth(const Graph& g, const KernelSpec& k, const GpuDevice& d,
 
 }  // namespace
 
-// Sets how many reduced elements a reduction kernel's thread loads before combining them:
-// up to 4, as many as it has per row (or chunk), each an independent load in flight.
 void SetLoadsPerStep(const Graph& g, KernelSpec& k) {
   ThreadMapping& m = k.mapping;
   const ReduceSpan span = SpanOf(g, k);

@@ -110,8 +110,6 @@ constexpr double kIssueOverruleRatio = 1.25;
 
 }  // namespace
 
-// Fills a row-stitched mapping with `threads_per_row` threads per row. Returns false when
-// the kernel has column reduces and a thread cannot keep fixed columns in registers.
 bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
                    const GpuDevice& d, int block_threads, KernelSpec& k) {
   const RowGeometry& geo = layout.geometry;
