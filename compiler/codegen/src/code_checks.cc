@@ -85,8 +85,13 @@ KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKe
     for (int id : *list) f.elements = std::max(f.elements, g.nodes[id].shape.elements());
   }
   const int width = spec.mapping.vector_width;
+  // A row tile loads its transposed operand p_width rows at a time (RowTileStaging); only
+  // its stores take the rows' vectors.
+  const bool row_tile = spec.kind == KernelKind::kRowStitch && spec.mapping.transpose_tile >= 0;
+  const int load_width =
+      row_tile ? static_cast<int>(RowTileStagingOf(g, spec.mapping).p_width) : width;
   f.promised_load_bytes =
-      PromisedAccessBytes(spec.kind, width, WidestFullSizeElement(g, spec.inputs, f.elements));
+      PromisedAccessBytes(spec.kind, load_width, WidestFullSizeElement(g, spec.inputs, f.elements));
   f.promised_store_bytes =
       PromisedAccessBytes(spec.kind, width, WidestFullSizeElement(g, spec.outputs, f.elements));
   f.ptx = kernel.ptx;

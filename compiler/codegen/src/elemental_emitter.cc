@@ -109,19 +109,38 @@ std::vector<llvm::Value*> ElementalEmitter::Delinearize(llvm::Value* linear,
 llvm::Value* ElementalEmitter::Linearize(const std::vector<llvm::Value*>& idx,
                                          const std::vector<int64_t>& dims) {
   // One value per index in a scope: a reshape's operand is then memoised under the same
-  // linear index by EmitLoads and by Emit, and the lanes of a vector share their arithmetic.
-  auto key = std::make_pair(idx, dims);
-  if (auto it = lin_.find(key); it != lin_.end()) return it->second;
+  // linear index by EmitLoads and by Emit. So is every leading part of the index (the
+  // linear index of its first dimensions in a space of theirs), so that indices differing
+  // only in their last coordinate, the lanes of a vector, share their arithmetic up to it and
+  // their distance is visible (index_alignment.h).
+  std::pair<std::vector<llvm::Value*>, std::vector<int64_t>> key;
   llvm::Value* lin = nullptr;
   for (size_t d = 0; d < dims.size(); ++d) {
+    key.first.push_back(idx[d]);
+    key.second.push_back(dims[d]);
     if (dims[d] == 1) continue;  // its index is 0 and it adds nothing to the stride
-    lin = lin ? b_.CreateAdd(b_.CreateMul(lin, kc_.Index(dims[d]), "", true, true), idx[d], "",
-                             true, true)
-              : idx[d];
+    if (auto it = lin_.find(key); it != lin_.end()) {
+      lin = it->second;
+      continue;
+    }
+    lin = lin ? b_.CreateAdd(Scaled(key, lin), idx[d], "", true, true) : idx[d];
+    lin_[key] = lin;
   }
   if (lin == nullptr) lin = kc_.Index(0);
   lin_[key] = lin;
   return lin;
+}
+
+llvm::Value* ElementalEmitter::Scaled(
+    const std::pair<std::vector<llvm::Value*>, std::vector<int64_t>>& key, llvm::Value* leading) {
+  // Keyed by the leading coordinates and every size through the last: one key longer in
+  // sizes than in coordinates, which no linear index's key is.
+  auto scaled_key = key;
+  scaled_key.first.pop_back();
+  if (auto it = lin_.find(scaled_key); it != lin_.end()) return it->second;
+  llvm::Value* scaled = b_.CreateMul(leading, kc_.Index(key.second.back()), "", true, true);
+  lin_[scaled_key] = scaled;
+  return scaled;
 }
 
 const std::vector<llvm::Value*>& ElementalEmitter::DimsOf(IrIndex& index,

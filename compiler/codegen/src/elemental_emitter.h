@@ -112,6 +112,11 @@ class ElementalEmitter {
   llvm::Value* PinnedValue(int node, const IrIndex& index);
   IrIndex Normalize(int node, const IrIndex& index);
   const std::vector<llvm::Value*>& DimsOf(IrIndex& index, const std::vector<int64_t>& shape);
+  // Linearize's linear index of the coordinates in `key` but the last, times the last size:
+  // one value per such prefix in a scope, so that indices differing in their last coordinate
+  // alone share it.
+  llvm::Value* Scaled(const std::pair<std::vector<llvm::Value*>, std::vector<int64_t>>& key,
+                      llvm::Value* leading);
   llvm::Value* LinearOf(const IrIndex& index, const std::vector<int64_t>& shape);
   Status CheckNode(int node) const;
   Status PrepareOperands(Frame& f);

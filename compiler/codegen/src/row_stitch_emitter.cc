@@ -22,6 +22,7 @@
 #include "dtype_lowering.h"
 #include "emitters.h"
 #include "reduction.h"
+#include "row_tile_stager.h"
 #include "stitch/plan/row_stitch.h"
 
 namespace stitch::codegen {
@@ -57,7 +58,10 @@ class RowStitchEmitter {
     nest.launch = m_.launch;
     STITCH_RETURN_IF_ERROR(InitColumnReduces());
     STITCH_RETURN_IF_ERROR(EmitIndependentOutputs());
-    if (m_.threads_per_row <= 32) {
+    if (m_.transpose_tile >= 0) {
+      if (m_.threads_per_row > 32) STITCH_RETURN_IF_ERROR(AllocateSlots(nest.shared_bytes));
+      STITCH_RETURN_IF_ERROR(EmitTileRows(nest.shared_bytes));
+    } else if (m_.threads_per_row <= 32) {
       STITCH_RETURN_IF_ERROR(EmitWarpRows());
     } else {
       STITCH_RETURN_IF_ERROR(AllocateSlots(nest.shared_bytes));
@@ -132,8 +136,56 @@ class RowStitchEmitter {
                        });
   }
 
+  // Row tiles (ThreadMapping::transpose_tile): a block takes rows_per_block rows adjacent in
+  // the transposed operand per pass, threads_per_row threads each, stages them into registers
+  // round by round through shared memory (RowTileStaging) and then runs their passes from
+  // registers. A shape-generic kernel walks its rows in order instead, rows_per_block per
+  // pass: the tiles are laid out for the graph's exact sizes.
+  Status EmitTileRows(uint32_t& shared_bytes) {
+    llvm::Value* tid = LinearThreadIdx(kc_);
+    const int64_t tpr = m_.threads_per_row;
+    seg_ = b_.CreateURem(tid, kc_.Index(tpr));
+    lane_ = b_.CreateURem(tid, kc_.Index(32));
+    warp_ = b_.CreateUDiv(tid, kc_.Index(32));
+    llvm::Value* row_in_tile = b_.CreateUDiv(tid, kc_.Index(tpr));
+    const int64_t per_block = m_.rows_per_block;
+    if (kc_.Varies(HeroInput())) {
+      llvm::Value* groups =
+          b_.CreateUDiv(b_.CreateAdd(RunRows(), kc_.Index(per_block - 1)), kc_.Index(per_block));
+      return EmitForLoop(kc_, "rows", BlockIdx(kc_, Dim::kX), groups, GridDim(kc_, Dim::kX),
+                         [&](llvm::Value* group) -> Status {
+                           llvm::Value* row =
+                               b_.CreateAdd(b_.CreateMul(group, kc_.Index(per_block)), row_in_tile);
+                           STITCH_RETURN_IF_ERROR(EmitRow(row, b_.CreateICmpSLT(row, RunRows())));
+                           Barrier(kc_);
+                           return Status::Ok();
+                         });
+    }
+    RowTileStager stager(kc_, em_, tid, shared_bytes);
+    const int transpose = m_.transpose_tile;
+    llvm::Type* ty = ComputeType(kc_.ctx, kc_.graph.nodes[transpose].shape.dtype);
+    std::vector<llvm::AllocaInst*> staged;
+    for (int j = 0; j < m_.values_per_thread; ++j) staged.push_back(EntryAlloca(kc_, ty, "staged"));
+    return EmitForLoop(kc_, "tile", BlockIdx(kc_, Dim::kX), kc_.Index(stager.Tiles()),
+                       GridDim(kc_, Dim::kX), [&](llvm::Value* tile) -> Status {
+                         const TileOrigin origin = stager.OriginOf(tile);
+                         SetRowPositions(stager.RowOf(origin, row_in_tile), b_.getTrue());
+                         for (int64_t round = 0; round < stager.Rounds(); ++round) {
+                           STITCH_RETURN_IF_ERROR(stager.ComputeRound(origin, round));
+                           Barrier(kc_);
+                           stager.ReadRound(row_in_tile, seg_, round, staged);
+                           // The next round, or the next tile, overwrites the tile.
+                           Barrier(kc_);
+                         }
+                         for (size_t j = 0; j < staged.size(); ++j)
+                           em_.Pin(transpose, lins_[j], staged[j]);
+                         return EmitRowPasses();
+                       });
+  }
+
+  // A slot per warp of the block and reduce.
   Status AllocateSlots(uint32_t& shared_bytes) {
-    const uint64_t warps = m_.threads_per_row / 32;
+    const uint64_t warps = m_.launch.block_threads() / 32;
     for (auto& [id, r] : reduces_) {
       llvm::Type* st = SharedType(r.acc_ty);
       r.smem = SharedArray(kc_, st, warps, "row_partials");
@@ -286,6 +338,13 @@ class RowStitchEmitter {
   }
 
   Status EmitRow(llvm::Value* row, llvm::Value* row_valid) {
+    SetRowPositions(row, row_valid);
+    return EmitRowPasses();
+  }
+
+  // The row this thread works on, and the linear index and guard of each of its register
+  // positions (lins_, valid_). Forgets the previous row's pins.
+  void SetRowPositions(llvm::Value* row, llvm::Value* row_valid) {
     row_ = row;
     row_valid_ = row_valid;
     lins_.clear();
@@ -306,6 +365,10 @@ class RowStitchEmitter {
                         ? row_valid
                         : b_.CreateAnd(row_valid, b_.CreateICmpSLT(col, kc_.Index(row_len()))));
     }
+  }
+
+  // The row's phases, then its outputs, for the row SetRowPositions set.
+  Status EmitRowPasses() {
     for (size_t p = 0; p < layout_.phases.size(); ++p) {
       STITCH_RETURN_IF_ERROR(EmitPhase(static_cast<int>(p)));
     }
@@ -316,10 +379,10 @@ class RowStitchEmitter {
       return AccumulateColumns(lin, j);
     }));
     if (layout_.row_outputs.empty()) return Status::Ok();
-    llvm::Value* leader = b_.CreateAnd(row_valid, b_.CreateICmpEQ(seg_, kc_.Index(0)));
+    llvm::Value* leader = b_.CreateAnd(row_valid_, b_.CreateICmpEQ(seg_, kc_.Index(0)));
     return EmitIf(kc_, "row_out", leader, [&]() -> Status {
       em_.ResetScope();
-      for (int o : layout_.row_outputs) STITCH_RETURN_IF_ERROR(StoreOutput(o, row));
+      for (int o : layout_.row_outputs) STITCH_RETURN_IF_ERROR(StoreOutput(o, row_));
       return Status::Ok();
     });
   }
@@ -514,8 +577,8 @@ class RowStitchEmitter {
     return b_.CreateFPCast(factor, ty);
   }
 
-  // Lane 0 of each warp publishes its warp's result; after one barrier every thread
-  // combines all of them, so the whole block holds the row's result.
+  // Lane 0 of each warp publishes its warp's result; after one barrier every thread combines
+  // those of its row's warps, so all of the row's threads hold the row's result.
   Status CombineWarps(const std::vector<int>& phase, std::vector<llvm::Value*>& totals) {
     const int warps = m_.threads_per_row / 32;
     STITCH_RETURN_IF_ERROR(
@@ -528,12 +591,19 @@ class RowStitchEmitter {
           return Status::Ok();
         }));
     Barrier(kc_);
+    // A block of several rows (a row tile) keeps each row's warps side by side.
+    llvm::Value* first_slot =
+        m_.rows_per_block > 1
+            ? b_.CreateMul(b_.CreateUDiv(warp_, kc_.Index(warps)), kc_.Index(warps), "", true, true)
+            : nullptr;
     for (size_t i = 0; i < phase.size(); ++i) {
       const ReduceInfo& r = reduces_[phase[i]];
       llvm::Type* st = SharedType(r.acc_ty);
       llvm::Value* acc = nullptr;
       for (int w = 0; w < warps; ++w) {
-        llvm::Value* slot = b_.CreateInBoundsGEP(st, r.smem, {kc_.Index(w)});
+        llvm::Value* at =
+            first_slot ? b_.CreateAdd(first_slot, kc_.Index(w), "", true, true) : kc_.Index(w);
+        llvm::Value* slot = b_.CreateInBoundsGEP(st, r.smem, {at});
         llvm::Value* v = FromShared(b_, b_.CreateLoad(st, slot), r.acc_ty);
         acc = acc ? Combine(b_, r, acc, v) : v;
       }
@@ -595,6 +665,35 @@ class RowStitchEmitter {
   std::vector<llvm::Value*> lins_, valid_;  // per register position: index, in range
 };
 
+// A row tile's mapping covers its tiles exactly: whole warps per row, every row element in
+// a register position, tiles that divide the p run, one block per tile, and a transpose
+// whose output is the row space with the rows along its minor-most dimension.
+Status CheckRowTile(const KernelContext& kc, const RowStitchLayout& layout) {
+  const ThreadMapping& m = kc.spec.mapping;
+  const Graph& g = kc.graph;
+  const std::string k =
+      "kernel " + kc.spec.name + ": row tile of " + DescribeNode(g, m.transpose_tile) + ": ";
+  if (m.transpose_tile >= static_cast<int>(g.nodes.size()) ||
+      g.nodes[m.transpose_tile].op != OpCode::kTranspose) {
+    return InvalidArgument("kernel " + kc.spec.name + ": transpose_tile is not a transpose");
+  }
+  const Shape& shape = g.nodes[m.transpose_tile].shape;
+  const RowGeometry& geo = layout.geometry;
+  if (shape.elements() != geo.rows * geo.row_len || shape.dims.back() != geo.row_len) {
+    return InvalidArgument(k +
+                           "its output is not the row space with rows along its last dimension");
+  }
+  const TransposeTiles tiles = TransposeTilesOf(g, m.transpose_tile);
+  const int64_t rows = m.rows_per_block;
+  if (m.threads_per_row % 32 != 0 || rows < 1 || tiles.p % rows != 0 ||
+      int64_t{m.values_per_thread} * m.threads_per_row != geo.row_len ||
+      m.launch.block_threads() != static_cast<uint64_t>(rows * m.threads_per_row) ||
+      !layout.column_reduces.empty()) {
+    return InvalidArgument(k + "the mapping does not cover whole tiles of whole rows in registers");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
@@ -611,7 +710,8 @@ StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
     return InvalidArgument("kernel " + kc.spec.name + ": vector width " + std::to_string(width) +
                            " does not divide the row length and the values per thread");
   }
-  if (m.threads_per_row > 32 && m.launch.block[0] != static_cast<uint32_t>(m.threads_per_row)) {
+  if (m.transpose_tile < 0 && m.threads_per_row > 32 &&
+      m.launch.block[0] != static_cast<uint32_t>(m.threads_per_row)) {
     return InvalidArgument("kernel " + kc.spec.name +
                            ": a block per row needs blockDim.x == " + "threads_per_row");
   }
@@ -622,6 +722,7 @@ StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
                            ": rescaled sums share their max's pass only in loop mode "
                            "(values_per_thread 0)");
   }
+  if (m.transpose_tile >= 0) STITCH_RETURN_IF_ERROR(CheckRowTile(kc, layout));
   RowStitchEmitter emitter(kc, layout);
   return emitter.Emit();
 }

@@ -12,19 +12,10 @@
 #include "elemental_emitter.h"
 #include "emitters.h"
 #include "stitch/plan/schedule.h"
+#include "transpose_tile_index.h"
 
 namespace stitch::codegen {
 namespace {
-
-// One tile's place in the transpose's output: the linear index of its batch dimensions'
-// coordinates, each of those coordinates (the other dimensions' are null), and its first
-// positions along the p run and along q_dim.
-struct TileOrigin {
-  llvm::Value* base = nullptr;
-  std::vector<llvm::Value*> coords;
-  llvm::Value* p0 = nullptr;
-  llvm::Value* q0 = nullptr;
-};
 
 class TransposeTileEmitter {
  public:
@@ -34,12 +25,8 @@ class TransposeTileEmitter {
         em_(kc),
         shape_(kc.graph.nodes[kc.spec.mapping.transpose_tile].shape),
         tiles_(TransposeTilesOf(kc.graph, kc.spec.mapping.transpose_tile)),
-        width_(std::max(kc.spec.mapping.vector_width, 1)) {
-    strides_.assign(shape_.dims.size(), 1);
-    for (int d = shape_.rank() - 2; d >= 0; --d) {
-      strides_[d] = strides_[d + 1] * shape_.dims[d + 1];
-    }
-  }
+        width_(std::max(kc.spec.mapping.vector_width, 1)),
+        index_(kc, shape_, tiles_) {}
 
   // Whether a block of the mapping's threads covers a tile in whole rows of vectors both
   // ways, and a vector stays within a row of the operand's minor-most dimension and of q_dim.
@@ -68,7 +55,7 @@ class TransposeTileEmitter {
     STITCH_RETURN_IF_ERROR(EmitForLoop(kc_, "tile", BlockIdx(kc_, Dim::kX),
                                        kc_.Index(tiles_.count()), GridDim(kc_, Dim::kX),
                                        [&](llvm::Value* tile) -> Status {
-                                         const TileOrigin origin = OriginOf(tile);
+                                         const TileOrigin origin = index_.OriginOf(tile);
                                          STITCH_RETURN_IF_ERROR(ComputeTile(origin));
                                          Barrier(kc_);
                                          STITCH_RETURN_IF_ERROR(StoreTile(origin));
@@ -80,62 +67,6 @@ class TransposeTileEmitter {
   }
 
  private:
-  bool InP(int d) const {
-    return std::find(tiles_.p_dims.begin(), tiles_.p_dims.end(), d) != tiles_.p_dims.end();
-  }
-
-  TileOrigin OriginOf(llvm::Value* tile) {
-    TileOrigin o;
-    llvm::Value* tq = b_.CreateURem(tile, kc_.Index(tiles_.tiles_q));
-    llvm::Value* rest = b_.CreateUDiv(tile, kc_.Index(tiles_.tiles_q));
-    llvm::Value* tp = b_.CreateURem(rest, kc_.Index(tiles_.tiles_p));
-    llvm::Value* batch = b_.CreateUDiv(rest, kc_.Index(tiles_.tiles_p));
-    o.p0 = b_.CreateMul(tp, kc_.Index(tiles_.p_side), "", true, true);
-    o.q0 = b_.CreateMul(tq, kc_.Index(tiles_.q_side), "", true, true);
-    // The batch dimensions, row-major in output order, from the batch number.
-    o.coords.assign(shape_.dims.size(), nullptr);
-    o.base = kc_.Index(0);
-    for (int d = shape_.rank() - 1; d >= 0; --d) {
-      if (d == tiles_.q_dim || InP(d)) continue;
-      o.coords[d] = b_.CreateURem(batch, kc_.Index(shape_.dims[d]));
-      batch = b_.CreateUDiv(batch, kc_.Index(shape_.dims[d]));
-      o.base =
-          b_.CreateAdd(o.base, b_.CreateMul(o.coords[d], kc_.Index(strides_[d])), "", true, true);
-    }
-    return o;
-  }
-
-  // The output coordinates of element `m` of the p run and `q` of q_dim in tile `o`: the p
-  // run's coordinates row-major in operand order, its first the quotient left (`m` is below
-  // the run's length wherever an element is computed or stored).
-  std::vector<llvm::Value*> CoordinatesOf(const TileOrigin& o, llvm::Value* m, llvm::Value* q) {
-    std::vector<llvm::Value*> coords = o.coords;
-    coords[tiles_.q_dim] = q;
-    llvm::Value* rest = m;
-    for (size_t k = tiles_.p_dims.size(); k-- > 0;) {
-      const int d = tiles_.p_dims[k];
-      if (k == 0) {
-        coords[d] = rest;
-      } else if (shape_.dims[d] == 1) {
-        coords[d] = kc_.Index(0);
-      } else {
-        coords[d] = b_.CreateURem(rest, kc_.Index(shape_.dims[d]));
-        rest = b_.CreateUDiv(rest, kc_.Index(shape_.dims[d]));
-      }
-    }
-    return coords;
-  }
-
-  // The output's linear index at `coords`, the batch part taken from the tile's origin.
-  llvm::Value* LinearOf(const TileOrigin& o, const std::vector<llvm::Value*>& coords) {
-    llvm::Value* linear = o.base;
-    for (int d : tiles_.p_dims) {
-      linear = b_.CreateAdd(linear, b_.CreateMul(coords[d], kc_.Index(strides_[d]), "", true, true),
-                            "", true, true);
-    }
-    return b_.CreateAdd(linear, coords[tiles_.q_dim], "", true, true);
-  }
-
   llvm::Value* Min(llvm::Value* v, int64_t bound) {
     return b_.CreateSelect(b_.CreateICmpSLT(v, kc_.Index(bound)), v, kc_.Index(bound));
   }
@@ -157,14 +88,14 @@ class TransposeTileEmitter {
     for (int64_t r = 0; r < tiles_.q_side / rows_per_pass; ++r) {
       llvm::Value* q_local = b_.CreateAdd(first_q, kc_.Index(r * rows_per_pass), "", true, true);
       llvm::Value* q = Min(b_.CreateAdd(o.q0, q_local, "", true, true), tiles_.q - 1);
-      const std::vector<llvm::Value*> first = CoordinatesOf(o, m, q);
-      llvm::Value* first_linear = LinearOf(o, first);
+      const std::vector<llvm::Value*> first = index_.CoordinatesOf(o, m, q);
+      llvm::Value* first_linear = index_.LinearOf(o, first);
       for (int64_t e = 0; e < width_; ++e) {
         std::vector<llvm::Value*> lane = first;
         llvm::Value* linear = first_linear;
         if (e > 0) {
           lane[inner] = b_.CreateAdd(first[inner], kc_.Index(e), "", true, true);
-          linear = b_.CreateAdd(first_linear, kc_.Index(e * strides_[inner]), "", true, true);
+          linear = b_.CreateAdd(first_linear, kc_.Index(e * index_.Stride(inner)), "", true, true);
         }
         // The transpose and anything of its shape read the coordinates, not a division.
         em_.SeedDelinearization(linear, shape_.dims, std::move(lane));
@@ -199,7 +130,7 @@ class TransposeTileEmitter {
       llvm::Value* p_local = b_.CreateAdd(first_p, kc_.Index(r * rows_per_pass), "", true, true);
       llvm::Value* m = b_.CreateAdd(o.p0, p_local, "", true, true);
       llvm::Value* in = b_.CreateAnd(q_in, b_.CreateICmpSLT(m, kc_.Index(tiles_.p)));
-      llvm::Value* first = LinearOf(o, CoordinatesOf(o, m, q));
+      llvm::Value* first = index_.LinearOf(o, index_.CoordinatesOf(o, m, q));
       std::vector<ElementStore> stores;
       for (size_t i = 0; i < kc_.spec.outputs.size(); ++i) {
         for (int64_t e = 0; e < width_; ++e) {
@@ -231,7 +162,7 @@ class TransposeTileEmitter {
   const Shape& shape_;
   const TransposeTiles tiles_;
   const int64_t width_;
-  std::vector<int64_t> strides_;
+  TransposeTileIndex index_;
   std::vector<llvm::GlobalVariable*> tiles_smem_;
   std::vector<llvm::Type*> types_;
   int64_t threads_ = 0;

@@ -40,7 +40,9 @@ void AddRowStitchBoundaries(const Graph& g, const KernelSpec& k, std::vector<uin
     AddBoundary(g.nodes[o].shape.elements(), threads, grid, out);
   }
   const int64_t rows = layout->geometry.rows;
-  if (m.threads_per_row <= 32) {
+  if (m.transpose_tile >= 0) {
+    AddBoundary(CeilDiv(rows, int64_t{m.rows_per_block}), 1, grid, out);  // a tile per pass
+  } else if (m.threads_per_row <= 32) {
     const int64_t rows_per_warp = 32 / m.threads_per_row;
     AddBoundary(CeilDiv(rows, rows_per_warp), m.launch.block[1], grid, out);
   } else {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include "int_math.h"
 #include "schedule_internal.h"
@@ -101,6 +103,80 @@ int EstimatedPassInstructions(const Graph& g, const KernelSpec& k, const RowStit
   const int64_t total =
       CeilDiv(geo.row_len, tpr) * per_element * passes_over_row + combine * reduces;
   return static_cast<int>(std::min<int64_t>(total, std::numeric_limits<int>::max()));
+}
+
+// The transpose a row-stitched kernel can stage a row tile at a time (ThreadMapping::
+// transpose_tile), or -1: its only transpose that moves the minor-most dimension, whose float
+// output is the row space with the rows' elements along its minor-most dimension, and
+// through which every row-space input reaches the rows (an input read in row order would be
+// strided while the tile is staged).
+int RowTileTranspose(const Graph& g, const KernelSpec& k, const RowStitchLayout& layout) {
+  if (!layout.column_reduces.empty()) return -1;
+  const RowGeometry& geo = layout.geometry;
+  int found = -1;
+  for (int id : k.nodes) {
+    if (!MovesMinorDimension(g, id)) continue;
+    if (found >= 0) return -1;
+    found = id;
+  }
+  if (found < 0) return -1;
+  const Shape& shape = g.nodes[found].shape;
+  if (!IsFloat(shape.dtype) || shape.elements() != geo.rows * geo.row_len ||
+      shape.dims.back() != geo.row_len) {
+    return -1;
+  }
+  std::set<int> through;
+  OneToOneInputs(g, k, g.nodes[found].operands[0], through);
+  if (through.empty()) return -1;
+  for (int i : k.inputs) {
+    if (g.nodes[i].shape.elements() == shape.elements() && !through.count(i)) return -1;
+  }
+  return found;
+}
+
+// Fills `k`'s mapping with row tiles of `rows` rows of `threads_per_row` threads (whole
+// warps) each, every row held in registers. Returns false where that does not fit: each row
+// splits evenly into vectors over its threads, at most kMaxValuesPerThread positions each,
+// the tiles cover the p run exactly, and the block and its shared memory fit the device.
+bool FillRowTile(const Graph& g, const RowStitchLayout& layout, int transpose, int rows,
+                 int threads_per_row, const GpuDevice& d, KernelSpec& k) {
+  const RowGeometry& geo = layout.geometry;
+  const int64_t tpr = threads_per_row;
+  if (TransposeTilesOf(g, transpose).p % rows != 0 || geo.row_len % tpr != 0 ||
+      geo.row_len / tpr > kMaxValuesPerThread || rows * tpr > d.max_threads_per_block) {
+    return false;
+  }
+  ThreadMapping& m = k.mapping;
+  m = ThreadMapping{};
+  m.transpose_tile = transpose;
+  m.threads_per_row = threads_per_row;
+  m.rows_per_block = rows;
+  m.launch.block = {static_cast<uint32_t>(rows * tpr), 1, 1};
+  m.launch.grid = {CeilDivCapped(geo.rows, rows, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
+  m.work_items = geo.rows;
+  m.values_per_thread = static_cast<int>(geo.row_len / tpr);
+  m.vector_width = RowVectorWidth(g, k, geo, threads_per_row, /*registers=*/true);
+  int reduces = 0;
+  for (const auto& p : layout.phases) reduces += static_cast<int>(p.size());
+  const int cached = std::max(static_cast<int>(layout.cached.size()), 1);
+  m.registers_per_thread = 32 + 2 * reduces + m.values_per_thread * cached;
+  if (m.registers_per_thread > 255) return false;
+  const RowTileStaging staging = RowTileStagingOf(g, m);
+  const int64_t value_bytes = g.nodes[transpose].shape.dtype == DType::kF64 ? 8 : 4;
+  int64_t shared = rows * staging.row_stride * value_bytes;
+  // Several warps per row combine each reduce through a slot per warp.
+  if (tpr > 32) shared += 8 * (tpr / 32) * rows * reduces;
+  if (shared > d.max_static_shared_bytes_per_block) return false;
+  m.shared_bytes = static_cast<uint32_t>(shared);
+  // Two per round (the tile written, then read back); several warps per row add one per
+  // phase and one guarding the slots' reuse, as a block per row does.
+  m.block_barriers_per_item = static_cast<int>(2 * staging.rounds) +
+                              (tpr > 32 ? static_cast<int>(layout.phases.size()) + 1 : 0);
+  SetTraffic(g, k, geo.rows * geo.row_len);
+  m.strided_input_bytes = m.strided_sector_bytes = m.strided_reuse_bytes = 0;
+  // A round loads vector_width elements per thread together.
+  m.load_bytes_in_flight_per_thread *= m.vector_width;
+  return true;
 }
 
 // How far above the best issue-aware price a row mapping chosen on memory alone must be
@@ -254,6 +330,75 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
 }  // namespace internal
 
 using internal::FillRowStitch;
+using internal::FillRowTile;
+using internal::RowTileTranspose;
+
+RowTileStaging RowTileStagingOf(const Graph& g, const ThreadMapping& m) {
+  RowTileStaging s;
+  if (m.transpose_tile < 0) return s;
+  const TransposeTiles tiles = TransposeTilesOf(g, m.transpose_tile);
+  const int64_t rows = std::max(m.rows_per_block, 1);
+  const int64_t operand_minor =
+      tiles.p_dims.empty() ? 1 : g.nodes[m.transpose_tile].shape.dims[tiles.p_dims.back()];
+  const int64_t width = std::max(m.vector_width, 1);
+  for (int64_t w = 4; w >= 1; w /= 2) {
+    if (rows % w == 0 && operand_minor % w == 0 && w <= width) {
+      s.p_width = w;
+      break;
+    }
+  }
+  s.round = int64_t{m.threads_per_row} * width;
+  // With 4 values of padding the rows a warp computes side by side (p_width apart) start
+  // 4 x p_width banks apart and each spans 32 / p_lanes = 4 x p_width elements of a tile of 8
+  // rows: no bank conflicts there, two-way in a tile of 16. Rows stay 16-byte aligned.
+  s.row_stride = s.round + 4;
+  s.rounds = m.values_per_thread / width;
+  s.p_lanes = rows / s.p_width;
+  return s;
+}
+
+bool MapRowTiles(const Graph& g, KernelSpec& kernel, const GpuDevice& device, int rows_per_block,
+                 int threads_per_row) {
+  if (kernel.kind != KernelKind::kRowStitch) return false;
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, kernel);
+  if (!layout.ok()) return false;
+  const int transpose = RowTileTranspose(g, kernel, *layout);
+  if (transpose < 0) return false;
+  KernelSpec trial = kernel;
+  if (!FillRowTile(g, *layout, transpose, rows_per_block, threads_per_row, device, trial) ||
+      ResidentBlocksPerSm(device, trial.mapping) == 0) {
+    return false;
+  }
+  kernel = std::move(trial);
+  return true;
+}
+
+void TileTransposedRows(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  if (kernel.kind != KernelKind::kRowStitch || kernel.mapping.transpose_tile >= 0) return;
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, kernel);
+  if (!layout.ok()) return;
+  if (RowTileTranspose(g, kernel, *layout) < 0) return;
+  // Priced with the fitted constants: the planning version has no reuse window, so it
+  // takes every strided re-read for an L2 hit and sees nothing to gain.
+  std::unique_ptr<CostModel> model =
+      NewAnalyticalCostModel(device, CostModelParametersFor(device, kCurrentCostModel));
+  std::optional<KernelSpec> best;
+  double best_seconds = model->EstimateKernel(g, kernel).seconds;
+  // Tiles of 8 rows read a 32-byte sector of a 4-byte operand, or half of one of a 2-byte
+  // operand, whose other half the next tile reads; 16 rows read whole sectors of both.
+  for (int rows : {8, 16}) {
+    for (int threads = 32; threads <= 1024; threads *= 2) {
+      KernelSpec trial = kernel;
+      if (!MapRowTiles(g, trial, device, rows, threads)) continue;
+      const double seconds = model->EstimateKernel(g, trial).seconds;
+      if (seconds < best_seconds) {
+        best_seconds = seconds;
+        best = std::move(trial);
+      }
+    }
+  }
+  if (best) kernel = std::move(*best);
+}
 
 void FitLoopRowsInL2(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
   const ThreadMapping& m = kernel.mapping;

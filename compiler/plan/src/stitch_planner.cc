@@ -439,8 +439,13 @@ class Planner {
 
   // Schedules a kernel and prices it.
   std::optional<Kernel> Finish(KernelSpec spec) const {
-    if (OverReduceBudget(spec) || TransposeInReduction(spec)) return std::nullopt;
+    if (OverReduceBudget(spec)) return std::nullopt;
+    const bool transposed = TransposeInReduction(spec);
+    if (transposed && !rules_.transposed_row_tiles) return std::nullopt;
     if (!ScheduleKernel(g_, spec, device_).ok()) return std::nullopt;
+    if (rules_.transposed_row_tiles) TileTransposedRows(g_, spec, device_);
+    // Such a transpose stays out of the reduction unless row tiles stage it.
+    if (transposed && spec.mapping.transpose_tile < 0) return std::nullopt;
     Kernel k;
     // A reduce kernel is priced as what it will become: split over blocks, when cheaper.
     k.spec = WrapSplitReduce(std::move(spec));

@@ -99,6 +99,10 @@ struct ThreadMapping {
   // tile with its lanes along the operand's run and stores it with its lanes along the
   // output's minor dimension, through shared memory, vector_width elements per lane and
   // access both ways. work_items then counts tiles.
+  // kRowStitch: the transpose through which the rows are read across its operand's
+  // minor-most dimension, staged a row tile at a time (schedule.h, RowTileStaging): a block
+  // takes rows_per_block rows adjacent in the operand, threads_per_row threads each, and
+  // every row stays in registers (values_per_thread).
   int transpose_tile = -1;
   // kLoop: 0, or the elements of the output's trailing dimensions over which every
   // broadcast of per-column values (a batch norm's per-channel statistics, a bias) repeats.

@@ -40,6 +40,26 @@ void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device)
 // Leaves other kernels, and devices without a fitted window, as they are.
 void FitLoopRowsInL2(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
 
+// A row-stitched kernel whose rows are read through a transpose across its operand's
+// minor-most dimension (each row a column of the operand) fetches a 32-byte sector per
+// element when its threads walk the rows one by one. Maps such a kernel to row tiles
+// (ThreadMapping::transpose_tile, RowTileStaging): a block takes rows that are adjacent in
+// the operand, stages them through shared memory and keeps them in registers, so the
+// operand is read once and in whole sectors. The cheapest tile by the planning cost model
+// replaces the mapping where it is priced below it (suite row #13: a softmax over the
+// columns of a transposed [2048, 24576] bf16 operand). Leaves other kernels as they are.
+void TileTransposedRows(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
+
+// Maps a row-stitched kernel to row tiles of `rows_per_block` rows of `threads_per_row`
+// threads (a multiple of 32) each, whatever the price: the tiles TileTransposedRows chooses
+// among. Returns false, leaving the kernel as it was, where it has no transpose to stage
+// (one that moves the minor-most dimension, whose output is the row space with the rows along
+// its last dimension, and through which every row-space input reaches the rows) or the tile
+// does not fit: rows_per_block must divide the transpose's p run, the rows split evenly over
+// their threads in registers, and the block fit `device`.
+bool MapRowTiles(const Graph& g, KernelSpec& kernel, const GpuDevice& device, int rows_per_block,
+                 int threads_per_row);
+
 // A loop kernel whose elements read per-column values (a broadcast along the output's
 // leading dimensions: a batch norm's per-channel statistics and what is computed from them)
 // recomputes them for every element unless each thread keeps to the same columns on every
@@ -88,6 +108,25 @@ struct TransposeTiles {
   int64_t count() const { return tiles_p * tiles_q * batch; }
 };
 TransposeTiles TransposeTilesOf(const Graph& g, int transpose);
+
+// How a row-stitched kernel with a transpose tile brings its rows into registers. A block
+// takes rows_per_block rows that are consecutive along the transpose's p run (a row tile;
+// the transpose's output is the row space, its minor-most dimension along the rows) and
+// stages them in `rounds` rounds of `round` = threads_per_row x vector_width elements of
+// each row, the elements each thread keeps of one vector position. A round is computed
+// with each thread taking `p_width` rows at one element, so the operand is read along its
+// minor-most run, into a shared-memory tile of rows_per_block rows of `row_stride` compute-
+// type values; then each thread reads its own vector of its own row back.
+struct RowTileStaging {
+  int64_t p_width = 1;
+  int64_t round = 0;
+  // round, padded so that the rows a warp computes side by side fall in different banks
+  // and each row stays 16-byte aligned.
+  int64_t row_stride = 0;
+  int64_t rounds = 0;
+  int64_t p_lanes = 0;  // threads per element of a round: rows_per_block / p_width
+};
+RowTileStaging RowTileStagingOf(const Graph& g, const ThreadMapping& m);
 
 // Schedules every kernel of `plan`.
 Status SchedulePlan(const Graph& g, FusionPlan& plan, const GpuDevice& device);

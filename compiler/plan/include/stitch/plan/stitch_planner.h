@@ -54,6 +54,10 @@ struct FusionRules {
   // model counts the strided re-reads as L2 hits and would merge them: suite row #13 ran at
   // 0.36x torch.compile on the H100 so.
   bool transposes_in_reductions = false;
+  // Row-stitched kernels that read such a transpose stage it a tile of rows at a time
+  // (TileTransposedRows), which reads the operand in whole sectors; a kernel so tiled may
+  // hold the transpose. Triton and XLA have no such tile in a reduction's fusion.
+  bool transposed_row_tiles = true;
   // Loop-mode rows (too long for registers) capped to the rows whose re-reads fit in L2
   // (FitLoopRowsInL2). Inductor and XLA launch a program or block per row whatever its
   // length, so their models keep every row in flight and read it once per pass.
