@@ -123,12 +123,38 @@ llvm::Value* ElementalEmitter::Linearize(const std::vector<llvm::Value*>& idx,
       lin = it->second;
       continue;
     }
-    lin = lin ? b_.CreateAdd(Scaled(key, lin), idx[d], "", true, true) : idx[d];
+    lin = lin ? AddLast(key, lin) : idx[d];
     lin_[key] = lin;
   }
   if (lin == nullptr) lin = kc_.Index(0);
   lin_[key] = lin;
   return lin;
+}
+
+llvm::Value* ElementalEmitter::AddLast(
+    const std::pair<std::vector<llvm::Value*>, std::vector<int64_t>>& key, llvm::Value* leading) {
+  llvm::Value* scaled = Scaled(key, leading);
+  llvm::Value* last = key.first.back();
+  // A last coordinate that is another plus a constant (a vector's later lane) adds the
+  // constant last, to the other's linear index: the optimiser then has nothing to
+  // reassociate, keeps the add's no-wrap flags, and so still sees the lanes' addresses as
+  // one base plus constant offsets, which its load/store vectorizer merges.
+  const auto* add = llvm::dyn_cast<llvm::BinaryOperator>(last);
+  if (lane_offsets_last_ && key.first.size() == key.second.size() && add != nullptr &&
+      add->getOpcode() == llvm::Instruction::Add && add->hasNoSignedWrap() &&
+      add->hasNoUnsignedWrap() && llvm::isa<llvm::ConstantInt>(add->getOperand(1))) {
+    auto base_key = key;
+    base_key.first.back() = add->getOperand(0);
+    llvm::Value* base = nullptr;
+    if (auto it = lin_.find(base_key); it != lin_.end()) {
+      base = it->second;
+    } else {
+      base = b_.CreateAdd(scaled, add->getOperand(0), "", true, true);
+      lin_[base_key] = base;
+    }
+    return b_.CreateAdd(base, add->getOperand(1), "", true, true);
+  }
+  return b_.CreateAdd(scaled, last, "", true, true);
 }
 
 llvm::Value* ElementalEmitter::Scaled(

@@ -70,6 +70,12 @@ class ElementalEmitter {
   // backend merges them into one vector access. Survives ResetScope.
   std::vector<llvm::Value*> VectorLanes(llvm::Value* first, int64_t width);
 
+  // While set, an index whose last coordinate is another plus a constant (a vector's later
+  // lane, built from coordinates rather than VectorLanes) is linearised as the other's
+  // linear index plus the constant, so that the lanes' loads merge (AddLast). Set by the row
+  // tiles' staging; every other kernel keeps the code its GPU runs measured until the next.
+  void SetLaneOffsetsLast(bool on) { lane_offsets_last_ = on; }
+
   // Returns e^x of a floating-point compute-type value, as the graph's exp nodes compute it.
   llvm::Value* Exp(llvm::Value* x) { return CallMath("exp", {x}); }
 
@@ -117,6 +123,9 @@ class ElementalEmitter {
   // alone share it.
   llvm::Value* Scaled(const std::pair<std::vector<llvm::Value*>, std::vector<int64_t>>& key,
                       llvm::Value* leading);
+  // Linearize's linear index of the coordinates in `key`: Scaled plus the last coordinate.
+  llvm::Value* AddLast(const std::pair<std::vector<llvm::Value*>, std::vector<int64_t>>& key,
+                       llvm::Value* leading);
   llvm::Value* LinearOf(const IrIndex& index, const std::vector<int64_t>& shape);
   Status CheckNode(int node) const;
   Status PrepareOperands(Frame& f);
@@ -145,6 +154,7 @@ class ElementalEmitter {
   std::map<llvm::Value*, Lane> lanes_;
   std::map<int, llvm::GlobalVariable*> constant_arrays_;
   size_t max_stack_ = 0;
+  bool lane_offsets_last_ = false;
 };
 
 }  // namespace stitch::codegen

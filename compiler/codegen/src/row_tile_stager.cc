@@ -76,7 +76,9 @@ Status RowTileStager::ComputeRound(const TileOrigin& o, int64_t round) {
       slots.push_back(Slot(b_.CreateAdd(first_row, kc_.Index(e), "", true, true), element));
     }
   }
+  em_.SetLaneOffsetsLast(true);
   em_.EmitLoads({transpose_}, linears);
+  em_.SetLaneOffsetsLast(false);
   for (size_t k = 0; k < linears.size(); ++k) {
     STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(transpose_, IrIndex{{}, linears[k]}));
     b_.CreateStore(v, slots[k]);

@@ -8,12 +8,14 @@
 #include <random>
 #include <set>
 
+#include "stitch/codegen/codegen.h"
 #include "stitch/driver/bundle.h"
 #include "stitch/driver/compile.h"
 #include "stitch/emulator/emulated_run.h"
 #include "stitch/ir/shape_class.h"
 #include "stitch/ir/verifier.h"
 #include "stitch/loader/kernel_loader.h"
+#include "stitch/plan/schedule.h"
 #include "stitch/reference/interpreter.h"
 #include "stitch/reference/tensor_compare.h"
 #include "support/random_graph.h"
@@ -23,8 +25,16 @@ namespace stitch {
 namespace {
 
 using testing::BatchChannelSums;
+using testing::Binary;
+using testing::ConstScalar;
+using testing::Expand;
 using testing::FoldedSoftmax;
+using testing::kF32;
+using testing::Param;
+using testing::Reduce;
 using testing::TokenBlock;
+using testing::Transpose;
+using testing::Unary;
 
 CompileOptions EmulatorCompileOptions() {
   CompileOptions options;
@@ -280,6 +290,42 @@ TEST(ShapeGenericKernels, RandomGraphsOfAClassMatchTheInterpreter) {
   std::printf("of 40 random graphs: %d compile shape-generic, %d for the top extent alone\n",
               generic, top_only);
   EXPECT_GT(generic, 0);
+}
+
+// A row-tiled kernel (ThreadMapping::transpose_tile) is laid out for its graph's exact sizes;
+// in a shape-generic compile it walks its rows in order instead, rows_per_block at a time, at
+// every extent of its bucket. The tile is forced on the Inductor model's one-kernel plan of a
+// batched softmax over the columns of [batch, q, k, h] scores moved to [batch, h, k, q].
+TEST(ShapeGenericKernels, RowTiledKernelsWalkTheirRowsInOrderAtEveryExtent) {
+  const uint64_t seed = LoggedSeed("row tiles");
+  Graph g;
+  g.name = "batched_transposed_softmax";
+  const int x = Param(g, {kF32, {9, 64, 8, 4}}, 0, "x");
+  const int t = Transpose(g, x, {0, 3, 2, 1});
+  const int max = Reduce(g, t, ConstScalar(g, kF32, -1e30), {3}, ReduceKind::kMax);
+  const int e = Unary(g, OpCode::kExp, Binary(g, OpCode::kSub, t, Expand(g, max, t, {3})));
+  const int sum = Reduce(g, e, ConstScalar(g, kF32, 0), {3}, ReduceKind::kSum);
+  g.outputs = {Binary(g, OpCode::kDiv, e, Expand(g, sum, e, {3}))};
+  g.outer_parameters = {0};
+  CompileOptions options = EmulatorCompileOptions();
+  options.planner = PlannerKind::kInductor;
+  StatusOr<CompileResult> compiled = CompileGraph(g, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  ASSERT_TRUE(compiled->shape_generic()) << compiled->not_generic;
+  ASSERT_EQ(compiled->plan.kernels.size(), 1u) << Describe(compiled->graph, compiled->plan);
+  KernelSpec& kernel = compiled->plan.kernels[0];
+  ASSERT_TRUE(MapRowTiles(compiled->graph, kernel, *FindDevice("H100"), 8, 32))
+      << Describe(compiled->graph, compiled->plan);
+  StatusOr<CompiledKernel> tiled =
+      EmitKernel(compiled->graph, kernel, CodegenOptions{}, &compiled->shape_class);
+  ASSERT_TRUE(tiled.ok()) << tiled.status().ToString();
+  ASSERT_TRUE(tiled->takes_outer_extent);
+  compiled->kernels[0] = *tiled;
+  std::mt19937_64 rng(seed);
+  for (int64_t extent : ExtentsToCheck(compiled->served, rng, 2)) {
+    EXPECT_TRUE(MatchesAtExtent(*compiled, g, extent, seed + static_cast<uint64_t>(extent)))
+        << "seed " << seed;
+  }
 }
 
 }  // namespace
