@@ -49,7 +49,6 @@ Status RowTileStager::ComputeRound(const TileOrigin& o, int64_t round) {
   em_.ResetScope();
   const int64_t threads = static_cast<int64_t>(m_.launch.block_threads());
   const int64_t rows_per_pass = threads / staging_.p_lanes;
-  const int inner = tiles_.p_dims.back();
   llvm::Value* p_lane = b_.CreateURem(tid_, kc_.Index(staging_.p_lanes));
   llvm::Value* first_row =
       b_.CreateMul(p_lane, kc_.Index(staging_.p_width), "", true, true);  // in the tile
@@ -60,20 +59,11 @@ Status RowTileStager::ComputeRound(const TileOrigin& o, int64_t round) {
     llvm::Value* element =
         b_.CreateAdd(first_q, kc_.Index(pass * rows_per_pass), "", true, true);  // in the round
     llvm::Value* q = b_.CreateAdd(kc_.Index(round * staging_.round), element, "", true, true);
-    const std::vector<llvm::Value*> first = index_.CoordinatesOf(o, m, q);
-    llvm::Value* first_linear = index_.LinearOf(o, first);
-    // The p_width rows differ in the operand's minor-most coordinate alone, which p_width
-    // divides, so their loads are adjacent and aligned (index_alignment.h).
-    for (int64_t e = 0; e < staging_.p_width; ++e) {
-      std::vector<llvm::Value*> coords = first;
-      llvm::Value* linear = first_linear;
-      if (e > 0) {
-        coords[inner] = b_.CreateAdd(first[inner], kc_.Index(e), "", true, true);
-        linear = b_.CreateAdd(first_linear, kc_.Index(e * index_.Stride(inner)), "", true, true);
-      }
-      em_.SeedDelinearization(linear, shape_.dims, std::move(coords));
-      linears.push_back(linear);
-      slots.push_back(Slot(b_.CreateAdd(first_row, kc_.Index(e), "", true, true), element));
+    const std::vector<llvm::Value*> rows = index_.AdjacentInOperand(em_, o, m, q, staging_.p_width);
+    for (size_t e = 0; e < rows.size(); ++e) {
+      linears.push_back(rows[e]);
+      slots.push_back(Slot(
+          b_.CreateAdd(first_row, kc_.Index(static_cast<int64_t>(e)), "", true, true), element));
     }
   }
   em_.SetLaneOffsetsLast(true);

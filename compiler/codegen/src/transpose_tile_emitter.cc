@@ -82,25 +82,14 @@ class TransposeTileEmitter {
     llvm::Value* m = Min(b_.CreateAdd(o.p0, p_local, "", true, true), tiles_.p - width_);
     llvm::Value* first_q = b_.CreateUDiv(tid_, kc_.Index(per_row));
     const int64_t rows_per_pass = threads_ / per_row;
-    const int inner = tiles_.p_dims.back();
     std::vector<llvm::Value*> linears;
     std::vector<std::pair<llvm::Value*, int64_t>> slots;  // (q_local, lane) per linear
     for (int64_t r = 0; r < tiles_.q_side / rows_per_pass; ++r) {
       llvm::Value* q_local = b_.CreateAdd(first_q, kc_.Index(r * rows_per_pass), "", true, true);
       llvm::Value* q = Min(b_.CreateAdd(o.q0, q_local, "", true, true), tiles_.q - 1);
-      const std::vector<llvm::Value*> first = index_.CoordinatesOf(o, m, q);
-      llvm::Value* first_linear = index_.LinearOf(o, first);
-      for (int64_t e = 0; e < width_; ++e) {
-        std::vector<llvm::Value*> lane = first;
-        llvm::Value* linear = first_linear;
-        if (e > 0) {
-          lane[inner] = b_.CreateAdd(first[inner], kc_.Index(e), "", true, true);
-          linear = b_.CreateAdd(first_linear, kc_.Index(e * index_.Stride(inner)), "", true, true);
-        }
-        // The transpose and anything of its shape read the coordinates, not a division.
-        em_.SeedDelinearization(linear, shape_.dims, std::move(lane));
+      for (llvm::Value* linear : index_.AdjacentInOperand(em_, o, m, q, width_)) {
+        slots.emplace_back(q_local, static_cast<int64_t>(linears.size() % width_));
         linears.push_back(linear);
-        slots.emplace_back(q_local, e);
       }
     }
     em_.EmitLoads(kc_.spec.outputs, linears);

@@ -66,4 +66,24 @@ llvm::Value* TransposeTileIndex::LinearOf(const TileOrigin& o,
   return b_.CreateAdd(linear, coords[tiles_.q_dim], "", true, true);
 }
 
+std::vector<llvm::Value*> TransposeTileIndex::AdjacentInOperand(ElementalEmitter& em,
+                                                                const TileOrigin& o, llvm::Value* m,
+                                                                llvm::Value* q, int64_t width) {
+  const int inner = tiles_.p_dims.back();
+  const std::vector<llvm::Value*> first = CoordinatesOf(o, m, q);
+  llvm::Value* first_linear = LinearOf(o, first);
+  std::vector<llvm::Value*> linears;
+  for (int64_t e = 0; e < width; ++e) {
+    std::vector<llvm::Value*> coords = first;
+    llvm::Value* linear = first_linear;
+    if (e > 0) {
+      coords[inner] = b_.CreateAdd(first[inner], kc_.Index(e), "", true, true);
+      linear = b_.CreateAdd(first_linear, kc_.Index(e * strides_[inner]), "", true, true);
+    }
+    em.SeedDelinearization(linear, shape_.dims, std::move(coords));
+    linears.push_back(linear);
+  }
+  return linears;
+}
+
 }  // namespace stitch::codegen

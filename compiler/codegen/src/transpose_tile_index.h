@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "elemental_emitter.h"
 #include "kernel_context.h"
 #include "stitch/plan/schedule.h"
 
@@ -36,8 +37,13 @@ class TransposeTileIndex {
   // The output's linear index at `coords`, the batch part taken from the tile's origin.
   llvm::Value* LinearOf(const TileOrigin& o, const std::vector<llvm::Value*>& coords);
 
-  // The output's row-major stride of dimension `d`.
-  int64_t Stride(int d) const { return strides_[static_cast<size_t>(d)]; }
+  // The linear indices of the `width` elements of the p run from element `m` on at `q` in
+  // tile `o`, which differ in the operand's minor-most coordinate alone (`m` is a multiple of
+  // the width, which divides that dimension), so their loads are adjacent and aligned
+  // (index_alignment.h). Each is seeded in `em` with its coordinates: the transpose and
+  // anything of its shape read them without a division.
+  std::vector<llvm::Value*> AdjacentInOperand(ElementalEmitter& em, const TileOrigin& o,
+                                              llvm::Value* m, llvm::Value* q, int64_t width);
 
  private:
   bool InP(int d) const;
