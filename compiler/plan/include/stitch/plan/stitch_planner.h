@@ -56,7 +56,8 @@ struct FusionRules {
   bool transposes_in_reductions = false;
   // Row-stitched kernels that read such a transpose stage it a tile of rows at a time
   // (TileTransposedRows), which reads the operand in whole sectors; a kernel so tiled may
-  // hold the transpose. Triton and XLA have no such tile in a reduction's fusion.
+  // hold the transpose. The baseline models keep their compilers' fusions instead: XLA's
+  // keeps the transpose apart, Inductor's reads it in row order.
   bool transposed_row_tiles = true;
   // Loop-mode rows (too long for registers) capped to the rows whose re-reads fit in L2
   // (FitLoopRowsInL2). Inductor and XLA launch a program or block per row whatever its
