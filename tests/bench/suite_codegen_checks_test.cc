@@ -28,9 +28,9 @@ constexpr testing::KnownGap kKnownGaps[] = {
      "32 registers)"},
     {3, "instructions", "dropout's random bits, drawn per element: ~76 instructions per element"},
     {13, "in_flight",
-     "one block of 1,024 threads per SM (8 rows of 128 threads, 53 registers), each staging "
-     "a round's elements with 8-byte loads whose unpacking ptxas interleaves: 8 KiB in flight "
-     "per SM against 9.5 KiB"},
+     "one block of 1,024 threads per SM (8 rows of 128 threads, 53 registers); a tile's loads "
+     "for both rounds come first, but the PTX unpacks each 8-byte load's bf16 values before "
+     "the next load (ptxas's schedule may batch them): 8 KiB in flight per SM against 9.5 KiB"},
     {14, "in_flight",
      "2-byte row loads, each converted before the next; ptxas batches them in its schedule "
      "(1.43x torch.compile on the H100), the PTX does not"},

@@ -170,8 +170,9 @@ class RowStitchEmitter {
                        GridDim(kc_, Dim::kX), [&](llvm::Value* tile) -> Status {
                          const TileOrigin origin = stager.OriginOf(tile);
                          SetRowPositions(stager.RowOf(origin, row_in_tile), b_.getTrue());
+                         stager.LoadTile(origin);
                          for (int64_t round = 0; round < stager.Rounds(); ++round) {
-                           STITCH_RETURN_IF_ERROR(stager.ComputeRound(origin, round));
+                           STITCH_RETURN_IF_ERROR(stager.ComputeRound(round));
                            Barrier(kc_);
                            stager.ReadRound(row_in_tile, seg_, round, staged);
                            // The next round, or the next tile, overwrites the tile.

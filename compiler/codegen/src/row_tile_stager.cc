@@ -45,8 +45,9 @@ llvm::Value* RowTileStager::RowOf(const TileOrigin& o, llvm::Value* row_in_tile)
   return b_.CreateUDiv(first, kc_.Index(tiles_.q));
 }
 
-Status RowTileStager::ComputeRound(const TileOrigin& o, int64_t round) {
+void RowTileStager::LoadTile(const TileOrigin& o) {
   em_.ResetScope();
+  rounds_.assign(static_cast<size_t>(staging_.rounds), {});
   const int64_t threads = static_cast<int64_t>(m_.launch.block_threads());
   const int64_t rows_per_pass = threads / staging_.p_lanes;
   llvm::Value* p_lane = b_.CreateURem(tid_, kc_.Index(staging_.p_lanes));
@@ -54,24 +55,33 @@ Status RowTileStager::ComputeRound(const TileOrigin& o, int64_t round) {
       b_.CreateMul(p_lane, kc_.Index(staging_.p_width), "", true, true);  // in the tile
   llvm::Value* m = b_.CreateAdd(o.p0, first_row, "", true, true);
   llvm::Value* first_q = b_.CreateUDiv(tid_, kc_.Index(staging_.p_lanes));
-  std::vector<llvm::Value*> linears, slots;
-  for (int64_t pass = 0; pass < staging_.round / rows_per_pass; ++pass) {
-    llvm::Value* element =
-        b_.CreateAdd(first_q, kc_.Index(pass * rows_per_pass), "", true, true);  // in the round
-    llvm::Value* q = b_.CreateAdd(kc_.Index(round * staging_.round), element, "", true, true);
-    const std::vector<llvm::Value*> rows = index_.AdjacentInOperand(em_, o, m, q, staging_.p_width);
-    for (size_t e = 0; e < rows.size(); ++e) {
-      linears.push_back(rows[e]);
-      slots.push_back(Slot(
-          b_.CreateAdd(first_row, kc_.Index(static_cast<int64_t>(e)), "", true, true), element));
+  std::vector<llvm::Value*> every;
+  for (int64_t round = 0; round < staging_.rounds; ++round) {
+    StagedRound& r = rounds_[static_cast<size_t>(round)];
+    for (int64_t pass = 0; pass < staging_.round / rows_per_pass; ++pass) {
+      llvm::Value* element =
+          b_.CreateAdd(first_q, kc_.Index(pass * rows_per_pass), "", true, true);  // in the round
+      llvm::Value* q = b_.CreateAdd(kc_.Index(round * staging_.round), element, "", true, true);
+      const std::vector<llvm::Value*> rows =
+          index_.AdjacentInOperand(em_, o, m, q, staging_.p_width);
+      for (size_t e = 0; e < rows.size(); ++e) {
+        r.linears.push_back(rows[e]);
+        r.slots.push_back(Slot(
+            b_.CreateAdd(first_row, kc_.Index(static_cast<int64_t>(e)), "", true, true), element));
+      }
     }
+    every.insert(every.end(), r.linears.begin(), r.linears.end());
   }
   em_.SetLaneOffsetsLast(true);
-  em_.EmitLoads({transpose_}, linears);
+  em_.EmitLoads({transpose_}, every);
   em_.SetLaneOffsetsLast(false);
-  for (size_t k = 0; k < linears.size(); ++k) {
-    STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(transpose_, IrIndex{{}, linears[k]}));
-    b_.CreateStore(v, slots[k]);
+}
+
+Status RowTileStager::ComputeRound(int64_t round) {
+  const StagedRound& r = rounds_[static_cast<size_t>(round)];
+  for (size_t k = 0; k < r.linears.size(); ++k) {
+    STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(transpose_, IrIndex{{}, r.linears[k]}));
+    b_.CreateStore(v, r.slots[k]);
   }
   return Status::Ok();
 }

@@ -29,10 +29,14 @@ class RowTileStager {
   // row space, its minor-most dimension along the rows.
   llvm::Value* RowOf(const TileOrigin& o, llvm::Value* row_in_tile);
 
-  // Computes round `round` of tile `o` (elements [round, round + 1) x RowTileStaging::round
-  // of each of its rows) into shared memory; each thread takes p_width adjacent rows at one
-  // element, as many times as the round needs.
-  Status ComputeRound(const TileOrigin& o, int64_t round);
+  // Issues every load of tile `o`'s rounds (round r holds elements [r, r + 1) x
+  // RowTileStaging::round of each of its rows; each thread takes p_width adjacent rows at one
+  // element, as many times as a round needs), before any round's math: a block's loads for
+  // the whole tile are in flight together rather than a round's at a time between barriers.
+  void LoadTile(const TileOrigin& o);
+
+  // Computes round `round` of the tile LoadTile loaded into shared memory.
+  Status ComputeRound(int64_t round);
 
   // After a barrier: loads the vector of round `round` that the thread at `seg` of tile row
   // `row_in_tile` keeps, into its register positions round x vector_width onwards of `staged`.
@@ -54,6 +58,12 @@ class RowTileStager {
   llvm::Value* tid_;
   llvm::Type* type_ = nullptr;
   llvm::GlobalVariable* tile_ = nullptr;
+  // Per round of the tile being staged: the linear indices of the thread's elements, and
+  // the shared-memory slot of each.
+  struct StagedRound {
+    std::vector<llvm::Value*> linears, slots;
+  };
+  std::vector<StagedRound> rounds_;
 };
 
 }  // namespace stitch::codegen
