@@ -45,9 +45,10 @@ void FitLoopRowsInL2(const Graph& g, KernelSpec& kernel, const GpuDevice& device
 // element when its threads walk the rows one by one. Maps such a kernel to row tiles
 // (ThreadMapping::transpose_tile, RowTileStaging): a block takes rows that are adjacent in
 // the operand, stages them through shared memory and keeps them in registers, so the
-// operand is read once and in whole sectors. The cheapest tile by the planning cost model
-// replaces the mapping where it is priced below it (suite row #13: a softmax over the
-// columns of a transposed [2048, 24576] bf16 operand). Leaves other kernels as they are.
+// operand is read once and in whole sectors. The cheapest tile by the fitted cost model
+// (the planning version takes the strided reads' re-reads for L2 hits) replaces the mapping
+// where it is priced below it (suite row #13: a softmax over the columns of a transposed
+// [2048, 24576] bf16 operand). Leaves other kernels as they are.
 void TileTransposedRows(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
 
 // Maps a row-stitched kernel to row tiles of `rows_per_block` rows of `threads_per_row`
@@ -114,9 +115,10 @@ TransposeTiles TransposeTilesOf(const Graph& g, int transpose);
 // the transpose's output is the row space, its minor-most dimension along the rows) and
 // stages them in `rounds` rounds of `round` = threads_per_row x vector_width elements of
 // each row, the elements each thread keeps of one vector position. A round is computed
-// with each thread taking `p_width` rows at one element, so the operand is read along its
-// minor-most run, into a shared-memory tile of rows_per_block rows of `row_stride` compute-
-// type values; then each thread reads its own vector of its own row back.
+// with each thread taking `p_width` rows at one element (4, 2 or 1: at most vector_width,
+// dividing rows_per_block and the operand's minor-most dimension), so the operand is read
+// along its minor-most run, into a shared-memory tile of rows_per_block rows of `row_stride`
+// compute-type values; then each thread reads its own vector of its own row back.
 struct RowTileStaging {
   int64_t p_width = 1;
   int64_t round = 0;
@@ -126,6 +128,8 @@ struct RowTileStaging {
   int64_t rounds = 0;
   int64_t p_lanes = 0;  // threads per element of a round: rows_per_block / p_width
 };
+// Returns the staging of mapping `m` of a kernel of `g`; all zero but p_width when `m` has no
+// transpose tile.
 RowTileStaging RowTileStagingOf(const Graph& g, const ThreadMapping& m);
 
 // Schedules every kernel of `plan`.
