@@ -66,6 +66,23 @@ void OneToOneInputs(const Graph& g, const KernelSpec& k, int id, std::set<int>& 
   }
 }
 
+int StageableTranspose(const Graph& g, const KernelSpec& k, int64_t elements) {
+  int found = -1;
+  for (int id : k.nodes) {
+    if (!MovesMinorDimension(g, id)) continue;
+    if (found >= 0) return -1;
+    found = id;
+  }
+  if (found < 0 || g.nodes[found].shape.elements() != elements) return -1;
+  std::set<int> through;
+  OneToOneInputs(g, k, g.nodes[found].operands[0], through);
+  if (through.empty()) return -1;
+  for (int i : k.inputs) {
+    if (g.nodes[i].shape.elements() == elements && !through.count(i)) return -1;
+  }
+  return found;
+}
+
 namespace {
 
 // Inputs read through a transpose that moves their minor-most dimension: threads walk the

@@ -37,6 +37,12 @@ int64_t Sectors(int64_t bytes);
 // elementwise ops and reshapes, which keep the linear order of the elements.
 void OneToOneInputs(const Graph& g, const KernelSpec& k, int id, std::set<int>& found);
 
+// The transpose of `k` a tile can stage through shared memory, or -1: its only transpose that
+// moves the minor-most dimension, with `elements` elements, through which every kernel
+// input of that many elements reaches it one to one (an input read in the output's order
+// would be strided while the tile is staged).
+int StageableTranspose(const Graph& g, const KernelSpec& k, int64_t elements);
+
 // Sets `k`'s footprint traffic (bytes loaded and stored, loads in flight per thread over an
 // iteration space of `elements`, and the inputs read through a strided transpose).
 void SetTraffic(const Graph& g, KernelSpec& k, int64_t elements);

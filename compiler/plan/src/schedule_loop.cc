@@ -25,24 +25,13 @@ namespace {
 // in output order would be strided instead while the tile is computed.
 int TileableTranspose(const Graph& g, const KernelSpec& k) {
   const int64_t n = g.nodes[k.outputs[0]].shape.elements();
-  int found = -1;
-  for (int id : k.nodes) {
-    if (!MovesMinorDimension(g, id)) continue;
-    if (found >= 0) return -1;
-    found = id;
-  }
-  if (found < 0 || g.nodes[found].shape.elements() != n) return -1;
+  const int found = StageableTranspose(g, k, n);
+  if (found < 0) return -1;
   const TransposeTiles tiles = TransposeTilesOf(g, found);
   if (tiles.p < 8 || tiles.q < 16) return -1;
   for (int o : k.outputs) {
     const DType t = g.nodes[o].shape.dtype;
     if (!IsFloat(t) || g.nodes[o].shape.elements() != n) return -1;
-  }
-  std::set<int> through;
-  OneToOneInputs(g, k, g.nodes[found].operands[0], through);
-  if (through.empty()) return -1;
-  for (int i : k.inputs) {
-    if (g.nodes[i].shape.elements() == n && !through.count(i)) return -1;
   }
   return found;
 }

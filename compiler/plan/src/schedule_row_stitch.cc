@@ -113,24 +113,10 @@ int EstimatedPassInstructions(const Graph& g, const KernelSpec& k, const RowStit
 int RowTileTranspose(const Graph& g, const KernelSpec& k, const RowStitchLayout& layout) {
   if (!layout.column_reduces.empty()) return -1;
   const RowGeometry& geo = layout.geometry;
-  int found = -1;
-  for (int id : k.nodes) {
-    if (!MovesMinorDimension(g, id)) continue;
-    if (found >= 0) return -1;
-    found = id;
-  }
+  const int found = StageableTranspose(g, k, geo.rows * geo.row_len);
   if (found < 0) return -1;
   const Shape& shape = g.nodes[found].shape;
-  if (!IsFloat(shape.dtype) || shape.elements() != geo.rows * geo.row_len ||
-      shape.dims.back() != geo.row_len) {
-    return -1;
-  }
-  std::set<int> through;
-  OneToOneInputs(g, k, g.nodes[found].operands[0], through);
-  if (through.empty()) return -1;
-  for (int i : k.inputs) {
-    if (g.nodes[i].shape.elements() == shape.elements() && !through.count(i)) return -1;
-  }
+  if (!IsFloat(shape.dtype) || shape.dims.back() != geo.row_len) return -1;
   return found;
 }
 
