@@ -121,9 +121,10 @@ int RowTileTranspose(const Graph& g, const KernelSpec& k, const RowStitchLayout&
 }
 
 // Fills `k`'s mapping with row tiles of `rows` rows of `threads_per_row` threads (whole
-// warps) each, every row held in registers. Returns false where that does not fit: each row
-// splits evenly into vectors over its threads, at most kMaxValuesPerThread positions each,
-// the tiles cover the p run exactly, and the block and its shared memory fit the device.
+// warps) each, every row held in registers. Returns false, the mapping then partly filled,
+// where that does not fit: each row splits evenly into vectors over its threads, at most
+// kMaxValuesPerThread positions each, the tiles cover the p run exactly, and a block with
+// its registers and shared memory is resident on the device.
 bool FillRowTile(const Graph& g, const RowStitchLayout& layout, int transpose, int rows,
                  int threads_per_row, const GpuDevice& d, KernelSpec& k) {
   const RowGeometry& geo = layout.geometry;
@@ -154,6 +155,7 @@ bool FillRowTile(const Graph& g, const RowStitchLayout& layout, int transpose, i
   if (tpr > 32) shared += 8 * (tpr / 32) * rows * reduces;
   if (shared > d.max_static_shared_bytes_per_block) return false;
   m.shared_bytes = static_cast<uint32_t>(shared);
+  if (ResidentBlocksPerSm(d, m) == 0) return false;
   // Two per round (the tile written, then read back); several warps per row add one per
   // phase and one guarding the slots' reuse, as a block per row does.
   m.block_barriers_per_item = static_cast<int>(2 * staging.rounds) +
@@ -351,8 +353,7 @@ bool MapRowTiles(const Graph& g, KernelSpec& kernel, const GpuDevice& device, in
   const int transpose = RowTileTranspose(g, kernel, *layout);
   if (transpose < 0) return false;
   KernelSpec trial = kernel;
-  if (!FillRowTile(g, *layout, transpose, rows_per_block, threads_per_row, device, trial) ||
-      ResidentBlocksPerSm(device, trial.mapping) == 0) {
+  if (!FillRowTile(g, *layout, transpose, rows_per_block, threads_per_row, device, trial)) {
     return false;
   }
   kernel = std::move(trial);
@@ -363,7 +364,8 @@ void TileTransposedRows(const Graph& g, KernelSpec& kernel, const GpuDevice& dev
   if (kernel.kind != KernelKind::kRowStitch || kernel.mapping.transpose_tile >= 0) return;
   StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, kernel);
   if (!layout.ok()) return;
-  if (RowTileTranspose(g, kernel, *layout) < 0) return;
+  const int transpose = RowTileTranspose(g, kernel, *layout);
+  if (transpose < 0) return;
   // Priced with the fitted constants: the planning version has no reuse window, so it
   // takes every strided re-read for an L2 hit and sees nothing to gain.
   std::unique_ptr<CostModel> model =
@@ -375,7 +377,7 @@ void TileTransposedRows(const Graph& g, KernelSpec& kernel, const GpuDevice& dev
   for (int rows : {8, 16}) {
     for (int threads = 32; threads <= 1024; threads *= 2) {
       KernelSpec trial = kernel;
-      if (!MapRowTiles(g, trial, device, rows, threads)) continue;
+      if (!FillRowTile(g, *layout, transpose, rows, threads, device, trial)) continue;
       const double seconds = model->EstimateKernel(g, trial).seconds;
       if (seconds < best_seconds) {
         best_seconds = seconds;
