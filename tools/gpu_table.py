@@ -3,14 +3,17 @@
 
     tools/gpu_table.py testdata/gpu/h100_80gb_hbm3/2026-11-26_52c5190 [--peak-gbps 3352]
 
-Kernel time against kernel time: stitch's plans by Nsight Compute (stitch_kernels_ncu.tsv),
-torch.compile by torch.profiler (torch_compile_kernels.tsv), jax.jit by back-to-back calls
+Kernel time against kernel time: stitch's plans by Nsight Compute (stitch_kernels_ncu.tsv) or,
+in a set without it, by CUPTI's activity records of gpu_bench's own runs
+(stitch_kernels_cupti.tsv), torch.compile by torch.profiler (torch_compile_kernels.tsv), jax.jit by back-to-back calls
 (jax_jit_kernels.tsv; dispatch-bound under about 60 us). % of peak is the subgraph's
-lower-bound bytes (gpu_bench.csv) over stitch's kernel time, against the device's peak.
+lower-bound bytes (gpu_bench.csv) over stitch's kernel time, against the device's peak:
+--peak-gbps, else the set's device.json (memory clock times bus width), else the H100's.
 """
 
 import argparse
 import csv
+import json
 import math
 import os
 import sys
@@ -33,6 +36,16 @@ def read_tsv(path, has_header):
     return rows
 
 
+def peak_of_set(set_dir):
+    """The peak GB/s the set's device.json records, or the H100's 3,352 where it has none."""
+    try:
+        with open(os.path.join(set_dir, "device.json"), encoding="utf-8") as f:
+            peak = json.load(f).get("peak_bytes_per_second")
+    except (OSError, ValueError):
+        peak = None
+    return peak / 1e9 if isinstance(peak, (int, float)) and peak > 0 else 3352.0
+
+
 def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -40,10 +53,15 @@ def geomean(values):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("set_dir")
-    parser.add_argument("--peak-gbps", type=float, default=3352.0)
+    parser.add_argument("--peak-gbps", type=float, default=None)
     args = parser.parse_args()
     d = args.set_dir
-    stitch = read_tsv(os.path.join(d, "stitch_kernels_ncu.tsv"), True)
+    if args.peak_gbps is None:
+        args.peak_gbps = peak_of_set(d)
+    stitch_file = os.path.join(d, "stitch_kernels_ncu.tsv")
+    if not os.path.exists(stitch_file):
+        stitch_file = os.path.join(d, "stitch_kernels_cupti.tsv")
+    stitch = read_tsv(stitch_file, True)
     torch = read_tsv(os.path.join(d, "torch_compile_kernels.tsv"), False)
     jax = read_tsv(os.path.join(d, "jax_jit_kernels.tsv"), False)
     info = {}
