@@ -51,10 +51,6 @@ constexpr double kMaxDramPerDistinct = 1.1;
 // Checks that fail on today's code, each with its cause. A gap that starts passing fails the
 // test too, so the list only shrinks.
 constexpr testing::KnownGap kKnownGaps[] = {
-    {13, "sectors",
-     "row tiles of 8 bf16 rows read 16 bytes of each 32-byte sector of the transposed scores "
-     "(the next tile reads the other half, from L2), and one of a round's two 4-row loads "
-     "stays four 2-byte loads: 1.4 bytes fetched per byte used"},
     {14, "sectors",
      "16 lanes per row, 2 bytes each: rows of 197 f16 (394 bytes) do not start on sector "
      "boundaries, so each half-warp's 32 bytes straddle two sectors (the L1 serves the rest)"},

@@ -105,6 +105,14 @@ int EstimatedPassInstructions(const Graph& g, const KernelSpec& k, const RowStit
   return static_cast<int>(std::min<int64_t>(total, std::numeric_limits<int>::max()));
 }
 
+// EstimatedPassInstructions for a row tile, plus the staging: each value a thread keeps is
+// stored to the tile and read back, with their addresses, and loaded p_width rows at a time.
+int EstimatedTileInstructions(const Graph& g, const KernelSpec& k, const RowStitchLayout& layout) {
+  const int64_t values = std::max(k.mapping.values_per_thread, 1);
+  const int64_t staging = values * 4 + CeilDiv(values, RowTileStagingOf(g, k.mapping).p_width) * 2;
+  return static_cast<int>(EstimatedPassInstructions(g, k, layout) + staging);
+}
+
 // The transpose a row-stitched kernel can stage a row tile at a time (ThreadMapping::
 // transpose_tile), or -1: its only transpose that moves the minor-most dimension, whose float
 // output is the row space with the rows' elements along its minor-most dimension, and
@@ -318,6 +326,8 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
 }  // namespace internal
 
 using internal::FillRowStitch;
+using internal::EstimatedPassInstructions;
+using internal::EstimatedTileInstructions;
 using internal::FillRowTile;
 using internal::RowTileTranspose;
 
@@ -370,14 +380,23 @@ void TileTransposedRows(const Graph& g, KernelSpec& kernel, const GpuDevice& dev
   // takes every strided re-read for an L2 hit and sees nothing to gain.
   std::unique_ptr<CostModel> model =
       NewAnalyticalCostModel(device, CostModelParametersFor(device, kCurrentCostModel));
+  // Both sides are priced with the instructions the scheduler expects of them: a tile's
+  // phases cannot hide each other within its block (the cost model's overlap rule), so what
+  // it saves in bytes it can lose in issue time where few blocks share an SM.
+  KernelSpec strided = kernel;
+  strided.mapping.estimated_instructions = EstimatedPassInstructions(g, kernel, *layout);
   std::optional<KernelSpec> best;
-  double best_seconds = model->EstimateKernel(g, kernel).seconds;
+  double best_seconds = model->EstimateKernel(g, strided).seconds;
   // Tiles of 8 rows read a 32-byte sector of a 4-byte operand, or half of one of a 2-byte
-  // operand, whose other half the next tile reads; 16 rows read whole sectors of both.
-  for (int rows : {8, 16}) {
+  // operand, whose other half the next tile reads; 16 rows read whole sectors of both. Tiles
+  // of 4 rows read a quarter of a 2-byte operand's sector, the rest from L2 after the blocks
+  // beside them, but are small enough for two blocks per SM where 8 rows of the same threads
+  // per row take a whole SM (suite row #13).
+  for (int rows : {4, 8, 16}) {
     for (int threads = 32; threads <= 1024; threads *= 2) {
       KernelSpec trial = kernel;
       if (!FillRowTile(g, *layout, transpose, rows, threads, device, trial)) continue;
+      trial.mapping.estimated_instructions = EstimatedTileInstructions(g, trial, *layout);
       const double seconds = model->EstimateKernel(g, trial).seconds;
       if (seconds < best_seconds) {
         best_seconds = seconds;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "stitch/plan/cost_model.h"
 #include "stitch/plan/gpu_device.h"
 #include "stitch/plan/schedule.h"
 #include "support/graph_builder.h"
@@ -117,6 +118,42 @@ TEST(RowTiles, TheFittedModelTakesATileWhereTheStridedReadsMissL2) {
   ASSERT_TRUE(ScheduleKernel(small.graph, small.kernel, H100()).ok());
   TileTransposedRows(small.graph, small.kernel, H100());
   EXPECT_EQ(small.kernel.mapping.transpose_tile, -1);
+}
+
+// A tile's warps all wait for its loads behind a barrier and then compute while none of them
+// loads, so only other resident blocks hide one phase behind the other.
+TEST(RowTiles, OnlyOtherBlocksOnTheSmHideATilesMathBehindItsLoads) {
+  const GpuDevice& d = H100();
+  std::unique_ptr<CostModel> model =
+      NewAnalyticalCostModel(d, CostModelParametersFor(d, kCurrentCostModel));
+  auto busy = [](const KernelCost& c) {
+    return c.seconds - c.launch_seconds - c.barrier_seconds;
+  };
+  SoftmaxKernel alone = TransposedSoftmax(2048, 2048, 12, false);
+  ASSERT_TRUE(MapRowTiles(alone.graph, alone.kernel, d, 8, 128));
+  alone.kernel.mapping.assembled_instructions = 700;
+  const KernelCost one = model->EstimateKernel(alone.graph, alone.kernel);
+  ASSERT_EQ(one.resident_blocks_per_sm, 1);
+  ASSERT_GT(one.issue_seconds, 0);
+  EXPECT_NEAR(busy(one), one.memory_seconds + one.issue_seconds, 1e-12);
+
+  SoftmaxKernel paired = TransposedSoftmax(2048, 2048, 12, false);
+  ASSERT_TRUE(MapRowTiles(paired.graph, paired.kernel, d, 4, 128));
+  paired.kernel.mapping.assembled_instructions = 700;
+  const KernelCost two = model->EstimateKernel(paired.graph, paired.kernel);
+  ASSERT_EQ(two.resident_blocks_per_sm, 2);
+  const double longer = std::max(two.memory_seconds, two.issue_seconds);
+  const double shorter = std::min(two.memory_seconds, two.issue_seconds);
+  EXPECT_NEAR(busy(two), longer + shorter / 2, 1e-12);
+
+  // The same rows read strided, with no tile: warps of other rows load while some compute.
+  SoftmaxKernel strided = TransposedSoftmax(2048, 2048, 12, false);
+  ASSERT_TRUE(ScheduleKernel(strided.graph, strided.kernel, d).ok());
+  ASSERT_LT(strided.kernel.mapping.transpose_tile, 0);
+  strided.kernel.mapping.assembled_instructions = 700;
+  const KernelCost overlapped = model->EstimateKernel(strided.graph, strided.kernel);
+  EXPECT_NEAR(busy(overlapped), std::max(overlapped.memory_seconds, overlapped.issue_seconds),
+              1e-12);
 }
 
 }  // namespace
