@@ -241,8 +241,8 @@ class AnalyticalCostModel : public CostModel {
       c.memory_seconds = std::max(c.memory_seconds, p_.dram_latency_seconds);
     }
     const double datasheet = device_.hbm_bytes_per_second;
-    const double busy_seconds = OverlappedSeconds(kernel.kind, m, c.memory_seconds,
-                                                  c.issue_seconds, c.resident_blocks_per_sm);
+    const double busy_seconds = OverlappedSeconds(kernel.kind, m, c.memory_seconds, c.issue_seconds,
+                                                  c.resident_blocks_per_sm);
     c.bandwidth_fraction = c.global_bytes > 0 && busy_seconds > 0
                                ? static_cast<double>(c.global_bytes) / busy_seconds / datasheet
                                : bandwidth / imbalance / datasheet;

@@ -325,9 +325,9 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
 
 }  // namespace internal
 
-using internal::FillRowStitch;
 using internal::EstimatedPassInstructions;
 using internal::EstimatedTileInstructions;
+using internal::FillRowStitch;
 using internal::FillRowTile;
 using internal::RowTileTranspose;
 

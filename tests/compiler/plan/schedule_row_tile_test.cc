@@ -126,9 +126,7 @@ TEST(RowTiles, OnlyOtherBlocksOnTheSmHideATilesMathBehindItsLoads) {
   const GpuDevice& d = H100();
   std::unique_ptr<CostModel> model =
       NewAnalyticalCostModel(d, CostModelParametersFor(d, kCurrentCostModel));
-  auto busy = [](const KernelCost& c) {
-    return c.seconds - c.launch_seconds - c.barrier_seconds;
-  };
+  auto busy = [](const KernelCost& c) { return c.seconds - c.launch_seconds - c.barrier_seconds; };
   SoftmaxKernel alone = TransposedSoftmax(2048, 2048, 12, false);
   ASSERT_TRUE(MapRowTiles(alone.graph, alone.kernel, d, 8, 128));
   alone.kernel.mapping.assembled_instructions = 700;
