@@ -94,12 +94,13 @@ TEST(RowTile, TransposedSoftmaxRunsInRowTilesAndMatchesTheInterpreter) {
     DType dtype;
     int rows, threads;
   };
-  // #13's layout with 12 heads (rows loaded 4 at a time); 8 heads in f16 with a tile of 16
-  // rows; f32 rows of 2 heads (loaded 2 at a time), several warps per row and one warp per
-  // row.
+  // #13's layout with 12 heads (rows loaded 4 at a time), in tiles of 8 rows and of 4 (one
+  // thread per element of a round); 8 heads in f16 with a tile of 16 rows; f32 rows of 2
+  // heads (loaded 2 at a time), several warps per row and one warp per row.
   for (const Case& c :
-       {Case{512, 16, 12, DType::kBF16, 8, 128}, Case{256, 16, 8, DType::kF16, 16, 64},
-        Case{256, 24, 2, DType::kF32, 8, 64}, Case{512, 8, 4, DType::kBF16, 8, 32}}) {
+       {Case{512, 16, 12, DType::kBF16, 8, 128}, Case{512, 16, 12, DType::kBF16, 4, 128},
+        Case{256, 16, 8, DType::kF16, 16, 64}, Case{256, 24, 2, DType::kF32, 8, 64},
+        Case{512, 8, 4, DType::kBF16, 8, 32}}) {
     const Graph g = TransposedMaskedSoftmax(c.q, c.k, c.h, c.dtype);
     const uint64_t seed = kSeed + static_cast<uint64_t>(c.k * c.h);
     SCOPED_TRACE(g.nodes[g.Parameters()[0]].shape.ToString() + ", seed " + std::to_string(seed));
@@ -107,9 +108,10 @@ TEST(RowTile, TransposedSoftmaxRunsInRowTilesAndMatchesTheInterpreter) {
   }
 }
 
-TEST(RowTile, SuiteRowThirteenShipsOneRowTiledKernel) {
-  // At #13's own size the row tile is priced below the transpose kernel and the softmax
-  // kernel it replaces: one kernel reads the scores once, in whole sectors.
+TEST(RowTile, SuiteRowThirteenStitchesOneRowTiledKernel) {
+  // At #13's own size the stitch planner's plan is one row-tiled kernel that reads the scores
+  // once, in whole sectors. (The compile ships the XLA model's two kernels instead, priced
+  // below the tile, which measured slower on the H200: suite_codegen_checks_test.)
   const Graph g = TransposedMaskedSoftmax(2048, 2048, 12, DType::kBF16);
   StatusOr<FusionPlan> plan = PlanStitched(g, *FindDevice("H100"), StitchPlannerOptions{});
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
