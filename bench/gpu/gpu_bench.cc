@@ -953,13 +953,20 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
   Flags& flags = *parsed;
-  // Nsight Compute, Nsight Systems and compute-sanitizer attach through CUDA's injection
-  // hook and take CUPTI for themselves; kernel times are then theirs to report.
-  if (const char* tool = std::getenv("CUDA_INJECTION64_PATH");
-      flags.profiler.empty() && tool != nullptr && *tool != '\0') {
-    flags.profiler = "none";
-    std::cerr << "gpu_bench: a CUDA tool is attached (CUDA_INJECTION64_PATH), so kernel times "
-                 "are left to it\n";
+  // A CUDA tool attached to the process takes CUPTI for itself; kernel times are then its to
+  // report. Nsight Systems and compute-sanitizer attach through CUDA's injection hook. Nsight
+  // Compute preloads its own libraries instead and names its perfworks folder; with gpu_bench
+  // subscribing to CUPTI beside it, the process exited with status 11 under ncu 2025.3 on the
+  // H200 (testdata/gpu/h200/2026-11-28_afdf996).
+  if (flags.profiler.empty()) {
+    for (const char* variable : {"CUDA_INJECTION64_PATH", "NV_COMPUTE_PROFILER_PERFWORKS_DIR"}) {
+      const char* tool = std::getenv(variable);
+      if (tool == nullptr || *tool == '\0') continue;
+      flags.profiler = "none";
+      std::cerr << "gpu_bench: a CUDA tool is attached (" << variable
+                << "), so kernel times are left to it\n";
+      break;
+    }
   }
 
   if (flags.mode == Mode::kExportGraphs || flags.mode == Mode::kExportReference) {

@@ -166,6 +166,16 @@ TEST(GpuBenchTest, AnAttachedCudaToolKeepsCupti) {
                                    " --profiler " + FakeDriver());
   ASSERT_EQ(named.exit_status, 0) << named.err << named.out;
   EXPECT_NE(named.out.find("Kernel time (CUPTI activity records"), std::string::npos) << named.out;
+  // Nsight Compute preloads its libraries rather than using the hook, and names its folder.
+  CommandResult ncu = RunCommand("NV_COMPUTE_PROFILER_PERFWORKS_DIR=/opt/nsight-compute/target " +
+                                 run);
+  ASSERT_EQ(ncu.exit_status, 0) << ncu.err << ncu.out;
+  EXPECT_NE(ncu.err.find("a CUDA tool is attached (NV_COMPUTE_PROFILER_PERFWORKS_DIR)"),
+            std::string::npos)
+      << ncu.err;
+  EXPECT_NE(ncu.out.find("Kernel time: not measured: no kernel profiler asked for."),
+            std::string::npos)
+      << ncu.out;
 }
 
 TEST(GpuBenchTest, FakeDriverOutputsFailVerification) {
