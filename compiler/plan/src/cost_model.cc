@@ -27,6 +27,7 @@
 //               / min(1 / issue_seconds, warps per scheduler / dependent_issue_seconds)
 //               (h100-fit-2: I, the cubin's instructions a warp issues per pass)
 //   seconds   = max(memory, issue) + launch + barriers
+//               (a row tile: max(memory, issue) + min(memory, issue) / R; OverlappedSeconds)
 //
 // A split reduction (reduce_chunks > 1) adds its grid barrier and ceil(chunks / 32) DRAM
 // round trips for combining the partials. A global kernel is one launch plus its phases,
