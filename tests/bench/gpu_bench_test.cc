@@ -167,8 +167,8 @@ TEST(GpuBenchTest, AnAttachedCudaToolKeepsCupti) {
   ASSERT_EQ(named.exit_status, 0) << named.err << named.out;
   EXPECT_NE(named.out.find("Kernel time (CUPTI activity records"), std::string::npos) << named.out;
   // Nsight Compute preloads its libraries rather than using the hook, and names its folder.
-  CommandResult ncu = RunCommand("NV_COMPUTE_PROFILER_PERFWORKS_DIR=/opt/nsight-compute/target " +
-                                 run);
+  CommandResult ncu =
+      RunCommand("NV_COMPUTE_PROFILER_PERFWORKS_DIR=/opt/nsight-compute/target " + run);
   ASSERT_EQ(ncu.exit_status, 0) << ncu.err << ncu.out;
   EXPECT_NE(ncu.err.find("a CUDA tool is attached (NV_COMPUTE_PROFILER_PERFWORKS_DIR)"),
             std::string::npos)
