@@ -348,7 +348,9 @@ RowTileStaging RowTileStagingOf(const Graph& g, const ThreadMapping& m) {
   s.round = int64_t{m.threads_per_row} * width;
   // With 4 values of padding the rows a warp computes side by side (p_width apart) start
   // 4 x p_width banks apart and each spans 32 / p_lanes = 4 x p_width elements of a tile of 8
-  // rows: no bank conflicts there, two-way in a tile of 16. Rows stay 16-byte aligned.
+  // rows: no bank conflicts there, two-way in a tile of 16. In a tile of 4 a lane takes all 4
+  // rows of one element, so each row's 32 values of a warp are consecutive: no conflicts.
+  // Rows stay 16-byte aligned.
   s.row_stride = s.round + 4;
   s.rounds = m.values_per_thread / width;
   s.p_lanes = rows / s.p_width;
