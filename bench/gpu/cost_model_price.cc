@@ -5,9 +5,12 @@
 // registers), and only priced.
 //
 // Usage:
-//   cost_model_price [--target sm_XX] [--version NAME] [--parameters FILE] [--only ID,...]
-//                    [--ptx DIR] [--features PATH] --csv PATH
+//   cost_model_price [--target sm_XX] [--device NAME] [--version NAME] [--parameters FILE]
+//                    [--only ID,...] [--ptx DIR] [--features PATH] --csv PATH
 //
+// --device prices the plans compiled for the target on another device of the table (H200
+// for sm_90, whose compiles are planned as an H100): what a set measured on that device is
+// compared with. The plans are the target's either way, as stitchd compiles them.
 // --version names the model version whose constants are priced (default: the current one);
 // --parameters names a JSON array of objects, each a candidate set of constants: its fields
 // (those of CostModelParameters, e.g. {"launch_seconds": 2e-6}) replace the version's for
@@ -45,6 +48,7 @@
 #include "gpu/code_digest.h"
 #include "stitch/driver/compile.h"
 #include "stitch/plan/cost_model.h"
+#include "stitch/plan/gpu_device.h"
 #include "stitch/plan/learned_residual.h"
 #include "suite/suite.h"
 
@@ -55,11 +59,14 @@ constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 3;
 
 constexpr const char* kUsage =
-    "usage: cost_model_price [--target sm_XX] [--version NAME] [--parameters FILE]\n"
-    "                        [--only ID,...] [--ptx DIR] [--features PATH] --csv PATH\n";
+    "usage: cost_model_price [--target sm_XX] [--device NAME] [--version NAME]\n"
+    "                        [--parameters FILE] [--only ID,...] [--ptx DIR]\n"
+    "                        [--features PATH] --csv PATH\n";
 
 struct Flags {
   Target target;
+  const GpuDevice* device = nullptr;  // --device; the target's device without it
+  const GpuDevice& priced_device() const { return device ? *device : target.device(); }
   CostModelVersion version = kCurrentCostModel;
   std::string parameters_path;
   std::vector<int> only;
@@ -82,6 +89,13 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     const std::string v = argv[++i];
     if (arg == "--target") {
       STITCH_ASSIGN_OR_RETURN(f.target, Target::Parse(v));
+    } else if (arg == "--device") {
+      f.device = FindDevice(v);
+      if (f.device == nullptr) {
+        std::string known;
+        for (const GpuDevice& d : KnownDevices()) known += (known.empty() ? "" : ", ") + d.name;
+        return InvalidArgument("--device: no device '" + v + "' in the table (" + known + ")");
+      }
     } else if (arg == "--version") {
       std::optional<CostModelVersion> version = ParseCostModelVersion(v);
       if (!version) return InvalidArgument("--version: no cost model version '" + v + "'");
@@ -138,7 +152,7 @@ StatusOr<CostModelParameters> Override(CostModelParameters p, const nlohmann::js
 }
 
 StatusOr<std::vector<CostModelParameters>> ParameterSets(const Flags& flags) {
-  const CostModelParameters base = CostModelParametersFor(flags.target.device(), flags.version);
+  const CostModelParameters base = CostModelParametersFor(flags.priced_device(), flags.version);
   if (flags.parameters_path.empty()) return std::vector<CostModelParameters>{base};
   std::ifstream in(flags.parameters_path);
   if (!in) return InvalidArgument("--parameters: cannot read " + flags.parameters_path);
@@ -231,7 +245,7 @@ int Main(int argc, char** argv) {
     features << "\n";
     features.precision(17);
   }
-  const GpuDevice& device = flags->target.device();
+  const GpuDevice& device = flags->priced_device();
   for (size_t s = 0; s < sets->size(); ++s) {
     std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, (*sets)[s]);
     for (const CompiledPlan& p : *plans) {

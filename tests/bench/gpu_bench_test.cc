@@ -17,6 +17,7 @@
 #include "bench/fake_cuda_driver.h"
 #include "bench/gpu_command.h"
 #include "gpu/gpu_runner.h"
+#include "stitch/plan/gpu_device.h"
 #include "suite/suite.h"
 
 namespace stitch::gpu::test {
@@ -319,6 +320,45 @@ TEST(GpuBenchTest, CodeDigestsAgreeWithCostModelPrice) {
   }
   // #18's and #26's plans differ from one another in every planner; #29's three are one.
   EXPECT_EQ(distinct.size(), 7u);
+}
+
+// cost_model_price --device prices the plans compiled for the target on another device of the
+// table, as the calibration prices a set measured on an H200: the same code, launched the same
+// way, and the memory term of a bandwidth-bound row (#9, one loop kernel) scaled by the two
+// devices' bandwidths. A device the table lacks is refused with the names it has.
+TEST(GpuBenchTest, CostModelPricePricesTheTargetsPlansOnAnotherDevice) {
+  ScratchDir scratch("device");
+  const std::string& dir = scratch.path();
+  const std::string price = std::string(STITCH_BINARY_DIR) + "/bench/gpu/cost_model_price";
+  CommandResult h100 = RunCommand(price + " --only 9 --csv " + dir + "/h100.csv");
+  ASSERT_EQ(h100.exit_status, 0) << h100.err << h100.out;
+  CommandResult h200 = RunCommand(price + " --only 9 --device H200 --csv " + dir + "/h200.csv");
+  ASSERT_EQ(h200.exit_status, 0) << h200.err << h200.out;
+  const std::vector<std::string> a = Lines(ReadFile(dir + "/h100.csv"));
+  const std::vector<std::string> b = Lines(ReadFile(dir + "/h200.csv"));
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  const std::vector<std::string> header = CsvFields(a[0]);
+  auto at = [&](const std::string& name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    EXPECT_NE(it, header.end()) << name;
+    return static_cast<size_t>(it - header.begin());
+  };
+  const double bandwidth_ratio =
+      FindDevice("H200")->hbm_bytes_per_second / FindDevice("H100")->hbm_bytes_per_second;
+  for (size_t i = 1; i < a.size(); ++i) {
+    const std::vector<std::string> x = CsvFields(a[i]), y = CsvFields(b[i]);
+    for (const char* same : {"plan", "code", "launches", "registers", "dram_bytes"}) {
+      EXPECT_EQ(x[at(same)], y[at(same)]) << same << ": " << a[i] << " / " << b[i];
+    }
+    const double memory_h100 = std::stod(x[at("memory_us")]);
+    const double memory_h200 = std::stod(y[at("memory_us")]);
+    EXPECT_NEAR(memory_h100 / memory_h200, bandwidth_ratio, 0.01 * bandwidth_ratio) << a[i];
+  }
+  CommandResult unknown = RunCommand(price + " --device X100 --csv " + dir + "/x.csv");
+  EXPECT_EQ(unknown.exit_status, 3);
+  EXPECT_NE(unknown.err.find("no device 'X100' in the table (H100, H200"), std::string::npos)
+      << unknown.err;
 }
 
 TEST(GpuBenchTest, ListCompilesTheWholeSuiteWithBothPlanners) {

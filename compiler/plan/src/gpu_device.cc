@@ -23,11 +23,14 @@ const std::vector<GpuDevice>& KnownDevices() {
     h100.launch_seconds = 2.5e-6;
     h100.shared_bytes_per_sm = 228 * 1024;
     h100.l2_bytes = 50LL << 20;
-    // H200: 4.8 TB/s (NVIDIA's H200 page). SMs and L2 as H100's: the same GH100 die, and NVIDIA
-    // lists neither; gpu-benches' H200 runs show 132 SMs [GB].
+    // H200: 4.8 TB/s (NVIDIA's H200 page). SMs as H100's: the same GH100 die, and NVIDIA
+    // lists none; gpu-benches' H200 runs show 132 SMs [GB]. L2: 60 MiB, the driver's
+    // l2CacheSize on the H200 of testdata/gpu/h200/2026-11-28_afdf996 (device.json), where
+    // the H100 sets read 50 MiB.
     GpuDevice h200 = h100;
     h200.name = "H200";
     h200.hbm_bytes_per_second = 4.8e12;
+    h200.l2_bytes = 60LL << 20;
     // A100 SXM 80GB: 108 SMs, 40 MB L2, up to 164 KB shared memory per SM (A100 whitepaper);
     // 2,039 GB/s (datasheet; the 40GB part has 1,555 GB/s). Grid barrier: the top of [GB]'s
     // 1.3-1.6 us.
