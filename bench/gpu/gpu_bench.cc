@@ -19,6 +19,7 @@
 //             [--csv PATH] [--out-dir DIR]
 //   gpu_bench --list [--target sm_XX] [--only ID,...] [--csv PATH]   (no GPU needed)
 //   gpu_bench --buckets [--list] [flags as above]                    (shape classes)
+//   gpu_bench --mappings [--list] [flags as above]                   (loop mappings)
 //   gpu_bench --export-graphs FILE [--only ID,...]                   (for frameworks.py)
 //   gpu_bench --export-reference DIR [--only ID,...]                 (frameworks.py check)
 //
@@ -32,6 +33,10 @@
 // top, or the top when that is e). The bucket's kernels of the emulation-scale graph are
 // checked against the interpreter at its e'. --out-dir then writes buckets.csv and
 // device.json; with --list the plans are compiled and priced only.
+//
+// --mappings replaces the three planners with the loop mappings the scheduler chose among
+// (mapping_sweep.h): every loop kernel of each row's stitched plan, timed under each, with
+// the cost model's price; --out-dir then writes mappings.csv and device.json.
 //
 // Exit status: 0 success; 1 a subgraph failed to compile or run, or its outputs did not
 // match; 2 no usable GPU (one line on stderr says why); 3 bad flags.
@@ -54,6 +59,7 @@
 #include "gpu/bucket_case.h"
 #include "gpu/code_digest.h"
 #include "gpu/gpu_runner.h"
+#include "gpu/mapping_sweep.h"
 #include "gpu/suite_export.h"
 #include "stitch/driver/compile.h"
 #include "stitch/ir/verifier.h"
@@ -79,6 +85,7 @@ constexpr const char* kUsage =
     "                 [--csv PATH] [--out-dir DIR]\n"
     "       gpu_bench --list [--target sm_XX] [--only ID,...] [--csv PATH]\n"
     "       gpu_bench --buckets [--list] [run flags as above]\n"
+    "       gpu_bench --mappings [--list] [run flags as above]\n"
     "       gpu_bench --export-graphs FILE [--only ID,...]\n"
     "       gpu_bench --export-reference DIR [--only ID,...]\n";
 
@@ -96,7 +103,8 @@ struct Flags {
   std::string profiler;  // CUPTI for kernel times: empty for the usual names, "none" for none
   std::string csv_path;
   std::string out_dir;
-  bool buckets = false;  // the shape-class comparison instead of the three planners
+  bool buckets = false;   // the shape-class comparison instead of the three planners
+  bool mappings = false;  // the loop mappings' sweep instead of the three planners
 };
 
 // One plan's figures; -1 (or "-") where not measured.
@@ -871,6 +879,40 @@ int RunBuckets(const std::vector<suite::SuiteEntry>& entries, const Target& targ
   return BucketRunOk(rows, gpu) ? 0 : kExitFailed;
 }
 
+int RunMappings(const std::vector<suite::SuiteEntry>& entries, const Target& target, Gpu* gpu,
+                const Flags& flags) {
+  MappingSweepOptions options;
+  options.target = target;
+  options.priced_on = &PricingDevice(gpu, target);
+  options.timing = flags.timing;
+  options.verify = flags.verify;
+  std::vector<MappingRow> rows;
+  std::vector<int> ids;
+  for (const suite::SuiteEntry& e : entries) {
+    std::vector<MappingRow> some = SweepLoopMappings(e, options, gpu);
+    rows.insert(rows.end(), some.begin(), some.end());
+    ids.push_back(e.id);
+    std::cerr << "#" << e.id << " done\n";
+  }
+  PrintMappingTable(rows, std::cout);
+  PrintMappingSummary(rows, gpu != nullptr, std::cout);
+  std::string csv_path = flags.csv_path;
+  if (!flags.out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(flags.out_dir, ec);
+    if (csv_path.empty()) csv_path = flags.out_dir + "/mappings.csv";
+  }
+  Status s = csv_path.empty() ? Status::Ok() : WriteMappingCsv(csv_path, rows);
+  if (s.ok() && !flags.out_dir.empty() && gpu != nullptr) {
+    s = WriteDeviceJson(flags.out_dir + "/device.json", gpu->info(), target, flags, ids);
+  }
+  if (!s.ok()) {
+    std::cerr << "gpu_bench: " << s.ToString() << "\n";
+    return kExitFailed;
+  }
+  return MappingSweepOk(rows, gpu != nullptr) ? 0 : kExitFailed;
+}
+
 // The architecture to compile for on a device: its own where stitch supports it, else the
 // default target, whose PTX the driver JIT-compiles for newer GPUs.
 Target TargetForDevice(const DeviceInfo& d) {
@@ -904,6 +946,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.verify = false;
     } else if (arg == "--buckets") {
       f.buckets = true;
+    } else if (arg == "--mappings") {
+      f.mappings = true;
     } else if (arg == "--export-graphs" || arg == "--export-reference" || arg == "--warmup" ||
                arg == "--repeats" || arg == "--only" || arg == "--target" || arg == "--device" ||
                arg == "--driver" || arg == "--profiler" || arg == "--csv" || arg == "--out-dir") {
@@ -997,6 +1041,7 @@ int Main(int argc, char** argv) {
 
   const std::vector<suite::SuiteEntry> entries = suite::SelectSuite(flags.only);
   if (flags.buckets) return RunBuckets(entries, target, gpu.get(), flags);
+  if (flags.mappings) return RunMappings(entries, target, gpu.get(), flags);
   std::vector<Row> rows;
   for (const suite::SuiteEntry& e : entries) {
     rows.push_back(Measure(e, target, gpu.get(), flags));

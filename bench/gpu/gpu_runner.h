@@ -75,6 +75,9 @@ struct PlanTiming {
   // The sum of each run's kernel durations as the GPU recorded them (kernel_activity.h), the
   // figure profilers give the frameworks' kernels; -1 where not measured, `kernel_note` says why.
   double kernel_median_us = -1, kernel_min_us = -1, kernel_max_us = -1;
+  // The median duration of each of the plan's kernels, in plan order; empty where kernel
+  // time is not measured.
+  std::vector<double> kernel_each_median_us;
   std::string kernel_note;
   // How the kernels were loaded: "cubin", "ptx" (JIT by the driver) or "cubin+ptx".
   std::string loaded_from;

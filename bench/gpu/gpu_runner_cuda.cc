@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 #include <utility>
 
@@ -522,16 +523,26 @@ void CudaGpu::AddKernelTime(const LoadedPlan& plan, int runs, PlanTiming& timing
     timing.kernel_note = spans.status().message();
     return;
   }
-  StatusOr<std::vector<double>> us = KernelMicrosecondsPerRun(
-      std::move(spans).value(), static_cast<int>(plan.launches.size()), runs);
-  if (!us.ok()) {
-    timing.kernel_note = us.status().message();
+  const int kernels = static_cast<int>(plan.launches.size());
+  StatusOr<std::vector<std::vector<double>>> launches =
+      KernelMicrosecondsPerLaunch(std::move(spans).value(), kernels, runs);
+  if (!launches.ok()) {
+    timing.kernel_note = launches.status().message();
     return;
   }
-  const Spread spread = SpreadOf(std::move(us).value());
+  std::vector<double> per_run;
+  for (const std::vector<double>& run : *launches) {
+    per_run.push_back(std::accumulate(run.begin(), run.end(), 0.0));
+  }
+  const Spread spread = SpreadOf(std::move(per_run));
   timing.kernel_median_us = spread.median;
   timing.kernel_min_us = spread.min;
   timing.kernel_max_us = spread.max;
+  for (int k = 0; k < kernels; ++k) {
+    std::vector<double> durations;
+    for (const std::vector<double>& run : *launches) durations.push_back(run[k]);
+    timing.kernel_each_median_us.push_back(SpreadOf(std::move(durations)).median);
+  }
 }
 
 StatusOr<PlanTiming> CudaGpu::Time(const Graph& g, const CompileResult& compiled,

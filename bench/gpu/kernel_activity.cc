@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <numeric>
 #include <utility>
 
 #include "gpu/dynamic_symbols.h"
@@ -18,25 +19,36 @@
 
 namespace stitch::gpu {
 
-StatusOr<std::vector<double>> KernelMicrosecondsPerRun(std::vector<KernelSpan> spans,
-                                                       int kernels_per_run, int runs) {
-  const size_t expected =
-      static_cast<size_t>(std::max(kernels_per_run, 0)) * static_cast<size_t>(std::max(runs, 0));
+StatusOr<std::vector<std::vector<double>>> KernelMicrosecondsPerLaunch(
+    std::vector<KernelSpan> spans, int kernels_per_run, int runs) {
+  const size_t per_run = static_cast<size_t>(std::max(kernels_per_run, 0));
+  const size_t expected = per_run * static_cast<size_t>(std::max(runs, 0));
   if (spans.size() != expected) {
     return DataLoss("the profiler recorded " + std::to_string(spans.size()) + " kernels, the " +
                     std::to_string(runs) + " runs launched " + std::to_string(expected));
   }
   std::sort(spans.begin(), spans.end(),
             [](const KernelSpan& a, const KernelSpan& b) { return a.start_ns < b.start_ns; });
-  std::vector<double> us(static_cast<size_t>(std::max(runs, 0)), 0.0);
+  std::vector<std::vector<double>> us(static_cast<size_t>(std::max(runs, 0)));
   for (size_t i = 0; i < spans.size(); ++i) {
     if (spans[i].end_ns < spans[i].start_ns) {
       return InvalidArgument("a kernel record ends (" + std::to_string(spans[i].end_ns) +
                              " ns) before it starts (" + std::to_string(spans[i].start_ns) +
                              " ns)");
     }
-    us[i / static_cast<size_t>(kernels_per_run)] +=
-        static_cast<double>(spans[i].end_ns - spans[i].start_ns) / 1e3;
+    us[i / per_run].push_back(static_cast<double>(spans[i].end_ns - spans[i].start_ns) / 1e3);
+  }
+  return us;
+}
+
+StatusOr<std::vector<double>> KernelMicrosecondsPerRun(std::vector<KernelSpan> spans,
+                                                       int kernels_per_run, int runs) {
+  STITCH_ASSIGN_OR_RETURN(std::vector<std::vector<double>> launches,
+                          KernelMicrosecondsPerLaunch(std::move(spans), kernels_per_run, runs));
+  std::vector<double> us;
+  us.reserve(launches.size());
+  for (const std::vector<double>& run : launches) {
+    us.push_back(std::accumulate(run.begin(), run.end(), 0.0));
   }
   return us;
 }

@@ -54,6 +54,12 @@ class KernelActivity {
 // entry point.
 StatusOr<std::unique_ptr<KernelActivity>> OpenKernelActivity(const std::string& library);
 
+// The duration of each launch of each of `runs` runs of `kernels_per_run` launches, in
+// microseconds, by run and then by launch: each run's launches are the next `kernels_per_run`
+// spans by start time. Errors as KernelMicrosecondsPerRun's.
+StatusOr<std::vector<std::vector<double>>> KernelMicrosecondsPerLaunch(
+    std::vector<KernelSpan> spans, int kernels_per_run, int runs);
+
 // The kernel time of each of `runs` runs of `kernels_per_run` launches, in microseconds: the
 // sum of the durations of each run's kernels, which are the next `kernels_per_run` spans by
 // start time. Returns DATA_LOSS when `spans` does not hold exactly runs x kernels_per_run

@@ -41,6 +41,39 @@ TEST(KernelMicrosecondsPerRunTest, SumsEachRunsKernelsWhateverOrderTheRecordsCam
   for (int r = 0; r < runs; ++r) EXPECT_DOUBLE_EQ((*got)[r], want[r]) << "run " << r;
 }
 
+// Each launch's own duration, by run and by its place in the plan (what gpu_bench --mappings
+// reads one kernel of a plan by).
+TEST(KernelMicrosecondsPerLaunchTest, KeepsEachLaunchInPlanOrderWhateverOrderTheRecordsCameIn) {
+  const uint64_t seed = testing::RandomGraphBaseSeed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int runs = 4, kernels = 3;
+  std::vector<KernelSpan> spans;
+  std::vector<std::vector<double>> want(runs);
+  uint64_t clock = 1000;
+  for (int r = 0; r < runs; ++r) {
+    for (int k = 0; k < kernels; ++k) {
+      clock += rng() % 5000;
+      const uint64_t duration = 1 + rng() % 100000;
+      spans.push_back({clock, clock + duration});
+      want[r].push_back(duration / 1e3);
+      clock += duration;
+    }
+  }
+  std::shuffle(spans.begin(), spans.end(), rng);
+  StatusOr<std::vector<std::vector<double>>> got =
+      KernelMicrosecondsPerLaunch(spans, kernels, runs);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->size(), want.size());
+  for (int r = 0; r < runs; ++r) {
+    ASSERT_EQ((*got)[r].size(), want[r].size()) << "run " << r;
+    for (int k = 0; k < kernels; ++k) {
+      EXPECT_DOUBLE_EQ((*got)[r][k], want[r][k]) << "run " << r << " kernel " << k;
+    }
+  }
+  EXPECT_FALSE(KernelMicrosecondsPerLaunch(spans, kernels, runs + 1).ok());
+}
+
 TEST(KernelMicrosecondsPerRunTest, RefusesRecordsThatDoNotAddUp) {
   const std::vector<KernelSpan> five(5, KernelSpan{10, 20});
   StatusOr<std::vector<double>> short_by_one = KernelMicrosecondsPerRun(five, 2, 3);

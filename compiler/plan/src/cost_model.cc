@@ -204,6 +204,7 @@ class AnalyticalCostModel : public CostModel {
     const int64_t critical = CeilDiv(busy, parallel) * CeilDiv(passes, busy);
     const double imbalance =
         static_cast<double>(critical) * static_cast<double>(parallel) / static_cast<double>(passes);
+    c.imbalance = imbalance;
 
     // Achieved bandwidth, the least of three bounds.
     //  * Peak HBM bandwidth.

@@ -142,8 +142,8 @@ double BusiestSmShare(const Graph& g, const KernelSpec& k, const GpuDevice& d) {
 // faster than the 256-thread one, so at a tie a share at least 1% more even wins.
 void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d, kPlanningCostModel);
-  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
-  ScheduleLoop(g, k, d);
+  std::vector<KernelSpec> candidates = LoopMappingCandidates(g, k, d);
+  k = std::move(candidates.front());
   double best = model->EstimateKernel(g, k).seconds;
   double best_share = BusiestSmShare(g, k, d);
   // Equal up to rounding: the candidates' terms are products of different factors.
@@ -151,12 +151,8 @@ void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   // A share must be this much more even to decide a tie: grids of many passes per SM are
   // all within a few tenths of a percent, where wider vectors and fewer blocks count more.
   constexpr double kShareGain = 1.01;
-  for (const auto& [threads, width] : {std::pair{128, 8}, {128, 4}, {128, 2}, {256, 8}, {256, 4}}) {
-    KernelSpec trial = k;
-    ScheduleLoop(g, trial, d, threads, width);
-    const int64_t blocks = CeilDiv(n, int64_t{threads} * trial.mapping.vector_width);
-    if (blocks > std::numeric_limits<int32_t>::max()) continue;
-    trial.mapping.launch.grid = {static_cast<uint32_t>(std::max<int64_t>(blocks, 1)), 1, 1};
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    KernelSpec& trial = candidates[i];
     const double seconds = model->EstimateKernel(g, trial).seconds;
     const double share = BusiestSmShare(g, trial, d);
     // A tie never narrows the vectors: the runs compared shares at one width, and fewer
@@ -242,6 +238,25 @@ using internal::AnalyzeLoopColumns;
 using internal::EstimatedLoopInstructions;
 using internal::LoopColumns;
 using internal::WithFittedIssueTerm;
+
+std::vector<KernelSpec> LoopMappingCandidates(const Graph& g, const KernelSpec& kernel,
+                                              const GpuDevice& device) {
+  std::vector<KernelSpec> candidates;
+  KernelSpec fresh = kernel;
+  fresh.mapping = ThreadMapping{};
+  candidates.push_back(fresh);
+  internal::ScheduleLoop(g, candidates.back(), device);
+  const int64_t n = g.nodes[kernel.outputs[0]].shape.elements();
+  for (const auto& [threads, width] : {std::pair{128, 8}, {128, 4}, {128, 2}, {256, 8}, {256, 4}}) {
+    KernelSpec trial = fresh;
+    internal::ScheduleLoop(g, trial, device, threads, width);
+    const int64_t blocks = CeilDiv(n, int64_t{threads} * trial.mapping.vector_width);
+    if (blocks > std::numeric_limits<int32_t>::max()) continue;
+    trial.mapping.launch.grid = {static_cast<uint32_t>(std::max<int64_t>(blocks, 1)), 1, 1};
+    candidates.push_back(std::move(trial));
+  }
+  return candidates;
+}
 
 void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
   const ThreadMapping& m = kernel.mapping;

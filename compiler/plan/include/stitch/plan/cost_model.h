@@ -43,7 +43,11 @@ struct KernelCost {
   // sectors that miss L2.
   int64_t dram_bytes = 0;
   int resident_blocks_per_sm = 0;
-  double waves = 0;               // blocks over (SMs x resident blocks per SM)
+  double waves = 0;  // blocks over (SMs x resident blocks per SM)
+  // The busiest slot's passes over the mean slot's, at least 1: what memory_seconds is
+  // stretched by (a one-pass grid's partial last wave, a capped grid's uneven passes). 1 for
+  // global kernels, whose phases are priced apart, and for unscheduled ones.
+  double imbalance = 1;
   double bandwidth_fraction = 0;  // achieved over peak HBM bandwidth, in (0, 1]
 };
 

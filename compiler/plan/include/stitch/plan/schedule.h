@@ -61,6 +61,17 @@ void TileTransposedRows(const Graph& g, KernelSpec& kernel, const GpuDevice& dev
 bool MapRowTiles(const Graph& g, KernelSpec& kernel, const GpuDevice& device, int rows_per_block,
                  int threads_per_row);
 
+// Returns the mappings ScheduleKernel chooses a loop kernel's among, each scheduled for
+// `device` from `kernel`'s nodes (its own mapping is not read): first the default, blocks of
+// 256 threads at the widest vector (up to 8 elements) on a grid capped at a few waves, then
+// one pass per block for 128 threads at 8, 4 and 2 elements and 256 threads at 8 and 4,
+// where the grid fits a launch. A width the shapes do not allow comes out narrower, so two
+// candidates may coincide. ScheduleKernel picks the cheapest by the planning cost model and
+// may then stage a transpose through tiles; gpu_bench --mappings times every candidate, the
+// measurements that choice is calibrated on.
+std::vector<KernelSpec> LoopMappingCandidates(const Graph& g, const KernelSpec& kernel,
+                                              const GpuDevice& device);
+
 // A loop kernel whose elements read per-column values (a broadcast along the output's
 // leading dimensions: a batch norm's per-channel statistics and what is computed from them)
 // recomputes them for every element unless each thread keeps to the same columns on every

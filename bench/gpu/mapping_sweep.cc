@@ -1,0 +1,254 @@
+#include "gpu/mapping_sweep.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <utility>
+
+#include "gpu/mapping_variants.h"
+#include "stitch/driver/compile.h"
+#include "stitch/plan/cost_model.h"
+#include "stitch/reference/tensor.h"
+#include "stitch/reference/tensor_compare.h"
+
+namespace stitch::gpu {
+namespace {
+
+// A variant measured this much faster than the shipped mapping counts as faster: the runs of
+// one kernel spread by about 1% (testdata/gpu: the H100 sets' repeated rows).
+constexpr double kFaster = 0.97;
+
+std::string Fixed(double v, int digits) {
+  if (v < 0 || !std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+StatusOr<CompileResult> CompileStitched(const Graph& g, const Target& target, bool cubin) {
+  CompileOptions options;
+  options.codegen.target = target;
+  options.codegen.emit_cubin = cubin;
+  options.never_slower = false;  // stitch's own plan, as gpu_bench times it
+  return CompileGraph(g, options);
+}
+
+// The model's figures of the variant's re-mapped kernel.
+void Price(const MappingVariant& v, const GpuDevice& device, MappingRow& row) {
+  const KernelSpec& k = v.compiled.plan.kernels[static_cast<size_t>(v.kernel)];
+  const KernelCost planning =
+      NewAnalyticalCostModel(device, kPlanningCostModel)->EstimateKernel(v.compiled.graph, k);
+  const KernelCost c = NewAnalyticalCostModel(device)->EstimateKernel(v.compiled.graph, k);
+  row.planning_us = planning.seconds * 1e6;
+  row.model_us = c.seconds * 1e6;
+  row.model_unstretched_us = (std::max(c.memory_seconds / std::max(c.imbalance, 1.0),
+                                       c.issue_seconds) +
+                              c.launch_seconds + c.barrier_seconds) *
+                             1e6;
+  row.waves = c.waves;
+  row.imbalance = c.imbalance;
+}
+
+// Runs `compiled` once on `inputs`; the error names `what` on failure.
+StatusOr<std::vector<Tensor>> RunOnce(Gpu& gpu, const CompileResult& compiled,
+                                      const std::vector<Tensor>& inputs) {
+  return gpu.RunPlan(compiled.graph, compiled, inputs);
+}
+
+void TimeAndVerify(Gpu& gpu, const MappingVariant& v, const MappingSweepOptions& options,
+                   const std::vector<Tensor>* inputs, const std::vector<Tensor>* shipped_outputs,
+                   MappingRow& row) {
+  StatusOr<PlanTiming> t = gpu.TimePlan(v.compiled.graph, v.compiled, options.timing);
+  if (!t.ok()) {
+    row.error = "run: " + t.status().ToString();
+    return;
+  }
+  const size_t at = static_cast<size_t>(v.kernel);
+  if (at < t->kernel_each_median_us.size()) {
+    row.kernel_us = t->kernel_each_median_us[at];
+  } else {
+    row.error = "kernel time not measured: " + t->kernel_note;
+  }
+  if (v.shipped() || inputs == nullptr || shipped_outputs == nullptr) return;
+  StatusOr<std::vector<Tensor>> got = RunOnce(gpu, v.compiled, *inputs);
+  if (!got.ok()) {
+    row.error = "run (verify): " + got.status().ToString();
+    return;
+  }
+  row.matches = "yes";
+  for (size_t o = 0; o < shipped_outputs->size() && o < got->size(); ++o) {
+    const Tensor& want = (*shipped_outputs)[o];
+    const Comparison c =
+        Compare(want, (*got)[o], OutputTolerance(v.compiled.graph, want.shape.dtype));
+    if (!c.pass) {
+      row.matches = "NO";
+      if (row.error.empty()) row.error = "output " + std::to_string(o) + ": " + c.message;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<MappingRow> SweepLoopMappings(const suite::SuiteEntry& e,
+                                          const MappingSweepOptions& options, Gpu* gpu) {
+  std::vector<MappingRow> rows;
+  StatusOr<CompileResult> compiled = CompileStitched(e.graph, options.target, true);
+  if (!compiled.ok() && gpu != nullptr) {
+    // As gpu_bench: the toolkit may not assemble for this GPU; the driver JITs the PTX.
+    compiled = CompileStitched(e.graph, options.target, false);
+  }
+  CodegenOptions codegen;
+  codegen.target = options.target;
+  StatusOr<std::vector<MappingVariant>> variants =
+      compiled.ok() ? LoopMappingVariants(*compiled, codegen)
+                    : StatusOr<std::vector<MappingVariant>>(compiled.status());
+  if (!variants.ok()) {
+    MappingRow failed;
+    failed.id = e.id;
+    failed.error = "compile: " + variants.status().ToString();
+    rows.push_back(std::move(failed));
+    return rows;
+  }
+  // The inputs and the shipped plan's outputs every variant is compared with.
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> shipped_outputs;
+  std::string verify_error;
+  const bool verify = gpu != nullptr && options.verify && !variants->empty();
+  if (verify) {
+    std::mt19937_64 rng(static_cast<uint64_t>(e.id));
+    for (int node : compiled->graph.Parameters()) {
+      inputs.push_back(RandomTensor(compiled->graph.nodes[node].shape, rng));
+    }
+    StatusOr<std::vector<Tensor>> out = RunOnce(*gpu, *compiled, inputs);
+    if (out.ok()) {
+      shipped_outputs = std::move(out).value();
+    } else {
+      verify_error = "run (shipped): " + out.status().ToString();
+    }
+  }
+  for (const MappingVariant& v : *variants) {
+    const KernelSpec& k = v.compiled.plan.kernels[static_cast<size_t>(v.kernel)];
+    MappingRow row;
+    row.id = e.id;
+    row.kernel = v.kernel;
+    row.kernel_name = k.name;
+    row.candidate = v.candidate;
+    row.mapping = MappingText(k.mapping);
+    row.blocks = static_cast<int64_t>(k.mapping.launch.blocks());
+    row.vector_width = std::max(k.mapping.vector_width, 1);
+    Price(v, options.priced_on != nullptr ? *options.priced_on : options.target.device(), row);
+    if (gpu != nullptr) {
+      const bool compare = verify && verify_error.empty();
+      TimeAndVerify(*gpu, v, options, compare ? &inputs : nullptr,
+                    compare ? &shipped_outputs : nullptr, row);
+      if (row.error.empty()) row.error = verify_error;
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+void PrintMappingTable(const std::vector<MappingRow>& rows, std::ostream& out) {
+  out << "| id | kernel | mapping | ships | waves | stretch | planning µs | model µs | model µs "
+         "unstretched | kernel µs | / shipped | = shipped |\n"
+         "|---:|---|---|:---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n";
+  std::map<std::pair<int, int>, double> shipped_us;
+  for (const MappingRow& r : rows) {
+    if (r.candidate < 0) shipped_us[{r.id, r.kernel}] = r.kernel_us;
+  }
+  for (const MappingRow& r : rows) {
+    if (!r.error.empty() && r.kernel_name.empty()) {
+      out << "| " << r.id << " | - | " << r.error << " | | | | | | | | | |\n";
+      continue;
+    }
+    const double base = shipped_us.count({r.id, r.kernel}) ? shipped_us[{r.id, r.kernel}] : -1;
+    const double ratio = r.kernel_us > 0 && base > 0 ? r.kernel_us / base : -1;
+    out << "| " << r.id << " | " << r.kernel_name << " | " << r.mapping << " | "
+        << (r.candidate < 0 ? "yes" : "") << " | " << Fixed(r.waves, 1) << " | "
+        << Fixed(r.imbalance, 3) << " | " << Fixed(r.planning_us, 1) << " | "
+        << Fixed(r.model_us, 1) << " | " << Fixed(r.model_unstretched_us, 1) << " | "
+        << Fixed(r.kernel_us, 1) << " | " << Fixed(ratio, 3) << " | " << r.matches << " |\n";
+  }
+}
+
+void PrintMappingSummary(const std::vector<MappingRow>& rows, bool timed, std::ostream& out) {
+  // Per kernel: the shipped row, the fastest measured, and the current model's cheapest.
+  std::map<std::pair<int, int>, std::vector<const MappingRow*>> kernels;
+  for (const MappingRow& r : rows) {
+    if (!r.kernel_name.empty()) kernels[{r.id, r.kernel}].push_back(&r);
+  }
+  int variants = 0, faster = 0, model_right = 0, measured = 0;
+  std::string faster_list;
+  for (const auto& [key, group] : kernels) {
+    variants += static_cast<int>(group.size());
+    const MappingRow* shipped = nullptr;
+    const MappingRow* fastest = nullptr;
+    const MappingRow* cheapest = nullptr;
+    for (const MappingRow* r : group) {
+      if (r->candidate < 0) shipped = r;
+      if (r->kernel_us > 0 && (!fastest || r->kernel_us < fastest->kernel_us)) fastest = r;
+      if (!cheapest || r->model_us < cheapest->model_us) cheapest = r;
+    }
+    if (!timed || !shipped || !fastest || shipped->kernel_us <= 0) continue;
+    ++measured;
+    if (fastest->kernel_us < kFaster * shipped->kernel_us) {
+      ++faster;
+      faster_list += " #" + std::to_string(key.first) + " " + shipped->kernel_name + " (" +
+                     fastest->mapping + ": " + Fixed(fastest->kernel_us, 1) + " against " +
+                     Fixed(shipped->kernel_us, 1) + " µs);";
+    }
+    if (cheapest->kernel_us > 0 && cheapest->kernel_us <= fastest->kernel_us / kFaster) {
+      ++model_right;
+    }
+  }
+  out << "\nLoop kernels: " << kernels.size() << " in the stitched plans, " << variants
+      << " mappings (the shipped one and the scheduler's other candidates).\n";
+  if (!timed) {
+    out << "Not run: this listing only compiles and prices (no GPU used).\n";
+    return;
+  }
+  out << "Timed " << measured << " kernels. A mapping at least " << Fixed(100 * (1 - kFaster), 0)
+      << "% faster than the shipped one: " << faster << faster_list << "\n"
+      << "The current model's cheapest mapping is within " << Fixed(100 * (1 - kFaster), 0)
+      << "% of the fastest measured: " << model_right << "/" << measured << " kernels.\n";
+}
+
+Status WriteMappingCsv(const std::string& path, const std::vector<MappingRow>& rows) {
+  std::ofstream out(path);
+  if (!out) return InvalidArgument("cannot write " + path);
+  out << "id,kernel,kernel_name,candidate,shipped,mapping,blocks,vector_width,waves,stretch,"
+         "planning_us,model_us,model_unstretched_us,kernel_us,matches,error\n";
+  auto num = [](double v, int digits) { return v < 0 ? std::string() : Fixed(v, digits); };
+  auto quoted = [](const std::string& s) {
+    std::string q = "\"";
+    for (char c : s) {
+      if (c == '"') q += '"';
+      q += c;
+    }
+    return q + "\"";
+  };
+  for (const MappingRow& r : rows) {
+    out << r.id << "," << r.kernel << "," << r.kernel_name << "," << r.candidate << ","
+        << (r.candidate < 0 ? 1 : 0) << "," << quoted(r.mapping) << "," << r.blocks << ","
+        << r.vector_width << "," << num(r.waves, 3) << "," << num(r.imbalance, 4) << ","
+        << num(r.planning_us, 3) << "," << num(r.model_us, 3) << ","
+        << num(r.model_unstretched_us, 3) << "," << num(r.kernel_us, 3) << "," << r.matches
+        << "," << quoted(r.error) << "\n";
+  }
+  out.close();
+  if (!out) return Internal("error writing " + path);
+  return Status::Ok();
+}
+
+bool MappingSweepOk(const std::vector<MappingRow>& rows, bool timed) {
+  return std::all_of(rows.begin(), rows.end(), [&](const MappingRow& r) {
+    if (r.kernel_name.empty() || (!timed && !r.error.empty())) return false;
+    return !timed || (r.error.empty() && r.kernel_us > 0 && r.matches != "NO");
+  });
+}
+
+}  // namespace stitch::gpu

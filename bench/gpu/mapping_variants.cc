@@ -1,0 +1,74 @@
+#include "gpu/mapping_variants.h"
+
+#include <algorithm>
+#include <tuple>
+#include <utility>
+
+#include "stitch/plan/schedule.h"
+
+namespace stitch::gpu {
+namespace {
+
+// What makes two loop mappings different kernels.
+auto MappingKey(const ThreadMapping& m) {
+  return std::make_tuple(m.launch.block, m.launch.grid, m.vector_width, m.column_period,
+                         m.transpose_tile);
+}
+
+// `compiled` with kernel `index` emitted anew from `spec`, carrying what the assembler
+// reported into the spec's mapping as the compiler does, so the cost model reads it.
+StatusOr<CompileResult> Remapped(const CompileResult& compiled, size_t index, KernelSpec spec,
+                                 const CodegenOptions& codegen) {
+  STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel, EmitKernel(compiled.graph, spec, codegen));
+  STITCH_RETURN_IF_ERROR(LowerToPtx(kernel, codegen));
+  if (!compiled.kernels[index].cubin.empty()) {
+    STITCH_RETURN_IF_ERROR(AssembleCubin(kernel, codegen));
+    if (kernel.assembly.reported) {
+      spec.mapping.assembled_registers = kernel.assembly.registers;
+      spec.mapping.assembled_instructions = kernel.assembly.instructions;
+    }
+  }
+  CompileResult variant = compiled;
+  variant.plan.kernels[index] = std::move(spec);
+  variant.kernels[index] = std::move(kernel);
+  return variant;
+}
+
+}  // namespace
+
+StatusOr<std::vector<MappingVariant>> LoopMappingVariants(const CompileResult& compiled,
+                                                          const CodegenOptions& codegen) {
+  if (compiled.shape_generic()) {
+    return FailedPrecondition("mapping variants need an exact compile, not a shape class's");
+  }
+  std::vector<MappingVariant> variants;
+  const GpuDevice& device = codegen.target.device();
+  for (size_t i = 0; i < compiled.plan.kernels.size(); ++i) {
+    const KernelSpec& own = compiled.plan.kernels[i];
+    if (own.kind != KernelKind::kLoop) continue;
+    variants.push_back({static_cast<int>(i), -1, compiled});
+    std::vector<decltype(MappingKey(own.mapping))> seen{MappingKey(own.mapping)};
+    const std::vector<KernelSpec> candidates = LoopMappingCandidates(compiled.graph, own, device);
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      const auto key = MappingKey(candidates[c].mapping);
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+      seen.push_back(key);
+      STITCH_ASSIGN_OR_RETURN(CompileResult variant,
+                              Remapped(compiled, i, candidates[c], codegen));
+      variants.push_back({static_cast<int>(i), static_cast<int>(c), std::move(variant)});
+    }
+  }
+  return variants;
+}
+
+std::string MappingText(const ThreadMapping& m) {
+  const LaunchDims& l = m.launch;
+  std::string text = std::to_string(l.block[0]) + "x" + std::to_string(l.block[1]) + " x " +
+                     std::to_string(l.blocks()) + ", vector " +
+                     std::to_string(std::max(m.vector_width, 1));
+  if (m.column_period > 0) text += ", columns kept (period " + std::to_string(m.column_period) + ")";
+  if (m.transpose_tile >= 0) text += ", transpose tile";
+  return text;
+}
+
+}  // namespace stitch::gpu

@@ -1,0 +1,164 @@
+// gpu_bench --mappings without a GPU: --list prices every candidate mapping of each loop kernel
+// of the stitched plans, the shipped one marked; every candidate of every suite row's loop
+// kernels matches the interpreter on the host emulator at the emulation scale, and stays in
+// bounds at full geometry on sampled blocks (a GPU runs each at full shape); against the
+// stand-in driver each mapping is timed and its outputs compared with the shipped mapping's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/fake_cuda_driver.h"
+#include "bench/gpu_command.h"
+#include "gpu/mapping_variants.h"
+#include "stitch/emulator/emulated_run.h"
+#include "stitch/emulator/emulator.h"
+#include "stitch/reference/shape_scaling.h"
+#include "suite/suite.h"
+#include "support/emulator_compare.h"
+
+namespace stitch::gpu::test {
+namespace {
+
+// The CSV's rows as column name -> value.
+std::vector<std::map<std::string, std::string>> ReadCsv(const std::string& path) {
+  const std::vector<std::string> lines = Lines(ReadFile(path));
+  std::vector<std::map<std::string, std::string>> rows;
+  if (lines.empty()) return rows;
+  const std::vector<std::string> header = CsvFields(lines[0]);
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> f = CsvFields(lines[i]);
+    EXPECT_EQ(f.size(), header.size()) << lines[i];
+    std::map<std::string, std::string> row;
+    for (size_t c = 0; c < header.size() && c < f.size(); ++c) row[header[c]] = f[c];
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+StatusOr<CompileResult> CompileForEmulator(const Graph& g) {
+  CompileOptions options;
+  options.emit_ptx = false;
+  options.never_slower = false;  // stitch's own plan, as gpu_bench times it
+  options.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
+  return CompileGraph(g, options);
+}
+
+// #18's normalize loop: its shipped mapping (2-element vectors on 401,408 blocks) among the
+// scheduler's others, one row each, all priced; #16 and #23 have a loop kernel each.
+TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachLoopKernel) {
+  ScratchDir scratch("mappings_list");
+  const std::string csv = scratch.path() + "/mappings.csv";
+  CommandResult r = RunCommand(GpuBench() + " --mappings --list --only 16,18,23 --csv " + csv);
+  ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("Loop kernels: 3 in the stitched plans"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Not run"), std::string::npos) << r.out;
+  std::map<std::string, int> shipped;                 // "<id>/<kernel>" -> shipped rows
+  std::map<std::string, std::set<std::string>> seen;  // -> mappings
+  std::set<int> widths_18;
+  for (const auto& row : ReadCsv(csv)) {
+    const std::string kernel = row.at("id") + "/" + row.at("kernel");
+    shipped[kernel] += row.at("shipped") == "1";
+    EXPECT_TRUE(seen[kernel].insert(row.at("mapping")).second) << "twice: " << row.at("mapping");
+    EXPECT_TRUE(row.at("error").empty()) << row.at("error");
+    const double model = std::stod(row.at("model_us"));
+    EXPECT_GT(model, 0) << kernel;
+    EXPECT_GT(std::stod(row.at("planning_us")), 0) << kernel;
+    // Without the stretch memory time can only shrink.
+    EXPECT_LE(std::stod(row.at("model_unstretched_us")), model * (1 + 1e-9)) << kernel;
+    EXPECT_GE(std::stod(row.at("stretch")), 1.0) << kernel;
+    if (row.at("id") == "18") widths_18.insert(std::stoi(row.at("vector_width")));
+  }
+  ASSERT_EQ(shipped.size(), 3u);
+  for (const auto& [kernel, count] : shipped) {
+    EXPECT_EQ(count, 1) << kernel;
+    EXPECT_GE(seen[kernel].size(), 4u) << kernel;
+  }
+  EXPECT_EQ(widths_18, (std::set<int>{2, 4, 8}));
+  EXPECT_TRUE(seen["18/1"].count("128x1 x 401408, vector 2")) << r.out;
+}
+
+// Every mapping gpu_bench --mappings would run, on the emulator: the results of each
+// candidate of each loop kernel against the interpreter at the emulation scale, and every
+// access of sampled blocks bounds-checked at full geometry.
+class MappingVariantRowTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(MappingVariantRowTest, EveryCandidateMatchesTheInterpreterAndStaysInBounds) {
+  StatusOr<suite::SuiteEntry> entry = suite::BuildSuiteEntry(GetParam());
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  CodegenOptions codegen;
+  std::optional<ScaledGraph> scaled = ScaleForEmulation(entry->graph);
+  ASSERT_TRUE(scaled.has_value());
+  StatusOr<CompileResult> small = CompileForEmulator(scaled->graph);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  StatusOr<std::vector<MappingVariant>> variants = LoopMappingVariants(*small, codegen);
+  ASSERT_TRUE(variants.ok()) << variants.status().ToString();
+  const uint64_t seed = 5000 + static_cast<uint64_t>(GetParam());
+  const std::vector<Tensor> inputs = stitch::testing::RandomInputs(scaled->graph, seed);
+  for (const MappingVariant& v : *variants) {
+    if (v.shipped()) continue;
+    // The kernel that runs is the one emitted for the candidate's mapping.
+    const size_t k = static_cast<size_t>(v.kernel);
+    EXPECT_EQ(v.compiled.kernels[k].launch.grid, v.compiled.plan.kernels[k].mapping.launch.grid);
+    EXPECT_EQ(v.compiled.kernels[k].launch.block, v.compiled.plan.kernels[k].mapping.launch.block);
+    EXPECT_NE(v.compiled.kernels[k].portable_ir, small->kernels[k].portable_ir);
+    EXPECT_TRUE(stitch::testing::EmulatedMatchesInterpreter(
+        scaled->graph, v.compiled.graph, v.compiled.kernels, inputs, seed, /*random_order=*/false))
+        << "kernel " << v.kernel << " under "
+        << MappingText(v.compiled.plan.kernels[static_cast<size_t>(v.kernel)].mapping);
+  }
+
+  StatusOr<CompileResult> full = CompileForEmulator(entry->graph);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  StatusOr<std::vector<MappingVariant>> full_variants = LoopMappingVariants(*full, codegen);
+  ASSERT_TRUE(full_variants.ok()) << full_variants.status().ToString();
+  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create();
+  ASSERT_TRUE(emulator.ok()) << emulator.status().ToString();
+  BlockSampling sampling;
+  sampling.seed = seed;
+  for (const MappingVariant& v : *full_variants) {
+    if (v.shipped()) continue;
+    StatusOr<SampledRun> run = RunSampledOnEmulator(v.compiled.graph, v.compiled.plan,
+                                                    v.compiled.kernels, sampling, **emulator);
+    EXPECT_TRUE(run.ok()) << "kernel " << v.kernel << " under "
+                          << MappingText(v.compiled.plan.kernels[static_cast<size_t>(v.kernel)].mapping)
+                          << ": " << run.status().ToString();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Suite, MappingVariantRowTest, ::testing::Range(1, suite::kSuiteSize + 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "row" + std::to_string(info.param);
+                         });
+
+// The sweep end to end against the stand-in driver, which runs no kernel: each mapping gets
+// its kernel's own time among the plan's, and the outputs of each candidate's plan are
+// compared with the shipped plan's.
+TEST(GpuBenchMappingsTest, FakeDriverTimesEachMappingAndComparesItsOutputs) {
+  if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
+  ScratchDir scratch("mappings_fake");
+  const std::string& dir = scratch.path();
+  CommandResult r = RunCommand(GpuBench() + " --mappings --driver " + FakeDriver() +
+                               " --profiler " + FakeDriver() +
+                               " --only 16 --warmup 1 --repeats 3 --out-dir " + dir);
+  ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+  EXPECT_EQ(r.err.find("fake cuda:"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("Timed 1 kernels."), std::string::npos) << r.out;
+  const auto rows = ReadCsv(dir + "/mappings.csv");
+  ASSERT_GE(rows.size(), 4u);
+  for (const auto& row : rows) {
+    EXPECT_GT(std::stod(row.at("kernel_us")), 0) << row.at("mapping");
+    EXPECT_EQ(row.at("matches"), row.at("shipped") == "1" ? "-" : "yes") << row.at("mapping");
+    EXPECT_TRUE(row.at("error").empty()) << row.at("error");
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir + "/device.json"));
+}
+
+}  // namespace
+}  // namespace stitch::gpu::test
