@@ -34,8 +34,9 @@
 // checked against the interpreter at its e'. --out-dir then writes buckets.csv and
 // device.json; with --list the plans are compiled and priced only.
 //
-// --mappings replaces the three planners with the loop mappings the scheduler chose among
-// (mapping_sweep.h): every loop kernel of each row's stitched plan, timed under each, with
+// --mappings replaces the three planners with the mappings the scheduler chose among
+// (mapping_sweep.h): every loop and row-stitched kernel of each row's stitched plan, timed
+// under each, with
 // the cost model's price; --out-dir then writes mappings.csv and device.json.
 //
 // Exit status: 0 success; 1 a subgraph failed to compile or run, or its outputs did not
@@ -104,7 +105,7 @@ struct Flags {
   std::string csv_path;
   std::string out_dir;
   bool buckets = false;   // the shape-class comparison instead of the three planners
-  bool mappings = false;  // the loop mappings' sweep instead of the three planners
+  bool mappings = false;  // the mappings' sweep instead of the three planners
 };
 
 // One plan's figures; -1 (or "-") where not measured.
@@ -889,7 +890,7 @@ int RunMappings(const std::vector<suite::SuiteEntry>& entries, const Target& tar
   std::vector<MappingRow> rows;
   std::vector<int> ids;
   for (const suite::SuiteEntry& e : entries) {
-    std::vector<MappingRow> some = SweepLoopMappings(e, options, gpu);
+    std::vector<MappingRow> some = SweepMappings(e, options, gpu);
     rows.insert(rows.end(), some.begin(), some.end());
     ids.push_back(e.id);
     std::cerr << "#" << e.id << " done\n";

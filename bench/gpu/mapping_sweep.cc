@@ -45,10 +45,10 @@ void Price(const MappingVariant& v, const GpuDevice& device, MappingRow& row) {
   const KernelCost c = NewAnalyticalCostModel(device)->EstimateKernel(v.compiled.graph, k);
   row.planning_us = planning.seconds * 1e6;
   row.model_us = c.seconds * 1e6;
-  row.model_unstretched_us = (std::max(c.memory_seconds / std::max(c.imbalance, 1.0),
-                                       c.issue_seconds) +
-                              c.launch_seconds + c.barrier_seconds) *
-                             1e6;
+  row.model_unstretched_us =
+      (std::max(c.memory_seconds / std::max(c.imbalance, 1.0), c.issue_seconds) + c.launch_seconds +
+       c.barrier_seconds) *
+      1e6;
   row.waves = c.waves;
   row.imbalance = c.imbalance;
 }
@@ -93,8 +93,8 @@ void TimeAndVerify(Gpu& gpu, const MappingVariant& v, const MappingSweepOptions&
 
 }  // namespace
 
-std::vector<MappingRow> SweepLoopMappings(const suite::SuiteEntry& e,
-                                          const MappingSweepOptions& options, Gpu* gpu) {
+std::vector<MappingRow> SweepMappings(const suite::SuiteEntry& e,
+                                      const MappingSweepOptions& options, Gpu* gpu) {
   std::vector<MappingRow> rows;
   StatusOr<CompileResult> compiled = CompileStitched(e.graph, options.target, true);
   if (!compiled.ok() && gpu != nullptr) {
@@ -104,7 +104,7 @@ std::vector<MappingRow> SweepLoopMappings(const suite::SuiteEntry& e,
   CodegenOptions codegen;
   codegen.target = options.target;
   StatusOr<std::vector<MappingVariant>> variants =
-      compiled.ok() ? LoopMappingVariants(*compiled, codegen)
+      compiled.ok() ? MappingVariants(*compiled, codegen)
                     : StatusOr<std::vector<MappingVariant>>(compiled.status());
   if (!variants.ok()) {
     MappingRow failed;
@@ -137,7 +137,7 @@ std::vector<MappingRow> SweepLoopMappings(const suite::SuiteEntry& e,
     row.kernel = v.kernel;
     row.kernel_name = k.name;
     row.candidate = v.candidate;
-    row.mapping = MappingText(k.mapping);
+    row.mapping = MappingText(k);
     row.blocks = static_cast<int64_t>(k.mapping.launch.blocks());
     row.vector_width = std::max(k.mapping.vector_width, 1);
     Price(v, options.priced_on != nullptr ? *options.priced_on : options.target.device(), row);
@@ -205,8 +205,8 @@ void PrintMappingSummary(const std::vector<MappingRow>& rows, bool timed, std::o
       ++model_right;
     }
   }
-  out << "\nLoop kernels: " << kernels.size() << " in the stitched plans, " << variants
-      << " mappings (the shipped one and the scheduler's other candidates).\n";
+  out << "\nLoop and row-stitched kernels: " << kernels.size() << " in the stitched plans, "
+      << variants << " mappings (the shipped one and the scheduler's other candidates).\n";
   if (!timed) {
     out << "Not run: this listing only compiles and prices (no GPU used).\n";
     return;
@@ -236,8 +236,8 @@ Status WriteMappingCsv(const std::string& path, const std::vector<MappingRow>& r
         << (r.candidate < 0 ? 1 : 0) << "," << quoted(r.mapping) << "," << r.blocks << ","
         << r.vector_width << "," << num(r.waves, 3) << "," << num(r.imbalance, 4) << ","
         << num(r.planning_us, 3) << "," << num(r.model_us, 3) << ","
-        << num(r.model_unstretched_us, 3) << "," << num(r.kernel_us, 3) << "," << r.matches
-        << "," << quoted(r.error) << "\n";
+        << num(r.model_unstretched_us, 3) << "," << num(r.kernel_us, 3) << "," << r.matches << ","
+        << quoted(r.error) << "\n";
   }
   out.close();
   if (!out) return Internal("error writing " + path);

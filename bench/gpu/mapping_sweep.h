@@ -1,9 +1,10 @@
-// gpu_bench --mappings: every loop kernel of each suite row's stitched plan timed under each
-// mapping the scheduler chose among (mapping_variants.h), beside the cost model's price of
-// it. The scheduler picks a loop kernel's block size, vector width and grid by the planning
-// model, whose stretch of a partial last wave favoured narrow vectors that measured slower
-// (suite row #18's normalize loop); these are the measurements that choice and that term are
-// to be calibrated on.
+// gpu_bench --mappings: every loop and row-stitched kernel of each suite row's stitched plan
+// timed under each mapping the scheduler chose among (mapping_variants.h), beside the cost
+// model's price of it. The scheduler picks a loop kernel's block size, vector width and grid,
+// and a row kernel's threads per row, by the planning model, whose stretch of a partial last
+// wave favoured narrow vectors that measured slower (suite row #18's normalize loop), and
+// whose short row kernels keep few loads in flight (#1, #4); these are the measurements the
+// choices and the model's terms are to be calibrated on.
 //
 // Per variant: the kernel's median duration among the plan's (CUPTI, as gpu_bench's kernel
 // times), and, with verification, whether the plan's outputs equal those of the plan as it
@@ -26,36 +27,36 @@
 namespace stitch::gpu {
 
 struct MappingSweepOptions {
-  Target target;                        // compiled for
-  const GpuDevice* priced_on = nullptr; // the device-table entry the model prices on
+  Target target;                         // compiled for
+  const GpuDevice* priced_on = nullptr;  // the device-table entry the model prices on
   TimingOptions timing;
   bool verify = true;
 };
 
-// One variant of one loop kernel; -1 (or "-") where not measured.
+// One variant of one kernel; -1 (or "-") where not measured.
 struct MappingRow {
   int id = 0;
-  int kernel = 0;            // index in the stitched plan
+  int kernel = 0;  // index in the stitched plan
   std::string kernel_name;
-  int candidate = -1;        // LoopMappingCandidates index; -1: the mapping the plan ships
-  std::string mapping;       // MappingText
+  int candidate = -1;   // index among the kernel's candidates; -1: the plan's own
+  std::string mapping;  // MappingText
   int64_t blocks = 0;
   int vector_width = 1;
-  double waves = 0;          // blocks over the co-resident slots, as the model counts them
-  double imbalance = 1;      // the model's stretch of memory time (KernelCost::imbalance)
-  double planning_us = -1;   // the planning model's price, which the scheduler chose by
-  double model_us = -1;      // the current model's, with the assembler's registers
+  double waves = 0;                  // blocks over the co-resident slots, as the model counts them
+  double imbalance = 1;              // the model's stretch of memory time (KernelCost::imbalance)
+  double planning_us = -1;           // the planning model's price, which the scheduler chose by
+  double model_us = -1;              // the current model's, with the assembler's registers
   double model_unstretched_us = -1;  // the same with memory time at the mean slot's pace
-  double kernel_us = -1;     // measured: the kernel's median duration
-  std::string matches = "-";  // outputs equal to the shipped mapping's: "yes", "NO", "-"
+  double kernel_us = -1;             // measured: the kernel's median duration
+  std::string matches = "-";         // outputs equal to the shipped mapping's: "yes", "NO", "-"
   std::string error;
 };
 
-// The variants of `e`'s stitched plan's loop kernels, priced and, given a GPU, timed and
-// verified. A row whose plan has no loop kernel gives none; a compile failure gives one row
-// with the error.
-std::vector<MappingRow> SweepLoopMappings(const suite::SuiteEntry& e,
-                                          const MappingSweepOptions& options, Gpu* gpu);
+// The variants of `e`'s stitched plan's loop and row-stitched kernels, priced and, given a
+// GPU, timed and verified. A row whose plan has neither gives none; a compile failure gives
+// one row with the error.
+std::vector<MappingRow> SweepMappings(const suite::SuiteEntry& e,
+                                      const MappingSweepOptions& options, Gpu* gpu);
 
 // The table, and a summary per kernel: the fastest mapping measured against the shipped one,
 // and where the current model's cheapest is not the fastest.

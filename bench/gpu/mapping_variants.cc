@@ -12,7 +12,20 @@ namespace {
 // What makes two loop mappings different kernels.
 auto MappingKey(const ThreadMapping& m) {
   return std::make_tuple(m.launch.block, m.launch.grid, m.vector_width, m.column_period,
-                         m.transpose_tile);
+                         m.transpose_tile, m.threads_per_row, m.values_per_thread);
+}
+
+// The scheduler's candidates for `kernel`; none for kinds the sweep leaves alone.
+std::vector<KernelSpec> Candidates(const Graph& g, const KernelSpec& kernel,
+                                   const GpuDevice& device) {
+  switch (kernel.kind) {
+    case KernelKind::kLoop:
+      return LoopMappingCandidates(g, kernel, device);
+    case KernelKind::kRowStitch:
+      return RowStitchMappingCandidates(g, kernel, device);
+    default:
+      return {};
+  }
 }
 
 // `compiled` with kernel `index` emitted anew from `spec`, carrying what the assembler
@@ -36,8 +49,8 @@ StatusOr<CompileResult> Remapped(const CompileResult& compiled, size_t index, Ke
 
 }  // namespace
 
-StatusOr<std::vector<MappingVariant>> LoopMappingVariants(const CompileResult& compiled,
-                                                          const CodegenOptions& codegen) {
+StatusOr<std::vector<MappingVariant>> MappingVariants(const CompileResult& compiled,
+                                                      const CodegenOptions& codegen) {
   if (compiled.shape_generic()) {
     return FailedPrecondition("mapping variants need an exact compile, not a shape class's");
   }
@@ -45,28 +58,34 @@ StatusOr<std::vector<MappingVariant>> LoopMappingVariants(const CompileResult& c
   const GpuDevice& device = codegen.target.device();
   for (size_t i = 0; i < compiled.plan.kernels.size(); ++i) {
     const KernelSpec& own = compiled.plan.kernels[i];
-    if (own.kind != KernelKind::kLoop) continue;
+    const std::vector<KernelSpec> candidates = Candidates(compiled.graph, own, device);
+    if (candidates.empty()) continue;
     variants.push_back({static_cast<int>(i), -1, compiled});
     std::vector<decltype(MappingKey(own.mapping))> seen{MappingKey(own.mapping)};
-    const std::vector<KernelSpec> candidates = LoopMappingCandidates(compiled.graph, own, device);
     for (size_t c = 0; c < candidates.size(); ++c) {
       const auto key = MappingKey(candidates[c].mapping);
       if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
       seen.push_back(key);
-      STITCH_ASSIGN_OR_RETURN(CompileResult variant,
-                              Remapped(compiled, i, candidates[c], codegen));
+      STITCH_ASSIGN_OR_RETURN(CompileResult variant, Remapped(compiled, i, candidates[c], codegen));
       variants.push_back({static_cast<int>(i), static_cast<int>(c), std::move(variant)});
     }
   }
   return variants;
 }
 
-std::string MappingText(const ThreadMapping& m) {
+std::string MappingText(const KernelSpec& k) {
+  const ThreadMapping& m = k.mapping;
   const LaunchDims& l = m.launch;
   std::string text = std::to_string(l.block[0]) + "x" + std::to_string(l.block[1]) + " x " +
                      std::to_string(l.blocks()) + ", vector " +
                      std::to_string(std::max(m.vector_width, 1));
-  if (m.column_period > 0) text += ", columns kept (period " + std::to_string(m.column_period) + ")";
+  if (k.kind == KernelKind::kRowStitch) {
+    text += ", " + std::to_string(m.threads_per_row) + " threads per row, " +
+            (m.values_per_thread > 0 ? std::to_string(m.values_per_thread) + " values in registers"
+                                     : std::string("loop mode"));
+  }
+  if (m.column_period > 0)
+    text += ", columns kept (period " + std::to_string(m.column_period) + ")";
   if (m.transpose_tile >= 0) text += ", transpose tile";
   return text;
 }

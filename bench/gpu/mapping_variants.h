@@ -1,7 +1,8 @@
-// Loop kernels under each mapping the scheduler chose among (LoopMappingCandidates,
-// schedule.h): the variants `gpu_bench --mappings` times, so that the choice, and the cost
-// model's terms behind it (the stretch of a grid's partial last wave above all), are checked
-// against measured kernels. Its tests run the same variants on the emulator.
+// Loop and row-stitched kernels under each mapping the scheduler chose among
+// (LoopMappingCandidates, RowStitchMappingCandidates: schedule.h): the variants `gpu_bench
+// --mappings` times, so that the choice, and the cost model's terms behind it (the stretch of
+// a grid's partial last wave, the threads a row gets), are checked against measured kernels.
+// Its tests run the same variants on the emulator.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -18,23 +19,24 @@ namespace stitch::gpu {
 
 struct MappingVariant {
   int kernel = 0;      // the index of the re-mapped kernel in the plan
-  int candidate = -1;  // its index in LoopMappingCandidates; -1 for the plan's own mapping
+  int candidate = -1;  // its index among the kernel's candidates; -1 for the plan's own mapping
   // The plan with that kernel under the mapping, emitted and lowered to PTX, and assembled
   // where the plan's kernel was; its other kernels are the plan's.
   CompileResult compiled;
   bool shipped() const { return candidate < 0; }
 };
 
-// Returns, for each loop kernel of `compiled` in plan order, the plan as it is, then the
-// plan with that kernel under each candidate mapping whose launch and vector width differ
-// from the plan's mapping and from every earlier candidate's. `compiled` must be an exact
-// compile (FAILED_PRECONDITION for a shape-generic one) made with `codegen`; returns the
-// code generator's errors.
-StatusOr<std::vector<MappingVariant>> LoopMappingVariants(const CompileResult& compiled,
-                                                          const CodegenOptions& codegen);
+// Returns, for each loop and row-stitched kernel of `compiled` in plan order, the plan as it
+// is, then the plan with that kernel under each candidate mapping that differs from the
+// plan's mapping and from every earlier candidate's (launch, vector width, threads per row,
+// values per thread). `compiled` must be an exact compile (FAILED_PRECONDITION for a
+// shape-generic one) made with `codegen`; returns the code generator's errors.
+StatusOr<std::vector<MappingVariant>> MappingVariants(const CompileResult& compiled,
+                                                      const CodegenOptions& codegen);
 
-// "256x1 x 4224, vector 8": a loop mapping's block, grid and vector width, with the kept
-// columns' period and the transpose tile where the mapping has them.
-std::string MappingText(const ThreadMapping& m);
+// "256x1 x 4224, vector 8": a mapping's block, grid and vector width, then what sets it apart
+// where it has it: threads per row and values each keeps in registers (row kernels), the
+// kept columns' period, a transpose tile.
+std::string MappingText(const KernelSpec& k);
 
 }  // namespace stitch::gpu

@@ -1,7 +1,7 @@
-// gpu_bench --mappings without a GPU: --list prices every candidate mapping of each loop kernel
-// of the stitched plans, the shipped one marked; every candidate of every suite row's loop
-// kernels matches the interpreter on the host emulator at the emulation scale, and stays in
-// bounds at full geometry on sampled blocks (a GPU runs each at full shape); against the
+// gpu_bench --mappings without a GPU: --list prices every candidate mapping of each loop and
+// row-stitched kernel of the stitched plans, the shipped one marked; every candidate of every
+// suite row's kernels matches the interpreter on the host emulator at the emulation scale, and
+// stays in bounds at full geometry on sampled blocks (a GPU runs each at full shape); against the
 // stand-in driver each mapping is timed and its outputs compared with the shipped mapping's.
 #include <gtest/gtest.h>
 
@@ -51,13 +51,15 @@ StatusOr<CompileResult> CompileForEmulator(const Graph& g) {
 }
 
 // #18's normalize loop: its shipped mapping (2-element vectors on 401,408 blocks) among the
-// scheduler's others, one row each, all priced; #16 and #23 have a loop kernel each.
-TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachLoopKernel) {
+// scheduler's others, one row each, all priced; #16 and #23 have a loop kernel each, #1 a
+// row-stitched layernorm whose rows fit a warp's registers.
+TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
   ScratchDir scratch("mappings_list");
   const std::string csv = scratch.path() + "/mappings.csv";
-  CommandResult r = RunCommand(GpuBench() + " --mappings --list --only 16,18,23 --csv " + csv);
+  CommandResult r = RunCommand(GpuBench() + " --mappings --list --only 1,16,18,23 --csv " + csv);
   ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
-  EXPECT_NE(r.out.find("Loop kernels: 3 in the stitched plans"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Loop and row-stitched kernels: 4 in the stitched plans"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("Not run"), std::string::npos) << r.out;
   std::map<std::string, int> shipped;                 // "<id>/<kernel>" -> shipped rows
   std::map<std::string, std::set<std::string>> seen;  // -> mappings
@@ -75,17 +77,25 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachLoopKernel) {
     EXPECT_GE(std::stod(row.at("stretch")), 1.0) << kernel;
     if (row.at("id") == "18") widths_18.insert(std::stoi(row.at("vector_width")));
   }
-  ASSERT_EQ(shipped.size(), 3u);
+  ASSERT_EQ(shipped.size(), 4u);
   for (const auto& [kernel, count] : shipped) {
     EXPECT_EQ(count, 1) << kernel;
     EXPECT_GE(seen[kernel].size(), 4u) << kernel;
   }
   EXPECT_EQ(widths_18, (std::set<int>{2, 4, 8}));
   EXPECT_TRUE(seen["18/1"].count("128x1 x 401408, vector 2")) << r.out;
+  // #1's rows of 1,536 elements: a warp per row with the row in registers, as shipped, and
+  // both fewer threads per row (loop mode) and whole blocks per row among the others.
+  EXPECT_TRUE(seen["1/0"].count("32x8 x 512, vector 4, 32 threads per row, 24 values in registers"))
+      << r.out;
+  EXPECT_TRUE(seen["1/0"].count("32x4 x 512, vector 4, 16 threads per row, loop mode")) << r.out;
+  EXPECT_TRUE(
+      seen["1/0"].count("256x1 x 4096, vector 1, 256 threads per row, 3 values in registers"))
+      << r.out;
 }
 
 // Every mapping gpu_bench --mappings would run, on the emulator: the results of each
-// candidate of each loop kernel against the interpreter at the emulation scale, and every
+// candidate of each kernel against the interpreter at the emulation scale, and every
 // access of sampled blocks bounds-checked at full geometry.
 class MappingVariantRowTest : public ::testing::TestWithParam<int> {};
 
@@ -97,7 +107,7 @@ TEST_P(MappingVariantRowTest, EveryCandidateMatchesTheInterpreterAndStaysInBound
   ASSERT_TRUE(scaled.has_value());
   StatusOr<CompileResult> small = CompileForEmulator(scaled->graph);
   ASSERT_TRUE(small.ok()) << small.status().ToString();
-  StatusOr<std::vector<MappingVariant>> variants = LoopMappingVariants(*small, codegen);
+  StatusOr<std::vector<MappingVariant>> variants = MappingVariants(*small, codegen);
   ASSERT_TRUE(variants.ok()) << variants.status().ToString();
   const uint64_t seed = 5000 + static_cast<uint64_t>(GetParam());
   const std::vector<Tensor> inputs = stitch::testing::RandomInputs(scaled->graph, seed);
@@ -111,12 +121,12 @@ TEST_P(MappingVariantRowTest, EveryCandidateMatchesTheInterpreterAndStaysInBound
     EXPECT_TRUE(stitch::testing::EmulatedMatchesInterpreter(
         scaled->graph, v.compiled.graph, v.compiled.kernels, inputs, seed, /*random_order=*/false))
         << "kernel " << v.kernel << " under "
-        << MappingText(v.compiled.plan.kernels[static_cast<size_t>(v.kernel)].mapping);
+        << MappingText(v.compiled.plan.kernels[static_cast<size_t>(v.kernel)]);
   }
 
   StatusOr<CompileResult> full = CompileForEmulator(entry->graph);
   ASSERT_TRUE(full.ok()) << full.status().ToString();
-  StatusOr<std::vector<MappingVariant>> full_variants = LoopMappingVariants(*full, codegen);
+  StatusOr<std::vector<MappingVariant>> full_variants = MappingVariants(*full, codegen);
   ASSERT_TRUE(full_variants.ok()) << full_variants.status().ToString();
   StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create();
   ASSERT_TRUE(emulator.ok()) << emulator.status().ToString();
@@ -127,7 +137,7 @@ TEST_P(MappingVariantRowTest, EveryCandidateMatchesTheInterpreterAndStaysInBound
     StatusOr<SampledRun> run = RunSampledOnEmulator(v.compiled.graph, v.compiled.plan,
                                                     v.compiled.kernels, sampling, **emulator);
     EXPECT_TRUE(run.ok()) << "kernel " << v.kernel << " under "
-                          << MappingText(v.compiled.plan.kernels[static_cast<size_t>(v.kernel)].mapping)
+                          << MappingText(v.compiled.plan.kernels[static_cast<size_t>(v.kernel)])
                           << ": " << run.status().ToString();
   }
 }
@@ -144,14 +154,14 @@ TEST(GpuBenchMappingsTest, FakeDriverTimesEachMappingAndComparesItsOutputs) {
   if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
   ScratchDir scratch("mappings_fake");
   const std::string& dir = scratch.path();
-  CommandResult r = RunCommand(GpuBench() + " --mappings --driver " + FakeDriver() +
-                               " --profiler " + FakeDriver() +
-                               " --only 16 --warmup 1 --repeats 3 --out-dir " + dir);
+  CommandResult r =
+      RunCommand(GpuBench() + " --mappings --driver " + FakeDriver() + " --profiler " +
+                 FakeDriver() + " --only 1,16 --warmup 1 --repeats 3 --out-dir " + dir);
   ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
   EXPECT_EQ(r.err.find("fake cuda:"), std::string::npos) << r.err;
-  EXPECT_NE(r.out.find("Timed 1 kernels."), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Timed 2 kernels."), std::string::npos) << r.out;
   const auto rows = ReadCsv(dir + "/mappings.csv");
-  ASSERT_GE(rows.size(), 4u);
+  ASSERT_GE(rows.size(), 8u);
   for (const auto& row : rows) {
     EXPECT_GT(std::stod(row.at("kernel_us")), 0) << row.at("mapping");
     EXPECT_EQ(row.at("matches"), row.at("shipped") == "1" ? "-" : "yes") << row.at("mapping");

@@ -250,14 +250,11 @@ void AddColumnPartials(const Graph& g, KernelSpec& k) {
   m.bytes_loaded += partials;
 }
 
-Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads) {
-  STITCH_ASSIGN_OR_RETURN(RowStitchLayout layout, AnalyzeRowStitch(g, k));
-  if (!layout.column_reduces.empty() && block_threads == 0) {
-    return InvalidArgument("kernel " + k.name +
-                           ": column reduces of rows run only as a phase of a global_stitch "
-                           "kernel");
-  }
-  const int64_t row_len = layout.geometry.row_len;
+// The threads per row a row-stitched kernel is tried with, in order: a share of a warp for
+// short rows (down to a quarter of the row's first 32 elements per thread), then whole
+// blocks of 64 to 1024 threads while half of them still get an element. A global kernel's
+// phase (`block_threads` > 0) tries only its kernel's block among the latter.
+std::vector<int> ThreadsPerRowCandidates(int64_t row_len, int block_threads) {
   std::vector<int> candidates;
   for (int t = std::min(NextPow2(row_len), 32); t >= 1 && t * 4 >= std::min<int64_t>(row_len, 32);
        t /= 2) {
@@ -269,6 +266,18 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
   if (block_threads > 0 && row_len > 32 && candidates.back() != block_threads) {
     candidates.push_back(block_threads);
   }
+  return candidates;
+}
+
+Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads) {
+  STITCH_ASSIGN_OR_RETURN(RowStitchLayout layout, AnalyzeRowStitch(g, k));
+  if (!layout.column_reduces.empty() && block_threads == 0) {
+    return InvalidArgument("kernel " + k.name +
+                           ": column reduces of rows run only as a phase of a global_stitch "
+                           "kernel");
+  }
+  const std::vector<int> candidates =
+      ThreadsPerRowCandidates(layout.geometry.row_len, block_threads);
   std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d, kPlanningCostModel);
   std::unique_ptr<CostModel> issue_model = NewAnalyticalCostModel(d, WithFittedIssueTerm(d));
   // Where later passes over a row read values an earlier pass read or computed (the
@@ -330,6 +339,20 @@ using internal::EstimatedTileInstructions;
 using internal::FillRowStitch;
 using internal::FillRowTile;
 using internal::RowTileTranspose;
+
+std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
+                                                   const GpuDevice& device) {
+  std::vector<KernelSpec> candidates;
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, kernel);
+  if (!layout.ok() || !layout->column_reduces.empty()) return candidates;
+  for (int t : internal::ThreadsPerRowCandidates(layout->geometry.row_len, 0)) {
+    KernelSpec candidate = kernel;
+    if (!FillRowStitch(g, *layout, t, device, 0, candidate)) continue;
+    if (ResidentBlocksPerSm(device, candidate.mapping) == 0) continue;
+    candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
 
 RowTileStaging RowTileStagingOf(const Graph& g, const ThreadMapping& m) {
   RowTileStaging s;

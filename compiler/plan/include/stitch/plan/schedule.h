@@ -72,6 +72,15 @@ bool MapRowTiles(const Graph& g, KernelSpec& kernel, const GpuDevice& device, in
 std::vector<KernelSpec> LoopMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                               const GpuDevice& device);
 
+// Returns the mappings ScheduleKernel chooses a row-stitched kernel's among, for a kernel of
+// its own (one with column reduces runs only as a global kernel's phase: none), each filled
+// for `device` from `kernel`'s nodes: one per count of threads per row that fits, from a
+// share of a warp to whole blocks of up to 1,024 threads, in the order tried. What
+// ScheduleKernel may do after choosing (the grid capped to the L2 window, row tiles) is not
+// among them. gpu_bench --mappings times every candidate.
+std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
+                                                   const GpuDevice& device);
+
 // A loop kernel whose elements read per-column values (a broadcast along the output's
 // leading dimensions: a batch norm's per-channel statistics and what is computed from them)
 // recomputes them for every element unless each thread keeps to the same columns on every
