@@ -982,6 +982,9 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       return InvalidArgument("unknown argument '" + arg + "'");
     }
   }
+  if (f.buckets && f.mappings) {
+    return InvalidArgument("--buckets and --mappings each replace the three planners; give one");
+  }
   return f;
 }
 

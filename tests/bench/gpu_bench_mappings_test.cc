@@ -94,6 +94,14 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
       << r.out;
 }
 
+TEST(GpuBenchMappingsTest, RefusesToSweepMappingsOfBuckets) {
+  CommandResult r = RunCommand(GpuBench() + " --list --mappings --buckets --only 1");
+  EXPECT_EQ(r.exit_status, 3) << r.err << r.out;
+  EXPECT_NE(r.err.find("--buckets and --mappings each replace the three planners"),
+            std::string::npos)
+      << r.err;
+}
+
 // Every mapping gpu_bench --mappings would run, on the emulator: the results of each
 // candidate of each kernel against the interpreter at the emulation scale, and every
 // access of sampled blocks bounds-checked at full geometry.
