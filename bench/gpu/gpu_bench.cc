@@ -852,6 +852,15 @@ bool BucketRunOk(const std::vector<BucketRow>& rows, const Gpu* gpu) {
   return true;
 }
 
+// Where a mode writes its CSV: --csv, else `name` in --out-dir (created here), else nowhere
+// (empty).
+std::string CsvPath(const Flags& flags, const std::string& name) {
+  if (flags.out_dir.empty()) return flags.csv_path;
+  std::error_code ec;
+  std::filesystem::create_directories(flags.out_dir, ec);
+  return flags.csv_path.empty() ? flags.out_dir + "/" + name : flags.csv_path;
+}
+
 int RunBuckets(const std::vector<suite::SuiteEntry>& entries, const Target& target, Gpu* gpu,
                const Flags& flags) {
   std::vector<BucketRow> rows;
@@ -861,12 +870,7 @@ int RunBuckets(const std::vector<suite::SuiteEntry>& entries, const Target& targ
   }
   PrintBucketTable(rows);
   PrintBucketSummary(rows, target, gpu);
-  std::string csv_path = flags.csv_path;
-  if (!flags.out_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(flags.out_dir, ec);
-    if (csv_path.empty()) csv_path = flags.out_dir + "/buckets.csv";
-  }
+  const std::string csv_path = CsvPath(flags, "buckets.csv");
   Status s = csv_path.empty() ? Status::Ok() : WriteBucketCsv(csv_path, rows);
   if (s.ok() && !flags.out_dir.empty() && gpu != nullptr) {
     std::vector<int> ids;
@@ -897,12 +901,7 @@ int RunMappings(const std::vector<suite::SuiteEntry>& entries, const Target& tar
   }
   PrintMappingTable(rows, std::cout);
   PrintMappingSummary(rows, gpu != nullptr, std::cout);
-  std::string csv_path = flags.csv_path;
-  if (!flags.out_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(flags.out_dir, ec);
-    if (csv_path.empty()) csv_path = flags.out_dir + "/mappings.csv";
-  }
+  const std::string csv_path = CsvPath(flags, "mappings.csv");
   Status s = csv_path.empty() ? Status::Ok() : WriteMappingCsv(csv_path, rows);
   if (s.ok() && !flags.out_dir.empty() && gpu != nullptr) {
     s = WriteDeviceJson(flags.out_dir + "/device.json", gpu->info(), target, flags, ids);
@@ -1055,12 +1054,7 @@ int Main(int argc, char** argv) {
   PrintTable(rows, peak);
   PrintSummary(rows, target, gpu.get());
 
-  std::string csv_path = flags.csv_path;
-  if (!flags.out_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(flags.out_dir, ec);
-    if (csv_path.empty()) csv_path = flags.out_dir + "/stitch.csv";
-  }
+  const std::string csv_path = CsvPath(flags, "stitch.csv");
   if (!csv_path.empty()) {
     if (Status s = WriteCsv(csv_path, rows, peak); !s.ok()) {
       std::cerr << "gpu_bench: " << s.ToString() << "\n";

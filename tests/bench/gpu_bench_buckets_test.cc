@@ -29,22 +29,6 @@ namespace {
 // transpose the extent away, #17 reduces it into rows, #29's divisor has 8 rows for 96).
 constexpr int kLeastGenericRows = 26;
 
-// The CSV's rows as column name -> value.
-std::vector<std::map<std::string, std::string>> ReadCsv(const std::string& path) {
-  const std::vector<std::string> lines = Lines(ReadFile(path));
-  std::vector<std::map<std::string, std::string>> rows;
-  if (lines.empty()) return rows;
-  const std::vector<std::string> header = CsvFields(lines[0]);
-  for (size_t i = 1; i < lines.size(); ++i) {
-    const std::vector<std::string> f = CsvFields(lines[i]);
-    EXPECT_EQ(f.size(), header.size()) << lines[i];
-    std::map<std::string, std::string> row;
-    for (size_t c = 0; c < header.size() && c < f.size(); ++c) row[header[c]] = f[c];
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
 bool PowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 TEST(GpuBenchBucketsTest, ListBucketsCompilesEveryRowAndSaysWhyRowsStayExact) {
@@ -53,7 +37,7 @@ TEST(GpuBenchBucketsTest, ListBucketsCompilesEveryRowAndSaysWhyRowsStayExact) {
   CommandResult r = RunCommand(GpuBench() + " --list --buckets --csv " + csv);
   ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("Not run"), std::string::npos) << r.out;
-  const auto rows = ReadCsv(csv);
+  const auto rows = ReadCsvRows(csv);
   ASSERT_EQ(rows.size(), static_cast<size_t>(suite::kSuiteSize));
   int generic = 0;
   for (const auto& row : rows) {
@@ -197,7 +181,7 @@ TEST(GpuBenchBucketsTest, FakeDriverTimesFourWaysAndWritesBucketsCsv) {
   ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
   EXPECT_EQ(r.err.find("fake cuda:"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("Timed 1/1 shape-generic rows"), std::string::npos) << r.out;
-  const auto rows = ReadCsv(scratch.path() + "/buckets.csv");
+  const auto rows = ReadCsvRows(scratch.path() + "/buckets.csv");
   ASSERT_EQ(rows.size(), 2u);
   for (const char* us : {"exact_us", "bucket_us", "exact_other_us", "bucket_other_us"}) {
     EXPECT_GT(std::stod(rows[0].at(us)), 0) << us;
@@ -224,7 +208,7 @@ TEST(GpuBenchBucketsTest, FakeProfilerGivesEveryWayItsKernelTime) {
   EXPECT_NE(r.out.find("Kernel time of the same runs, bucket / exact (geometric mean over 1 rows)"),
             std::string::npos)
       << r.out;
-  const auto rows = ReadCsv(scratch.path() + "/buckets.csv");
+  const auto rows = ReadCsvRows(scratch.path() + "/buckets.csv");
   ASSERT_EQ(rows.size(), 1u);
   const auto& row = rows[0];
   const double exact_kernels = std::stod(row.at("exact_kernels"));

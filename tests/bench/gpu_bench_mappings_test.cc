@@ -26,22 +26,6 @@
 namespace stitch::gpu::test {
 namespace {
 
-// The CSV's rows as column name -> value.
-std::vector<std::map<std::string, std::string>> ReadCsv(const std::string& path) {
-  const std::vector<std::string> lines = Lines(ReadFile(path));
-  std::vector<std::map<std::string, std::string>> rows;
-  if (lines.empty()) return rows;
-  const std::vector<std::string> header = CsvFields(lines[0]);
-  for (size_t i = 1; i < lines.size(); ++i) {
-    const std::vector<std::string> f = CsvFields(lines[i]);
-    EXPECT_EQ(f.size(), header.size()) << lines[i];
-    std::map<std::string, std::string> row;
-    for (size_t c = 0; c < header.size() && c < f.size(); ++c) row[header[c]] = f[c];
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
 StatusOr<CompileResult> CompileForEmulator(const Graph& g) {
   CompileOptions options;
   options.emit_ptx = false;
@@ -64,7 +48,7 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
   std::map<std::string, int> shipped;                 // "<id>/<kernel>" -> shipped rows
   std::map<std::string, std::set<std::string>> seen;  // -> mappings
   std::set<int> widths_18;
-  for (const auto& row : ReadCsv(csv)) {
+  for (const auto& row : ReadCsvRows(csv)) {
     const std::string kernel = row.at("id") + "/" + row.at("kernel");
     shipped[kernel] += row.at("shipped") == "1";
     EXPECT_TRUE(seen[kernel].insert(row.at("mapping")).second) << "twice: " << row.at("mapping");
@@ -168,7 +152,7 @@ TEST(GpuBenchMappingsTest, FakeDriverTimesEachMappingAndComparesItsOutputs) {
   ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
   EXPECT_EQ(r.err.find("fake cuda:"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("Timed 2 kernels."), std::string::npos) << r.out;
-  const auto rows = ReadCsv(dir + "/mappings.csv");
+  const auto rows = ReadCsvRows(dir + "/mappings.csv");
   ASSERT_GE(rows.size(), 8u);
   for (const auto& row : rows) {
     EXPECT_GT(std::stod(row.at("kernel_us")), 0) << row.at("mapping");

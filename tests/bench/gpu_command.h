@@ -1,14 +1,17 @@
 // Running gpu_bench and frameworks.py from the GPU benchmark's tests.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace stitch::gpu::test {
@@ -89,6 +92,23 @@ inline std::vector<std::string> Lines(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
+}
+
+// A CSV file's rows as column name -> value (CsvFields' quoting), each checked to have the
+// header's field count.
+inline std::vector<std::map<std::string, std::string>> ReadCsvRows(const std::string& path) {
+  const std::vector<std::string> lines = Lines(ReadFile(path));
+  std::vector<std::map<std::string, std::string>> rows;
+  if (lines.empty()) return rows;
+  const std::vector<std::string> header = CsvFields(lines[0]);
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> f = CsvFields(lines[i]);
+    EXPECT_EQ(f.size(), header.size()) << lines[i];
+    std::map<std::string, std::string> row;
+    for (size_t c = 0; c < header.size() && c < f.size(); ++c) row[header[c]] = f[c];
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 inline std::string GpuBench() { return std::string(STITCH_BINARY_DIR) + "/bench/gpu/gpu_bench"; }

@@ -17,28 +17,42 @@
 namespace stitch::gpu::test {
 namespace {
 
+// `runs` runs of `kernels` launches each, one after another with gaps between them (which
+// kernel time leaves out), their records shuffled as CUPTI may deliver them; `durations` gets
+// each launch's microseconds by run and launch.
+std::vector<KernelSpan> ShuffledRuns(std::mt19937_64& rng, int runs, int kernels,
+                                     std::vector<std::vector<double>>& durations) {
+  std::vector<KernelSpan> spans;
+  durations.assign(static_cast<size_t>(runs), {});
+  uint64_t clock = 1000;
+  for (int r = 0; r < runs; ++r) {
+    for (int k = 0; k < kernels; ++k) {
+      clock += rng() % 5000;
+      const uint64_t duration = 1 + rng() % 100000;
+      spans.push_back({clock, clock + duration});
+      durations[static_cast<size_t>(r)].push_back(duration / 1e3);
+      clock += duration;
+    }
+  }
+  std::shuffle(spans.begin(), spans.end(), rng);
+  return spans;
+}
+
 TEST(KernelMicrosecondsPerRunTest, SumsEachRunsKernelsWhateverOrderTheRecordsCameIn) {
   const uint64_t seed = testing::RandomGraphBaseSeed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int runs = 5, kernels = 3;
-  std::vector<KernelSpan> spans;
-  std::vector<double> want(runs, 0);
-  uint64_t clock = 1000;
-  for (int r = 0; r < runs; ++r) {
-    for (int k = 0; k < kernels; ++k) {
-      clock += rng() % 5000;  // a gap, which kernel time leaves out
-      const uint64_t duration = 1 + rng() % 100000;
-      spans.push_back({clock, clock + duration});
-      want[r] += duration / 1e3;
-      clock += duration;
-    }
-  }
-  std::shuffle(spans.begin(), spans.end(), rng);
+  std::vector<std::vector<double>> durations;
+  const std::vector<KernelSpan> spans = ShuffledRuns(rng, runs, kernels, durations);
   StatusOr<std::vector<double>> got = KernelMicrosecondsPerRun(spans, kernels, runs);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
-  ASSERT_EQ(got->size(), want.size());
-  for (int r = 0; r < runs; ++r) EXPECT_DOUBLE_EQ((*got)[r], want[r]) << "run " << r;
+  ASSERT_EQ(got->size(), durations.size());
+  for (int r = 0; r < runs; ++r) {
+    double want = 0;
+    for (double d : durations[r]) want += d;
+    EXPECT_DOUBLE_EQ((*got)[r], want) << "run " << r;
+  }
 }
 
 // Each launch's own duration, by run and by its place in the plan (what gpu_bench --mappings
@@ -48,19 +62,8 @@ TEST(KernelMicrosecondsPerLaunchTest, KeepsEachLaunchInPlanOrderWhateverOrderThe
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int runs = 4, kernels = 3;
-  std::vector<KernelSpan> spans;
-  std::vector<std::vector<double>> want(runs);
-  uint64_t clock = 1000;
-  for (int r = 0; r < runs; ++r) {
-    for (int k = 0; k < kernels; ++k) {
-      clock += rng() % 5000;
-      const uint64_t duration = 1 + rng() % 100000;
-      spans.push_back({clock, clock + duration});
-      want[r].push_back(duration / 1e3);
-      clock += duration;
-    }
-  }
-  std::shuffle(spans.begin(), spans.end(), rng);
+  std::vector<std::vector<double>> want;
+  const std::vector<KernelSpan> spans = ShuffledRuns(rng, runs, kernels, want);
   StatusOr<std::vector<std::vector<double>>> got =
       KernelMicrosecondsPerLaunch(spans, kernels, runs);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
