@@ -226,6 +226,7 @@ TEST(CostModel, PartialWaveStretchesMemoryTime) {
   const int64_t bytes = int64_t{1584} * 256 * 4 * 4;  // one 4-wide vector per thread
   KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), Copy(1584, bytes, 4, 16));
   EXPECT_DOUBLE_EQ(c.waves, 1.5);
+  EXPECT_DOUBLE_EQ(c.imbalance, 4.0 / 3.0);
   const double ideal = 2.0 * static_cast<double>(bytes) / kH100Bandwidth;
   EXPECT_NEAR(c.memory_seconds, ideal * 4.0 / 3.0, ideal * 1e-9);
 }
@@ -238,6 +239,7 @@ TEST(CostModel, CappedLoopingGridIsBalancedByItsWork) {
   KernelCost c = DatasheetModel(H100())->EstimateKernel(Graph(), Copy(1056, bytes, 4, 16));
   const double ideal = 2.0 * static_cast<double>(bytes) / kH100Bandwidth;
   EXPECT_NEAR(c.memory_seconds, ideal * 101.0 / 100.5, ideal * 1e-9);
+  EXPECT_NEAR(c.imbalance, 101.0 / 100.5, 1e-12);
 }
 
 TEST(CostModel, IdleBlocksCostNothing) {
