@@ -2,7 +2,7 @@
 """Fits the cost model's constants to kernel times measured on a GPU, and prints the fit.
 
   python3 tools/fit_cost_model.py --price build/bench/gpu/cost_model_price \\
-      [--set testdata/gpu/h100_80gb_hbm3/<date>_<commit>] [--rounds 4] [--fit NAME,...]
+      [--set testdata/gpu/<device slug>/<date>_<commit>] [--rounds 4] [--fit NAME,...]
 
 The model's terms stand for real effects (compiler/plan/src/cost_model.cc); the fit sets the
 constants no datasheet gives: the fraction of the datasheet bandwidth streaming kernels reach,
@@ -15,11 +15,14 @@ starting values (h100-fit-2 fitted the issue constants alone, the rest held at h
 
 Procedure. cost_model_price compiles the suite's 90 plans once per call and prices them under
 each candidate set of constants; the objective is the mean |log(measured / modelled)| over the
-90 plans of the set (stitch_kernels_ncu.tsv, kernel time by Nsight Compute), which weighs a
-plan twice too slow as much as one twice too fast and is not ruled by a few far-off plans.
-Greedy descent: each round prices a ladder of multiples of every constant's current value
-(the others held) in one call and takes the single best move; the ladder narrows when no
-move helps. The printed
+90 plans of the set (stitch_kernels_ncu.tsv, kernel time by Nsight Compute, or where a set
+has none stitch_kernels_cupti.tsv, gpu_bench's CUPTI records), which weighs a plan twice too
+slow as much as one twice too fast and is not ruled by a few far-off plans.
+The set is priced as the device its device.json names (cost_model_price --device: an H200
+set's sm_90 plans as an H200), and the bandwidth and the re-use window are fitted as shares
+of that device's table figures. Greedy descent: each round prices a ladder of multiples of
+every constant's current value (the others held) in one call and takes the single best
+move; the ladder narrows when no move helps. The printed
 constants go into cost_model.cc's kFit* constants, rounded; COST_MODEL_SOURCES.md section 6
 records the run.
 """
@@ -31,6 +34,7 @@ import csv
 import json
 import math
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -39,9 +43,12 @@ import tempfile
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_SET = REPO_ROOT / "testdata" / "gpu" / "h100_80gb_hbm3" / "2026-11-26_a83a312"
 
-# The datasheet figures the fitted fractions scale (the device table's H100: 3.35 TB/s, 50 MiB).
-DATASHEET_BANDWIDTH = 3.35e12
-L2_BYTES = 50 * 1024 * 1024
+# A device.json name ("NVIDIA H100 80GB HBM3", "NVIDIA H200") names the device of the model's
+# table (gpu_device.cc) by its first word after the vendor's, as the calibration test reads it.
+DEVICE_NAME = re.compile(r"^NVIDIA\s+(\S+)")
+
+# The files of kernel times a set may hold, the first found read.
+KERNEL_TIME_FILES = ("stitch_kernels_ncu.tsv", "stitch_kernels_cupti.tsv")
 
 # (name, starting value, lower bound, upper bound); parameters() maps them onto the fields of
 # CostModelParameters. The constants h100-fit-1 shares start at its values (its run started
@@ -68,13 +75,13 @@ PLANS = (("stitch", "stitch_us"), ("xla_model", "xla_model_plan_us"),
 def parameters(values: dict[str, float]) -> dict[str, float]:
     """A candidate as the fields cost_model_price --parameters reads."""
     return {
-        "bandwidth_bytes_per_second": DATASHEET_BANDWIDTH * values["bandwidth_fraction"],
+        "bandwidth_fraction": values["bandwidth_fraction"],
         "dram_latency_seconds": values["dram_latency_seconds"],
         "launch_seconds": values["launch_seconds"],
         "grid_barrier_seconds": values["grid_barrier_seconds"],
         "block_barrier_seconds": values["block_barrier_seconds"],
         "row_pass_seconds": values["row_pass_seconds"],
-        "reuse_window_bytes": L2_BYTES * values["reuse_window_fraction"],
+        "reuse_window_fraction": values["reuse_window_fraction"],
         "issue_seconds": values["issue_seconds"],
         "dependent_issue_seconds": values["dependent_issue_seconds"],
         "assembled_registers": True,
@@ -82,7 +89,10 @@ def parameters(values: dict[str, float]) -> dict[str, float]:
 
 
 def read_measured(set_dir: pathlib.Path) -> dict[tuple[int, str], float]:
-    path = set_dir / "stitch_kernels_ncu.tsv"
+    path = next((set_dir / name for name in KERNEL_TIME_FILES if (set_dir / name).exists()),
+                None)
+    if path is None:
+        sys.exit(f"fit_cost_model: {set_dir}: none of {', '.join(KERNEL_TIME_FILES)}")
     rows = list(csv.DictReader(path.open(encoding="utf-8"), delimiter="\t"))
     if not rows:
         sys.exit(f"fit_cost_model: {path}: no rows")
@@ -99,15 +109,26 @@ def read_measured(set_dir: pathlib.Path) -> dict[tuple[int, str], float]:
     return measured
 
 
-def price(tool: pathlib.Path, target: str, candidates: list[dict[str, float]]
-          ) -> list[dict[tuple[int, str], float]]:
+def set_device(set_dir: pathlib.Path) -> str | None:
+    """The device of the model's table the set was measured on, from its device.json; None
+    (the target's own) where it names none."""
+    try:
+        device = json.loads((set_dir / "device.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    match = DEVICE_NAME.match(str(device.get("name", ""))) if isinstance(device, dict) else None
+    return match.group(1) if match else None
+
+
+def price(tool: pathlib.Path, target: str, device: str | None,
+          candidates: list[dict[str, float]]) -> list[dict[tuple[int, str], float]]:
     """The modelled microseconds of every plan, one dict per candidate."""
     with tempfile.TemporaryDirectory(prefix="fit_cost_model.") as tmp:
         sets = pathlib.Path(tmp) / "sets.json"
         out = pathlib.Path(tmp) / "prices.csv"
         sets.write_text(json.dumps([parameters(c) for c in candidates]))
         command = [str(tool.absolute()), "--target", target, "--parameters", str(sets),
-                   "--csv", str(out)]
+                   "--csv", str(out)] + (["--device", device] if device else [])
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             sys.exit(f"fit_cost_model: {' '.join(command)} exited with {result.returncode}:\n"
@@ -141,13 +162,13 @@ def summary(measured: dict, modelled: dict) -> str:
             f"mean |log err| {objective(measured, modelled):.3f}")
 
 
-def fit(tool, target, measured, rounds, names):
+def fit(tool, target, device, measured, rounds, names):
     """Greedy descent over the constants `names`: each round prices, in one call, a ladder of
     multiples of every such constant's value with the others held, and takes the single best
     move; the ladder narrows when no move helps. The other constants keep their start."""
     current = {name: start for name, start, _, _ in CONSTANTS}
     spread = 2.0
-    start_prices = price(tool, target, [current])[0]
+    start_prices = price(tool, target, device, [current])[0]
     best_score = objective(measured, start_prices)
     print(f"start: {summary(measured, start_prices)}")
     for round_number in range(1, rounds + 1):
@@ -160,7 +181,7 @@ def fit(tool, target, measured, rounds, names):
                     continue
                 value = min(high, max(low, current[name] * spread ** (i / 4)))
                 candidates.append(dict(current, **{name: value}))
-        scores = [objective(measured, m) for m in price(tool, target, candidates)]
+        scores = [objective(measured, m) for m in price(tool, target, device, candidates)]
         i = min(range(len(scores)), key=scores.__getitem__)
         moved = ""
         if scores[i] < best_score - 1e-9:
@@ -191,9 +212,10 @@ def main() -> int:
         sys.exit(f"fit_cost_model: --fit: unknown constant(s) {', '.join(unknown)}")
 
     measured = read_measured(args.set)
-    print(f"fitting {len(measured)} plans of {args.set}")
-    constants = fit(args.price, args.target, measured, args.rounds, names)
-    modelled = price(args.price, args.target, [constants])[0]
+    device = set_device(args.set)
+    print(f"fitting {len(measured)} plans of {args.set}, priced as {device or args.target}")
+    constants = fit(args.price, args.target, device, measured, args.rounds, names)
+    modelled = price(args.price, args.target, device, [constants])[0]
     print(f"fit: {summary(measured, modelled)}")
     print("\nconstants (cost_model.cc kFit*):")
     for name, _, low, high in CONSTANTS:

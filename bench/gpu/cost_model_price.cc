@@ -14,9 +14,12 @@
 // --version names the model version whose constants are priced (default: the current one);
 // --parameters names a JSON array of objects, each a candidate set of constants: its fields
 // (those of CostModelParameters, e.g. {"launch_seconds": 2e-6}) replace the version's for
-// the target's device, and each set is priced in turn. tools/fit_cost_model.py fits the
-// model's constants this way; tests/compiler/plan/cost_model_calibration_test.py compares
-// the prices with measured kernel times.
+// the priced device, and each set is priced in turn. Two fields are shares of the priced
+// device's table figures, so that one candidate means the same on every device:
+// "bandwidth_fraction" of its datasheet bandwidth and "reuse_window_fraction" of its L2.
+// tools/fit_cost_model.py fits the model's constants this way;
+// tests/compiler/plan/cost_model_calibration_test.py compares the prices with measured
+// kernel times.
 //
 // The CSV has one line per set, row and plan: set (0-based; 0 without --parameters), id,
 // plan (stitch, xla_model, inductor_model), model_us, kernels, dram_bytes, the kernels'
@@ -118,15 +121,27 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   return f;
 }
 
-// One candidate set: `base` with the object's fields in place of its own.
+// One candidate set: `base` with the object's fields in place of its own, the shares read
+// against `device`'s figures.
 StatusOr<CostModelParameters> Override(CostModelParameters p, const nlohmann::json& set,
-                                       size_t index) {
+                                       size_t index, const GpuDevice& device) {
   const std::string where = "--parameters: set " + std::to_string(index);
   if (!set.is_object()) return InvalidArgument(where + " is not a JSON object");
   for (const auto& [name, value] : set.items()) {
     if (name == "assembled_registers") {
       if (!value.is_boolean()) return InvalidArgument(where + ": " + name + " is not a boolean");
       p.assembled_registers = value.get<bool>();
+      continue;
+    }
+    if (name == "bandwidth_fraction" || name == "reuse_window_fraction") {
+      if (!value.is_number() || value.get<double>() <= 0 || value.get<double>() > 1) {
+        return InvalidArgument(where + ": " + name + " is not a share in (0, 1]");
+      }
+      if (name == "bandwidth_fraction") {
+        p.bandwidth_bytes_per_second = device.hbm_bytes_per_second * value.get<double>();
+      } else {
+        p.reuse_window_bytes = static_cast<double>(device.l2_bytes) * value.get<double>();
+      }
       continue;
     }
     double* field = name == "bandwidth_bytes_per_second" ? &p.bandwidth_bytes_per_second
@@ -163,7 +178,8 @@ StatusOr<std::vector<CostModelParameters>> ParameterSets(const Flags& flags) {
   }
   std::vector<CostModelParameters> out;
   for (size_t i = 0; i < sets.size(); ++i) {
-    STITCH_ASSIGN_OR_RETURN(CostModelParameters p, Override(base, sets[i], i));
+    STITCH_ASSIGN_OR_RETURN(CostModelParameters p,
+                            Override(base, sets[i], i, flags.priced_device()));
     out.push_back(p);
   }
   return out;

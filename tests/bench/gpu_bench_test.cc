@@ -361,6 +361,40 @@ TEST(GpuBenchTest, CostModelPricePricesTheTargetsPlansOnAnotherDevice) {
       << unknown.err;
 }
 
+// A candidate's bandwidth and re-use window given as shares of the priced device's own
+// figures (what tools/fit_cost_model.py fits): half the bandwidth doubles a bandwidth-bound
+// row's memory term on whichever device; a share outside (0, 1] is refused.
+TEST(GpuBenchTest, CostModelPriceReadsSharesOfThePricedDevicesFigures) {
+  ScratchDir scratch("shares");
+  const std::string& dir = scratch.path();
+  WriteFile(dir + "/sets.json", R"([{"bandwidth_fraction": 1.0, "reuse_window_fraction": 0.5},)"
+                                R"( {"bandwidth_fraction": 0.5, "reuse_window_fraction": 0.5}])");
+  const std::string price = std::string(STITCH_BINARY_DIR) + "/bench/gpu/cost_model_price";
+  for (const std::string device : {"H100", "H200"}) {
+    CommandResult r = RunCommand(price + " --only 9 --device " + device + " --parameters " + dir +
+                                 "/sets.json --csv " + dir + "/p.csv");
+    ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+    const std::vector<std::string> lines = Lines(ReadFile(dir + "/p.csv"));
+    ASSERT_EQ(lines.size(), 7u) << device;
+    const std::vector<std::string> header = CsvFields(lines[0]);
+    const size_t memory =
+        static_cast<size_t>(std::find(header.begin(), header.end(), "memory_us") - header.begin());
+    ASSERT_LT(memory, header.size());
+    // Lines 1-3 are set 0's three plans, 4-6 set 1's, in the same order.
+    for (size_t i = 1; i <= 3; ++i) {
+      const double full = std::stod(CsvFields(lines[i])[memory]);
+      const double half = std::stod(CsvFields(lines[i + 3])[memory]);
+      EXPECT_NEAR(half / full, 2.0, 0.02) << device << ": " << lines[i];
+    }
+  }
+  WriteFile(dir + "/bad.json", R"([{"bandwidth_fraction": 1.5}])");
+  CommandResult bad =
+      RunCommand(price + " --only 9 --parameters " + dir + "/bad.json --csv " + dir + "/b.csv");
+  EXPECT_EQ(bad.exit_status, 3);
+  EXPECT_NE(bad.err.find("bandwidth_fraction is not a share in (0, 1]"), std::string::npos)
+      << bad.err;
+}
+
 TEST(GpuBenchTest, ListCompilesTheWholeSuiteWithBothPlanners) {
   ScratchDir scratch("list");
   const std::string& dir = scratch.path();
