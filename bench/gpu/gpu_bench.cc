@@ -35,9 +35,9 @@
 // device.json; with --list the plans are compiled and priced only.
 //
 // --mappings replaces the three planners with the mappings the scheduler chose among
-// (mapping_sweep.h): every loop and row-stitched kernel of each row's stitched plan, timed
-// under each, with
-// the cost model's price; --out-dir then writes mappings.csv and device.json.
+// (mapping_sweep.h): every loop, row-stitched and column-phase global kernel of each row's
+// stitched plan, timed under each, with the cost model's price; --out-dir then writes mappings.csv
+// and device.json.
 //
 // Exit status: 0 success; 1 a subgraph failed to compile or run, or its outputs did not
 // match; 2 no usable GPU (one line on stderr says why); 3 bad flags.

@@ -203,8 +203,9 @@ void PrintMappingSummary(const std::vector<MappingRow>& rows, bool timed, std::o
       ++model_right;
     }
   }
-  out << "\nLoop and row-stitched kernels: " << kernels.size() << " in the stitched plans, "
-      << variants << " mappings (the shipped one and the scheduler's other candidates).\n";
+  out << "\nLoop, row-stitched and global kernels with candidates: " << kernels.size()
+      << " in the stitched plans, " << variants
+      << " mappings (the shipped one and the scheduler's other candidates).\n";
   if (!timed) {
     out << "Not run: this listing only compiles and prices (no GPU used).\n";
     return;

@@ -4,7 +4,8 @@
 // and a row kernel's threads per row, by the planning model, whose stretch of a partial last
 // wave favoured narrow vectors that measured slower (suite row #18's normalize loop), and
 // whose short row kernels keep few loads in flight (#1, #4); these are the measurements the
-// choices and the model's terms are to be calibrated on.
+// choices and the model's terms are to be calibrated on. Global kernels with column phases
+// are timed with more bytes in flight per column lane (#20's phase keeps a third of #18's).
 //
 // Per variant: the kernel's median duration among the plan's (CUPTI, as gpu_bench's kernel
 // times), and, with verification, whether the plan's outputs equal those of the plan as it
@@ -52,9 +53,9 @@ struct MappingRow {
   std::string error;
 };
 
-// The variants of `e`'s stitched plan's loop and row-stitched kernels, priced and, given a
-// GPU, timed and verified. A row whose plan has neither gives none; a compile failure gives
-// one row with the error.
+// The variants of `e`'s stitched plan's loop, row-stitched and column-phase global kernels,
+// priced and, given a GPU, timed and verified. A row whose plan has none gives none; a compile
+// failure gives one row with the error.
 std::vector<MappingRow> SweepMappings(const suite::SuiteEntry& e,
                                       const MappingSweepOptions& options, Gpu* gpu);
 

@@ -3,16 +3,25 @@
 #include <algorithm>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "stitch/plan/schedule.h"
 
 namespace stitch::gpu {
 namespace {
 
-// What makes two loop mappings different kernels.
-auto MappingKey(const ThreadMapping& m) {
+// Each phase's loads per step, in order (none for a kernel without phases).
+std::vector<int> PhaseLoads(const KernelSpec& k) {
+  std::vector<int> loads;
+  for (const KernelSpec& phase : k.phases) loads.push_back(phase.mapping.loads_per_step);
+  return loads;
+}
+
+// What makes two mappings different kernels.
+auto MappingKey(const KernelSpec& k) {
+  const ThreadMapping& m = k.mapping;
   return std::make_tuple(m.launch.block, m.launch.grid, m.vector_width, m.column_period,
-                         m.transpose_tile, m.threads_per_row, m.values_per_thread);
+                         m.transpose_tile, m.threads_per_row, m.values_per_thread, PhaseLoads(k));
 }
 
 // The scheduler's candidates for `kernel`; none for kinds the sweep leaves alone.
@@ -23,6 +32,8 @@ std::vector<KernelSpec> Candidates(const Graph& g, const KernelSpec& kernel,
       return LoopMappingCandidates(g, kernel, device);
     case KernelKind::kRowStitch:
       return RowStitchMappingCandidates(g, kernel, device);
+    case KernelKind::kGlobalStitch:
+      return GlobalStitchMappingCandidates(g, kernel, device);
     default:
       return {};
   }
@@ -61,9 +72,9 @@ StatusOr<std::vector<MappingVariant>> MappingVariants(const CompileResult& compi
     const std::vector<KernelSpec> candidates = Candidates(compiled.graph, own, device);
     if (candidates.empty()) continue;
     variants.push_back({static_cast<int>(i), -1, compiled});
-    std::vector<decltype(MappingKey(own.mapping))> seen{MappingKey(own.mapping)};
+    std::vector<decltype(MappingKey(own))> seen{MappingKey(own)};
     for (size_t c = 0; c < candidates.size(); ++c) {
-      const auto key = MappingKey(candidates[c].mapping);
+      const auto key = MappingKey(candidates[c]);
       if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
       seen.push_back(key);
       STITCH_ASSIGN_OR_RETURN(CompileResult variant, Remapped(compiled, i, candidates[c], codegen));
@@ -87,6 +98,11 @@ std::string MappingText(const KernelSpec& k) {
   if (m.column_period > 0)
     text += ", columns kept (period " + std::to_string(m.column_period) + ")";
   if (m.transpose_tile >= 0) text += ", transpose tile";
+  for (const KernelSpec& phase : k.phases) {
+    if (phase.kind != KernelKind::kColumnReduce) continue;
+    text += ", column lanes " + std::to_string(phase.mapping.load_bytes_in_flight_per_thread) +
+            " B in flight";
+  }
   return text;
 }
 

@@ -36,13 +36,17 @@ StatusOr<CompileResult> CompileForEmulator(const Graph& g) {
 
 // #18's normalize loop: its shipped mapping (2-element vectors on 401,408 blocks) among the
 // scheduler's others, one row each, all priced; #16 and #23 have a loop kernel each, #1 a
-// row-stitched layernorm whose rows fit a warp's registers.
+// row-stitched layernorm whose rows fit a warp's registers. #18's global kernel has a column
+// phase: its candidates keep 12 or 24 bytes in flight per lane, on its own grid or on half of
+// it.
 TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
   ScratchDir scratch("mappings_list");
   const std::string csv = scratch.path() + "/mappings.csv";
   CommandResult r = RunCommand(GpuBench() + " --mappings --list --only 1,16,18,23 --csv " + csv);
   ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
-  EXPECT_NE(r.out.find("Loop and row-stitched kernels: 4 in the stitched plans"), std::string::npos)
+  EXPECT_NE(r.out.find("Loop, row-stitched and global kernels with candidates: 5 in the "
+                       "stitched plans"),
+            std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("Not run"), std::string::npos) << r.out;
   std::map<std::string, int> shipped;                 // "<id>/<kernel>" -> shipped rows
@@ -59,13 +63,21 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
     // Without the stretch memory time can only shrink.
     EXPECT_LE(std::stod(row.at("model_unstretched_us")), model * (1 + 1e-9)) << kernel;
     EXPECT_GE(std::stod(row.at("stretch")), 1.0) << kernel;
-    if (row.at("id") == "18") widths_18.insert(std::stoi(row.at("vector_width")));
+    if (row.at("id") == "18" && row.at("kernel") == "1") {
+      widths_18.insert(std::stoi(row.at("vector_width")));
+    }
   }
-  ASSERT_EQ(shipped.size(), 4u);
+  ASSERT_EQ(shipped.size(), 5u);
   for (const auto& [kernel, count] : shipped) {
     EXPECT_EQ(count, 1) << kernel;
     EXPECT_GE(seen[kernel].size(), 4u) << kernel;
   }
+  EXPECT_EQ(seen["18/0"],
+            (std::set<std::string>{"1024x1 x 264, vector 1, column lanes 24 B in flight",
+                                   "1024x1 x 264, vector 1, column lanes 12 B in flight",
+                                   "1024x1 x 132, vector 1, column lanes 12 B in flight",
+                                   "1024x1 x 132, vector 1, column lanes 24 B in flight"}))
+      << r.out;
   EXPECT_EQ(widths_18, (std::set<int>{2, 4, 8}));
   EXPECT_TRUE(seen["18/1"].count("128x1 x 401408, vector 2")) << r.out;
   // #1's rows of 1,536 elements: a warp per row with the row in registers, as shipped, and

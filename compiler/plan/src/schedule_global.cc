@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "int_math.h"
 #include "schedule_internal.h"
@@ -223,6 +225,57 @@ void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device)
       model->EstimateKernel(g, kernel).seconds * (1 + kRelativeTie)) {
     kernel = std::move(trial);
   }
+}
+
+namespace {
+
+// `kernel` as scheduled, with its grid sized for `registers_per_thread` (where more than it
+// counted on: fewer co-resident blocks, the same chunks of each split phase dealt over them)
+// and each column phase's lanes keeping `column_lane_bytes` of loads in flight; nothing when
+// no block fits.
+std::optional<KernelSpec> WithColumnLaneBytes(const Graph& g, const KernelSpec& kernel,
+                                              const GpuDevice& device, int registers_per_thread,
+                                              int column_lane_bytes) {
+  KernelSpec trial = kernel;
+  ThreadMapping& m = trial.mapping;
+  m.registers_per_thread = std::max(m.registers_per_thread, registers_per_thread);
+  if (ResidentBlocksPerSm(device, m) == 0) return std::nullopt;
+  const int64_t grid =
+      std::min<int64_t>(CoResidentBlocks(device, m), static_cast<int64_t>(m.launch.blocks()));
+  m.launch.grid = {static_cast<uint32_t>(std::max<int64_t>(grid, 1)), 1, 1};
+  int in_flight = 1;
+  for (KernelSpec& phase : trial.phases) {
+    phase.mapping.launch.grid = m.launch.grid;
+    if (phase.kind == KernelKind::kColumnReduce) {
+      internal::SetLoadsPerStep(g, phase, column_lane_bytes);
+    }
+    in_flight = std::max(in_flight, phase.mapping.load_bytes_in_flight_per_thread);
+  }
+  m.load_bytes_in_flight_per_thread = in_flight;
+  return trial;
+}
+
+}  // namespace
+
+std::vector<KernelSpec> GlobalStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
+                                                      const GpuDevice& device) {
+  std::vector<KernelSpec> candidates;
+  const bool has_column_phase =
+      std::any_of(kernel.phases.begin(), kernel.phases.end(),
+                  [](const KernelSpec& p) { return p.kind == KernelKind::kColumnReduce; });
+  if (kernel.kind != KernelKind::kGlobalStitch || !has_column_phase) return candidates;
+  const int registers = kernel.mapping.registers_per_thread;
+  // 16 and 32 bytes a lane, around the 24 that #18's column phase keeps in flight (82% of
+  // DRAM throughput on the H200): 16 at the occupancy the scheduler counts on, then both at
+  // half of it, where twice the registers leave room for the loads.
+  for (const auto& [registers_per_thread, lane_bytes] :
+       {std::pair{registers, 16}, std::pair{2 * registers, 16}, std::pair{2 * registers, 32}}) {
+    if (std::optional<KernelSpec> trial =
+            WithColumnLaneBytes(g, kernel, device, registers_per_thread, lane_bytes)) {
+      candidates.push_back(std::move(*trial));
+    }
+  }
+  return candidates;
 }
 
 }  // namespace stitch

@@ -76,10 +76,12 @@ inline int64_t ColumnTileWidth(const ThreadMapping& m) {
 
 // Reductions (schedule_reduce.cc). SetLoadsPerStep sets how many reduced elements a thread
 // loads before combining them: up to 4, as many as it has per row (or chunk), each an
-// independent load in flight (a column lane's vector counting as its values).
+// independent load in flight (a column lane's vector counting as its values). A positive
+// `column_lane_bytes` replaces a column lane's cap of 4 values with the steps that keep that
+// many bytes in flight (the candidates GlobalStitchMappingCandidates returns).
 void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0);
 void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0);
-void SetLoadsPerStep(const Graph& g, KernelSpec& k);
+void SetLoadsPerStep(const Graph& g, KernelSpec& k, int column_lane_bytes = 0);
 
 // Row-stitched kernels (schedule_row_stitch.cc). FillRowStitch fills a mapping with
 // `threads_per_row` threads per row and returns false when the kernel has column reduces

@@ -72,19 +72,22 @@ int ColumnVectorWidth(const Graph& g, const KernelSpec& k, const GpuDevice& d,
 
 }  // namespace
 
-void SetLoadsPerStep(const Graph& g, KernelSpec& k) {
+void SetLoadsPerStep(const Graph& g, KernelSpec& k, int column_lane_bytes) {
   ThreadMapping& m = k.mapping;
   const ReduceSpan span = SpanOf(g, k);
   const int64_t chunk = CeilDiv(span.reduced, std::max(m.reduce_chunks, 1));
   const int64_t per_thread = CeilDiv(chunk, std::max<int64_t>(span.threads, 1));
   int loads = per_thread >= 4 ? 4 : per_thread >= 2 ? 2 : 1;
+  const int step_bytes =
+      std::max(m.load_bytes_in_flight_per_thread / std::max(m.loads_per_step, 1), 1);
   // A column lane's loads are vectors of vector_width values: at most 4 values a step in
   // flight, as for single columns, keeps its registers those of a single column's loop.
   if (k.kind == KernelKind::kColumnReduce) {
-    loads = std::min(loads, std::max(1, 4 / std::max(m.vector_width, 1)));
+    const int cap =
+        column_lane_bytes > 0 ? column_lane_bytes / step_bytes : 4 / std::max(m.vector_width, 1);
+    loads = std::min(loads, std::max(1, cap));
   }
-  m.load_bytes_in_flight_per_thread =
-      m.load_bytes_in_flight_per_thread / std::max(m.loads_per_step, 1) * loads;
+  m.load_bytes_in_flight_per_thread = step_bytes * loads;
   m.loads_per_step = loads;
 }
 

@@ -81,6 +81,18 @@ std::vector<KernelSpec> LoopMappingCandidates(const Graph& g, const KernelSpec& 
 std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                                    const GpuDevice& device);
 
+// Returns the mappings gpu_bench --mappings times for a global kernel beside its own, for
+// one with a column-reduce phase (none for others): the kernel as scheduled, with each
+// column lane keeping 16 bytes of loads in flight (SetLoadsPerStep's steps, up to 4), at the
+// occupancy the scheduler counts on and at half of it (twice the registers per thread, so
+// half the co-resident blocks, each split phase's chunks dealt over them), and 32 bytes at
+// half. ScheduleKernel does not choose among them: at the fitted DRAM latency the cost
+// model's Little's-law term does not bind for such grids, so they measure whether a lane's
+// bytes in flight set a column phase's speed (suite rows #18 and #20 differ in little else).
+// Where no block fits, a candidate is left out.
+std::vector<KernelSpec> GlobalStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
+                                                      const GpuDevice& device);
+
 // A loop kernel whose elements read per-column values (a broadcast along the output's
 // leading dimensions: a batch norm's per-channel statistics and what is computed from them)
 // recomputes them for every element unless each thread keeps to the same columns on every
