@@ -132,12 +132,15 @@ void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int
   // found the miss (#18's phase read at 1.8 TB/s with one f16 column, half a row, per lane);
   // a kernel of its own, as the baselines' renditions use, keeps one column per lane until
   // a GPU run has measured the lanes.
-  // Up to 8 bytes of partial for each output, column and row of the tile.
-  const int64_t partial_bytes = 8 * static_cast<int64_t>(k.outputs.size());
-  m.vector_width = block_threads > 0
-                       ? ColumnVectorWidth(g, k, d, partial_bytes,
-                                           static_cast<int64_t>(ComputedReduces(g, k).size()))
-                       : 1;
+  // The emitter keeps a partial of each reduce it computes per column and row of the tile,
+  // in the reduce's accumulator type: no more than PartialBytes counts. Counting 8 bytes for
+  // every output, reduce or not, took #20's phase (four outputs, two reduces) past static
+  // shared memory at two columns a lane, so its lanes loaded one f16 each, half a row per warp.
+  const std::vector<int> reduces = ComputedReduces(g, k);
+  const int64_t partial_bytes = PartialBytes(g, reduces);
+  m.vector_width = block_threads > 0 ? ColumnVectorWidth(g, k, d, partial_bytes,
+                                                         static_cast<int64_t>(reduces.size()))
+                                     : 1;
   const int64_t tiles = CeilDiv(kept, ColumnTileWidth(m));
   m.launch.block = {32, static_cast<uint32_t>(m.column_tile_y), 1};
   m.launch.grid = {CeilDivCapped(tiles, 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
