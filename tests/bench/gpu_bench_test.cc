@@ -287,9 +287,7 @@ TEST(GpuBenchTest, CodeDigestsAgreeWithCostModelPrice) {
   const std::string& dir = scratch.path();
   CommandResult bench = RunCommand(GpuBench() + " --list --only 18,26,29 --csv " + dir + "/b.csv");
   ASSERT_EQ(bench.exit_status, 0) << bench.err << bench.out;
-  CommandResult price =
-      RunCommand(std::string(STITCH_BINARY_DIR) +
-                 "/bench/gpu/cost_model_price --only 18,26,29 --csv " + dir + "/p.csv");
+  CommandResult price = RunCommand(CostModelPrice() + " --only 18,26,29 --csv " + dir + "/p.csv");
   ASSERT_EQ(price.exit_status, 0) << price.err << price.out;
   const std::vector<std::string> b = Lines(ReadFile(dir + "/b.csv"));
   const std::vector<std::string> p = Lines(ReadFile(dir + "/p.csv"));
@@ -329,7 +327,7 @@ TEST(GpuBenchTest, CodeDigestsAgreeWithCostModelPrice) {
 TEST(GpuBenchTest, CostModelPricePricesTheTargetsPlansOnAnotherDevice) {
   ScratchDir scratch("device");
   const std::string& dir = scratch.path();
-  const std::string price = std::string(STITCH_BINARY_DIR) + "/bench/gpu/cost_model_price";
+  const std::string price = CostModelPrice();
   CommandResult h100 = RunCommand(price + " --only 9 --csv " + dir + "/h100.csv");
   ASSERT_EQ(h100.exit_status, 0) << h100.err << h100.out;
   CommandResult h200 = RunCommand(price + " --only 9 --device H200 --csv " + dir + "/h200.csv");
@@ -369,27 +367,23 @@ TEST(GpuBenchTest, CostModelPriceReadsSharesOfThePricedDevicesFigures) {
   const std::string& dir = scratch.path();
   WriteFile(dir + "/sets.json", R"([{"bandwidth_fraction": 1.0, "reuse_window_fraction": 0.5},)"
                                 R"( {"bandwidth_fraction": 0.5, "reuse_window_fraction": 0.5}])");
-  const std::string price = std::string(STITCH_BINARY_DIR) + "/bench/gpu/cost_model_price";
   for (const std::string device : {"H100", "H200"}) {
-    CommandResult r = RunCommand(price + " --only 9 --device " + device + " --parameters " + dir +
-                                 "/sets.json --csv " + dir + "/p.csv");
+    CommandResult r = RunCommand(CostModelPrice() + " --only 9 --device " + device +
+                                 " --parameters " + dir + "/sets.json --csv " + dir + "/p.csv");
     ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
-    const std::vector<std::string> lines = Lines(ReadFile(dir + "/p.csv"));
-    ASSERT_EQ(lines.size(), 7u) << device;
-    const std::vector<std::string> header = CsvFields(lines[0]);
-    const size_t memory =
-        static_cast<size_t>(std::find(header.begin(), header.end(), "memory_us") - header.begin());
-    ASSERT_LT(memory, header.size());
-    // Lines 1-3 are set 0's three plans, 4-6 set 1's, in the same order.
-    for (size_t i = 1; i <= 3; ++i) {
-      const double full = std::stod(CsvFields(lines[i])[memory]);
-      const double half = std::stod(CsvFields(lines[i + 3])[memory]);
-      EXPECT_NEAR(half / full, 2.0, 0.02) << device << ": " << lines[i];
+    const auto rows = ReadCsvRows(dir + "/p.csv");
+    ASSERT_EQ(rows.size(), 6u) << device;
+    // Rows 0-2 are set 0's three plans, 3-5 set 1's, in the same order.
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(rows[i].at("plan"), rows[i + 3].at("plan")) << device;
+      const double full = std::stod(rows[i].at("memory_us"));
+      const double half = std::stod(rows[i + 3].at("memory_us"));
+      EXPECT_NEAR(half / full, 2.0, 0.02) << device << ": " << rows[i].at("plan");
     }
   }
   WriteFile(dir + "/bad.json", R"([{"bandwidth_fraction": 1.5}])");
-  CommandResult bad =
-      RunCommand(price + " --only 9 --parameters " + dir + "/bad.json --csv " + dir + "/b.csv");
+  CommandResult bad = RunCommand(CostModelPrice() + " --only 9 --parameters " + dir +
+                                 "/bad.json --csv " + dir + "/b.csv");
   EXPECT_EQ(bad.exit_status, 3);
   EXPECT_NE(bad.err.find("bandwidth_fraction is not a share in (0, 1]"), std::string::npos)
       << bad.err;

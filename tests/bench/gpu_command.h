@@ -112,6 +112,9 @@ inline std::vector<std::map<std::string, std::string>> ReadCsvRows(const std::st
 }
 
 inline std::string GpuBench() { return std::string(STITCH_BINARY_DIR) + "/bench/gpu/gpu_bench"; }
+inline std::string CostModelPrice() {
+  return std::string(STITCH_BINARY_DIR) + "/bench/gpu/cost_model_price";
+}
 
 inline std::string FrameworksPy() {
   return std::string(STITCH_SOURCE_DIR) + "/bench/gpu/frameworks.py";
