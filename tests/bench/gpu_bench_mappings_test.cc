@@ -91,11 +91,8 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
 }
 
 TEST(GpuBenchMappingsTest, RefusesToSweepMappingsOfBuckets) {
-  CommandResult r = RunCommand(GpuBench() + " --list --mappings --buckets --only 1");
-  EXPECT_EQ(r.exit_status, 3) << r.err << r.out;
-  EXPECT_NE(r.err.find("--buckets and --mappings each replace the three planners"),
-            std::string::npos)
-      << r.err;
+  ExpectRefused(RunCommand(GpuBench() + " --list --mappings --buckets --only 1"),
+                "--buckets and --mappings each replace the three planners");
 }
 
 // Every mapping gpu_bench --mappings would run, on the emulator: the results of each

@@ -353,10 +353,8 @@ TEST(GpuBenchTest, CostModelPricePricesTheTargetsPlansOnAnotherDevice) {
     const double memory_h200 = std::stod(y[at("memory_us")]);
     EXPECT_NEAR(memory_h100 / memory_h200, bandwidth_ratio, 0.01 * bandwidth_ratio) << a[i];
   }
-  CommandResult unknown = RunCommand(price + " --device X100 --csv " + dir + "/x.csv");
-  EXPECT_EQ(unknown.exit_status, 3);
-  EXPECT_NE(unknown.err.find("no device 'X100' in the table (H100, H200"), std::string::npos)
-      << unknown.err;
+  ExpectRefused(RunCommand(price + " --device X100 --csv " + dir + "/x.csv"),
+                "no device 'X100' in the table (H100, H200");
 }
 
 // A candidate's bandwidth and re-use window given as shares of the priced device's own
@@ -382,11 +380,9 @@ TEST(GpuBenchTest, CostModelPriceReadsSharesOfThePricedDevicesFigures) {
     }
   }
   WriteFile(dir + "/bad.json", R"([{"bandwidth_fraction": 1.5}])");
-  CommandResult bad = RunCommand(CostModelPrice() + " --only 9 --parameters " + dir +
-                                 "/bad.json --csv " + dir + "/b.csv");
-  EXPECT_EQ(bad.exit_status, 3);
-  EXPECT_NE(bad.err.find("bandwidth_fraction is not a share in (0, 1]"), std::string::npos)
-      << bad.err;
+  ExpectRefused(RunCommand(CostModelPrice() + " --only 9 --parameters " + dir + "/bad.json --csv " +
+                           dir + "/b.csv"),
+                "bandwidth_fraction is not a share in (0, 1]");
 }
 
 TEST(GpuBenchTest, ListCompilesTheWholeSuiteWithBothPlanners) {

@@ -111,6 +111,13 @@ inline std::vector<std::map<std::string, std::string>> ReadCsvRows(const std::st
   return rows;
 }
 
+// Expects `command` to have been refused as a usage error (exit status 3) with `message` on
+// stderr.
+inline void ExpectRefused(const CommandResult& command, const std::string& message) {
+  EXPECT_EQ(command.exit_status, 3) << command.err << command.out;
+  EXPECT_NE(command.err.find(message), std::string::npos) << command.err;
+}
+
 inline std::string GpuBench() { return std::string(STITCH_BINARY_DIR) + "/bench/gpu/gpu_bench"; }
 inline std::string CostModelPrice() {
   return std::string(STITCH_BINARY_DIR) + "/bench/gpu/cost_model_price";
