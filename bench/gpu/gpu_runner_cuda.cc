@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <numeric>
 #include <random>
 #include <utility>
 
@@ -530,11 +529,7 @@ void CudaGpu::AddKernelTime(const LoadedPlan& plan, int runs, PlanTiming& timing
     timing.kernel_note = launches.status().message();
     return;
   }
-  std::vector<double> per_run;
-  for (const std::vector<double>& run : *launches) {
-    per_run.push_back(std::accumulate(run.begin(), run.end(), 0.0));
-  }
-  const Spread spread = SpreadOf(std::move(per_run));
+  const Spread spread = SpreadOf(KernelMicrosecondsPerRun(*launches));
   timing.kernel_median_us = spread.median;
   timing.kernel_min_us = spread.min;
   timing.kernel_max_us = spread.max;

@@ -41,10 +41,7 @@ StatusOr<std::vector<std::vector<double>>> KernelMicrosecondsPerLaunch(
   return us;
 }
 
-StatusOr<std::vector<double>> KernelMicrosecondsPerRun(std::vector<KernelSpan> spans,
-                                                       int kernels_per_run, int runs) {
-  STITCH_ASSIGN_OR_RETURN(std::vector<std::vector<double>> launches,
-                          KernelMicrosecondsPerLaunch(std::move(spans), kernels_per_run, runs));
+std::vector<double> KernelMicrosecondsPerRun(const std::vector<std::vector<double>>& launches) {
   std::vector<double> us;
   us.reserve(launches.size());
   for (const std::vector<double>& run : launches) {

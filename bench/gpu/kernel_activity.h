@@ -42,7 +42,7 @@ class KernelActivity {
   virtual Status Start() = 0;
 
   // Stops recording and returns the kernels that ran since Start, in the order CUPTI delivered
-  // their records (KernelMicrosecondsPerRun orders them). Call it after the device has finished
+  // their records (KernelMicrosecondsPerLaunch orders them). Call it after the device has finished
   // them (a synchronize): kernels still running are lost.
   // Returns UNAVAILABLE naming CUPTI's error, or DATA_LOSS when CUPTI dropped records.
   virtual StatusOr<std::vector<KernelSpan>> Stop() = 0;
@@ -56,15 +56,12 @@ StatusOr<std::unique_ptr<KernelActivity>> OpenKernelActivity(const std::string& 
 
 // The duration of each launch of each of `runs` runs of `kernels_per_run` launches, in
 // microseconds, by run and then by launch: each run's launches are the next `kernels_per_run`
-// spans by start time. Errors as KernelMicrosecondsPerRun's.
+// spans by start time. Returns DATA_LOSS when `spans` does not hold exactly
+// runs x kernels_per_run kernels, and INVALID_ARGUMENT for a span that ends before it starts.
 StatusOr<std::vector<std::vector<double>>> KernelMicrosecondsPerLaunch(
     std::vector<KernelSpan> spans, int kernels_per_run, int runs);
 
-// The kernel time of each of `runs` runs of `kernels_per_run` launches, in microseconds: the
-// sum of the durations of each run's kernels, which are the next `kernels_per_run` spans by
-// start time. Returns DATA_LOSS when `spans` does not hold exactly runs x kernels_per_run
-// kernels, and INVALID_ARGUMENT for a span that ends before it starts.
-StatusOr<std::vector<double>> KernelMicrosecondsPerRun(std::vector<KernelSpan> spans,
-                                                       int kernels_per_run, int runs);
+// Each run's kernel time: the sum of its launches' durations (KernelMicrosecondsPerLaunch).
+std::vector<double> KernelMicrosecondsPerRun(const std::vector<std::vector<double>>& launches);
 
 }  // namespace stitch::gpu

@@ -45,13 +45,15 @@ TEST(KernelMicrosecondsPerRunTest, SumsEachRunsKernelsWhateverOrderTheRecordsCam
   const int runs = 5, kernels = 3;
   std::vector<std::vector<double>> durations;
   const std::vector<KernelSpan> spans = ShuffledRuns(rng, runs, kernels, durations);
-  StatusOr<std::vector<double>> got = KernelMicrosecondsPerRun(spans, kernels, runs);
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  ASSERT_EQ(got->size(), durations.size());
+  StatusOr<std::vector<std::vector<double>>> launches =
+      KernelMicrosecondsPerLaunch(spans, kernels, runs);
+  ASSERT_TRUE(launches.ok()) << launches.status().ToString();
+  const std::vector<double> got = KernelMicrosecondsPerRun(*launches);
+  ASSERT_EQ(got.size(), durations.size());
   for (int r = 0; r < runs; ++r) {
     double want = 0;
     for (double d : durations[r]) want += d;
-    EXPECT_DOUBLE_EQ((*got)[r], want) << "run " << r;
+    EXPECT_DOUBLE_EQ(got[r], want) << "run " << r;
   }
 }
 
@@ -77,16 +79,17 @@ TEST(KernelMicrosecondsPerLaunchTest, KeepsEachLaunchInPlanOrderWhateverOrderThe
   EXPECT_FALSE(KernelMicrosecondsPerLaunch(spans, kernels, runs + 1).ok());
 }
 
-TEST(KernelMicrosecondsPerRunTest, RefusesRecordsThatDoNotAddUp) {
+TEST(KernelMicrosecondsPerLaunchTest, RefusesRecordsThatDoNotAddUp) {
   const std::vector<KernelSpan> five(5, KernelSpan{10, 20});
-  StatusOr<std::vector<double>> short_by_one = KernelMicrosecondsPerRun(five, 2, 3);
+  StatusOr<std::vector<std::vector<double>>> short_by_one = KernelMicrosecondsPerLaunch(five, 2, 3);
   ASSERT_FALSE(short_by_one.ok());
   EXPECT_EQ(short_by_one.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(short_by_one.status().message().find("recorded 5 kernels, the 3 runs launched 6"),
             std::string::npos)
       << short_by_one.status().ToString();
 
-  StatusOr<std::vector<double>> backwards = KernelMicrosecondsPerRun({{30, 20}}, 1, 1);
+  StatusOr<std::vector<std::vector<double>>> backwards =
+      KernelMicrosecondsPerLaunch({{30, 20}}, 1, 1);
   ASSERT_FALSE(backwards.ok());
   EXPECT_EQ(backwards.status().code(), StatusCode::kInvalidArgument);
 }
