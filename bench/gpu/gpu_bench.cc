@@ -15,9 +15,9 @@
 //
 // Usage:
 //   gpu_bench [--warmup N] [--repeats N] [--only ID,...] [--no-flush-l2] [--no-verify]
-//             [--target sm_XX] [--device N] [--driver LIB] [--profiler LIB|none]
+//             [--target sm_XX[/DEVICE]] [--device N] [--driver LIB] [--profiler LIB|none]
 //             [--csv PATH] [--out-dir DIR]
-//   gpu_bench --list [--target sm_XX] [--only ID,...] [--csv PATH]   (no GPU needed)
+//   gpu_bench --list [--target sm_XX[/DEVICE]] [--only ID,...] [--csv PATH]   (no GPU needed)
 //   gpu_bench --buckets [--list] [flags as above]                    (shape classes)
 //   gpu_bench --mappings [--list] [flags as above]                   (loop mappings)
 //   gpu_bench --export-graphs FILE [--only ID,...]                   (for frameworks.py)
@@ -38,6 +38,10 @@
 // (mapping_sweep.h): every loop, row-stitched and column-phase global kernel of each row's
 // stitched plan, timed under each, with the cost model's price; --out-dir then writes mappings.csv
 // and device.json.
+//
+// Without --target it compiles for the GPU present as stitchd's --target auto would
+// (sm_90/h200 on an H200), --list included, so a list names the kernels a run launches; with
+// no GPU, for the default target.
 //
 // Exit status: 0 success; 1 a subgraph failed to compile or run, or its outputs did not
 // match; 2 no usable GPU (one line on stderr says why); 3 bad flags.
@@ -82,9 +86,9 @@ constexpr int kExitUsage = 3;
 
 constexpr const char* kUsage =
     "usage: gpu_bench [--warmup N] [--repeats N] [--only ID,...] [--no-flush-l2] [--no-verify]\n"
-    "                 [--target sm_XX] [--device N] [--driver LIB] [--profiler LIB|none]\n"
+    "                 [--target sm_XX[/DEVICE]] [--device N] [--driver LIB] [--profiler LIB|none]\n"
     "                 [--csv PATH] [--out-dir DIR]\n"
-    "       gpu_bench --list [--target sm_XX] [--only ID,...] [--csv PATH]\n"
+    "       gpu_bench --list [--target sm_XX[/DEVICE]] [--only ID,...] [--csv PATH]\n"
     "       gpu_bench --buckets [--list] [run flags as above]\n"
     "       gpu_bench --mappings [--list] [run flags as above]\n"
     "       gpu_bench --export-graphs FILE [--only ID,...]\n"
@@ -98,7 +102,7 @@ struct Flags {
   TimingOptions timing;
   bool verify = true;
   std::vector<int> only;
-  std::optional<Target> target;  // none: the device's architecture (Target() for --list)
+  std::optional<Target> target;  // none: the GPU present's (TargetForDevice), else Target()
   int device = 0;
   std::string driver = "libcuda.so.1";
   std::string profiler;  // CUPTI for kernel times: empty for the usual names, "none" for none
@@ -915,8 +919,10 @@ int RunMappings(const std::vector<suite::SuiteEntry>& entries, const Target& tar
 
 // The architecture to compile for on a device: its own where stitch supports it, else the
 // default target, whose PTX the driver JIT-compiles for newer GPUs.
+// The target stitchd's --target auto takes on this GPU (sm_90/h200 on an H200), or the
+// default where stitch does not compile for its architecture.
 Target TargetForDevice(const DeviceInfo& d) {
-  StatusOr<Target> own = Target::Parse(d.arch());
+  StatusOr<Target> own = Target::ForGpu(d.arch(), d.name);
   return own.ok() ? *own : Target();
 }
 
@@ -1040,6 +1046,11 @@ int Main(int argc, char** argv) {
     if (!flags.target) target = TargetForDevice(gpu->info());
     std::cerr << "gpu_bench: " << gpu->info().name << " (" << gpu->info().arch()
               << "), compiling for " << target.name() << "\n";
+  } else if (!flags.target) {
+    // The list names the kernels a run on this machine launches (Nsight Compute's kernels are
+    // matched to plans by it), so it plans for the GPU present, where there is one.
+    StatusOr<std::unique_ptr<Gpu>> present = OpenGpu(flags.driver, flags.device, "none");
+    if (present.ok()) target = TargetForDevice((*present)->info());
   }
 
   const std::vector<suite::SuiteEntry> entries = suite::SelectSuite(flags.only);

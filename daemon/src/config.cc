@@ -524,15 +524,17 @@ const std::vector<OptionSpec>& Options() {
        [](const DaemonConfig& c) {
          return std::string(c.compile_fault_injection ? "true" : "false");
        }},
-      {"target", "GPU architecture such as sm_80, sm_90 or sm_90a, or auto (device 0, else sm_90)",
+      {"target",
+       "GPU architecture such as sm_80, sm_90 or sm_90a, with a device of it such as "
+       "sm_90/h200, or auto (device 0, else sm_90)",
        false, false,
        [](std::string_view t, DaemonConfig& c) -> Error {
-         if (t != "auto") {
-           if (StatusOr<Target> parsed = Target::Parse(t); !parsed.ok()) {
-             return parsed.status().message() + " (or auto)";
-           }
-         }
          c.target = t;
+         if (t != "auto") {
+           StatusOr<Target> parsed = Target::Parse(t);
+           if (!parsed.ok()) return parsed.status().message() + " (or auto)";
+           c.target = parsed->name();  // canonical: sm_90/H200 and sm_90/h200 are one target
+         }
          return std::nullopt;
        },
        [](const DaemonConfig& c) { return c.target; }},
@@ -983,17 +985,20 @@ StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const E
 
   if (config.target == "auto") {
     std::string why_not;
-    std::optional<std::string> detected = DetectGpuTarget(&why_not);
+    std::optional<DetectedGpu> detected = DetectGpu(&why_not);
     if (detected) {
       // A GPU stitchd cannot plan for is an error, not a guess: kernels built for another
       // architecture would not load on it.
-      if (StatusOr<Target> t = Target::Parse(*detected); !t.ok()) {
-        return InvalidArgument("--target auto: CUDA device 0 is " + *detected +
+      StatusOr<Target> t = Target::ForGpu(detected->arch, detected->name);
+      if (!t.ok()) {
+        return InvalidArgument("--target auto: CUDA device 0 is " + detected->arch +
                                ", which stitchd does not compile for; it compiles for " +
                                Target::SupportedList());
       }
-      config.target = *detected;
-      parsed.target_note = "target auto: CUDA device 0 is " + *detected;
+      config.target = t->name();
+      parsed.target_note = "target auto: CUDA device 0 is " +
+                           (detected->name.empty() ? "a GPU" : detected->name) + " (" +
+                           detected->arch + "), planned as " + t->device().name + ": " + t->name();
     } else {
       config.target = Target().name();
       parsed.target_note = "target auto: " + why_not + "; using " + config.target;

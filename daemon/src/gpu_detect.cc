@@ -18,6 +18,7 @@ using CuInitFn = CUresult (*)(unsigned int flags);
 using CuDeviceGetCountFn = CUresult (*)(int* count);
 using CuDeviceGetFn = CUresult (*)(CUdevice* device, int ordinal);
 using CuDeviceGetAttributeFn = CUresult (*)(int* value, int attribute, CUdevice device);
+using CuDeviceGetNameFn = CUresult (*)(char* name, int length, CUdevice device);
 using CuGetErrorNameFn = CUresult (*)(CUresult error, const char** name);
 
 std::string DescribeError(CuGetErrorNameFn get_name, CUresult r) {
@@ -28,14 +29,14 @@ std::string DescribeError(CuGetErrorNameFn get_name, CUresult r) {
   return "error " + std::to_string(r);
 }
 
-std::optional<std::string> Fail(std::string* why_not, std::string reason) {
+std::optional<DetectedGpu> Fail(std::string* why_not, std::string reason) {
   if (why_not != nullptr) *why_not = std::move(reason);
   return std::nullopt;
 }
 
 }  // namespace
 
-std::optional<std::string> DetectGpuTarget(std::string* why_not) {
+std::optional<DetectedGpu> DetectGpu(std::string* why_not) {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) return Fail(why_not, "no CUDA driver (libcuda.so.1 not found)");
 
@@ -44,6 +45,7 @@ std::optional<std::string> DetectGpuTarget(std::string* why_not) {
   auto cu_get = reinterpret_cast<CuDeviceGetFn>(dlsym(lib, "cuDeviceGet"));
   auto cu_attr = reinterpret_cast<CuDeviceGetAttributeFn>(dlsym(lib, "cuDeviceGetAttribute"));
   auto cu_error_name = reinterpret_cast<CuGetErrorNameFn>(dlsym(lib, "cuGetErrorName"));
+  auto cu_name = reinterpret_cast<CuDeviceGetNameFn>(dlsym(lib, "cuDeviceGetName"));
   if (cu_init == nullptr || cu_count == nullptr || cu_get == nullptr || cu_attr == nullptr) {
     dlclose(lib);
     return Fail(why_not, "libcuda.so.1 lacks the driver API entry points");
@@ -75,7 +77,15 @@ std::optional<std::string> DetectGpuTarget(std::string* why_not) {
     return Fail(why_not, "device 0 reports compute capability " + std::to_string(major) + "." +
                              std::to_string(minor));
   }
-  return "sm_" + std::to_string(major) + std::to_string(minor);
+  DetectedGpu gpu;
+  gpu.arch = "sm_" + std::to_string(major) + std::to_string(minor);
+  // The name only picks the device among those of one architecture; without it the
+  // architecture's default device is planned for.
+  char name[256] = {};
+  if (cu_name != nullptr && cu_name(name, sizeof(name) - 1, device) == kCudaSuccess) {
+    gpu.name = name;
+  }
+  return gpu;
 }
 
 }  // namespace stitch::daemon

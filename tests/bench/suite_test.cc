@@ -1,6 +1,7 @@
 // The benchmark suite's graphs: all 30 present, well formed, compilable to PTX, and correct
-// on the host emulator (at the emulation scale) against the reference interpreter. One
-// test per entry so ctest can run them in parallel.
+// on the host emulator (at the emulation scale) against the reference interpreter, as planned
+// for each device of sm_90 (the H100 and the H200 plan differently). One test per entry and
+// device so ctest can run them in parallel.
 #include "suite/suite.h"
 
 #include <gtest/gtest.h>
@@ -34,17 +35,17 @@ TEST(SuiteTest, HasThirtyEntriesInIdOrder) {
   EXPECT_FALSE(BuildSuiteEntry(kSuiteSize + 1).ok());
 }
 
-class SuiteEntryTest : public ::testing::TestWithParam<int> {};
-
-TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
-  StatusOr<SuiteEntry> entry = BuildSuiteEntry(GetParam());
+// Compiles suite row `id` for `target` and checks its shipped kernels at full geometry and,
+// at the emulation scale, against the interpreter.
+void CheckEntryOnEmulator(int id, const Target& target) {
+  StatusOr<SuiteEntry> entry = BuildSuiteEntry(id);
   ASSERT_TRUE(entry.ok()) << entry.status().ToString();
   const Graph& full = entry->graph;
   ASSERT_TRUE(Verify(full).ok()) << Verify(full).ToString() << "\n" << ToText(full);
 
   // Full shape to PTX; cubin assembly is the bench's business and would double the time.
   CompileOptions ptx_options;
-  ptx_options.codegen.target = *Target::Parse("sm_90");
+  ptx_options.codegen.target = target;
   ptx_options.codegen.emit_cubin = false;
   StatusOr<CompileResult> compiled = CompileGraph(full, ptx_options);
   ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
@@ -57,7 +58,7 @@ TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
     StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create();
     ASSERT_TRUE(emulator.ok()) << emulator.status().ToString();
     BlockSampling sampling;
-    sampling.seed = 2000 + static_cast<uint64_t>(GetParam());
+    sampling.seed = 2000 + static_cast<uint64_t>(id);
     StatusOr<SampledRun> shipped = RunSampledOnEmulator(compiled->graph, compiled->plan,
                                                         compiled->kernels, sampling, **emulator);
     ASSERT_TRUE(shipped.ok()) << shipped.status().ToString() << "\n"
@@ -76,18 +77,19 @@ TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
   ASSERT_TRUE(scaled.has_value()) << "no shape within the emulation budget";
   const Graph& g = scaled->graph;
   CompileOptions ir_options;
+  ir_options.codegen.target = target;
   ir_options.emit_ptx = false;
   ir_options.max_persistent_grid_blocks = kEmulatorMaxPersistentGridBlocks;
   StatusOr<CompileResult> portable = CompileGraph(g, ir_options);
   ASSERT_TRUE(portable.ok()) << portable.status().ToString();
-  std::mt19937_64 rng(1000 + GetParam());
+  std::mt19937_64 rng(1000 + id);
   std::vector<Tensor> inputs;
   for (int p : g.Parameters()) inputs.push_back(RandomTensor(g.nodes[p].shape, rng));
   StatusOr<std::vector<Tensor>> expected = Evaluate(g, inputs);
   ASSERT_TRUE(expected.ok()) << expected.status().ToString();
   EmulatorOptions emulator_options;
   emulator_options.random_order = true;
-  emulator_options.seed = 1000 + GetParam();
+  emulator_options.seed = 1000 + id;
   emulator_options.count_footprint = true;
   StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(emulator_options);
   ASSERT_TRUE(emulator.ok()) << emulator.status().ToString();
@@ -117,7 +119,24 @@ TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
   }
 }
 
+class SuiteEntryTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SuiteEntryTest, VerifiesCompilesAndMatchesOnEmulator) {
+  CheckEntryOnEmulator(GetParam(), *Target::Parse("sm_90"));
+}
+
 INSTANTIATE_TEST_SUITE_P(All, SuiteEntryTest, ::testing::Range(1, kSuiteSize + 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "id" + std::to_string(info.param);
+                         });
+
+class SuiteEntryOnH200Test : public ::testing::TestWithParam<int> {};
+
+TEST_P(SuiteEntryOnH200Test, VerifiesCompilesAndMatchesOnEmulator) {
+  CheckEntryOnEmulator(GetParam(), *Target::Parse("sm_90/h200"));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, SuiteEntryOnH200Test, ::testing::Range(1, kSuiteSize + 1),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "id" + std::to_string(info.param);
                          });

@@ -351,6 +351,10 @@ TEST(ConfigTest, Targets) {
     EXPECT_EQ(ParseOk({"--target", good.name()}).target, good.name());
   }
   EXPECT_EQ(ParseOk({"--target", "sm_90a"}).target, "sm_90a");
+  // A device is spelled in any case and kept in the canonical spelling the cache key takes.
+  EXPECT_EQ(ParseOk({"--target", "sm_90/H200"}).target, "sm_90/h200");
+  EXPECT_EQ(ParseOk({"--target", "sm_90/h100"}).target, "sm_90");
+  EXPECT_TRUE(Contains(ParseError({"--target", "sm_80/h200"}), "is not supported"));
   for (const char* bad : {"sm_7", "sm_9000", "compute_90", "sm_90b", "SM_90", "90"}) {
     const std::string error = ParseError({"--target", bad});
     EXPECT_TRUE(Contains(error, "--target")) << bad;

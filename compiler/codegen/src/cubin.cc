@@ -209,7 +209,7 @@ Status AssembleCubin(CompiledKernel& kernel, const CodegenOptions& options) {
   if (!options.emit_cubin) return Unavailable("cubin emission is disabled");
 #ifdef STITCH_HAVE_NVJITLINK
   if (!options.prefer_ptxas || !IsExecutable(options.ptxas_path)) {
-    Status s = AssembleWithJitLink(kernel, options.target.name());
+    Status s = AssembleWithJitLink(kernel, options.target.arch());
     if (s.code() != StatusCode::kUnavailable || !IsExecutable(options.ptxas_path)) return s;
   }
 #endif
@@ -217,7 +217,7 @@ Status AssembleCubin(CompiledKernel& kernel, const CodegenOptions& options) {
     return Unavailable("neither nvJitLink nor ptxas (at '" + options.ptxas_path +
                        "') is available; PTX-only mode");
   }
-  return AssembleWithPtxas(kernel, options.ptxas_path, options.target.name());
+  return AssembleWithPtxas(kernel, options.ptxas_path, options.target.arch());
 }
 
 int CubinInstructions(const std::string& cubin, const std::string& name) {

@@ -101,7 +101,7 @@ v1::KernelBundle ToBundle(const CompileResult& result, const CompileOptions& opt
   const Graph& g = result.graph;
   v1::KernelBundle b;
   b.set_key(result.key.hex);
-  b.set_target(options.codegen.target.name());
+  b.set_target(options.codegen.target.arch());
   for (const CompiledKernel& k : result.kernels) FillKernel(g, result, k, *b.add_kernels());
   for (int node : result.temporaries) {
     v1::TempBuffer& t = *b.add_temporaries();

@@ -186,6 +186,17 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
   // The model stitchd prices with: the analytical model of kCurrentCostModel, with the learned
   // correction only where its table ships for this device (learned_residual.h).
   std::unique_ptr<CostModel> model = NewPricingCostModel(device);
+  // Which plan ships is chosen on the prices of the device the plans were searched for
+  // (PlanningDevice, cost_model.h): on an H200, the choices its measured plans were made
+  // with. What the bundle reports is priced on the device itself.
+  const GpuDevice& planning_device = PlanningDevice(device);
+  std::unique_ptr<CostModel> choosing =
+      &planning_device == &device ? nullptr : NewPricingCostModel(planning_device);
+  const auto choice_seconds = [&](const Graph& graph, const FusionPlan& plan,
+                                  const PlanCost& priced) {
+    return choosing ? choosing->Estimate(graph, plan).seconds : priced.seconds;
+  };
+  double baseline_choice_seconds = 0;
   XlaModelOptions xla;
   xla.triton_normalization_fusion = options.codegen.target.compute_capability() >= 80;
   std::optional<BaselinePlan> best;
@@ -199,10 +210,12 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
       continue;
     }
     const PlanCost cost = model->Estimate(b->graph, b->plan);
+    const double seconds = choice_seconds(b->graph, b->plan, cost);
     result.baselines.push_back({compiler, cost});
-    if (requested || (options.planner == PlannerKind::kStitch &&
-                      (!best || cost.seconds < result.baseline_cost.seconds))) {
+    if (requested ||
+        (options.planner == PlannerKind::kStitch && (!best || seconds < baseline_choice_seconds))) {
       result.baseline_cost = cost;
+      baseline_choice_seconds = seconds;
       best = std::move(*b);
     }
   }
@@ -219,7 +232,7 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
   STITCH_ASSIGN_OR_RETURN(FusionPlan stitched, PlanStitchedFor(g, options, device));
   result.stitched_cost = model->Estimate(g, stitched);
   if (options.never_slower && best && !best->plan.kernels.empty() &&
-      result.baseline_cost.seconds < result.stitched_cost.seconds) {
+      baseline_choice_seconds < choice_seconds(g, stitched, result.stitched_cost)) {
     result.shipped =
         best->compiler == BaselineCompiler::kXla ? PlannerKind::kXla : PlannerKind::kInductor;
     result.graph = std::move(best->graph);

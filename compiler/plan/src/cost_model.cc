@@ -91,6 +91,25 @@ constexpr double kFitRowPassSeconds = 2.0e-6;
 constexpr double kFit2IssueSeconds = 0.59e-9;
 constexpr double kFit2DependentIssueSeconds = 4.75e-9;
 
+// fit-3's H200 constants: h100-fit-2's terms, all nine constants fitted by
+// tools/fit_cost_model.py to the 90 plans of testdata/gpu/h200/2026-11-28_afdf996 (CUPTI
+// kernel times), rounded (COST_MODEL_SOURCES.md, section 6). Bandwidth and reuse window are
+// shares of the H200's table figures (4.8 TB/s, 60 MiB of L2).
+CostModelParameters H200Fit3(const GpuDevice& h200) {
+  CostModelParameters p;
+  p.bandwidth_bytes_per_second = h200.hbm_bytes_per_second * 0.862;
+  p.reuse_window_bytes = static_cast<double>(h200.l2_bytes) * 0.25;
+  p.assembled_registers = true;
+  p.dram_latency_seconds = 628e-9;
+  p.launch_seconds = 1.71e-6;
+  p.grid_barrier_seconds = 5.5e-6;
+  p.block_barrier_seconds = 27e-9;
+  p.row_pass_seconds = 2.09e-6;
+  p.issue_seconds = 0.60e-9;
+  p.dependent_issue_seconds = 2.02e-9;
+  return p;
+}
+
 // A kernel that has not been through the scheduler: its mapping is the default one and
 // carries no traffic. Plans built by a planner alone (no scheduler pass yet) are priced the
 // coarse way: each input read once and each output written once, at peak bandwidth. Every
@@ -361,13 +380,15 @@ std::string_view CostModelVersionName(CostModelVersion v) {
       return "h100-fit-1";
     case CostModelVersion::kH100Fit2:
       return "h100-fit-2";
+    case CostModelVersion::kFit3:
+      return "fit-3";
   }
   return "datasheet";
 }
 
 std::optional<CostModelVersion> ParseCostModelVersion(std::string_view name) {
-  for (CostModelVersion v :
-       {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1, CostModelVersion::kH100Fit2}) {
+  for (CostModelVersion v : {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1,
+                             CostModelVersion::kH100Fit2, CostModelVersion::kFit3}) {
     if (CostModelVersionName(v) == name) return v;
   }
   return std::nullopt;
@@ -381,11 +402,12 @@ CostModelParameters CostModelParametersFor(const GpuDevice& device, CostModelVer
   p.grid_barrier_seconds = device.grid_barrier_seconds;
   p.block_barrier_seconds = device.block_barrier_seconds;
   if (version == CostModelVersion::kDatasheet) return p;
-  // The fitted versions: tools/fit_cost_model.py on
+  if (version == CostModelVersion::kFit3 && device.name == "H200") return H200Fit3(device);
+  // The H100's fitted versions: tools/fit_cost_model.py on
   // testdata/gpu/h100_80gb_hbm3/2026-11-26_a83a312 (COST_MODEL_SOURCES.md, section 6). The
   // bandwidth fraction and the share of L2 a re-read survives in are taken to hold on every
-  // device; the times are the H100's, and the H200 (the same die) shares them. Other devices
-  // keep their table's times and have no issue term.
+  // device; the times are the H100's, and before fit-3 the H200 (the same die) shared them.
+  // Other devices keep their table's times and have no issue term.
   p.bandwidth_bytes_per_second = device.hbm_bytes_per_second * kFitBandwidthFraction;
   p.reuse_window_bytes = static_cast<double>(device.l2_bytes) * kFitReuseWindowFraction;
   p.assembled_registers = true;
@@ -397,12 +419,16 @@ CostModelParameters CostModelParametersFor(const GpuDevice& device, CostModelVer
     p.row_pass_seconds = kFitRowPassSeconds;
     // h100-fit-2 adds the issue term. Plans priced before assembly have no instruction
     // count, so they price as under h100-fit-1 (the never-slower choice among them too).
-    if (version == CostModelVersion::kH100Fit2) {
+    if (version == CostModelVersion::kH100Fit2 || version == CostModelVersion::kFit3) {
       p.issue_seconds = kFit2IssueSeconds;
       p.dependent_issue_seconds = kFit2DependentIssueSeconds;
     }
   }
   return p;
+}
+
+const GpuDevice& PlanningDevice(const GpuDevice& device) {
+  return device.name == "H200" ? *FindDevice("H100") : device;
 }
 
 std::unique_ptr<CostModel> NewAnalyticalCostModel(const GpuDevice& device,

@@ -165,8 +165,8 @@ int64_t PartialBytes(const Graph& g, const std::vector<int>& reduces) {
 }
 
 CostModelParameters WithFittedIssueTerm(const GpuDevice& d) {
-  CostModelParameters p = CostModelParametersFor(d, kPlanningCostModel);
-  const CostModelParameters fitted = CostModelParametersFor(d, kCurrentCostModel);
+  CostModelParameters p = CostModelParametersFor(PlanningDevice(d), kPlanningCostModel);
+  const CostModelParameters fitted = CostModelParametersFor(PlanningDevice(d), kCurrentCostModel);
   p.issue_seconds = fitted.issue_seconds;
   p.dependent_issue_seconds = fitted.dependent_issue_seconds;
   return p;

@@ -58,8 +58,9 @@ std::vector<int> ReduceOutputs(const Graph& g, const KernelSpec& k);
 // accumulator type, at least 4 bytes (f16 and bf16 accumulate in f32).
 int64_t PartialBytes(const Graph& g, const std::vector<int>& reduces);
 
-// The planning version's constants with the fitted issue term, which only a measurement
-// gives (the datasheet version has none; devices without a fit keep none).
+// The planning version's constants of PlanningDevice(d) with that device's fitted issue
+// term, which only a measurement gives (the datasheet version has none; devices without a
+// fit keep none).
 CostModelParameters WithFittedIssueTerm(const GpuDevice& d);
 
 // Loop kernels (schedule_loop.cc). ScheduleLoop gives `k` blocks of `block_threads` (or a

@@ -53,7 +53,7 @@ class Planner {
       : g_(g),
         device_(device),
         rules_(rules),
-        model_(NewAnalyticalCostModel(device, kPlanningCostModel)) {
+        model_(NewAnalyticalCostModel(PlanningDevice(device), kPlanningCostModel)) {
     std::vector<int> topo = TopologicalOrder(g);
     rank_.assign(g.nodes.size(), 0);
     for (size_t k = 0; k < topo.size(); ++k) rank_[topo[k]] = static_cast<int>(k);

@@ -74,10 +74,10 @@ PLANS = (
 )
 
 # The devices the current model version's constants were fitted on: --thresholds bounds the
-# newest set of each. Another device's sets are priced with constants fitted elsewhere (the
-# H200 shares the H100's times, cost_model.cc), so their figures say how far those carry and
-# are reported only; bounds for a device land with a fit on its data.
-FITTED_DEVICES = ("H100",)
+# newest set of each. Another device's sets are priced with constants fitted elsewhere, so
+# their figures say how far those carry and are reported only; bounds for a device land with
+# a fit on its data (fit-3 added the H200's, cost_model.cc).
+FITTED_DEVICES = ("H100", "H200")
 
 # A device.json name ("NVIDIA H100 80GB HBM3", "NVIDIA H200") names the device of the model's
 # table (gpu_device.cc) by its first word after the vendor's.

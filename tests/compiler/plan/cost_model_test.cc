@@ -515,8 +515,8 @@ TEST(CostModelProperties, PlansSumTheirKernelsAndLaunchesCost) {
 // --- Model versions and the fitted version's terms --------------------------------------
 
 TEST(CostModelVersions, NamesRoundTripAndUnknownNamesAreRefused) {
-  for (CostModelVersion v :
-       {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1, CostModelVersion::kH100Fit2}) {
+  for (CostModelVersion v : {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1,
+                             CostModelVersion::kH100Fit2, CostModelVersion::kFit3}) {
     std::optional<CostModelVersion> parsed = ParseCostModelVersion(CostModelVersionName(v));
     ASSERT_TRUE(parsed.has_value()) << CostModelVersionName(v);
     EXPECT_EQ(*parsed, v);
@@ -524,6 +524,43 @@ TEST(CostModelVersions, NamesRoundTripAndUnknownNamesAreRefused) {
   EXPECT_FALSE(ParseCostModelVersion("").has_value());
   EXPECT_FALSE(ParseCostModelVersion("h100-fit-0").has_value());
   EXPECT_EQ(CostModelVersionName(CostModelVersion::kH100Fit2), "h100-fit-2");
+}
+
+// fit-3 gives the H200 its own constants and leaves every other device as h100-fit-2 has it,
+// so the H100's figures priced under h100-fit-2 stand.
+TEST(CostModelVersions, Fit3ChangesTheH200Alone) {
+  const auto same = [](const CostModelParameters& a, const CostModelParameters& b) {
+    return a.bandwidth_bytes_per_second == b.bandwidth_bytes_per_second &&
+           a.dram_latency_seconds == b.dram_latency_seconds &&
+           a.launch_seconds == b.launch_seconds &&
+           a.grid_barrier_seconds == b.grid_barrier_seconds &&
+           a.block_barrier_seconds == b.block_barrier_seconds &&
+           a.row_pass_seconds == b.row_pass_seconds &&
+           a.reuse_window_bytes == b.reuse_window_bytes &&
+           a.assembled_registers == b.assembled_registers && a.issue_seconds == b.issue_seconds &&
+           a.dependent_issue_seconds == b.dependent_issue_seconds;
+  };
+  for (const GpuDevice& d : KnownDevices()) {
+    const bool unchanged = same(CostModelParametersFor(d, CostModelVersion::kFit3),
+                                CostModelParametersFor(d, CostModelVersion::kH100Fit2));
+    EXPECT_EQ(unchanged, d.name != "H200") << d.name;
+  }
+  // The H200's fit: what a streaming kernel reaches is below its datasheet, and its loaded
+  // DRAM latency above the H100's.
+  const GpuDevice& h200 = *FindDevice("H200");
+  const CostModelParameters fit3 = CostModelParametersFor(h200, CostModelVersion::kFit3);
+  EXPECT_LT(fit3.bandwidth_bytes_per_second, h200.hbm_bytes_per_second);
+  EXPECT_GT(fit3.dram_latency_seconds,
+            CostModelParametersFor(h200, CostModelVersion::kH100Fit2).dram_latency_seconds);
+  EXPECT_GT(fit3.issue_seconds, 0.0);
+  // Plans for it are searched on the H100's figures (cost_model.h); every other device is
+  // searched on its own.
+  EXPECT_EQ(PlanningDevice(h200).name, "H100");
+  for (const GpuDevice& d : KnownDevices()) {
+    if (d.name != "H200") {
+      EXPECT_EQ(&PlanningDevice(d), &d) << d.name;
+    }
+  }
 }
 
 TEST(CostModelVersions, Fit2AddsTheIssueTermToFit1sConstants) {

@@ -123,8 +123,9 @@ KeyContext KeyContextFor(const CompileOptions& options);
 StatusOr<CompileResult> CompileGraph(const Graph& g, const CompileOptions& options);
 
 // Plans a verified graph with the planner `options` names, priced on `device` (the
-// target's device when compiling; benchmarks price other devices too). Returns the planners'
-// errors.
+// target's device when compiling; benchmarks price other devices too). The plan that ships is
+// chosen on PlanningDevice(device)'s prices (cost_model.h), the device the plans were searched
+// for. Returns the planners' errors.
 StatusOr<PlanChoice> ChoosePlan(const Graph& g, const CompileOptions& options,
                                 const GpuDevice& device);
 

@@ -84,20 +84,37 @@ enum class CostModelVersion {
   // instruction count, registers and the mapping's resident warps), refitted to the same
   // measurements (COST_MODEL_SOURCES.md, section 6).
   kH100Fit2,
+  // h100-fit-2's terms with each measured device's own constants: the H100's are
+  // h100-fit-2's, the H200's fitted to testdata/gpu/h200/2026-11-28_afdf996
+  // (COST_MODEL_SOURCES.md, section 6). Other devices price as under h100-fit-2.
+  kFit3,
 };
 
 // The version stitchd prices with: the cost of every plan it compares, the never-slower
 // choice between them, and every figure it reports.
-inline constexpr CostModelVersion kCurrentCostModel = CostModelVersion::kH100Fit2;
+inline constexpr CostModelVersion kCurrentCostModel = CostModelVersion::kFit3;
 
 // The version the planners and the scheduler search with when they build plans (thread
-// mappings, merges, the baseline models' rules). It stays at the datasheet constants until
-// a GPU run measures the plans the fitted constants would build: under them two suite rows
-// plan differently (#12's Inductor model and #17's stitched plan), and the measurements the
-// fit rests on are of today's plans.
+// mappings, merges, the baseline models' rules), on PlanningDevice's figures. It stays at the
+// datasheet constants until a GPU run measures the plans the fitted constants would build:
+// under them two suite rows plan differently (#12's Inductor model and #17's stitched plan),
+// and the measurements the fit rests on are of today's plans.
 inline constexpr CostModelVersion kPlanningCostModel = CostModelVersion::kDatasheet;
 
-// "datasheet", "h100-fit-1", "h100-fit-2"
+// Returns the device whose figures the planners and the scheduler search with, and the
+// never-slower choice chooses with, for `device`: the device itself, but the H100 for the
+// H200. The H200's plans are then the ones its fit rests on
+// (testdata/gpu/h200/2026-11-28_afdf996 measured sm_90 plans, built for the H100). Its own
+// fitted constants price them, and make the two choices that hang on its L2: a loop-mode row
+// kernel's window (#12 keeps its whole grid, 1,214 us there where capped it took 1,373) and a
+// transposed row tile. Searched on the H200's datasheet figures, #2's row kernel took a
+// mapping its fit prices 65% slower; searched on its fitted constants, four rows' plans came
+// out slower by the same fit once assembled; chosen on them, #19 and #26 would ship plans
+// the H200 ran 9% and 72% slower. Until a GPU times the mappings on an H200 (gpu_bench
+// --mappings), the H100's search and choice stand.
+const GpuDevice& PlanningDevice(const GpuDevice& device);
+
+// "datasheet", "h100-fit-1", "h100-fit-2", "fit-3"
 std::string_view CostModelVersionName(CostModelVersion v);
 // Returns the version named `name`, or nullopt for an unknown name.
 std::optional<CostModelVersion> ParseCostModelVersion(std::string_view name);
