@@ -80,6 +80,7 @@ struct Driver {
   decltype(&::cuInit) Init = nullptr;
   decltype(&::cuDeviceGet) DeviceGet = nullptr;
   decltype(&::cuDeviceGetAttribute) DeviceGetAttribute = nullptr;
+  decltype(&::cuDeviceGetName) DeviceGetName = nullptr;
   decltype(&::cuDevicePrimaryCtxRetain) PrimaryCtxRetain = nullptr;
   decltype(&::cuCtxSetCurrent) CtxSetCurrent = nullptr;
   decltype(&::cuCtxSynchronize) CtxSynchronize = nullptr;
@@ -109,6 +110,7 @@ StatusOr<Driver> OpenDriver(const std::string& library) {
                    gpu::ResolveSymbol(lib, "cuInit", d.Init) &&
                    gpu::ResolveSymbol(lib, "cuDeviceGet", d.DeviceGet) &&
                    gpu::ResolveSymbol(lib, "cuDeviceGetAttribute", d.DeviceGetAttribute) &&
+                   gpu::ResolveSymbol(lib, "cuDeviceGetName", d.DeviceGetName) &&
                    gpu::ResolveSymbol(lib, "cuDevicePrimaryCtxRetain", d.PrimaryCtxRetain) &&
                    gpu::ResolveSymbol(lib, "cuCtxSetCurrent", d.CtxSetCurrent) &&
                    gpu::ResolveSymbol(lib, "cuCtxSynchronize", d.CtxSynchronize) &&
@@ -271,8 +273,15 @@ int Run(const Flags& flags) {
     std::cerr << "stitch_loader_check: no usable CUDA GPU: " << s.message() << "\n";
     return kExitNoGpu;
   }
+  char name[256] = {};
+  if (s.ok()) s = d.Check(d.DeviceGetName(name, sizeof(name) - 1, device), "cuDeviceGetName");
+  if (!s.ok()) {
+    std::cerr << "stitch_loader_check: no usable CUDA GPU: " << s.message() << "\n";
+    return kExitNoGpu;
+  }
+  // The bundles stitchd --target auto would serve this GPU (sm_90/h200 on an H200).
   const std::string arch = "sm_" + std::to_string(cc.major) + std::to_string(cc.minor);
-  StatusOr<Target> target = Target::Parse(arch);
+  StatusOr<Target> target = Target::ForGpu(arch, name);
   if (!target.ok()) {
     std::cerr << "stitch_loader_check: " << target.status().message() << "\n";
     return kExitNoGpu;
@@ -284,7 +293,8 @@ int Run(const Flags& flags) {
     std::cerr << "stitch_loader_check: " << kl.status().ToString() << "\n";
     return kExitNoGpu;
   }
-  std::cerr << "stitch_loader_check: device " << flags.device << " is " << arch << "\n";
+  std::cerr << "stitch_loader_check: device " << flags.device << " is " << name << " (" << arch
+            << "), compiling for " << target->name() << "\n";
 
   std::vector<Row> rows;
   for (const suite::SuiteEntry& e : suite::BuildSuite()) {
