@@ -85,6 +85,13 @@ StatusOr<KernelResolver::Prepared> KernelResolver::Prepare(const v1::CompileRequ
   Target target = options_.default_target;
   if (!request.target().empty()) {
     STITCH_ASSIGN_OR_RETURN(target, Target::Parse(request.target()));
+    // Frameworks know their GPU's compute capability, not its device ("sm_90" from PyTorch on
+    // an H200). On a node planned for a device of that architecture, that device is the one
+    // the job runs on; a device named outright ("sm_90/h100") is kept.
+    const bool names_device = request.target().find('/') != std::string::npos;
+    if (!names_device && target.arch() == options_.default_target.arch()) {
+      target = options_.default_target;
+    }
   }
   Prepared p;
   STITCH_ASSIGN_OR_RETURN(const Graph graph, GraphOfRequest(request, HloOptions()));

@@ -669,6 +669,38 @@ ENTRY main {
 }
 )";
 
+// A daemon on an H200 node plans for sm_90/h200. A job that names only its GPU's
+// architecture, as PyTorch's compute capability gives it, gets the node's device of it; one
+// that names a device gets that device's plans, under their own key.
+TEST_F(StitchdTest, AnArchitectureAloneMeansTheNodesDeviceOfIt) {
+  StitchdProcess d(Paths(), {"--target", "sm_90/h200"});
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(PatientClientOptions(d));
+  const auto compile = [&](const char* target) {
+    v1::CompileRequest request = HloRequest(SoftmaxHlo(64, 256));
+    request.set_target(target);
+    return c.Compile(request);
+  };
+  const client::Result node = compile("");
+  ASSERT_TRUE(node.ok()) << node.reason;
+  EXPECT_EQ(node.bundle->target(), "sm_90");
+  for (const char* same : {"sm_90", "sm_90/h200", "sm_90/H200"}) {
+    const client::Result r = compile(same);
+    ASSERT_TRUE(r.ok()) << same << ": " << r.reason;
+    EXPECT_EQ(r.key, node.key) << same;
+    EXPECT_EQ(r.outcome, Outcome::kMemory) << same;
+  }
+  const client::Result h100 = compile("sm_90/h100");
+  ASSERT_TRUE(h100.ok()) << h100.reason;
+  EXPECT_NE(h100.key, node.key);
+  EXPECT_EQ(h100.outcome, Outcome::kCompiled);
+  // Another architecture is taken as named.
+  const client::Result a100 = compile("sm_80");
+  ASSERT_TRUE(a100.ok()) << a100.reason;
+  EXPECT_EQ(a100.bundle->target(), "sm_80");
+  EXPECT_EQ(StatsOf(c).compiles(), 3u);
+}
+
 TEST_F(StitchdTest, EveryAcceptedTargetGetsAnnotatedKernelsAndCosts) {
   StitchdProcess d(Paths());
   ASSERT_TRUE(d.started()) << d.log();
