@@ -404,7 +404,9 @@ class Client:
 
         ``subgraph`` is one HLO module as text (``str``), a serialized ``stitch.v1.Graph``
         (``bytes``), or a protobuf message with ``SerializeToString``. ``target``
-        (``"sm_80"``, ``"sm_90"``) defaults to the daemon's. Never raises for the daemon's
+        (``"sm_80"``, ``"sm_90"``, ``"sm_90/h200"``) defaults to the daemon's; an
+        architecture alone means the daemon's device of it where the daemon plans for one
+        (``"sm_90"`` on an H200 node is ``"sm_90/h200"``). Never raises for the daemon's
         failures: those are a ``"fallback"`` Result with the reason.
 
         For HLO text whose outer dimension varies from run to run (a batch, or batch x

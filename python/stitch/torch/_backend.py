@@ -292,8 +292,9 @@ class StitchBackend:
     Args:
         client: the stitch Client; default: one connected to ``address`` on first use.
         address: the daemon's address when no client is given.
-        target: the GPU target to compile for; default: the executor's device, else the
-            daemon's own target.
+        target: the GPU target to compile for; default: the executor's device's
+            architecture (which the daemon plans as its own device of it, e.g. an H200),
+            else the daemon's own target.
         executors: device type -> Executor (or None for none). Default: the CUDA executor
             for ``"cuda"`` where the driver loads, nothing for other devices.
         fallback: what the job runs where stitch's kernels do not (``"eager"``,
