@@ -51,6 +51,33 @@ void Price(const MappingVariant& v, const GpuDevice& device, MappingRow& row) {
       1e6;
   row.waves = c.waves;
   row.imbalance = c.imbalance;
+  row.registers_planned = k.mapping.registers_per_thread;
+  row.registers = k.mapping.assembled_registers;
+  row.instructions = k.mapping.assembled_instructions;
+}
+
+// The assembler's registers over the scheduler's estimate, for every mapping that has both:
+// the median, and the furthest above 1 with its mapping. Empty when none has both.
+std::string RegisterEstimateSummary(const std::vector<MappingRow>& rows) {
+  std::vector<double> ratios;
+  const MappingRow* worst = nullptr;
+  for (const MappingRow& r : rows) {
+    if (r.registers <= 0 || r.registers_planned <= 0) continue;
+    const double ratio = static_cast<double>(r.registers) / r.registers_planned;
+    ratios.push_back(ratio);
+    if (!worst || ratio > static_cast<double>(worst->registers) / worst->registers_planned) {
+      worst = &r;
+    }
+  }
+  if (ratios.empty()) return "";
+  std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
+  return "The assembler's registers over the scheduler's estimate, " +
+         std::to_string(ratios.size()) + " mappings: median " +
+         Fixed(ratios[ratios.size() / 2], 2) + "x, at most " +
+         Fixed(static_cast<double>(worst->registers) / worst->registers_planned, 2) + "x (#" +
+         std::to_string(worst->id) + " " + worst->kernel_name + ", " + worst->mapping + ": " +
+         std::to_string(worst->registers) + " against " + std::to_string(worst->registers_planned) +
+         ").\n";
 }
 
 // Times `v` (its buffers filled from `seed`, as gpu_bench fills a row's) and, given the shipped
@@ -205,7 +232,8 @@ void PrintMappingSummary(const std::vector<MappingRow>& rows, bool timed, std::o
   }
   out << "\nLoop, row-stitched and global kernels with candidates: " << kernels.size()
       << " in the stitched plans, " << variants
-      << " mappings (the shipped one and the scheduler's other candidates).\n";
+      << " mappings (the shipped one and the scheduler's other candidates).\n"
+      << RegisterEstimateSummary(rows);
   if (!timed) {
     out << "Not run: this listing only compiles and prices (no GPU used).\n";
     return;
@@ -220,7 +248,9 @@ Status WriteMappingCsv(const std::string& path, const std::vector<MappingRow>& r
   std::ofstream out(path);
   if (!out) return InvalidArgument("cannot write " + path);
   out << "id,kernel,kernel_name,candidate,shipped,mapping,blocks,vector_width,waves,stretch,"
+         "registers_planned,registers,instructions,"
          "planning_us,model_us,model_unstretched_us,kernel_us,matches,error\n";
+  auto count = [](int v) { return v > 0 ? std::to_string(v) : std::string(); };
   auto num = [](double v, int digits) { return v < 0 ? std::string() : Fixed(v, digits); };
   auto quoted = [](const std::string& s) {
     std::string q = "\"";
@@ -234,7 +264,8 @@ Status WriteMappingCsv(const std::string& path, const std::vector<MappingRow>& r
     out << r.id << "," << r.kernel << "," << r.kernel_name << "," << r.candidate << ","
         << (r.candidate < 0 ? 1 : 0) << "," << quoted(r.mapping) << "," << r.blocks << ","
         << r.vector_width << "," << num(r.waves, 3) << "," << num(r.imbalance, 4) << ","
-        << num(r.planning_us, 3) << "," << num(r.model_us, 3) << ","
+        << count(r.registers_planned) << "," << count(r.registers) << "," << count(r.instructions)
+        << "," << num(r.planning_us, 3) << "," << num(r.model_us, 3) << ","
         << num(r.model_unstretched_us, 3) << "," << num(r.kernel_us, 3) << "," << r.matches << ","
         << quoted(r.error) << "\n";
   }

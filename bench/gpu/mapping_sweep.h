@@ -48,8 +48,13 @@ struct MappingRow {
   double planning_us = -1;           // the planning model's price, which the scheduler chose by
   double model_us = -1;              // the current model's, with the assembler's registers
   double model_unstretched_us = -1;  // the same with memory time at the mean slot's pace
-  double kernel_us = -1;             // measured: the kernel's median duration
-  std::string matches = "-";         // outputs equal to the shipped mapping's: "yes", "NO", "-"
+  // The scheduler's estimate of the kernel's registers per thread, which it chose the
+  // mapping by, and the assembler's registers and cubin instructions (0 without a cubin).
+  int registers_planned = 0;
+  int registers = 0;
+  int instructions = 0;
+  double kernel_us = -1;      // measured: the kernel's median duration
+  std::string matches = "-";  // outputs equal to the shipped mapping's: "yes", "NO", "-"
   std::string error;
 };
 
@@ -60,7 +65,8 @@ std::vector<MappingRow> SweepMappings(const suite::SuiteEntry& e,
                                       const MappingSweepOptions& options, Gpu* gpu);
 
 // The table, and a summary per kernel: the fastest mapping measured against the shipped one,
-// and where the current model's cheapest is not the fastest.
+// and where the current model's cheapest is not the fastest; and, timed or not, how far the
+// scheduler's register estimates are from the assembler's.
 void PrintMappingTable(const std::vector<MappingRow>& rows, std::ostream& out);
 void PrintMappingSummary(const std::vector<MappingRow>& rows, bool timed, std::ostream& out);
 

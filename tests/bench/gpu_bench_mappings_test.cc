@@ -52,8 +52,16 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
   std::map<std::string, int> shipped;                 // "<id>/<kernel>" -> shipped rows
   std::map<std::string, std::set<std::string>> seen;  // -> mappings
   std::set<int> widths_18;
+  int assembled = 0;
   for (const auto& row : ReadCsvRows(csv)) {
     const std::string kernel = row.at("id") + "/" + row.at("kernel");
+    EXPECT_GT(std::stoi(row.at("registers_planned")), 0) << kernel;
+    // ptxas's figures where the toolkit assembles the cubin; the summary compares them.
+    if (!row.at("registers").empty()) {
+      ++assembled;
+      EXPECT_GT(std::stoi(row.at("registers")), 0) << kernel;
+      EXPECT_GT(std::stoi(row.at("instructions")), 0) << kernel;
+    }
     shipped[kernel] += row.at("shipped") == "1";
     EXPECT_TRUE(seen[kernel].insert(row.at("mapping")).second) << "twice: " << row.at("mapping");
     EXPECT_TRUE(row.at("error").empty()) << row.at("error");
@@ -66,6 +74,12 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
     if (row.at("id") == "18" && row.at("kernel") == "1") {
       widths_18.insert(std::stoi(row.at("vector_width")));
     }
+  }
+  if (assembled > 0) {
+    EXPECT_NE(r.out.find("The assembler's registers over the scheduler's estimate, " +
+                         std::to_string(assembled) + " mappings: median "),
+              std::string::npos)
+        << r.out;
   }
   ASSERT_EQ(shipped.size(), 5u);
   for (const auto& [kernel, count] : shipped) {
