@@ -186,13 +186,13 @@ std::string Percent(double v) {
   return buf;
 }
 
-// The device-table entry the cost model prices on: the GPU's own where the table has it
-// ("NVIDIA H100 80GB HBM3" -> H100), else the compile target's.
+// The device-table entry the cost model prices on: the GPU's own, read from its name as
+// stitchd reads it (Target::ForGpu: "NVIDIA H100 80GB HBM3" -> H100), else the compile
+// target's. The device table outlives the Target.
 const GpuDevice& PricingDevice(const Gpu* gpu, const Target& target) {
   if (gpu != nullptr) {
-    for (const GpuDevice& d : KnownDevices()) {
-      if (gpu->info().name.find(d.name) != std::string::npos) return d;
-    }
+    StatusOr<Target> own = Target::ForGpu(gpu->info().arch(), gpu->info().name);
+    if (own.ok()) return own->device();
   }
   return target.device();
 }
