@@ -428,7 +428,9 @@ CostModelParameters CostModelParametersFor(const GpuDevice& device, CostModelVer
 }
 
 const GpuDevice& PlanningDevice(const GpuDevice& device) {
-  return device.name == "H200" ? *FindDevice("H100") : device;
+  // Looked up once: the scheduler asks for every kernel and candidate it prices.
+  static const GpuDevice& h100 = *FindDevice("H100");
+  return device.name == "H200" ? h100 : device;
 }
 
 std::unique_ptr<CostModel> NewAnalyticalCostModel(const GpuDevice& device,
