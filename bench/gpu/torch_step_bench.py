@@ -107,6 +107,8 @@ TOLERANCE = {"f32": 1e-3, "bf16": 5e-2}
 BLOCK = 10
 #: The least time the GPU is kept busy while one step's host time is measured, in ms.
 HOST_BUSY_MS = 50.0
+#: A released model still holding more than this (MiB) gets a note under its row.
+HELD_NOTE_MIB = 64.0
 
 
 # -- the models ----------------------------------------------------------------------------------
@@ -641,6 +643,11 @@ def _notes(row):
             notes.append("%s %s" % (name, counts))
     if row.get("layout_copies"):
         notes.append("layout copies %d" % row["layout_copies"])
+    memory = row.get("memory")
+    if memory and (row.get("failed") or memory["held_after_release_mib"] - memory["before_mib"]
+                   > HELD_NOTE_MIB):
+        notes.append("memory: peak %.0f MiB, %.0f MiB held after its release (%.0f before)" % (
+            memory["peak_mib"], memory["held_after_release_mib"], memory["before_mib"]))
     return ["  " + "; ".join(notes)] if notes else []
 
 
@@ -680,16 +687,47 @@ class Budget:
                                               self.seconds - (self.clock() - self.start))
 
 
-def run(torch, args, backends, device, meta, out=print):
+class DeviceMemory:
+    """PyTorch's allocated bytes on a CUDA device, for each row: before the model, the peak
+    while it ran, and what stays allocated once it was released. A model that leaves memory
+    behind shows there before a later model fails its allocations."""
+
+    def __init__(self, torch, device):
+        self.cuda, self.device = torch.cuda, device
+
+    def start(self):
+        """Starts a row's peak; returns the bytes allocated now."""
+        self.cuda.reset_peak_memory_stats(self.device)
+        return self.cuda.memory_allocated(self.device)
+
+    def peak(self):
+        return self.cuda.max_memory_allocated(self.device)
+
+    def allocated(self):
+        return self.cuda.memory_allocated(self.device)
+
+
+def _memory_row(memory, before):
+    """The row's memory figures in MiB: before the model, its peak, and held after release."""
+    mib = 1 << 20
+    return {"before_mib": before / mib, "peak_mib": memory.peak() / mib,
+            "held_after_release_mib": memory.allocated() / mib}
+
+
+def run(torch, args, backends, device, meta, out=print, memory=None):
     """Runs ``args.specs`` in order; prints the header, then each row as it finishes, and
-    rewrites --json after each. Returns the rows."""
+    rewrites --json after each. Returns the rows. ``memory``: a DeviceMemory (default on a
+    CUDA device; none elsewhere), whose figures each row records."""
     rows = []
     budget = Budget(args.budget_s)
+    if memory is None and device.type == "cuda":
+        memory = DeviceMemory(torch, device)
     out(HEADER)
     for spec in args.specs:
         if not budget.fits(spec.estimate_s):
             row = {"model": spec.name, "skipped": budget.why_not(spec.estimate_s)}
         else:
+            before = memory.start() if memory is not None else 0
             begin = time.monotonic()
             try:
                 row = (run_varying if spec.varying else run_model)(torch, spec, backends, args,
@@ -700,6 +738,8 @@ def run(torch, args, backends, device, meta, out=print):
             row["seconds"] = time.monotonic() - begin
             budget.done(spec.estimate_s, row["seconds"])
             _release(torch, device)
+            if memory is not None:
+                row["memory"] = _memory_row(memory, before)
         rows.append(row)
         for line in format_row(row):
             out(line)

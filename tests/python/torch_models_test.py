@@ -367,6 +367,44 @@ class BenchTest(unittest.TestCase):
         self.assertIn("  kept by Inductor (1): backward1.region0 slower 0.667x", lines)
         self.assertAlmostEqual(rows[0]["choices"][0]["gain"], 1.5)
 
+    def test_memory_a_released_model_still_holds_is_noted_under_its_row(self):
+        class Memory:
+            """Allocated bytes that grow by what each model leaves behind."""
+
+            def __init__(self, leaks):
+                self.leaks, self.now, self.starts = list(leaks), 0, 0
+
+            def start(self):
+                self.starts += 1
+                return self.now
+
+            def peak(self):
+                return self.now + (1 << 30)
+
+            def allocated(self):
+                if self.leaks:  # read once per row, after its release
+                    self.now += self.leaks.pop(0)
+                return self.now
+
+        mib = 1 << 20
+        memory = Memory([200 * mib, 0])
+        lines = []
+        rows = bench.run(torch, bench_args("--models", "gpt2_block,resnet_basic_block"),
+                         stand_in_backends(), torch.device("cpu"), {}, out=lines.append,
+                         memory=memory)
+        self.assertEqual(memory.starts, 2)
+        self.assertEqual(rows[0]["memory"], {"before_mib": 0.0, "peak_mib": 1024.0,
+                                             "held_after_release_mib": 200.0})
+        self.assertEqual(rows[1]["memory"]["before_mib"], 200.0)
+        self.assertEqual(rows[1]["memory"]["held_after_release_mib"], 200.0)
+        noted = [line for line in lines if "memory:" in line]
+        self.assertEqual(noted, ["  memory: peak 1024 MiB, 200 MiB held after its release "
+                                 "(0 before)"], "the leaking model alone")
+        # Without a probe (a CPU run) rows carry no memory figures.
+        rows = bench.run(torch, bench_args("--models", "gpt2_block"), stand_in_backends(),
+                         torch.device("cpu"), {}, out=lines.append)
+        self.assertNotIn("memory", rows[0])
+
     def test_a_stitched_step_off_eager_fails_its_row_not_the_run(self):
         args = bench_args("--models", "groupnorm_block,resnet_basic_block")
         lines = []
