@@ -1,5 +1,6 @@
 #include "stitch/reference/tensor.h"
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cmath>
@@ -45,25 +46,41 @@ const FloatFormat& FormatOf(DType t) {
 
 uint64_t Mask(int bits) { return bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1; }
 
-// Rounds to nearest even in `fmt`, with gradual underflow and overflow to inf. Written with
-// exact power-of-two scaling rather than through float casts so that f16 and bf16 round once
-// from double (double -> f32 -> f16 would round twice).
+// 2^e as a double, built from its bits: exact and cheap where std::ldexp is a library call.
+// `e` must be a normal double's exponent, [-1022, 1023]; the formats below stay inside it.
+double Pow2(int e) { return std::bit_cast<double>(static_cast<uint64_t>(e + 1023) << 52); }
+
+double MaxFinite(const FloatFormat& fmt) {
+  return (Pow2(fmt.precision) - 1.0) * Pow2(fmt.emax - (fmt.precision - 1));
+}
+
+// Rounds to nearest even in `fmt` (narrower than f64), with gradual underflow and overflow
+// to inf. It rounds the double's own significand at the format's last place, so f16 and
+// bf16 round once from double (double -> f32 -> f16 would round twice). The tensors of a
+// full-size GPU run go through here element by element, hence integer steps only.
 double RoundToFormat(double v, const FloatFormat& fmt) {
   if (!std::isfinite(v) || v == 0.0) return v;
-  const double a = std::fabs(v);
-  int ex = 0;
-  std::frexp(a, &ex);  // a = m * 2^ex with m in [0.5, 1): the leading bit has weight 2^(ex-1)
-  const int e = std::max(ex - 1, fmt.emin);
-  const double ulp = std::ldexp(1.0, e - (fmt.precision - 1));
-  const double x = a / ulp;  // exact: a power-of-two scaling into [0, 2^precision)
-  double r = std::floor(x);
-  const double frac = x - r;  // exact: x has at most 53 significant bits and r <= x < 2^53
-  if (frac > 0.5 || (frac == 0.5 && std::fmod(r, 2.0) != 0.0)) r += 1.0;
-  double result = r * ulp;
-  const double max_finite =
-      std::ldexp(std::ldexp(1.0, fmt.precision) - 1.0, fmt.emax - (fmt.precision - 1));
-  if (result > max_finite) result = std::numeric_limits<double>::infinity();
-  return std::copysign(result, v);
+  const uint64_t bits = std::bit_cast<uint64_t>(v);
+  const double sign = std::signbit(v) ? -1.0 : 1.0;
+  const int biased = static_cast<int>((bits >> 52) & 0x7ff);
+  // A subnormal double lies far below half the narrowest format's smallest subnormal.
+  if (biased == 0) return sign * 0.0;
+  const int exponent = biased - 1023;  // v = significand * 2^(exponent - 52)
+  const uint64_t significand = (bits & Mask(52)) | (uint64_t{1} << 52);
+  const int ulp = std::max(exponent, fmt.emin) - (fmt.precision - 1);
+  const int shift = ulp - (exponent - 52);  // at least 53 - precision, so at least 1
+  uint64_t kept = 0;                        // at 54 and beyond v is under half an ulp
+  if (shift < 54) {
+    kept = significand >> shift;
+    const uint64_t rest = significand & Mask(shift);
+    const uint64_t half = uint64_t{1} << (shift - 1);
+    // Without branches: the direction is as random as the data.
+    kept += static_cast<uint64_t>(rest > half) | (static_cast<uint64_t>(rest == half) & kept & 1);
+  }
+  // Exact: `kept` has at most precision + 1 bits (converted as signed, one instruction).
+  const double result = static_cast<double>(static_cast<int64_t>(kept)) * Pow2(ulp);
+  if (result > MaxFinite(fmt)) return sign * std::numeric_limits<double>::infinity();
+  return sign * result;
 }
 
 uint64_t EncodeFormat(double v, const FloatFormat& fmt) {
@@ -80,15 +97,16 @@ uint64_t EncodeFormat(double v, const FloatFormat& fmt) {
   const double a = std::fabs(RoundToFormat(v, fmt));
   if (std::isinf(a)) return sign | exp_all_ones;
   if (a == 0.0) return sign;
-  if (a < std::ldexp(1.0, fmt.emin)) {  // subnormal: exponent field 0
-    return sign | static_cast<uint64_t>(a / std::ldexp(1.0, fmt.emin - mbits));
+  // `a` is exact in the format: its double significand ends in zeros past the format's last
+  // place, which the shifts below drop.
+  const uint64_t bits = std::bit_cast<uint64_t>(a);
+  const int exponent = static_cast<int>(bits >> 52) - 1023;
+  const uint64_t significand = (bits & Mask(52)) | (uint64_t{1} << 52);
+  if (exponent < fmt.emin) {  // subnormal: exponent field 0, counted in the smallest ulps
+    return sign | (significand >> ((fmt.emin - mbits) - (exponent - 52)));
   }
-  int ex = 0;
-  std::frexp(a, &ex);
-  const int e = ex - 1;
-  const auto significand = static_cast<uint64_t>(a / std::ldexp(1.0, e - mbits));
-  const auto biased = static_cast<uint64_t>(e + fmt.emax);
-  return sign | (biased << mbits) | (significand & Mask(mbits));
+  const auto biased = static_cast<uint64_t>(exponent + fmt.emax);
+  return sign | (biased << mbits) | ((significand >> (52 - mbits)) & Mask(mbits));
 }
 
 double DecodeFormat(uint64_t bits, const FloatFormat& fmt) {
@@ -104,10 +122,10 @@ double DecodeFormat(uint64_t bits, const FloatFormat& fmt) {
       value = std::bit_cast<double>((uint64_t{0x7ff} << 52) | (mant << (52 - mbits)));
     }
   } else if (exp_field == 0) {
-    value = std::ldexp(static_cast<double>(mant), fmt.emin - mbits);
+    value = static_cast<double>(static_cast<int64_t>(mant)) * Pow2(fmt.emin - mbits);
   } else {
-    value = std::ldexp(static_cast<double>(mant | (uint64_t{1} << mbits)),
-                       static_cast<int>(exp_field) - fmt.emax - mbits);
+    value = static_cast<double>(static_cast<int64_t>(mant | (uint64_t{1} << mbits))) *
+            Pow2(static_cast<int>(exp_field) - fmt.emax - mbits);
   }
   return negative ? -value : value;
 }
@@ -138,11 +156,21 @@ uint64_t LowBits(int64_t v, DType t) {
 
 uint64_t FloatToBits(double v, DType t) {
   if (t == DType::kF64) return std::bit_cast<uint64_t>(v);
+  // The host's double -> float conversion is IEEE's (nearest even, gradual underflow, overflow
+  // to inf) and one instruction; NaNs keep the payload rule of EncodeFormat.
+  if (t == DType::kF32 && !std::isnan(v)) {
+    return std::bit_cast<uint32_t>(static_cast<float>(v));
+  }
   return EncodeFormat(v, FormatOf(t));
 }
 
 double BitsToFloat(uint64_t bits, DType t) {
   if (t == DType::kF64) return std::bit_cast<double>(bits);
+  if (t == DType::kF32) {
+    const auto f = std::bit_cast<float>(static_cast<uint32_t>(bits));
+    // float -> double is exact, but the host quiets a signalling NaN: NaNs decode bit by bit.
+    if (!std::isnan(f)) return static_cast<double>(f);
+  }
   return DecodeFormat(bits & Mask(FormatOf(t).total_bits()), FormatOf(t));
 }
 
@@ -206,30 +234,85 @@ double Tensor::AsDouble(int64_t k) const {
 
 double RoundToDType(double v, DType t) {
   switch (t) {
+    case DType::kF32:  // as FloatToBits: the host's conversion; a NaN stays as it is
+      return std::isnan(v) ? v : static_cast<double>(static_cast<float>(v));
     case DType::kF16:
     case DType::kBF16:
-    case DType::kF32:
       return internal::RoundToFormat(v, internal::FormatOf(t));
     default:
       return v;  // f64 is exact; integer dtypes are not rounded here
   }
 }
 
-std::vector<uint8_t> ToDeviceBytes(const Tensor& t) {
-  const int width = DTypeBytes(t.shape.dtype);
-  const int64_t n = t.size();
-  const bool is_float = IsFloat(t.shape.dtype);
-  std::vector<uint8_t> out(static_cast<size_t>(n) * width, 0);
-  for (int64_t k = 0; k < n; ++k) {
-    uint64_t bits;
-    if (is_float) {
-      // A malformed tensor (too few values) yields zeros rather than reading out of bounds.
-      bits = k < static_cast<int64_t>(t.f.size()) ? FloatToBits(t.f[k], t.shape.dtype) : 0;
-    } else {
-      const int64_t v = k < static_cast<int64_t>(t.i.size()) ? t.i[k] : 0;
-      bits = t.shape.dtype == DType::kPred ? (v != 0) : static_cast<uint64_t>(v);
+namespace {
+
+// Device storage is little-endian, as is every host stitch builds for; the copies below
+// move whole elements at once.
+static_assert(std::endian::native == std::endian::little);
+
+// Fixed-size copies, which compile to one move each, where a copy of `width` bytes would be a
+// library call per element.
+void StoreBits(uint8_t* out, uint64_t bits, int width) {
+  switch (width) {
+    case 1:
+      *out = static_cast<uint8_t>(bits);
+      return;
+    case 2: {
+      const auto v = static_cast<uint16_t>(bits);
+      std::memcpy(out, &v, 2);
+      return;
     }
-    for (int b = 0; b < width; ++b) out[k * width + b] = static_cast<uint8_t>(bits >> (8 * b));
+    case 4: {
+      const auto v = static_cast<uint32_t>(bits);
+      std::memcpy(out, &v, 4);
+      return;
+    }
+    default:
+      std::memcpy(out, &bits, 8);
+  }
+}
+
+uint64_t LoadBits(const uint8_t* in, int width) {
+  switch (width) {
+    case 1:
+      return *in;
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, in, 2);
+      return v;
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, in, 4);
+      return v;
+    }
+    default: {
+      uint64_t v;
+      std::memcpy(&v, in, 8);
+      return v;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<uint8_t> ToDeviceBytes(const Tensor& t) {
+  const DType dtype = t.shape.dtype;
+  const int width = DTypeBytes(dtype);
+  const int64_t n = t.size();
+  std::vector<uint8_t> out(static_cast<size_t>(n) * width, 0);
+  uint8_t* at = out.data();
+  // A malformed tensor (too few values) yields zeros rather than reading out of bounds.
+  if (IsFloat(dtype)) {
+    const int64_t have = std::min<int64_t>(n, static_cast<int64_t>(t.f.size()));
+    for (int64_t k = 0; k < have; ++k) StoreBits(at + k * width, FloatToBits(t.f[k], dtype), width);
+    return out;
+  }
+  const int64_t have = std::min<int64_t>(n, static_cast<int64_t>(t.i.size()));
+  for (int64_t k = 0; k < have; ++k) {
+    const int64_t v = t.i[k];
+    StoreBits(at + k * width, dtype == DType::kPred ? uint64_t{v != 0} : static_cast<uint64_t>(v),
+              width);
   }
   return out;
 }
@@ -244,16 +327,16 @@ StatusOr<Tensor> FromDeviceBytes(const Shape& shape, const std::vector<uint8_t>&
                            std::to_string(bytes.size()));
   }
   Tensor t = Tensor::Zeros(shape);
+  const uint8_t* at = bytes.data();
+  if (IsFloat(shape.dtype)) {
+    for (int64_t k = 0; k < n; ++k)
+      t.f[k] = BitsToFloat(LoadBits(at + k * width, width), shape.dtype);
+    return t;
+  }
   for (int64_t k = 0; k < n; ++k) {
-    uint64_t bits = 0;
-    for (int b = 0; b < width; ++b) bits |= uint64_t{bytes[k * width + b]} << (8 * b);
-    if (IsFloat(shape.dtype)) {
-      t.f[k] = BitsToFloat(bits, shape.dtype);
-    } else if (shape.dtype == DType::kPred) {
-      t.i[k] = bits != 0;
-    } else {
-      t.i[k] = WrapInt(static_cast<int64_t>(bits), shape.dtype);
-    }
+    const uint64_t bits = LoadBits(at + k * width, width);
+    t.i[k] = shape.dtype == DType::kPred ? int64_t{bits != 0}
+                                         : WrapInt(static_cast<int64_t>(bits), shape.dtype);
   }
   return t;
 }
@@ -263,12 +346,16 @@ Tensor RandomTensor(const Shape& shape, std::mt19937_64& rng) {
   // unspecified) so that a seed gives the same tensor with every standard library.
   Tensor t = Tensor::Zeros(shape);
   const int64_t n = shape.elements();
+  if (IsFloat(shape.dtype)) {
+    for (int64_t k = 0; k < n; ++k) {
+      const double u = static_cast<double>(rng() >> 11) * 0x1p-53;  // [0, 1)
+      t.f[k] = RoundToDType(4.0 * u - 2.0, shape.dtype);
+    }
+    return t;
+  }
   for (int64_t k = 0; k < n; ++k) {
     const uint64_t r = rng();
-    if (IsFloat(shape.dtype)) {
-      const double u = static_cast<double>(r >> 11) * 0x1p-53;  // [0, 1)
-      t.f[k] = RoundToDType(4.0 * u - 2.0, shape.dtype);
-    } else if (shape.dtype == DType::kPred) {
+    if (shape.dtype == DType::kPred) {
       t.i[k] = static_cast<int64_t>(r >> 63);
     } else if (IsSignedInt(shape.dtype)) {
       t.i[k] = static_cast<int64_t>(r % 21) - 10;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -182,6 +183,74 @@ void CheckAllTies(DType t, uint32_t max_finite_bits) {
 
 TEST(TensorRounding, F16AllTiesToEven) { CheckAllTies(DType::kF16, 0x7bff); }
 TEST(TensorRounding, BF16AllTiesToEven) { CheckAllTies(DType::kBF16, 0x7f7f); }
+
+// Random doubles (from a logged seed) over a range wider than the format's, each rounded by
+// an oracle that knows nothing of the rounding code: the nearest of the format's decoded
+// values, the one with an even mantissa on a tie, inf from half an ulp past the largest.
+void CheckNearestOnRandomDoubles(DType t, uint32_t max_finite_bits, int min_exp, int max_exp,
+                                 uint64_t seed) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::vector<double> values;  // every finite non-negative value, ascending with its bits
+  for (uint32_t bits = 0; bits <= max_finite_bits; ++bits) values.push_back(FromBits(t, bits));
+  const double max = values.back();
+  const double overflow = max + (max - values[values.size() - 2]) / 2;
+  std::mt19937_64 rng(seed);
+  for (int k = 0; k < 200000; ++k) {
+    const uint64_t r = rng();
+    // A significand from the bits, an exponent a little past the format's range either way.
+    const double v = std::ldexp(1.0 + static_cast<double>(r >> 12) * 0x1p-52,
+                                min_exp + static_cast<int>(r % (max_exp - min_exp + 1))) *
+                     ((r >> 11) & 1 ? -1.0 : 1.0);
+    const double a = std::fabs(v);
+    double want;
+    uint32_t want_bits;
+    if (a >= overflow) {
+      want = kInf;
+      want_bits = max_finite_bits + 1;  // the exponent all ones, mantissa zero
+    } else {
+      const auto hi = std::lower_bound(values.begin(), values.end(), a);
+      size_t pick = static_cast<size_t>(hi - values.begin());
+      if (hi == values.end()) {
+        pick = values.size() - 1;
+      } else if (*hi != a && pick > 0) {
+        const double below = a - values[pick - 1], above = *hi - a;
+        if (below < above || (below == above && (pick - 1) % 2 == 0)) --pick;
+      }
+      want = values[pick];
+      want_bits = static_cast<uint32_t>(pick);
+    }
+    if (v < 0) {
+      want = -want;
+      want_bits |= 0x8000;
+    }
+    ASSERT_EQ(RoundToDType(v, t), want) << std::hexfloat << v;
+    ASSERT_EQ(std::signbit(RoundToDType(v, t)), std::signbit(v)) << std::hexfloat << v;
+    ASSERT_EQ(Bits(t, v), want_bits) << std::hexfloat << v;
+  }
+}
+
+TEST(TensorRounding, F16NearestOnRandomDoubles) {
+  CheckNearestOnRandomDoubles(DType::kF16, 0x7bff, -28, 17, 20261129);
+}
+TEST(TensorRounding, BF16NearestOnRandomDoubles) {
+  CheckNearestOnRandomDoubles(DType::kBF16, 0x7f7f, -137, 129, 20261130);
+}
+
+// f32 through device bytes: every value of the random f32 patterns comes back bit for bit,
+// NaN payloads included, which the host's own float -> double conversion would quiet.
+TEST(TensorDeviceBytes, F32PatternsRoundTrip) {
+  std::mt19937_64 rng(4242);
+  SCOPED_TRACE("seed 4242");
+  for (int k = 0; k < 100000; ++k) {
+    auto bits = static_cast<uint32_t>(rng());
+    if (k % 8 == 0) bits |= 0x7f800000u;  // inf and NaNs, signalling ones among them
+    const double v = FromBits(DType::kF32, bits);
+    ASSERT_EQ(Bits(DType::kF32, v), bits) << std::hex << bits;
+    if (!std::isnan(v)) {
+      ASSERT_EQ(v, static_cast<double>(std::bit_cast<float>(bits))) << bits;
+    }
+  }
+}
 
 TEST(TensorDeviceBytes, KnownEncodings) {
   EXPECT_EQ(Bits(DType::kF16, 1.0), 0x3c00u);
