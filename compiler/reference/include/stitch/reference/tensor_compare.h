@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "stitch/reference/tensor.h"
 
@@ -38,5 +39,12 @@ struct Comparison {
 // Compares element by element. NaN equals NaN, infinities must match exactly, and a shape
 // or dtype difference fails. Passing means every error is within `tolerance`.
 Comparison Compare(const Tensor& expected, const Tensor& actual, double tolerance);
+
+// As Compare, on two outputs of `shape` given in device storage bytes (ToDeviceBytes), read
+// in place: a GPU run's full-size outputs are never widened to tensors of doubles, and
+// identical bytes pass at once. Fails, naming the sizes, when either has another byte count
+// than `shape` needs.
+Comparison CompareDeviceBytes(const Shape& shape, const std::vector<uint8_t>& expected,
+                              const std::vector<uint8_t>& actual, double tolerance);
 
 }  // namespace stitch
