@@ -888,6 +888,14 @@ int RunBuckets(const std::vector<suite::SuiteEntry>& entries, const Target& targ
   return BucketRunOk(rows, gpu) ? 0 : kExitFailed;
 }
 
+// mappings.csv, and with --out-dir on a GPU device.json, as far as the sweep got.
+Status WriteMappingFiles(const std::string& csv_path, const std::vector<MappingRow>& rows, Gpu* gpu,
+                         const Target& target, const Flags& flags, const std::vector<int>& ids) {
+  if (!csv_path.empty()) STITCH_RETURN_IF_ERROR(WriteMappingCsv(csv_path, rows));
+  if (flags.out_dir.empty() || gpu == nullptr) return Status::Ok();
+  return WriteDeviceJson(flags.out_dir + "/device.json", gpu->info(), target, flags, ids);
+}
+
 int RunMappings(const std::vector<suite::SuiteEntry>& entries, const Target& target, Gpu* gpu,
                 const Flags& flags) {
   MappingSweepOptions options;
@@ -897,19 +905,22 @@ int RunMappings(const std::vector<suite::SuiteEntry>& entries, const Target& tar
   options.verify = flags.verify;
   std::vector<MappingRow> rows;
   std::vector<int> ids;
+  const std::string csv_path = CsvPath(flags, "mappings.csv");
+  Status s = Status::Ok();
+  PrintMappingTable({}, std::cout);
+  // Each suite row's lines and the CSV so far are out as soon as the row finishes: a run cut
+  // short by a time limit keeps what it measured.
   for (const suite::SuiteEntry& e : entries) {
     std::vector<MappingRow> some = SweepMappings(e, options, gpu);
+    PrintMappingTable(some, std::cout, /*header=*/false);
+    std::cout.flush();
     rows.insert(rows.end(), some.begin(), some.end());
     ids.push_back(e.id);
+    if (s.ok()) s = WriteMappingFiles(csv_path, rows, gpu, target, flags, ids);
     std::cerr << "#" << e.id << " done\n";
   }
-  PrintMappingTable(rows, std::cout);
+  if (s.ok() && entries.empty()) s = WriteMappingFiles(csv_path, rows, gpu, target, flags, ids);
   PrintMappingSummary(rows, gpu != nullptr, std::cout);
-  const std::string csv_path = CsvPath(flags, "mappings.csv");
-  Status s = csv_path.empty() ? Status::Ok() : WriteMappingCsv(csv_path, rows);
-  if (s.ok() && !flags.out_dir.empty() && gpu != nullptr) {
-    s = WriteDeviceJson(flags.out_dir + "/device.json", gpu->info(), target, flags, ids);
-  }
   if (!s.ok()) {
     std::cerr << "gpu_bench: " << s.ToString() << "\n";
     return kExitFailed;

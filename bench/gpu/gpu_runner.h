@@ -106,6 +106,14 @@ class Gpu {
   virtual StatusOr<std::vector<Tensor>> RunPlan(const Graph& g, const CompileResult& compiled,
                                                 const std::vector<Tensor>& params,
                                                 int64_t outer_extent = 0) = 0;
+
+  // As RunPlan, with each parameter given in device storage bytes (ToDeviceBytes) and each
+  // output returned so: a caller that runs one set of full-size inputs through many plans
+  // converts them once, and compares outputs as bytes (CompareDeviceBytes).
+  // INVALID_ARGUMENT when a parameter's byte count is not its shape's.
+  virtual StatusOr<std::vector<std::vector<uint8_t>>> RunPlanOnBytes(
+      const Graph& g, const CompileResult& compiled,
+      const std::vector<std::vector<uint8_t>>& params, int64_t outer_extent = 0) = 0;
 };
 
 // Opens device `ordinal` through the driver library `driver_library` (a name for dlopen,

@@ -252,6 +252,9 @@ class CudaGpu final : public Gpu {
   StatusOr<std::vector<Tensor>> RunPlan(const Graph& g, const CompileResult& compiled,
                                         const std::vector<Tensor>& params,
                                         int64_t outer_extent) override;
+  StatusOr<std::vector<std::vector<uint8_t>>> RunPlanOnBytes(
+      const Graph& g, const CompileResult& compiled,
+      const std::vector<std::vector<uint8_t>>& params, int64_t outer_extent) override;
 
  private:
   using Buffers = std::map<int, DeviceBuffer>;
@@ -283,8 +286,10 @@ class CudaGpu final : public Gpu {
   void AddKernelTime(const LoadedPlan& plan, int runs, PlanTiming& timing);
   StatusOr<PlanTiming> Time(const Graph& g, const CompileResult& compiled,
                             const TimingOptions& options, int64_t outer_extent);
-  StatusOr<std::vector<Tensor>> Run(const Graph& g, const CompileResult& compiled,
-                                    const std::vector<Tensor>& params, int64_t outer_extent);
+  // Runs the plan once on parameters in device storage bytes; returns each output's bytes.
+  StatusOr<std::vector<std::vector<uint8_t>>> Run(const Graph& g, const CompileResult& compiled,
+                                                  const std::vector<std::vector<uint8_t>>& params,
+                                                  int64_t outer_extent);
   // After a failure: a kernel fault leaves the context unusable, so reset it then.
   void Recover();
 
@@ -599,13 +604,21 @@ StatusOr<PlanTiming> CudaGpu::Time(const Graph& g, const CompileResult& compiled
   return t;
 }
 
-StatusOr<std::vector<Tensor>> CudaGpu::Run(const Graph& g, const CompileResult& compiled,
-                                           const std::vector<Tensor>& params,
-                                           int64_t outer_extent) {
+StatusOr<std::vector<std::vector<uint8_t>>> CudaGpu::Run(
+    const Graph& g, const CompileResult& compiled, const std::vector<std::vector<uint8_t>>& params,
+    int64_t outer_extent) {
   const std::vector<int> param_nodes = g.Parameters();
   if (params.size() != param_nodes.size()) {
     return InvalidArgument("graph takes " + std::to_string(param_nodes.size()) +
                            " parameters, got " + std::to_string(params.size()));
+  }
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Shape& want = g.nodes[param_nodes[k]].shape;
+    if (static_cast<int64_t>(params[k].size()) != want.bytes()) {
+      return InvalidArgument("parameter " + std::to_string(k) + " has " +
+                             std::to_string(params[k].size()) + " bytes; " + want.ToString() +
+                             " takes " + std::to_string(want.bytes()));
+    }
   }
   LoadedPlan plan;
   STITCH_RETURN_IF_ERROR(Load(compiled, plan));
@@ -616,21 +629,15 @@ StatusOr<std::vector<Tensor>> CudaGpu::Run(const Graph& g, const CompileResult& 
     STITCH_RETURN_IF_ERROR(Check(api_.MemsetD8(buffer.ptr(), 0xff, buffer.bytes()), "cuMemsetD8"));
   }
   for (size_t k = 0; k < params.size(); ++k) {
-    const Shape& want = g.nodes[param_nodes[k]].shape;
-    if (params[k].shape != want) {
-      return InvalidArgument("parameter " + std::to_string(k) + " is " +
-                             params[k].shape.ToString() + ", expected " + want.ToString());
-    }
-    const std::vector<uint8_t> bytes = ToDeviceBytes(params[k]);
-    if (bytes.empty()) continue;
+    if (params[k].empty()) continue;
     STITCH_RETURN_IF_ERROR(
-        Check(api_.MemcpyHtoD(buffers.at(param_nodes[k]).ptr(), bytes.data(), bytes.size()),
+        Check(api_.MemcpyHtoD(buffers.at(param_nodes[k]).ptr(), params[k].data(), params[k].size()),
               "cuMemcpyHtoD"));
   }
   STITCH_RETURN_IF_ERROR(Bind(compiled, buffers, outer_extent, plan));
   STITCH_RETURN_IF_ERROR(Launch(plan));
   STITCH_RETURN_IF_ERROR(Check(api_.CtxSynchronize(), "running the plan"));
-  std::vector<Tensor> outputs;
+  std::vector<std::vector<uint8_t>> outputs;
   for (int o : g.outputs) {
     // An output that is a parameter's bytes is the parameter's buffer, as a framework's view
     // of it is (aliasing.h).
@@ -642,8 +649,7 @@ StatusOr<std::vector<Tensor>> CudaGpu::Run(const Graph& g, const CompileResult& 
       STITCH_RETURN_IF_ERROR(
           Check(api_.MemcpyDtoH(bytes.data(), it->second.ptr(), bytes.size()), "cuMemcpyDtoH"));
     }
-    STITCH_ASSIGN_OR_RETURN(Tensor t, FromDeviceBytes(g.nodes[o].shape, bytes));
-    outputs.push_back(std::move(t));
+    outputs.push_back(std::move(bytes));
   }
   return outputs;
 }
@@ -671,14 +677,41 @@ StatusOr<PlanTiming> CudaGpu::TimePlan(const Graph& g, const CompileResult& comp
   return t;
 }
 
+StatusOr<std::vector<std::vector<uint8_t>>> CudaGpu::RunPlanOnBytes(
+    const Graph& g, const CompileResult& compiled, const std::vector<std::vector<uint8_t>>& params,
+    int64_t outer_extent) {
+  if (context_ == nullptr) return Unavailable("the CUDA context could not be recreated");
+  STITCH_RETURN_IF_ERROR(CheckOuterExtent(g, compiled, outer_extent));
+  StatusOr<std::vector<std::vector<uint8_t>>> out = Run(g, compiled, params, outer_extent);
+  if (!out.ok()) Recover();
+  return out;
+}
+
 StatusOr<std::vector<Tensor>> CudaGpu::RunPlan(const Graph& g, const CompileResult& compiled,
                                                const std::vector<Tensor>& params,
                                                int64_t outer_extent) {
-  if (context_ == nullptr) return Unavailable("the CUDA context could not be recreated");
-  STITCH_RETURN_IF_ERROR(CheckOuterExtent(g, compiled, outer_extent));
-  StatusOr<std::vector<Tensor>> out = Run(g, compiled, params, outer_extent);
-  if (!out.ok()) Recover();
-  return out;
+  const std::vector<int> param_nodes = g.Parameters();
+  if (params.size() != param_nodes.size()) {
+    return InvalidArgument("graph takes " + std::to_string(param_nodes.size()) +
+                           " parameters, got " + std::to_string(params.size()));
+  }
+  std::vector<std::vector<uint8_t>> bytes;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Shape& want = g.nodes[param_nodes[k]].shape;
+    if (params[k].shape != want) {
+      return InvalidArgument("parameter " + std::to_string(k) + " is " +
+                             params[k].shape.ToString() + ", expected " + want.ToString());
+    }
+    bytes.push_back(ToDeviceBytes(params[k]));
+  }
+  STITCH_ASSIGN_OR_RETURN(std::vector<std::vector<uint8_t>> out,
+                          RunPlanOnBytes(g, compiled, bytes, outer_extent));
+  std::vector<Tensor> outputs;
+  for (size_t k = 0; k < out.size(); ++k) {
+    STITCH_ASSIGN_OR_RETURN(Tensor t, FromDeviceBytes(g.nodes[g.outputs[k]].shape, out[k]));
+    outputs.push_back(std::move(t));
+  }
+  return outputs;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -82,9 +83,13 @@ std::string RegisterEstimateSummary(const std::vector<MappingRow>& rows) {
 
 // Times `v` (its buffers filled from `seed`, as gpu_bench fills a row's) and, given the shipped
 // plan's inputs and outputs, compares its outputs with them.
+// Inputs and outputs stay in device storage bytes: a full-size row's tensors of doubles would
+// take twice their memory and most of the sweep's time to convert, per variant.
+using DeviceBytes = std::vector<std::vector<uint8_t>>;
+
 void TimeAndVerify(Gpu& gpu, const MappingVariant& v, const MappingSweepOptions& options,
-                   uint64_t seed, const std::vector<Tensor>* inputs,
-                   const std::vector<Tensor>* shipped_outputs, MappingRow& row) {
+                   uint64_t seed, const DeviceBytes* inputs, const DeviceBytes* shipped_outputs,
+                   MappingRow& row) {
   TimingOptions timing = options.timing;
   timing.seed = seed;
   StatusOr<PlanTiming> t = gpu.TimePlan(v.compiled.graph, v.compiled, timing);
@@ -99,16 +104,17 @@ void TimeAndVerify(Gpu& gpu, const MappingVariant& v, const MappingSweepOptions&
     row.error = "kernel time not measured: " + t->kernel_note;
   }
   if (v.shipped() || inputs == nullptr || shipped_outputs == nullptr) return;
-  StatusOr<std::vector<Tensor>> got = gpu.RunPlan(v.compiled.graph, v.compiled, *inputs);
+  StatusOr<DeviceBytes> got = gpu.RunPlanOnBytes(v.compiled.graph, v.compiled, *inputs);
   if (!got.ok()) {
     row.error = "run (verify): " + got.status().ToString();
     return;
   }
   row.matches = "yes";
+  const Graph& g = v.compiled.graph;
   for (size_t o = 0; o < shipped_outputs->size() && o < got->size(); ++o) {
-    const Tensor& want = (*shipped_outputs)[o];
-    const Comparison c =
-        Compare(want, (*got)[o], OutputTolerance(v.compiled.graph, want.shape.dtype));
+    const Shape& shape = g.nodes[g.outputs[o]].shape;
+    const Comparison c = CompareDeviceBytes(shape, (*shipped_outputs)[o], (*got)[o],
+                                            OutputTolerance(g, shape.dtype));
     if (!c.pass) {
       row.matches = "NO";
       if (row.error.empty()) row.error = "output " + std::to_string(o) + ": " + c.message;
@@ -139,16 +145,16 @@ std::vector<MappingRow> SweepMappings(const suite::SuiteEntry& e,
     return rows;
   }
   // The inputs and the shipped plan's outputs every variant is compared with.
-  std::vector<Tensor> inputs;
-  std::vector<Tensor> shipped_outputs;
+  DeviceBytes inputs;
+  DeviceBytes shipped_outputs;
   std::string verify_error;
   const bool verify = gpu != nullptr && options.verify && !variants->empty();
   if (verify) {
     std::mt19937_64 rng(static_cast<uint64_t>(e.id));
     for (int node : compiled->graph.Parameters()) {
-      inputs.push_back(RandomTensor(compiled->graph.nodes[node].shape, rng));
+      inputs.push_back(ToDeviceBytes(RandomTensor(compiled->graph.nodes[node].shape, rng)));
     }
-    StatusOr<std::vector<Tensor>> out = gpu->RunPlan(compiled->graph, *compiled, inputs);
+    StatusOr<DeviceBytes> out = gpu->RunPlanOnBytes(compiled->graph, *compiled, inputs);
     if (out.ok()) {
       shipped_outputs = std::move(out).value();
     } else {
@@ -177,10 +183,12 @@ std::vector<MappingRow> SweepMappings(const suite::SuiteEntry& e,
   return rows;
 }
 
-void PrintMappingTable(const std::vector<MappingRow>& rows, std::ostream& out) {
-  out << "| id | kernel | mapping | ships | waves | stretch | planning µs | model µs | model µs "
-         "unstretched | kernel µs | / shipped | = shipped |\n"
-         "|---:|---|---|:---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n";
+void PrintMappingTable(const std::vector<MappingRow>& rows, std::ostream& out, bool header) {
+  if (header) {
+    out << "| id | kernel | mapping | ships | waves | stretch | planning µs | model µs | model µs "
+           "unstretched | kernel µs | / shipped | = shipped |\n"
+           "|---:|---|---|:---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n";
+  }
   std::map<std::pair<int, int>, double> shipped_us;
   for (const MappingRow& r : rows) {
     if (r.candidate < 0) shipped_us[{r.id, r.kernel}] = r.kernel_us;
@@ -245,8 +253,11 @@ void PrintMappingSummary(const std::vector<MappingRow>& rows, bool timed, std::o
 }
 
 Status WriteMappingCsv(const std::string& path, const std::vector<MappingRow>& rows) {
-  std::ofstream out(path);
-  if (!out) return InvalidArgument("cannot write " + path);
+  // Written aside and renamed over `path`, so that a run killed mid-write leaves the last
+  // whole file.
+  const std::string partial = path + ".partial";
+  std::ofstream out(partial);
+  if (!out) return InvalidArgument("cannot write " + partial);
   out << "id,kernel,kernel_name,candidate,shipped,mapping,blocks,vector_width,waves,stretch,"
          "registers_planned,registers,instructions,"
          "planning_us,model_us,model_unstretched_us,kernel_us,matches,error\n";
@@ -270,7 +281,10 @@ Status WriteMappingCsv(const std::string& path, const std::vector<MappingRow>& r
         << quoted(r.error) << "\n";
   }
   out.close();
-  if (!out) return Internal("error writing " + path);
+  if (!out) return Internal("error writing " + partial);
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) return Internal("cannot rename " + partial + " to " + path + ": " + ec.message());
   return Status::Ok();
 }
 

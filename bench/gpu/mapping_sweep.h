@@ -67,10 +67,13 @@ std::vector<MappingRow> SweepMappings(const suite::SuiteEntry& e,
 // The table, and a summary per kernel: the fastest mapping measured against the shipped one,
 // and where the current model's cheapest is not the fastest; and, timed or not, how far the
 // scheduler's register estimates are from the assembler's.
-void PrintMappingTable(const std::vector<MappingRow>& rows, std::ostream& out);
+// `header`: print the table's header first; a sweep prints it once, then each suite row's
+// lines as that row finishes.
+void PrintMappingTable(const std::vector<MappingRow>& rows, std::ostream& out, bool header = true);
 void PrintMappingSummary(const std::vector<MappingRow>& rows, bool timed, std::ostream& out);
 
-// Writes the rows as CSV (one line per variant, the fields above).
+// Writes the rows as CSV (one line per variant, the fields above), replacing `path` whole:
+// a sweep rewrites it after each suite row, so a run cut short keeps the rows it finished.
 Status WriteMappingCsv(const std::string& path, const std::vector<MappingRow>& rows);
 
 // True when every row compiled and, timed, was measured and matched the shipped mapping.
