@@ -341,29 +341,52 @@ StatusOr<Tensor> FromDeviceBytes(const Shape& shape, const std::vector<uint8_t>&
   return t;
 }
 
+namespace {
+
+// RandomTensor's value of engine output `r`: raw output is mapped by hand (not through std
+// distributions, whose algorithms are unspecified) so that a seed gives the same tensor with
+// every standard library.
+double RandomFloat(uint64_t r, DType t) {
+  const double u = static_cast<double>(r >> 11) * 0x1p-53;  // [0, 1)
+  return RoundToDType(4.0 * u - 2.0, t);
+}
+
+int64_t RandomInteger(uint64_t r, DType t) {
+  if (t == DType::kPred) return static_cast<int64_t>(r >> 63);
+  const auto small = static_cast<int64_t>(r % 21);
+  return IsSignedInt(t) ? small - 10 : small;
+}
+
+}  // namespace
+
 Tensor RandomTensor(const Shape& shape, std::mt19937_64& rng) {
-  // Raw engine output is mapped by hand (not through std distributions, whose algorithms are
-  // unspecified) so that a seed gives the same tensor with every standard library.
   Tensor t = Tensor::Zeros(shape);
   const int64_t n = shape.elements();
   if (IsFloat(shape.dtype)) {
-    for (int64_t k = 0; k < n; ++k) {
-      const double u = static_cast<double>(rng() >> 11) * 0x1p-53;  // [0, 1)
-      t.f[k] = RoundToDType(4.0 * u - 2.0, shape.dtype);
-    }
-    return t;
-  }
-  for (int64_t k = 0; k < n; ++k) {
-    const uint64_t r = rng();
-    if (shape.dtype == DType::kPred) {
-      t.i[k] = static_cast<int64_t>(r >> 63);
-    } else if (IsSignedInt(shape.dtype)) {
-      t.i[k] = static_cast<int64_t>(r % 21) - 10;
-    } else {
-      t.i[k] = static_cast<int64_t>(r % 21);
-    }
+    for (int64_t k = 0; k < n; ++k) t.f[k] = RandomFloat(rng(), shape.dtype);
+  } else {
+    for (int64_t k = 0; k < n; ++k) t.i[k] = RandomInteger(rng(), shape.dtype);
   }
   return t;
+}
+
+std::vector<uint8_t> RandomDeviceBytes(const Shape& shape, std::mt19937_64& rng) {
+  const DType dtype = shape.dtype;
+  const int width = DTypeBytes(dtype);
+  const int64_t n = shape.elements();
+  std::vector<uint8_t> out(static_cast<size_t>(n) * width);
+  uint8_t* at = out.data();
+  if (IsFloat(dtype)) {
+    for (int64_t k = 0; k < n; ++k) {
+      StoreBits(at + k * width, FloatToBits(RandomFloat(rng(), dtype), dtype), width);
+    }
+    return out;
+  }
+  // As ToDeviceBytes stores integers: pred as 0/1, the others' low bytes.
+  for (int64_t k = 0; k < n; ++k) {
+    StoreBits(at + k * width, static_cast<uint64_t>(RandomInteger(rng(), dtype)), width);
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------

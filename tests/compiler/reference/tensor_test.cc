@@ -321,6 +321,19 @@ TEST(TensorRandom, RangesAndDeterminism) {
   }
 }
 
+// The bytes drawn directly are those of the tensor drawn from the same seed, and the engine
+// is left where RandomTensor leaves it.
+TEST(TensorRandom, DeviceBytesAreTheTensorsBytes) {
+  for (DType t : {DType::kF16, DType::kBF16, DType::kF32, DType::kF64, DType::kS8, DType::kU8,
+                  DType::kS32, DType::kU32, DType::kS64, DType::kU64, DType::kPred}) {
+    SCOPED_TRACE(std::string(DTypeName(t)));
+    std::mt19937_64 a(99), b(99);
+    const Shape s = S(t, {17, 31});
+    EXPECT_EQ(RandomDeviceBytes(s, a), ToDeviceBytes(RandomTensor(s, b)));
+    EXPECT_EQ(a(), b());
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // .npy
 

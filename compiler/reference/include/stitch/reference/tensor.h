@@ -41,6 +41,10 @@ double RoundToDType(double v, DType t);
 // rounded to the dtype), integers uniform over a small range, pred 0/1.
 Tensor RandomTensor(const Shape& shape, std::mt19937_64& rng);
 
+// Returns ToDeviceBytes(RandomTensor(shape, rng)), the same draws, without the tensor of
+// doubles between: the inputs of a full-size GPU run.
+std::vector<uint8_t> RandomDeviceBytes(const Shape& shape, std::mt19937_64& rng);
+
 // Reads a NumPy .npy file (format 1.0-3.0, C order, little endian; dtypes <f2 <f4 <f8 |i1
 // <i4 <i8 |u1 <u4 <u8 |b1). Returns INVALID_ARGUMENT naming the path and what is wrong.
 StatusOr<Tensor> ReadNpy(const std::string& path);
