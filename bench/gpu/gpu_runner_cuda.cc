@@ -470,7 +470,7 @@ Status CudaGpu::FillRandom(const DeviceBuffer& buffer, const Shape& shape, std::
   Shape block;
   block.dtype = shape.dtype;
   block.dims = {std::min<int64_t>(shape.elements(), int64_t{1} << 20)};
-  const std::vector<uint8_t> bytes = ToDeviceBytes(RandomTensor(block, rng));
+  const std::vector<uint8_t> bytes = RandomDeviceBytes(block, rng);
   for (size_t offset = 0; offset < buffer.bytes(); offset += bytes.size()) {
     const size_t n = std::min(bytes.size(), buffer.bytes() - offset);
     STITCH_RETURN_IF_ERROR(

@@ -152,7 +152,7 @@ std::vector<MappingRow> SweepMappings(const suite::SuiteEntry& e,
   if (verify) {
     std::mt19937_64 rng(static_cast<uint64_t>(e.id));
     for (int node : compiled->graph.Parameters()) {
-      inputs.push_back(ToDeviceBytes(RandomTensor(compiled->graph.nodes[node].shape, rng)));
+      inputs.push_back(RandomDeviceBytes(compiled->graph.nodes[node].shape, rng));
     }
     StatusOr<DeviceBytes> out = gpu->RunPlanOnBytes(compiled->graph, *compiled, inputs);
     if (out.ok()) {
