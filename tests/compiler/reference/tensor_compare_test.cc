@@ -96,8 +96,7 @@ TEST(CompareDeviceBytesTest, IdenticalBytesPassAndWrongSizesFail) {
   std::vector<uint8_t> short_by_one(bytes.begin(), bytes.end() - 1);
   const Comparison c = CompareDeviceBytes(s, bytes, short_by_one, 1);
   EXPECT_FALSE(c.pass);
-  EXPECT_NE(c.message.find("needs 30 bytes; got 29, expected 30"), std::string::npos)
-      << c.message;
+  EXPECT_NE(c.message.find("needs 30 bytes; got 29, expected 30"), std::string::npos) << c.message;
   EXPECT_FALSE(CompareDeviceBytes(s, short_by_one, bytes, 1).pass);
 }
 
