@@ -81,12 +81,12 @@ std::string RegisterEstimateSummary(const std::vector<MappingRow>& rows) {
          ").\n";
 }
 
-// Times `v` (its buffers filled from `seed`, as gpu_bench fills a row's) and, given the shipped
-// plan's inputs and outputs, compares its outputs with them.
 // Inputs and outputs stay in device storage bytes: a full-size row's tensors of doubles would
 // take twice their memory and most of the sweep's time to convert, per variant.
 using DeviceBytes = std::vector<std::vector<uint8_t>>;
 
+// Times `v` (its buffers filled from `seed`, as gpu_bench fills a row's) and, given the shipped
+// plan's inputs and outputs, compares its outputs with them.
 void TimeAndVerify(Gpu& gpu, const MappingVariant& v, const MappingSweepOptions& options,
                    uint64_t seed, const DeviceBytes* inputs, const DeviceBytes* shipped_outputs,
                    MappingRow& row) {
