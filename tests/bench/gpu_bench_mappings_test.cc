@@ -183,6 +183,16 @@ TEST(GpuBenchMappingsTest, FakeDriverTimesEachMappingAndComparesItsOutputs) {
     EXPECT_TRUE(row.at("error").empty()) << row.at("error");
   }
   EXPECT_TRUE(std::filesystem::exists(dir + "/device.json"));
+  // The CSV is rewritten whole after each suite row, by rename: nothing is left beside it. The
+  // table's header comes once, each row's lines as the row finishes.
+  EXPECT_FALSE(std::filesystem::exists(dir + "/mappings.csv.partial"));
+  size_t headers = 0;
+  for (size_t at = r.out.find("| id | kernel | mapping |"); at != std::string::npos;
+       at = r.out.find("| id | kernel | mapping |", at + 1)) {
+    ++headers;
+  }
+  EXPECT_EQ(headers, 1u) << r.out;
+  EXPECT_LT(r.out.find("| 1 | stitch_k0_row_stitch"), r.out.find("| 16 | stitch_k0_loop")) << r.out;
 }
 
 }  // namespace
