@@ -41,8 +41,7 @@ StatusOr<CompileResult> CompileStitched(const Graph& g, const Target& target, bo
 // The model's figures of the variant's re-mapped kernel.
 void Price(const MappingVariant& v, const GpuDevice& device, MappingRow& row) {
   const KernelSpec& k = v.compiled.plan.kernels[static_cast<size_t>(v.kernel)];
-  const KernelCost planning = NewAnalyticalCostModel(PlanningDevice(device), kPlanningCostModel)
-                                  ->EstimateKernel(v.compiled.graph, k);
+  const KernelCost planning = NewPlanningCostModel(device)->EstimateKernel(v.compiled.graph, k);
   const KernelCost c = NewAnalyticalCostModel(device)->EstimateKernel(v.compiled.graph, k);
   row.planning_us = planning.seconds * 1e6;
   row.model_us = c.seconds * 1e6;

@@ -213,8 +213,7 @@ StatusOr<BaselinePlan> PlanXlaModel(const Graph& g, const GpuDevice& device,
   STITCH_ASSIGN_OR_RETURN(FusionPlan fused, PlanWithRules(out.graph, device, triton, "xla"));
   ApplyXlaMappings(out.graph, fused, device);
   // The rewriter fuses only where XLA's cost model finds the fusion faster.
-  std::unique_ptr<CostModel> model =
-      NewAnalyticalCostModel(PlanningDevice(device), kPlanningCostModel);
+  std::unique_ptr<CostModel> model = NewPlanningCostModel(device);
   if (model->Estimate(out.graph, fused).seconds < model->Estimate(out.graph, out.plan).seconds) {
     out.plan = std::move(fused);
   }

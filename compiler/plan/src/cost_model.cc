@@ -443,4 +443,8 @@ std::unique_ptr<CostModel> NewAnalyticalCostModel(const GpuDevice& device,
   return std::make_unique<AnalyticalCostModel>(device, parameters);
 }
 
+std::unique_ptr<CostModel> NewPlanningCostModel(const GpuDevice& device) {
+  return NewAnalyticalCostModel(PlanningDevice(device), kPlanningCostModel);
+}
+
 }  // namespace stitch

@@ -165,8 +165,9 @@ int64_t PartialBytes(const Graph& g, const std::vector<int>& reduces) {
 }
 
 CostModelParameters WithFittedIssueTerm(const GpuDevice& d) {
-  CostModelParameters p = CostModelParametersFor(PlanningDevice(d), kPlanningCostModel);
-  const CostModelParameters fitted = CostModelParametersFor(PlanningDevice(d), kCurrentCostModel);
+  const GpuDevice& planning = PlanningDevice(d);
+  CostModelParameters p = CostModelParametersFor(planning, kPlanningCostModel);
+  const CostModelParameters fitted = CostModelParametersFor(planning, kCurrentCostModel);
   p.issue_seconds = fitted.issue_seconds;
   p.dependent_issue_seconds = fitted.dependent_issue_seconds;
   return p;

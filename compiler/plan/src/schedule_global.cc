@@ -189,7 +189,7 @@ bool FillGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int thr
 
 Status ScheduleGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   if (k.phases.empty()) return InvalidArgument("kernel " + k.name + " has no phases");
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(PlanningDevice(d), kPlanningCostModel);
+  std::unique_ptr<CostModel> model = NewPlanningCostModel(d);
   double best = std::numeric_limits<double>::infinity();
   int best_threads = 0;
   for (int threads : {256, 512, 1024}) {
@@ -215,8 +215,7 @@ using internal::GridSizing;
 
 void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
   if (kernel.kind != KernelKind::kGlobalStitch) return;
-  std::unique_ptr<CostModel> model =
-      NewAnalyticalCostModel(PlanningDevice(device), kPlanningCostModel);
+  std::unique_ptr<CostModel> model = NewPlanningCostModel(device);
   KernelSpec trial = kernel;
   const int threads = static_cast<int>(kernel.mapping.launch.block_threads());
   if (!FillGlobalStitch(g, trial, device, threads, GridSizing::kWork, *model)) return;

@@ -141,7 +141,7 @@ double BusiestSmShare(const Graph& g, const KernelSpec& k, const GpuDevice& d) {
 // each of four H100 runs #30's 128-thread mapping (then its XLA-model plan's) ran 3-5%
 // faster than the 256-thread one, so at a tie a share at least 1% more even wins.
 void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(PlanningDevice(d), kPlanningCostModel);
+  std::unique_ptr<CostModel> model = NewPlanningCostModel(d);
   std::vector<KernelSpec> candidates = LoopMappingCandidates(g, k, d);
   k = std::move(candidates.front());
   double best = model->EstimateKernel(g, k).seconds;

@@ -278,7 +278,7 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
   }
   const std::vector<int> candidates =
       ThreadsPerRowCandidates(layout.geometry.row_len, block_threads);
-  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(PlanningDevice(d), kPlanningCostModel);
+  std::unique_ptr<CostModel> model = NewPlanningCostModel(d);
   std::unique_ptr<CostModel> issue_model = NewAnalyticalCostModel(d, WithFittedIssueTerm(d));
   // Where later passes over a row read values an earlier pass read or computed (the
   // layout's cached values), mappings that keep the row in registers come first, as

@@ -50,10 +50,7 @@ struct State {
 class Planner {
  public:
   Planner(const Graph& g, const GpuDevice& device, const FusionRules& rules)
-      : g_(g),
-        device_(device),
-        rules_(rules),
-        model_(NewAnalyticalCostModel(PlanningDevice(device), kPlanningCostModel)) {
+      : g_(g), device_(device), rules_(rules), model_(NewPlanningCostModel(device)) {
     std::vector<int> topo = TopologicalOrder(g);
     rank_.assign(g.nodes.size(), 0);
     for (size_t k = 0; k < topo.size(); ++k) rank_[topo[k]] = static_cast<int>(k);

@@ -155,4 +155,8 @@ std::unique_ptr<CostModel> NewAnalyticalCostModel(const GpuDevice& device,
 std::unique_ptr<CostModel> NewAnalyticalCostModel(const GpuDevice& device,
                                                   const CostModelParameters& parameters);
 
+// Returns the model the planners and the scheduler search with for `device`: the analytical
+// model of kPlanningCostModel on PlanningDevice(device).
+std::unique_ptr<CostModel> NewPlanningCostModel(const GpuDevice& device);
+
 }  // namespace stitch
