@@ -928,10 +928,9 @@ int RunMappings(const std::vector<suite::SuiteEntry>& entries, const Target& tar
   return MappingSweepOk(rows, gpu != nullptr) ? 0 : kExitFailed;
 }
 
-// The architecture to compile for on a device: its own where stitch supports it, else the
-// default target, whose PTX the driver JIT-compiles for newer GPUs.
-// The target stitchd's --target auto takes on this GPU (sm_90/h200 on an H200), or the
-// default where stitch does not compile for its architecture.
+// The target to compile for on a device: the one stitchd's --target auto takes on it
+// (sm_90/h200 on an H200), else the default target, whose PTX the driver JIT-compiles for
+// newer GPUs.
 Target TargetForDevice(const DeviceInfo& d) {
   StatusOr<Target> own = Target::ForGpu(d.arch(), d.name);
   return own.ok() ? *own : Target();

@@ -529,12 +529,13 @@ const std::vector<OptionSpec>& Options() {
        "sm_90/h200, or auto (device 0, else sm_90)",
        false, false,
        [](std::string_view t, DaemonConfig& c) -> Error {
-         c.target = t;
-         if (t != "auto") {
-           StatusOr<Target> parsed = Target::Parse(t);
-           if (!parsed.ok()) return parsed.status().message() + " (or auto)";
-           c.target = parsed->name();  // canonical: sm_90/H200 and sm_90/h200 are one target
+         if (t == "auto") {
+           c.target = t;
+           return std::nullopt;
          }
+         StatusOr<Target> parsed = Target::Parse(t);
+         if (!parsed.ok()) return parsed.status().message() + " (or auto)";
+         c.target = parsed->name();  // canonical: sm_90/H200 and sm_90/h200 are one target
          return std::nullopt;
        },
        [](const DaemonConfig& c) { return c.target; }},
