@@ -6,7 +6,8 @@
 //
 // Usage:
 //   cost_model_price [--target sm_XX] [--device NAME] [--version NAME] [--parameters FILE]
-//                    [--only ID,...] [--ptx DIR] [--features PATH] --csv PATH
+//                    [--only ID,...] [--ptx DIR] [--features PATH] [--mappings PATH]
+//                    --csv PATH
 //
 // --device prices the plans compiled for the target on another device of the table (H200
 // for sm_90, whose compiles are planned as an H100): what a set measured on that device is
@@ -35,6 +36,15 @@
 // (stitch/plan/learned_residual.h: ResidualFeaturesOf, at full precision) beside set, id, plan
 // and model_us; tools/train_cost_residual.py trains on them.
 //
+// --mappings PATH writes, per set, the price of every mapping `gpu_bench --mappings` times
+// (mapping_variants.h: each loop, row-stitched and column-phase global kernel of the stitched
+// plan under each candidate the scheduler chose among): set, id, kernel (its index in the
+// plan), kernel_name, candidate (-1: the plan's own), shipped, mapping (MappingText), model_us
+// (the re-mapped kernel alone, as the sweep's model_us), registers (the assembler's, empty
+// where not assembled) and code (the kernel's digest, code_digest.h). Joined with a sweep's
+// mappings.csv on id, kernel, mapping and code, the measured kernel times calibrate the
+// choices the scheduler makes among them (tools/fit_cost_model.py).
+//
 // --ptx DIR writes each plan's kernels to DIR as <id>_<plan>_<kernel>.ptx, and .cubin where
 // assembled, to study what the model reads from them.
 //
@@ -49,6 +59,7 @@
 #include <vector>
 
 #include "gpu/code_digest.h"
+#include "gpu/mapping_variants.h"
 #include "stitch/driver/compile.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/gpu_device.h"
@@ -64,7 +75,7 @@ constexpr int kExitUsage = 3;
 constexpr const char* kUsage =
     "usage: cost_model_price [--target sm_XX] [--device NAME] [--version NAME]\n"
     "                        [--parameters FILE] [--only ID,...] [--ptx DIR]\n"
-    "                        [--features PATH] --csv PATH\n";
+    "                        [--features PATH] [--mappings PATH] --csv PATH\n";
 
 struct Flags {
   Target target;
@@ -76,6 +87,7 @@ struct Flags {
   std::string csv_path;
   std::string ptx_dir;
   std::string features_path;
+  std::string mappings_path;
 };
 
 struct CompiledPlan {
@@ -113,6 +125,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.ptx_dir = v;
     } else if (arg == "--features") {
       f.features_path = v;
+    } else if (arg == "--mappings") {
+      f.mappings_path = v;
     } else {
       return InvalidArgument("unknown argument '" + arg + "'");
     }
@@ -206,6 +220,61 @@ StatusOr<std::vector<CompiledPlan>> CompileSuite(const Flags& flags) {
   return plans;
 }
 
+// One mapping `gpu_bench --mappings` times: row `id`'s stitched plan with kernel
+// `variant.kernel` under one of the scheduler's candidates (or its own).
+struct SweptMapping {
+  int id = 0;
+  std::string mapping;  // MappingText
+  std::string code;     // the re-mapped kernel's digest
+  MappingVariant variant;
+};
+
+// The mappings of every stitched plan in `plans`, as gpu_bench --mappings compiles them.
+StatusOr<std::vector<SweptMapping>> CompileMappings(const Flags& flags,
+                                                    const std::vector<CompiledPlan>& plans) {
+  CodegenOptions codegen;
+  codegen.target = flags.target;
+  std::vector<SweptMapping> out;
+  for (const CompiledPlan& p : plans) {
+    if (p.plan != "stitch") continue;
+    StatusOr<std::vector<MappingVariant>> variants = MappingVariants(p.result, codegen);
+    if (!variants.ok()) {
+      return Status(variants.status().code(),
+                    "#" + std::to_string(p.id) + " mappings: " + variants.status().message());
+    }
+    for (MappingVariant& v : *variants) {
+      const size_t k = static_cast<size_t>(v.kernel);
+      SweptMapping m{p.id, MappingText(v.compiled.plan.kernels[k]),
+                     CodeDigest({v.compiled.kernels[k]}), std::move(v)};
+      out.push_back(std::move(m));
+    }
+  }
+  return out;
+}
+
+// The --mappings CSV: each mapping priced under each set of constants.
+Status WriteMappingPrices(const std::string& path, const std::vector<SweptMapping>& mappings,
+                          const std::vector<CostModelParameters>& sets, const GpuDevice& device) {
+  std::ofstream csv(path);
+  csv << "set,id,kernel,kernel_name,candidate,shipped,mapping,model_us,registers,code\n";
+  for (size_t s = 0; s < sets.size(); ++s) {
+    std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, sets[s]);
+    for (const SweptMapping& m : mappings) {
+      const MappingVariant& v = m.variant;
+      const KernelSpec& k = v.compiled.plan.kernels[static_cast<size_t>(v.kernel)];
+      const KernelCost cost = model->EstimateKernel(v.compiled.graph, k);
+      const int registers = k.mapping.assembled_registers;
+      // MappingText has commas, never quotes.
+      csv << s << "," << m.id << "," << v.kernel << "," << k.name << "," << v.candidate << ","
+          << (v.shipped() ? 1 : 0) << ",\"" << m.mapping << "\"," << cost.seconds * 1e6 << ","
+          << (registers > 0 ? std::to_string(registers) : "") << "," << m.code << "\n";
+    }
+  }
+  csv.close();
+  if (!csv) return InvalidArgument("cannot write " + path);
+  return Status::Ok();
+}
+
 // One figure of each kernel of `plan`, ';'-separated, '-' where it is 0 (not assembled).
 int64_t CubinBytes(const CompileResult& r) {
   int64_t bytes = 0;
@@ -249,6 +318,16 @@ int Main(int argc, char** argv) {
   if (!plans.ok()) {
     std::cerr << "cost_model_price: " << plans.status().ToString() << "\n";
     return kExitFailed;
+  }
+  if (!flags->mappings_path.empty()) {
+    StatusOr<std::vector<SweptMapping>> mappings = CompileMappings(*flags, *plans);
+    Status written = mappings.ok() ? WriteMappingPrices(flags->mappings_path, *mappings, *sets,
+                                                        flags->priced_device())
+                                   : mappings.status();
+    if (!written.ok()) {
+      std::cerr << "cost_model_price: --mappings: " << written.ToString() << "\n";
+      return kExitFailed;
+    }
   }
   std::ofstream csv(flags->csv_path);
   csv << "set,id,plan,model_us,kernels,dram_bytes,registers,instructions,memory_us,issue_us,"

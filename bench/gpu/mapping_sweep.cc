@@ -10,6 +10,7 @@
 #include <random>
 #include <utility>
 
+#include "gpu/code_digest.h"
 #include "gpu/mapping_variants.h"
 #include "stitch/driver/compile.h"
 #include "stitch/plan/cost_model.h"
@@ -168,6 +169,7 @@ std::vector<MappingRow> SweepMappings(const suite::SuiteEntry& e,
     row.kernel_name = k.name;
     row.candidate = v.candidate;
     row.mapping = MappingText(k);
+    row.code = CodeDigest({v.compiled.kernels[static_cast<size_t>(v.kernel)]});
     row.blocks = static_cast<int64_t>(k.mapping.launch.blocks());
     row.vector_width = std::max(k.mapping.vector_width, 1);
     Price(v, options.priced_on != nullptr ? *options.priced_on : options.target.device(), row);
@@ -259,7 +261,7 @@ Status WriteMappingCsv(const std::string& path, const std::vector<MappingRow>& r
   if (!out) return InvalidArgument("cannot write " + partial);
   out << "id,kernel,kernel_name,candidate,shipped,mapping,blocks,vector_width,waves,stretch,"
          "registers_planned,registers,instructions,"
-         "planning_us,model_us,model_unstretched_us,kernel_us,matches,error\n";
+         "planning_us,model_us,model_unstretched_us,kernel_us,matches,code,error\n";
   auto count = [](int v) { return v > 0 ? std::to_string(v) : std::string(); };
   auto num = [](double v, int digits) { return v < 0 ? std::string() : Fixed(v, digits); };
   auto quoted = [](const std::string& s) {
@@ -277,7 +279,7 @@ Status WriteMappingCsv(const std::string& path, const std::vector<MappingRow>& r
         << count(r.registers_planned) << "," << count(r.registers) << "," << count(r.instructions)
         << "," << num(r.planning_us, 3) << "," << num(r.model_us, 3) << ","
         << num(r.model_unstretched_us, 3) << "," << num(r.kernel_us, 3) << "," << r.matches << ","
-        << quoted(r.error) << "\n";
+        << r.code << "," << quoted(r.error) << "\n";
   }
   out.close();
   if (!out) return Internal("error writing " + partial);

@@ -41,6 +41,7 @@ struct MappingRow {
   std::string kernel_name;
   int candidate = -1;   // index among the kernel's candidates; -1: the plan's own
   std::string mapping;  // MappingText
+  std::string code;     // the re-mapped kernel's digest (code_digest.h)
   int64_t blocks = 0;
   int vector_width = 1;
   double waves = 0;                  // blocks over the co-resident slots, as the model counts them

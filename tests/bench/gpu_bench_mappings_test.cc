@@ -65,6 +65,7 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
     shipped[kernel] += row.at("shipped") == "1";
     EXPECT_TRUE(seen[kernel].insert(row.at("mapping")).second) << "twice: " << row.at("mapping");
     EXPECT_TRUE(row.at("error").empty()) << row.at("error");
+    EXPECT_EQ(row.at("code").size(), 16u) << kernel;  // the kernel's PTX digest
     const double model = std::stod(row.at("model_us"));
     EXPECT_GT(model, 0) << kernel;
     EXPECT_GT(std::stod(row.at("planning_us")), 0) << kernel;
@@ -102,6 +103,60 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
   EXPECT_TRUE(
       seen["1/0"].count("256x1 x 4096, vector 1, 256 threads per row, 3 values in registers"))
       << r.out;
+}
+
+// tools/fit_cost_model.py joins a sweep's measured times with cost_model_price --mappings on
+// id, kernel, mapping and code: both tools must enumerate the same mappings and the same code,
+// and price them alike (the current model: gpu_bench's model_us, cost_model_price without
+// --parameters), and a candidate set of constants must move the prices.
+TEST(GpuBenchMappingsTest, CostModelPriceListsThePricesOfTheSweepsMappings) {
+  ScratchDir scratch("mappings_price");
+  const std::string& dir = scratch.path();
+  const std::string only = " --only 4,16,20";
+  CommandResult sweep =
+      RunCommand(GpuBench() + " --mappings --list" + only + " --csv " + dir + "/mappings.csv");
+  ASSERT_EQ(sweep.exit_status, 0) << sweep.err << sweep.out;
+  WriteFile(dir + "/sets.json", "[{}, {\"dram_latency_seconds\": 4e-6}]");
+  CommandResult price =
+      RunCommand(CostModelPrice() + only + " --parameters " + dir + "/sets.json --mappings " + dir +
+                 "/priced.csv --csv " + dir + "/plans.csv");
+  ASSERT_EQ(price.exit_status, 0) << price.err << price.out;
+
+  std::map<std::string, std::map<std::string, std::string>> swept;  // id/kernel/mapping -> row
+  for (const auto& row : ReadCsvRows(dir + "/mappings.csv")) {
+    EXPECT_EQ(row.at("code").size(), 16u) << row.at("mapping");
+    swept[row.at("id") + "/" + row.at("kernel") + "/" + row.at("mapping")] = row;
+  }
+  ASSERT_GE(swept.size(), 10u);
+  std::map<std::string, double> slower;  // id/kernel/mapping -> set 1's price over set 0's
+  size_t in_set_0 = 0;
+  for (const auto& row : ReadCsvRows(dir + "/priced.csv")) {
+    const std::string key = row.at("id") + "/" + row.at("kernel") + "/" + row.at("mapping");
+    ASSERT_TRUE(swept.count(key)) << "priced, not swept: " << key;
+    const auto& s = swept[key];
+    EXPECT_EQ(row.at("code"), s.at("code")) << key;
+    EXPECT_EQ(row.at("shipped"), s.at("shipped")) << key;
+    EXPECT_EQ(row.at("kernel_name"), s.at("kernel_name")) << key;
+    EXPECT_EQ(row.at("registers"), s.at("registers")) << key;
+    const double us = std::stod(row.at("model_us"));
+    if (row.at("set") == "0") {
+      ++in_set_0;
+      EXPECT_NEAR(us, std::stod(s.at("model_us")), 0.0005 + 1e-9) << key;
+      slower[key] = us;
+    } else {
+      ASSERT_EQ(row.at("set"), "1");
+      slower[key] = us / slower[key];
+    }
+  }
+  EXPECT_EQ(in_set_0, swept.size());
+  // 4 µs, about ten times the fitted latency, starves Little's law on some mapping and speeds
+  // up none.
+  double most = 0;
+  for (const auto& [key, ratio] : slower) {
+    EXPECT_GE(ratio, 1.0 - 1e-9) << key;
+    most = std::max(most, ratio);
+  }
+  EXPECT_GT(most, 1.5);
 }
 
 TEST(GpuBenchMappingsTest, RefusesToSweepMappingsOfBuckets) {

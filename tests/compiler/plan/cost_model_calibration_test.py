@@ -14,6 +14,10 @@ the error figures: median and 90th percentile of |measured / modelled - 1|, the 
 error and how many plans the model prices too fast. It also sets the model's XLA and Inductor
 plans against what jax.jit and torch.compile really ran (jax_jit_kernels.tsv,
 torch_compile_kernels.tsv), since the baselines are meant to be priced as the frameworks run.
+Where a set holds a mapping sweep (mappings.csv, `gpu_bench --mappings`), it reports the
+model's error on the swept mappings and on how many kernels the model's cheapest mapping is
+the fastest measured, joined and ranked as tools/fit_cost_model.py does; reported, not
+bounded, until a model version is fitted on a sweep.
 
 It fails on broken or incomplete data: every suite row measured and every measured row in the
 suite, no id twice, every time a positive finite number, each malformed line named by file and
@@ -59,6 +63,19 @@ def load_trainer():
     spec = importlib.util.spec_from_file_location("train_cost_residual", TRAINER_PATH)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+FIT_PATH = REPO_ROOT / "tools" / "fit_cost_model.py"
+
+
+@functools.cache
+def load_fit():
+    """tools/fit_cost_model.py, for how a mapping sweep is read, joined with the model's
+    prices and ranked; loaded once."""
+    spec = importlib.util.spec_from_file_location("fit_cost_model", FIT_PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -459,6 +476,42 @@ def report_set(entry: MeasuredSet, model: dict[int, ModelRow], shown: str,
     return overall
 
 
+def report_sweep(tool: pathlib.Path, entry: MeasuredSet, version: str | None) -> None:
+    """A set's mapping sweep (mappings.csv) against the model's price of each mapping: the
+    error, and on how many kernels the model's cheapest mapping is the fastest measured
+    within 3%. Reported only: no model version is fitted on a sweep yet."""
+    fit = load_fit()
+    path = entry.path / fit.SWEEP_FILE
+    if not path.exists():
+        return
+    try:
+        sweep = fit.read_sweep(entry.path)
+    except SystemExit as e:  # the fit tool's one line naming the file and line
+        raise DataError(str(e).removeprefix("fit_cost_model: ")) from None
+    if not sweep:
+        raise DataError(f"{path}: no mapping was measured")
+    with tempfile.TemporaryDirectory(prefix="cost_model_calibration.") as tmp:
+        priced = pathlib.Path(tmp) / "mappings.csv"
+        command = [str(tool.absolute()), "--only", ",".join(sorted({str(k[0]) for k in sweep})),
+                   "--mappings", str(priced), "--csv", str(pathlib.Path(tmp) / "plans.csv")]
+        command += ["--target", entry.target] if entry.target else []
+        command += ["--device", entry.priced_device] if entry.priced_device else []
+        command += ["--version", version] if version else []
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            raise DataError(f"`{' '.join(command)}` exited with {result.returncode}: "
+                            f"{result.stderr.strip()}")
+        prices = fit.Prices(sweep=fit.read_sweep_prices(priced, 1)[0])
+    pairs = fit.sweep_pairs(fit.Measured({}, sweep, []), prices)
+    right, counted, misses = fit.ranking(pairs)
+    print(f"   sweep ({path.name}, REPORT ONLY): {len(pairs)} of {len(sweep)} mappings compile "
+          f"to the code timed: {fit.summary(pairs.values())}")
+    print(f"   the model's cheapest mapping within {1 - fit.NEAR_FASTEST:.0%} of the fastest "
+          f"measured on {right} of {counted} kernels")
+    for miss in misses:
+        print(f"     {miss}")
+
+
 def report_frameworks(entry: MeasuredSet, model: dict[int, ModelRow]) -> None:
     """The model's XLA and Inductor plans against the frameworks' own kernels."""
     pairs = (
@@ -584,6 +637,7 @@ def main() -> int:
             model, shown = models[entry.model_key]
             changed[entry.name] = changed_since_measured(entry, model)
             summaries[entry.name] = report_set(entry, model, shown, changed[entry.name])
+            report_sweep(args.price, entry, args.version)
         except DataError as e:
             # Go on with the other sets, so one run names every broken file.
             failures.append(str(e))
