@@ -76,7 +76,8 @@ std::string Format(const char* format, double a, double b) {
 
 }  // namespace
 
-KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKernel& kernel) {
+KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKernel& kernel,
+                        const std::string& nvdisasm) {
   KernelCodeFacts f;
   f.name = kernel.name;
   f.kind = spec.kind;
@@ -98,6 +99,10 @@ KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKe
   f.registers = kernel.assembly.registers;
   f.local_bytes = kernel.assembly.stack_bytes + kernel.assembly.spill_store_bytes;
   f.instructions = kernel.assembly.instructions;
+  if (!kernel.cubin.empty()) {
+    StatusOr<std::string> sass = DisassembleCubin(kernel.cubin, nvdisasm);
+    if (sass.ok()) f.sass = std::move(sass).value();
+  }
   return f;
 }
 
@@ -136,8 +141,10 @@ KernelCodeFigures FiguresOf(const KernelCodeFacts& f, const GpuDevice& device) {
   const int64_t busy_sms = std::max<int64_t>(std::min(busy_blocks, sms), 1);
   const int64_t blocks_per_sm =
       std::min<int64_t>(x.assembled_blocks_per_sm, CeilDiv(std::max<int64_t>(busy_blocks, 1), sms));
-  x.bytes_in_flight_per_sm =
-      blocks_per_sm * f.mapping.launch.block_threads() * x.ptx.widest_load_burst;
+  x.load_burst_from_sass = !f.sass.empty();
+  x.load_burst_bytes =
+      x.load_burst_from_sass ? WidestSassLoadBurst(f.sass) : x.ptx.widest_load_burst;
+  x.bytes_in_flight_per_sm = blocks_per_sm * f.mapping.launch.block_threads() * x.load_burst_bytes;
   if (f.mapping.bytes_loaded > 0) {
     // The calibrated bandwidth and loaded latency where the cost model has them (the
     // datasheet's figures elsewhere): what the kernel must cover to run at bandwidth.
@@ -176,7 +183,9 @@ std::vector<CodeCheck> CheckKernelCode(const KernelCodeFacts& f, const KernelCod
   checks.push_back({"in_flight", x.bytes_in_flight_per_sm >= x.bytes_in_flight_needed,
                     Format("%.0f B of loads in flight per SM (needed %.0f B)",
                            static_cast<double>(x.bytes_in_flight_per_sm),
-                           static_cast<double>(x.bytes_in_flight_needed))});
+                           static_cast<double>(x.bytes_in_flight_needed)) +
+                        ", " + std::to_string(x.load_burst_bytes) + " B a thread by its " +
+                        (x.load_burst_from_sass ? "SASS" : "PTX")});
   checks.push_back(
       {"instructions",
        f.instructions == 0 || x.instructions_per_element <= InstructionsPerElementBound(f.kind),

@@ -1,11 +1,5 @@
 // AssembleCubin / CubinAvailable: PTX -> cubin with nvJitLink when it is linked in, else
 // with the ptxas binary.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -16,12 +10,11 @@
 #include <vector>
 
 #include "stitch/codegen/codegen.h"
+#include "tool_process.h"
 
 #ifdef STITCH_HAVE_NVJITLINK
 #include <nvJitLink.h>
 #endif
-
-extern char** environ;
 
 namespace stitch {
 
@@ -116,77 +109,23 @@ Status AssembleWithJitLink(CompiledKernel& kernel, const std::string& target) {
 }
 #endif
 
-bool IsExecutable(const std::string& path) {
-  return !path.empty() && access(path.c_str(), X_OK) == 0;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A private temporary directory, removed with its files on destruction.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = P_tmpdir;
-    std::string templ = std::string(base) + "/stitch-ptxas-XXXXXX";
-    std::vector<char> buf(templ.begin(), templ.end());
-    buf.push_back('\0');
-    if (mkdtemp(buf.data())) path_ = buf.data();
-  }
-  ~TempDir() {
-    if (path_.empty()) return;
-    for (const char* f : {"/in.ptx", "/out.cubin", "/stderr.txt"}) unlink((path_ + f).c_str());
-    rmdir(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 Status AssembleWithPtxas(CompiledKernel& kernel, const std::string& ptxas,
                          const std::string& target) {
-  TempDir dir;
-  if (dir.path().empty()) return Internal(std::string("mkdtemp failed: ") + std::strerror(errno));
-  const std::string in = dir.path() + "/in.ptx";
+  codegen::ToolDir dir;
+  STITCH_ASSIGN_OR_RETURN(const std::string in, dir.Write("in.ptx", kernel.ptx));
   const std::string out = dir.path() + "/out.cubin";
-  const std::string err = dir.path() + "/stderr.txt";
-  {
-    std::ofstream f(in, std::ios::binary);
-    f.write(kernel.ptx.data(), static_cast<std::streamsize>(kernel.ptx.size()));
-    if (!f) return Internal("cannot write " + in);
+  StatusOr<codegen::ToolRun> run =
+      codegen::RunTool({ptxas, "-arch=" + target, "-v", "-o", out, in}, dir);
+  if (!run.ok()) {
+    return Status(run.status().code(), "ptxas: " + run.status().message());
   }
-  std::string arch = "-arch=" + target;
-  std::vector<std::string> args = {ptxas, arch, "-v", "-o", out, in};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, ptxas.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    return Unavailable("cannot run ptxas '" + ptxas + "': " + std::strerror(rc));
-  }
-  int wstatus = 0;
-  while (waitpid(pid, &wstatus, 0) < 0) {
-    if (errno != EINTR) return Internal(std::string("waitpid failed: ") + std::strerror(errno));
-  }
-  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+  if (!run->ok) {
     return Internal("ptxas failed on kernel " + kernel.name + " for " + target + ": " +
-                    ReadAll(err));
+                    run->output);
   }
-  kernel.cubin = ReadAll(out);
+  kernel.cubin = codegen::ReadFileBytes(out);
   if (kernel.cubin.empty()) return Internal("ptxas produced no cubin for kernel " + kernel.name);
-  kernel.assembly = ParseAssemblyReport(ReadAll(err));
+  kernel.assembly = ParseAssemblyReport(run->output);
   kernel.assembly.instructions = CubinInstructions(kernel.cubin, kernel.name);
   return Status::Ok();
 }
@@ -199,7 +138,7 @@ bool CubinAvailable(const CodegenOptions& options) {
   unsigned major = 0, minor = 0;
   if (nvJitLinkVersion(&major, &minor) == NVJITLINK_SUCCESS) return true;
 #endif
-  return IsExecutable(options.ptxas_path);
+  return codegen::IsExecutable(options.ptxas_path);
 }
 
 Status AssembleCubin(CompiledKernel& kernel, const CodegenOptions& options) {
@@ -208,12 +147,13 @@ Status AssembleCubin(CompiledKernel& kernel, const CodegenOptions& options) {
   }
   if (!options.emit_cubin) return Unavailable("cubin emission is disabled");
 #ifdef STITCH_HAVE_NVJITLINK
-  if (!options.prefer_ptxas || !IsExecutable(options.ptxas_path)) {
+  if (!options.prefer_ptxas || !codegen::IsExecutable(options.ptxas_path)) {
     Status s = AssembleWithJitLink(kernel, options.target.arch());
-    if (s.code() != StatusCode::kUnavailable || !IsExecutable(options.ptxas_path)) return s;
+    if (s.code() != StatusCode::kUnavailable || !codegen::IsExecutable(options.ptxas_path))
+      return s;
   }
 #endif
-  if (!IsExecutable(options.ptxas_path)) {
+  if (!codegen::IsExecutable(options.ptxas_path)) {
     return Unavailable("neither nvJitLink nor ptxas (at '" + options.ptxas_path +
                        "') is available; PTX-only mode");
   }

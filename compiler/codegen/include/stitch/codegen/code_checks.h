@@ -14,6 +14,7 @@
 
 #include "stitch/codegen/codegen.h"
 #include "stitch/codegen/ptx_summary.h"
+#include "stitch/codegen/sass_summary.h"
 #include "stitch/ir/graph.h"
 #include "stitch/plan/gpu_device.h"
 #include "stitch/plan/plan.h"
@@ -33,6 +34,9 @@ struct KernelCodeFacts {
   int promised_load_bytes = 0;
   int promised_store_bytes = 0;
   std::string ptx;
+  // The cubin's SASS (sass_summary.h); "" where the kernel was not assembled or no
+  // disassembler was at hand, and the checks then read loads in flight from the PTX.
+  std::string sass;
   // From the assembler's report and the cubin; 0 when the kernel was not assembled.
   int registers = 0;
   int local_bytes = 0;  // stack and spilled bytes per thread
@@ -45,8 +49,10 @@ struct KernelCodeFacts {
 // is 1.
 int PromisedAccessBytes(KernelKind kind, int vector_width, int element_bytes);
 
-// Returns the facts of `kernel`, compiled from `spec` of a plan for `g`.
-KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKernel& kernel);
+// Returns the facts of `kernel`, compiled from `spec` of a plan for `g`, its cubin
+// disassembled with `nvdisasm` where that is an executable.
+KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKernel& kernel,
+                        const std::string& nvdisasm = DefaultNvdisasmPath());
 
 // The figures the checks compare, per kernel.
 struct KernelCodeFigures {
@@ -55,8 +61,12 @@ struct KernelCodeFigures {
   // to the first when the kernel was not assembled).
   int planned_blocks_per_sm = 0;
   int assembled_blocks_per_sm = 0;
+  // The most global load bytes a thread keeps in flight: the SASS's widest burst where the
+  // facts have SASS, else the PTX's (which ptxas's schedule may lengthen or split).
+  int load_burst_bytes = 0;
+  bool load_burst_from_sass = false;
   // Global load bytes in flight on a busy SM: its resident threads (the grid's blocks spread
-  // over the SMs, at most assembled_blocks_per_sm each) times the PTX's widest load burst.
+  // over the SMs, at most assembled_blocks_per_sm each) times load_burst_bytes.
   int64_t bytes_in_flight_per_sm = 0;
   // What a busy SM needs in flight: the device's bandwidth share times its DRAM latency
   // (Little's law), or the kernel's whole load per busy SM when that is less.

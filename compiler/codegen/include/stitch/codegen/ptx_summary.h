@@ -24,8 +24,9 @@ struct PtxMemorySummary {
   // The most bytes of global loads one thread issues back to back before it reads any of
   // the loaded values (within one basic block, up to a branch or barrier): the loads the
   // code keeps in flight per thread, for Little's law, as opposed to what the plan promised
-  // (ThreadMapping::load_bytes_in_flight_per_thread). ptxas may hoist loads further; it
-  // does not split a burst the PTX already has.
+  // (ThreadMapping::load_bytes_in_flight_per_thread). ptxas's schedule may hoist loads
+  // above their uses, and split a burst its registers cannot hold: the SASS tells
+  // (sass_summary.h).
   int widest_load_burst = 0;
   // Instructions in the text, and those inside innermost loops (a body from a label to a
   // branch back to it, holding no other such body): the share of the code a thread runs
