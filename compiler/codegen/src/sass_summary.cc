@@ -31,6 +31,11 @@ int DestinationWidth(std::string_view op) {
   return 1;
 }
 
+// A load from global memory into registers (not LDGSTS, which copies into shared memory).
+bool IsGlobalLoad(std::string_view op) {
+  return StartsWith(op, "LDG") && !StartsWith(op, "LDGSTS") && !StartsWith(op, "LDGDEPBAR");
+}
+
 // Bytes an LDG loads per thread.
 int LoadBytes(std::string_view op) {
   if (Contains(op, ".128")) return 16;
@@ -161,7 +166,7 @@ int WidestSassLoadBurst(std::string_view sass) {
     const bool waits =
         touches_pending(in.operands) ||
         std::any_of(written.begin(), written.end(), [&](int r) { return pending.count(r) > 0; });
-    if (!StartsWith(in.op, "LDG")) {
+    if (!IsGlobalLoad(in.op)) {
       if (waits) end_burst();
       continue;
     }
