@@ -39,8 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import functools
-import importlib.util
 import io
 import json
 import math
@@ -51,33 +49,21 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
+from tool_modules import load_tool
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 DEFAULT_DATA = REPO_ROOT / "testdata" / "gpu"
-TRAINER_PATH = REPO_ROOT / "tools" / "train_cost_residual.py"
 
 
-@functools.cache
 def load_trainer():
     """tools/train_cost_residual.py, for its rules of which plans a set no longer measures and
-    of when a set was measured; loaded once."""
-    spec = importlib.util.spec_from_file_location("train_cost_residual", TRAINER_PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    of when a set was measured."""
+    return load_tool("train_cost_residual")
 
-FIT_PATH = REPO_ROOT / "tools" / "fit_cost_model.py"
-
-
-@functools.cache
 def load_fit():
     """tools/fit_cost_model.py, for how a mapping sweep is read, joined with the model's
-    prices and ranked; loaded once."""
-    spec = importlib.util.spec_from_file_location("fit_cost_model", FIT_PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    prices and ranked."""
+    return load_tool("fit_cost_model")
 
 # A set's folder name: the day it was measured and the commit whose kernels it measured.
 SET_NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})_([0-9a-f]{7,40})$")

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import pathlib
 import re
 import subprocess
 import sys
 import tempfile
+
+from tool_modules import load_tool
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 FIT_PATH = REPO_ROOT / "tools" / "fit_cost_model.py"
@@ -43,11 +44,7 @@ SWEEP_HEADER = ("id", "kernel", "kernel_name", "candidate", "shipped", "mapping"
 
 
 def load_fit():
-    spec = importlib.util.spec_from_file_location("fit_cost_model", FIT_PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("fit_cost_model")
 
 
 def fail(message: str) -> None:

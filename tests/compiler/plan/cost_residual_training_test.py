@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
-import importlib.util
 import io
 import math
 import pathlib
@@ -30,16 +29,13 @@ import sys
 import tempfile
 import unittest
 
+from tool_modules import load_tool
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
-TRAINER_PATH = REPO_ROOT / "tools" / "train_cost_residual.py"
 
 
 def load_trainer():
-    spec = importlib.util.spec_from_file_location("train_cost_residual", TRAINER_PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("train_cost_residual")
 
 
 trainer = load_trainer()
