@@ -41,9 +41,11 @@
 // plan under each candidate the scheduler chose among): set, id, kernel (its index in the
 // plan), kernel_name, candidate (-1: the plan's own), shipped, mapping (MappingText), model_us
 // (the re-mapped kernel alone, as the sweep's model_us), registers (the assembler's, empty
-// where not assembled) and code (the kernel's digest, code_digest.h). Joined with a sweep's
-// mappings.csv on id, kernel, mapping and code, the measured kernel times calibrate the
-// choices the scheduler makes among them (tools/fit_cost_model.py).
+// where not assembled), code (the kernel's digest, code_digest.h), and what the static checks
+// read of its loads in flight (code_checks.h): load_burst_bytes a thread, from its SASS or
+// PTX (load_burst_from), and in_flight_per_sm against in_flight_needed on the priced device. Joined
+// with a sweep's mappings.csv on id, kernel, mapping and code, the measured kernel times calibrate
+// the choices the scheduler makes among them (tools/fit_cost_model.py).
 //
 // --ptx DIR writes each plan's kernels to DIR as <id>_<plan>_<kernel>.ptx, and .cubin where
 // assembled, to study what the model reads from them.
@@ -60,6 +62,7 @@
 
 #include "gpu/code_digest.h"
 #include "gpu/mapping_variants.h"
+#include "stitch/codegen/code_checks.h"
 #include "stitch/driver/compile.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/gpu_device.h"
@@ -227,6 +230,7 @@ struct SweptMapping {
   std::string mapping;  // MappingText
   std::string code;     // the re-mapped kernel's digest
   MappingVariant variant;
+  KernelCodeFigures figures;  // the re-mapped kernel's code figures on the priced device
 };
 
 // The mappings of every stitched plan in `plans`, as gpu_bench --mappings compiles them.
@@ -244,8 +248,11 @@ StatusOr<std::vector<SweptMapping>> CompileMappings(const Flags& flags,
     }
     for (MappingVariant& v : *variants) {
       const size_t k = static_cast<size_t>(v.kernel);
+      const KernelCodeFacts facts =
+          FactsOf(v.compiled.graph, v.compiled.plan.kernels[k], v.compiled.kernels[k]);
       SweptMapping m{p.id, MappingText(v.compiled.plan.kernels[k]),
-                     CodeDigest({v.compiled.kernels[k]}), std::move(v)};
+                     CodeDigest({v.compiled.kernels[k]}), std::move(v),
+                     FiguresOf(facts, flags.priced_device())};
       out.push_back(std::move(m));
     }
   }
@@ -256,7 +263,8 @@ StatusOr<std::vector<SweptMapping>> CompileMappings(const Flags& flags,
 Status WriteMappingPrices(const std::string& path, const std::vector<SweptMapping>& mappings,
                           const std::vector<CostModelParameters>& sets, const GpuDevice& device) {
   std::ofstream csv(path);
-  csv << "set,id,kernel,kernel_name,candidate,shipped,mapping,model_us,registers,code\n";
+  csv << "set,id,kernel,kernel_name,candidate,shipped,mapping,model_us,registers,code,"
+         "load_burst_bytes,load_burst_from,in_flight_per_sm,in_flight_needed\n";
   for (size_t s = 0; s < sets.size(); ++s) {
     std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, sets[s]);
     for (const SweptMapping& m : mappings) {
@@ -267,7 +275,10 @@ Status WriteMappingPrices(const std::string& path, const std::vector<SweptMappin
       // MappingText has commas, never quotes.
       csv << s << "," << m.id << "," << v.kernel << "," << k.name << "," << v.candidate << ","
           << (v.shipped() ? 1 : 0) << ",\"" << m.mapping << "\"," << cost.seconds * 1e6 << ","
-          << (registers > 0 ? std::to_string(registers) : "") << "," << m.code << "\n";
+          << (registers > 0 ? std::to_string(registers) : "") << "," << m.code << ","
+          << m.figures.load_burst_bytes << "," << (m.figures.load_burst_from_sass ? "sass" : "ptx")
+          << "," << m.figures.bytes_in_flight_per_sm << "," << m.figures.bytes_in_flight_needed
+          << "\n";
     }
   }
   csv.close();

@@ -17,6 +17,7 @@
 #include "bench/fake_cuda_driver.h"
 #include "bench/gpu_command.h"
 #include "gpu/mapping_variants.h"
+#include "stitch/codegen/sass_summary.h"
 #include "stitch/emulator/emulated_run.h"
 #include "stitch/emulator/emulator.h"
 #include "stitch/reference/shape_scaling.h"
@@ -138,6 +139,12 @@ TEST(GpuBenchMappingsTest, CostModelPriceListsThePricesOfTheSweepsMappings) {
     EXPECT_EQ(row.at("shipped"), s.at("shipped")) << key;
     EXPECT_EQ(row.at("kernel_name"), s.at("kernel_name")) << key;
     EXPECT_EQ(row.at("registers"), s.at("registers")) << key;
+    // What the static checks read of its loads in flight: a thread's burst, from the SASS
+    // where the build found nvdisasm, and the SM's share.
+    const int burst = std::stoi(row.at("load_burst_bytes"));
+    EXPECT_GT(burst, 0) << key;
+    EXPECT_GE(std::stoll(row.at("in_flight_per_sm")), burst) << key;
+    EXPECT_EQ(row.at("load_burst_from"), DefaultNvdisasmPath().empty() ? "ptx" : "sass") << key;
     const double us = std::stod(row.at("model_us"));
     if (row.at("set") == "0") {
       ++in_set_0;
