@@ -48,7 +48,9 @@
 // the choices the scheduler makes among them (tools/fit_cost_model.py).
 //
 // --ptx DIR writes each plan's kernels to DIR as <id>_<plan>_<kernel>.ptx, and .cubin where
-// assembled, to study what the model reads from them.
+// assembled, to study what the model reads from them; with --mappings, also each mapping's
+// re-mapped kernel as <id>_mapping<candidate>_<kernel> (<id>_mapping_shipped_<kernel> for the
+// plan's own).
 //
 // Exit status: 0 success; 1 a row did not compile, or the CSV could not be written; 3 bad
 // flags or a malformed parameter file.
@@ -259,6 +261,20 @@ StatusOr<std::vector<SweptMapping>> CompileMappings(const Flags& flags,
   return out;
 }
 
+// Writes `k`'s PTX to <dir>/<stem>_<kernel>.ptx, and its cubin beside it where assembled.
+Status WriteKernelFiles(const std::string& dir, const std::string& stem, const CompiledKernel& k) {
+  const std::string path = dir + "/" + stem + "_" + k.name;
+  std::ofstream ptx(path + ".ptx");
+  ptx << k.ptx;
+  if (!k.cubin.empty()) {
+    std::ofstream cubin(path + ".cubin", std::ios::binary);
+    cubin << k.cubin;
+    if (!cubin) return InvalidArgument("cannot write " + path + ".cubin");
+  }
+  if (!ptx) return InvalidArgument("cannot write " + path + ".ptx");
+  return Status::Ok();
+}
+
 // The --mappings CSV: each mapping priced under each set of constants.
 Status WriteMappingPrices(const std::string& path, const std::vector<SweptMapping>& mappings,
                           const std::vector<CostModelParameters>& sets, const GpuDevice& device) {
@@ -335,6 +351,13 @@ int Main(int argc, char** argv) {
     Status written = mappings.ok() ? WriteMappingPrices(flags->mappings_path, *mappings, *sets,
                                                         flags->priced_device())
                                    : mappings.status();
+    for (size_t i = 0; written.ok() && !flags->ptx_dir.empty() && i < mappings->size(); ++i) {
+      const MappingVariant& v = (*mappings)[i].variant;
+      written = WriteKernelFiles(flags->ptx_dir,
+                                 std::to_string((*mappings)[i].id) + "_mapping" +
+                                     (v.shipped() ? "_shipped" : std::to_string(v.candidate)),
+                                 v.compiled.kernels[static_cast<size_t>(v.kernel)]);
+    }
     if (!written.ok()) {
       std::cerr << "cost_model_price: --mappings: " << written.ToString() << "\n";
       return kExitFailed;
@@ -379,17 +402,9 @@ int Main(int argc, char** argv) {
   if (!flags->ptx_dir.empty()) {
     for (const CompiledPlan& p : *plans) {
       for (const CompiledKernel& k : p.result.kernels) {
-        const std::string path =
-            flags->ptx_dir + "/" + std::to_string(p.id) + "_" + p.plan + "_" + k.name + ".ptx";
-        std::ofstream out(path);
-        out << k.ptx;
-        if (!k.cubin.empty()) {
-          std::ofstream cubin(path.substr(0, path.size() - 4) + ".cubin", std::ios::binary);
-          cubin << k.cubin;
-          if (!cubin) out.setstate(std::ios::failbit);
-        }
-        if (!out) {
-          std::cerr << "cost_model_price: cannot write " << path << "\n";
+        Status s = WriteKernelFiles(flags->ptx_dir, std::to_string(p.id) + "_" + p.plan, k);
+        if (!s.ok()) {
+          std::cerr << "cost_model_price: " << s.message() << "\n";
           return kExitFailed;
         }
       }

@@ -16,6 +16,7 @@
 
 #include "bench/fake_cuda_driver.h"
 #include "bench/gpu_command.h"
+#include "gpu/code_digest.h"
 #include "gpu/mapping_variants.h"
 #include "stitch/codegen/sass_summary.h"
 #include "stitch/emulator/emulated_run.h"
@@ -118,9 +119,10 @@ TEST(GpuBenchMappingsTest, CostModelPriceListsThePricesOfTheSweepsMappings) {
       RunCommand(GpuBench() + " --mappings --list" + only + " --csv " + dir + "/mappings.csv");
   ASSERT_EQ(sweep.exit_status, 0) << sweep.err << sweep.out;
   WriteFile(dir + "/sets.json", "[{}, {\"dram_latency_seconds\": 4e-6}]");
+  std::filesystem::create_directories(dir + "/kernels");
   CommandResult price =
       RunCommand(CostModelPrice() + only + " --parameters " + dir + "/sets.json --mappings " + dir +
-                 "/priced.csv --csv " + dir + "/plans.csv");
+                 "/priced.csv --ptx " + dir + "/kernels --csv " + dir + "/plans.csv");
   ASSERT_EQ(price.exit_status, 0) << price.err << price.out;
 
   std::map<std::string, std::map<std::string, std::string>> swept;  // id/kernel/mapping -> row
@@ -148,6 +150,13 @@ TEST(GpuBenchMappingsTest, CostModelPriceListsThePricesOfTheSweepsMappings) {
     const double us = std::stod(row.at("model_us"));
     if (row.at("set") == "0") {
       ++in_set_0;
+      // --ptx writes the re-mapped kernel, whose digest is the row's code.
+      CompiledKernel kernel;
+      kernel.name = row.at("kernel_name");
+      kernel.ptx = ReadFile(dir + "/kernels/" + row.at("id") + "_mapping" +
+                            (row.at("shipped") == "1" ? "_shipped" : row.at("candidate")) + "_" +
+                            kernel.name + ".ptx");
+      EXPECT_EQ(CodeDigest({kernel}), row.at("code")) << key;
       EXPECT_NEAR(us, std::stod(s.at("model_us")), 0.0005 + 1e-9) << key;
       slower[key] = us;
     } else {
