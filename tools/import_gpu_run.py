@@ -180,13 +180,18 @@ def comparison(set_dir: pathlib.Path, stitch_file: str) -> str | None:
         return None
     stitch = one_decimal(set_dir / stitch_file, header=True)
     torch, jax = one_decimal(torch_file, header=False), one_decimal(jax_file, header=False)
+    def shown(us: float | None) -> str:
+        return f"{us:.1f}" if us else "-"
+
+    def speedup(other: float | None, s: float) -> str:
+        return f"{other / s:.2f}" if other and s > 0 else "-"
+
     out = io.StringIO()
     out.write("id\tstitch_us\ttorch_compile_us\tjax_jit_us\tvs_torch_compile\tvs_jax_jit\n")
-    for row_id in sorted(stitch):
-        s, t, j = stitch[row_id], torch.get(row_id), jax.get(row_id)
-        ratio = lambda other: f"{other / s:.2f}" if other and s > 0 else "-"  # noqa: E731
-        shown = lambda v: f"{v:.1f}" if v else "-"  # noqa: E731
-        out.write(f"{row_id}\t{shown(s)}\t{shown(t)}\t{shown(j)}\t{ratio(t)}\t{ratio(j)}\n")
+    for row_id, s in sorted(stitch.items()):
+        t, j = torch.get(row_id), jax.get(row_id)
+        out.write(f"{row_id}\t{shown(s)}\t{shown(t)}\t{shown(j)}\t{speedup(t, s)}\t"
+                  f"{speedup(j, s)}\n")
     return out.getvalue()
 
 

@@ -15,10 +15,6 @@ constexpr std::string_view kBurstEnders[] = {"BRA",    "BRX",    "JMP",    "JMX"
                                              "RET",    "EXIT",   "BAR",    "BSYNC",    "WARPSYNC",
                                              "MEMBAR", "DEPBAR", "ERRBAR", "NANOSLEEP"};
 
-bool StartsWith(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-
 bool Contains(std::string_view s, std::string_view part) {
   return s.find(part) != std::string_view::npos;
 }
@@ -33,7 +29,7 @@ int DestinationWidth(std::string_view op) {
 
 // A load from global memory into registers (not LDGSTS, which copies into shared memory).
 bool IsGlobalLoad(std::string_view op) {
-  return StartsWith(op, "LDG") && !StartsWith(op, "LDGSTS") && !StartsWith(op, "LDGDEPBAR");
+  return op.starts_with("LDG") && !op.starts_with("LDGSTS") && !op.starts_with("LDGDEPBAR");
 }
 
 // Bytes an LDG loads per thread.
@@ -88,7 +84,7 @@ bool ParseLine(std::string_view line, Instruction& in) {
     in = Instruction{true, {}, {}, {}};
     return true;
   }
-  if (!StartsWith(line, "/*")) return false;  // directives, comments
+  if (!line.starts_with("/*")) return false;  // directives, comments
   const size_t code = line.find("*/");
   if (code == std::string_view::npos) return false;
   line.remove_prefix(code + 2);
@@ -105,7 +101,7 @@ bool ParseLine(std::string_view line, Instruction& in) {
     return word;
   };
   std::string_view op = next_word();
-  if (StartsWith(op, "@")) op = next_word();  // a guard predicate
+  if (op.starts_with("@")) op = next_word();  // a guard predicate
   if (op.empty()) return false;
   in.is_label = false;
   in.op = op;
@@ -150,7 +146,7 @@ int WidestSassLoadBurst(std::string_view sass) {
     Instruction in;
     if (!ParseLine(line, in)) continue;
     if (in.is_label || std::any_of(std::begin(kBurstEnders), std::end(kBurstEnders),
-                                   [&](std::string_view e) { return StartsWith(in.op, e); })) {
+                                   [&](std::string_view e) { return in.op.starts_with(e); })) {
       end_burst();
       continue;
     }
@@ -159,7 +155,7 @@ int WidestSassLoadBurst(std::string_view sass) {
     std::vector<int> written;
     const std::vector<int> first = Registers(in.destination);
     // Stores and reductions write memory, not registers: their first operand is an address.
-    const bool writes_register = !StartsWith(in.op, "ST") && !StartsWith(in.op, "RED");
+    const bool writes_register = !in.op.starts_with("ST") && !in.op.starts_with("RED");
     if (writes_register && !first.empty()) {
       for (int k = 0; k < DestinationWidth(in.op); ++k) written.push_back(first[0] + k);
     }

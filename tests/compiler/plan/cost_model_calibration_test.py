@@ -60,10 +60,12 @@ def load_trainer():
     of when a set was measured."""
     return load_tool("train_cost_residual")
 
+
 def load_fit():
     """tools/fit_cost_model.py, for how a mapping sweep is read, joined with the model's
     prices and ranked."""
     return load_tool("fit_cost_model")
+
 
 # A set's folder name: the day it was measured and the commit whose kernels it measured.
 SET_NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})_([0-9a-f]{7,40})$")
