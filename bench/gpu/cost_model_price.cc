@@ -302,6 +302,23 @@ Status WriteMappingPrices(const std::string& path, const std::vector<SweptMappin
   return Status::Ok();
 }
 
+// --mappings: the swept mappings of `plans` priced under `sets`, and with --ptx their kernels.
+Status WriteMappings(const Flags& flags, const std::vector<CompiledPlan>& plans,
+                     const std::vector<CostModelParameters>& sets) {
+  STITCH_ASSIGN_OR_RETURN(const std::vector<SweptMapping> mappings, CompileMappings(flags, plans));
+  STITCH_RETURN_IF_ERROR(
+      WriteMappingPrices(flags.mappings_path, mappings, sets, flags.priced_device()));
+  if (flags.ptx_dir.empty()) return Status::Ok();
+  for (const SweptMapping& m : mappings) {
+    const MappingVariant& v = m.variant;
+    const std::string stem = std::to_string(m.id) + "_mapping" +
+                             (v.shipped() ? "_shipped" : std::to_string(v.candidate));
+    STITCH_RETURN_IF_ERROR(
+        WriteKernelFiles(flags.ptx_dir, stem, v.compiled.kernels[static_cast<size_t>(v.kernel)]));
+  }
+  return Status::Ok();
+}
+
 // One figure of each kernel of `plan`, ';'-separated, '-' where it is 0 (not assembled).
 int64_t CubinBytes(const CompileResult& r) {
   int64_t bytes = 0;
@@ -347,19 +364,8 @@ int Main(int argc, char** argv) {
     return kExitFailed;
   }
   if (!flags->mappings_path.empty()) {
-    StatusOr<std::vector<SweptMapping>> mappings = CompileMappings(*flags, *plans);
-    Status written = mappings.ok() ? WriteMappingPrices(flags->mappings_path, *mappings, *sets,
-                                                        flags->priced_device())
-                                   : mappings.status();
-    for (size_t i = 0; written.ok() && !flags->ptx_dir.empty() && i < mappings->size(); ++i) {
-      const MappingVariant& v = (*mappings)[i].variant;
-      written = WriteKernelFiles(flags->ptx_dir,
-                                 std::to_string((*mappings)[i].id) + "_mapping" +
-                                     (v.shipped() ? "_shipped" : std::to_string(v.candidate)),
-                                 v.compiled.kernels[static_cast<size_t>(v.kernel)]);
-    }
-    if (!written.ok()) {
-      std::cerr << "cost_model_price: --mappings: " << written.ToString() << "\n";
+    if (Status s = WriteMappings(*flags, *plans, *sets); !s.ok()) {
+      std::cerr << "cost_model_price: --mappings: " << s.ToString() << "\n";
       return kExitFailed;
     }
   }
