@@ -126,16 +126,11 @@ TEST(SuiteColumnPhases, LanesOfSixtyFourHalfChannelsReadWholeRows) {
 // A column phase's lane reduces `vector_width` adjacent columns: each of its full-size
 // inputs should be read a vector at a time, an access of vector_width elements in the PTX per
 // input and row. The static width check reads a kernel's widest access only, which a global
-// kernel's other phases can make wide on their own. Known gap, strict as kKnownGaps: #11's
-// phase takes eight f16 columns a lane and loads them two bytes at a time (sixteen
-// LDG.E.U16 and eight STG.E.U16 a row in its SASS, behind the 16-byte accesses of its
-// partials): each column's erf, libdevice's inline assembly, sits between one column's load
-// and the next, and LLVM's vectorizer does not merge across it. Loading a lane's columns
-// first as vectors (the loop kernels' EmitLoads) gives 16-byte accesses but, with every
-// column converted to f32 at once, spills 80 bytes inside the phase's loop under the 32
-// registers two co-resident 1,024-thread blocks leave a thread.
+// kernel's other phases can make wide on their own. #11's phase takes eight f16 columns a
+// lane and, while each column's erf (libdevice's branches) sat between one column's load and
+// the next, loaded them two bytes at a time (sixteen LDG.E.U16 a row in its SASS, behind the
+// 16-byte accesses of its partials); its lanes now load first (LoadColumnsFirst).
 TEST(SuiteColumnPhases, LanesLoadTheirAdjacentColumnsAsOneVector) {
-  const std::set<int> known_gaps = {11};
   std::set<int> scalar;
   int checked = 0;
   for (int id = 1; id <= kSuiteSize; ++id) {
@@ -175,7 +170,7 @@ TEST(SuiteColumnPhases, LanesLoadTheirAdjacentColumnsAsOneVector) {
     }
   }
   EXPECT_GE(checked, 3);  // #11's, #18's and #20's phases at least
-  EXPECT_EQ(scalar, known_gaps);
+  EXPECT_EQ(scalar, std::set<int>{});
 }
 
 // An H200 is planned on the H100's figures (PlanningDevice) and priced with its own fitted

@@ -121,9 +121,17 @@ unsigned StorageBits(llvm::IRBuilder<>& b, DType t) {
 }  // namespace
 
 llvm::Value* LoadElement(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index) {
+  return Widen(b, t, LoadStored(b, t, base, index));
+}
+
+llvm::Value* LoadStored(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index) {
   llvm::Type* st = StorageType(b.getContext(), t);
   llvm::Value* addr = b.CreateInBoundsGEP(st, base, index);
-  return Widen(b, t, b.CreateAlignedLoad(st, addr, ElementAlign(b, st, index)));
+  return b.CreateAlignedLoad(st, addr, ElementAlign(b, st, index));
+}
+
+llvm::Value* WidenStored(llvm::IRBuilder<>& b, DType t, llvm::Value* stored) {
+  return Widen(b, t, stored);
 }
 
 void StoreElement(llvm::IRBuilder<>& b, DType t, llvm::Value* value, llvm::Value* base,
@@ -174,25 +182,24 @@ std::map<size_t, std::vector<size_t>> PackedVectors(llvm::IRBuilder<>& b,
   return vectors;
 }
 
-std::vector<llvm::Value*> LoadPackedVector(llvm::IRBuilder<>& b, DType t, llvm::Value* base,
-                                           llvm::Value* first, size_t lanes) {
+llvm::Value* LoadPackedWords(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* first,
+                             size_t lanes) {
   llvm::Type* st = StorageType(b.getContext(), t);
-  const unsigned bits = StorageBits(b, t);
-  const size_t per_word = 32 / bits;
+  const size_t per_word = 32 / StorageBits(b, t);
   auto* vector_ty =
       llvm::FixedVectorType::get(b.getInt32Ty(), static_cast<unsigned>(lanes / per_word));
-  llvm::Value* words = b.CreateAlignedLoad(vector_ty, b.CreateInBoundsGEP(st, base, first),
-                                           ElementAlign(b, st, first));
-  std::vector<llvm::Value*> values;
-  llvm::Value* word = nullptr;
-  for (size_t k = 0; k < lanes; ++k) {
-    const unsigned shift = static_cast<unsigned>(k % per_word) * bits;
-    if (shift == 0)
-      word = b.CreateExtractElement(words, b.getInt32(static_cast<uint32_t>(k / per_word)));
-    llvm::Value* lane = shift == 0 ? word : b.CreateLShr(word, shift);
-    values.push_back(Widen(b, t, b.CreateTrunc(lane, st)));
-  }
-  return values;
+  return b.CreateAlignedLoad(vector_ty, b.CreateInBoundsGEP(st, base, first),
+                             ElementAlign(b, st, first));
+}
+
+llvm::Value* PackedLane(llvm::IRBuilder<>& b, DType t, llvm::Value* words, size_t lane) {
+  const unsigned bits = StorageBits(b, t);
+  const size_t per_word = 32 / bits;
+  const unsigned shift = static_cast<unsigned>(lane % per_word) * bits;
+  llvm::Value* word =
+      b.CreateExtractElement(words, b.getInt32(static_cast<uint32_t>(lane / per_word)));
+  if (shift > 0) word = b.CreateLShr(word, shift);
+  return b.CreateTrunc(word, StorageType(b.getContext(), t));
 }
 
 void StorePackedVector(llvm::IRBuilder<>& b, DType t, const std::vector<llvm::Value*>& values,

@@ -25,6 +25,12 @@ llvm::Type* ComputeType(llvm::LLVMContext& ctx, DType t);
 // Loads element `index` of the buffer at `base` and widens it to the compute type.
 llvm::Value* LoadElement(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index);
 
+// Loads element `index` of the buffer at `base` in its storage type, for WidenStored later.
+llvm::Value* LoadStored(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index);
+
+// Widens `stored`, an element of dtype `t` in its storage type, to the compute type.
+llvm::Value* WidenStored(llvm::IRBuilder<>& b, DType t, llvm::Value* stored);
+
 // Narrows `value` (compute type) to storage and stores it at element `index` of `base`;
 // f16 and bf16 round to nearest even.
 void StoreElement(llvm::IRBuilder<>& b, DType t, llvm::Value* value, llvm::Value* base,
@@ -59,9 +65,13 @@ std::map<size_t, std::vector<size_t>> PackedVectors(llvm::IRBuilder<>& b,
                                                     const std::vector<ElementAccess>& accesses);
 
 // Loads the `lanes` elements from `first` on of the buffer at `base` (a vector PackedVectors
-// found) as one access of i32 words and returns them in the compute type, lane by lane.
-std::vector<llvm::Value*> LoadPackedVector(llvm::IRBuilder<>& b, DType t, llvm::Value* base,
-                                           llvm::Value* first, size_t lanes);
+// found) as one access of i32 words and returns the words, for PackedLane.
+llvm::Value* LoadPackedWords(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* first,
+                             size_t lanes);
+
+// Returns lane `lane` of `words` (as LoadPackedWords returns them) in the storage type of
+// `t`, for WidenStored.
+llvm::Value* PackedLane(llvm::IRBuilder<>& b, DType t, llvm::Value* words, size_t lane);
 
 // Narrows `values` (compute type, lane by lane) to storage and stores them from element
 // `first` of `base` on as one access of i32 words (a vector PackedVectors found).

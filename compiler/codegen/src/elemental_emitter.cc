@@ -23,6 +23,7 @@ ElementalEmitter::ElementalEmitter(KernelContext& kc) : kc_(kc), b_(kc.b) {
 
 void ElementalEmitter::ResetScope() {
   memo_.clear();
+  stored_.clear();
   delin_.clear();
   lin_.clear();
 }
@@ -393,6 +394,12 @@ StatusOr<llvm::Value*> ElementalEmitter::Emit(int root, const IrIndex& root_inde
       stack.pop_back();
       continue;
     }
+    if (auto stored = stored_.find(key); stored != stored_.end()) {
+      memo_[key] = Widened(stored->second);
+      stored_.erase(stored);
+      stack.pop_back();
+      continue;
+    }
     auto buf = kc_.buffers.find(f.node);
     if (buf != kc_.buffers.end()) {
       LoadInput(f.node, f.index, buf->second);
@@ -426,7 +433,7 @@ void ElementalEmitter::LoadInput(int node, const IrIndex& index, llvm::Value* bu
 }
 
 void ElementalEmitter::EmitLoads(const std::vector<int>& nodes,
-                                 const std::vector<llvm::Value*>& linears) {
+                                 const std::vector<llvm::Value*>& linears, Widening widening) {
   std::vector<Frame> stack;
   // Pushed in reverse, so that the first lane's loads are emitted first.
   for (auto linear = linears.rbegin(); linear != linears.rend(); ++linear) {
@@ -444,7 +451,7 @@ void ElementalEmitter::EmitLoads(const std::vector<int>& nodes,
     Frame f = std::move(stack.back());
     stack.pop_back();
     const Key key = KeyOf(f.node, f.index);
-    if (memo_.count(key) || !seen.insert(key).second) continue;
+    if (memo_.count(key) || stored_.count(key) || !seen.insert(key).second) continue;
     if (pinned_any_.count(f.node) || (f.index.linear && pinned_.count({f.node, f.index.linear}))) {
       continue;
     }
@@ -460,10 +467,63 @@ void ElementalEmitter::EmitLoads(const std::vector<int>& nodes,
       stack.push_back(MakeFrame(n.operands[i], Normalize(n.operands[i], f.operand_index[i])));
     }
   }
-  LoadInputs(inputs);
+  LoadInputs(inputs, widening);
 }
 
-void ElementalEmitter::LoadInputs(const std::vector<std::pair<int, IrIndex>>& inputs) {
+namespace {
+
+// Whether ComputeElementwise computes node `id` with a math library function of more than one
+// instruction (every CallMath but rsqrt, fast_fdivide and fast_exp). f64 is never approximate.
+bool CallsMathFunction(const Graph& g, int id, bool approximate) {
+  const Node& n = g.nodes[id];
+  if (n.operands.empty()) return false;
+  const DType t = g.nodes[n.operands[0]].shape.dtype;
+  if (!IsFloat(t)) return false;
+  switch (n.op) {
+    case OpCode::kLog:
+    case OpCode::kLog1p:
+    case OpCode::kExpm1:
+    case OpCode::kTanh:
+    case OpCode::kErf:
+    case OpCode::kSin:
+    case OpCode::kCos:
+    case OpCode::kTan:
+    case OpCode::kCbrt:
+    case OpCode::kPow:
+    case OpCode::kAtan2:
+    case OpCode::kRem:
+      return true;
+    case OpCode::kExp:
+    case OpCode::kLogistic:
+      return t == DType::kF64 || !approximate;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool ElementalEmitter::CallsMathLibrary(const std::vector<int>& nodes) const {
+  std::vector<int> stack = nodes;
+  std::set<int> seen;
+  while (!stack.empty()) {
+    const int id = stack.back();
+    stack.pop_back();
+    if (id < 0 || id >= static_cast<int>(kc_.graph.nodes.size()) || !seen.insert(id).second ||
+        kc_.buffers.count(id) || pinned_any_.count(id)) {
+      continue;
+    }
+    const Node& n = kc_.graph.nodes[id];
+    const OpClass c = ClassOf(n.op);
+    if (c != OpClass::kElementwise && c != OpClass::kDataMovement) continue;
+    if (CallsMathFunction(kc_.graph, id, kc_.ApproximateMath(id))) return true;
+    stack.insert(stack.end(), n.operands.begin(), n.operands.end());
+  }
+  return false;
+}
+
+void ElementalEmitter::LoadInputs(const std::vector<std::pair<int, IrIndex>>& inputs,
+                                  Widening widening) {
   // Only sub-word elements can be part of a vector loaded as words; the others keep their
   // index arithmetic next to their load.
   std::vector<ElementAccess> accesses;
@@ -477,24 +537,37 @@ void ElementalEmitter::LoadInputs(const std::vector<std::pair<int, IrIndex>>& in
   for (const auto& [earliest, lanes] : vectors) {
     for (size_t k : lanes) in_vector[k] = true;
   }
+  const auto keep = [&](size_t i, llvm::Value* value, int64_t lane) {
+    const auto& [node, index] = inputs[i];
+    const Stored stored{accesses[i].dtype, value, lane};
+    if (widening == Widening::kAtFirstUse) {
+      stored_[KeyOf(node, index)] = stored;
+    } else {
+      memo_[KeyOf(node, index)] = Widened(stored);
+    }
+  };
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ElementAccess& a = accesses[i];
     if (auto v = vectors.find(i); v != vectors.end()) {
-      const std::vector<llvm::Value*> values =
-          LoadPackedVector(b_, a.dtype, a.base, accesses[v->second[0]].index, v->second.size());
-      for (size_t k = 0; k < values.size(); ++k) {
-        const auto& [node, index] = inputs[v->second[k]];
-        memo_[KeyOf(node, index)] = values[k];
+      llvm::Value* words =
+          LoadPackedWords(b_, a.dtype, a.base, accesses[v->second[0]].index, v->second.size());
+      for (size_t k = 0; k < v->second.size(); ++k) {
+        keep(v->second[k], words, static_cast<int64_t>(k));
       }
     } else if (!in_vector[i]) {
       const auto& [node, index] = inputs[i];
-      if (a.index == nullptr) {
-        LoadInput(node, index, a.base);
-      } else {
-        memo_[KeyOf(node, index)] = LoadElement(b_, a.dtype, a.base, a.index);
-      }
+      const Shape& s = kc_.graph.nodes[node].shape;
+      llvm::Value* at = a.index == nullptr ? LinearOf(index, s.dims) : a.index;
+      keep(i, LoadStored(b_, a.dtype, a.base, at), -1);
     }
   }
+}
+
+llvm::Value* ElementalEmitter::Widened(const Stored& stored) {
+  llvm::Value* value = stored.lane < 0 ? stored.value
+                                       : PackedLane(b_, stored.dtype, stored.value,
+                                                    static_cast<size_t>(stored.lane));
+  return WidenStored(b_, stored.dtype, value);
 }
 
 llvm::Value* ElementalEmitter::ExpOf(int node, llvm::Value* x) {

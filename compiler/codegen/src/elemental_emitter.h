@@ -39,7 +39,21 @@ class ElementalEmitter {
   // across the math library's inline assembly. The lanes of a vector of sub-word elements
   // load as one access of i32 words where the backend would split them (AccessedAsWords).
   // Stops at pinned and seeded values and at reduces; errors are left to Emit.
-  void EmitLoads(const std::vector<int>& nodes, const std::vector<llvm::Value*>& linears);
+  //
+  // `widening` says where each loaded element becomes its compute type: kAtLoad converts
+  // them all next to their loads; kAtFirstUse converts each where Emit first reads it, so
+  // a vector of narrow elements stays packed in its storage registers while earlier lanes'
+  // math runs (eight f16 lanes are four registers, not eight).
+  enum class Widening { kAtLoad, kAtFirstUse };
+  void EmitLoads(const std::vector<int>& nodes, const std::vector<llvm::Value*>& linears,
+                 Widening widening = Widening::kAtLoad);
+
+  // Returns whether computing any of `nodes` calls the math library for more than one
+  // instruction (erf, log, tanh, exact exp, ...; not rsqrt or the approximate exp and
+  // division): such a body holds branches and inline assembly, which end the straight line
+  // within which the backend's vectorizer merges accesses. Looks through elementwise and
+  // data-movement nodes of the kernel down to its inputs, as EmitLoads does.
+  bool CallsMathLibrary(const std::vector<int>& nodes) const;
 
   // Forgets every memoised value; call when moving to code that the values emitted so far
   // do not dominate.
@@ -114,7 +128,16 @@ class ElementalEmitter {
   void LoadInput(int node, const IrIndex& index, llvm::Value* buffer);
   // Loads and memoises the kernel input elements `inputs` in order, the lanes of a vector
   // that PackedVectors finds in one input together, where the first of them is.
-  void LoadInputs(const std::vector<std::pair<int, IrIndex>>& inputs);
+  void LoadInputs(const std::vector<std::pair<int, IrIndex>>& inputs, Widening widening);
+  // An element loaded but not yet widened (EmitLoads' kAtFirstUse): its storage-type value,
+  // or lane `lane` of a vector of words (LoadPackedWords) when `lane` is not negative.
+  struct Stored {
+    DType dtype;
+    llvm::Value* value;
+    int64_t lane;
+  };
+  // The compute-type value of `stored`, emitted at the builder's insertion point.
+  llvm::Value* Widened(const Stored& stored);
   llvm::Value* PinnedValue(int node, const IrIndex& index);
   IrIndex Normalize(int node, const IrIndex& index);
   const std::vector<llvm::Value*>& DimsOf(IrIndex& index, const std::vector<int64_t>& shape);
@@ -142,6 +165,7 @@ class ElementalEmitter {
   llvm::IRBuilder<>& b_;
   std::unordered_set<int> in_kernel_;
   std::map<Key, llvm::Value*> memo_;
+  std::map<Key, Stored> stored_;  // loaded, widened when Emit first reads them
   std::map<int, llvm::AllocaInst*> pinned_any_;
   std::map<std::pair<int, llvm::Value*>, llvm::AllocaInst*> pinned_;
   std::map<std::pair<llvm::Value*, std::vector<int64_t>>, std::vector<llvm::Value*>> delin_;

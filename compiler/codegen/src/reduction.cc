@@ -248,6 +248,47 @@ void CombineElements(KernelContext& kc, const ReducePlan& plan,
   }
 }
 
+// The index of element `r` of every column. Where the kept columns are the input's trailing
+// dimensions, a later column's element is the first column's plus their distance, formed so
+// in the IR: the vectoriser merges accesses only where their addresses differ by constants
+// it can see.
+std::vector<IrIndex> ColumnIndices(KernelContext& kc, ElementalEmitter& em,
+                                   const std::vector<AccumulatedColumn>& columns, llvm::Value* r) {
+  std::vector<IrIndex> indices;
+  for (size_t c = 0; c < columns.size(); ++c) {
+    const std::optional<int64_t> distance =
+        c == 0 ? std::nullopt : ConstantDistance(columns[c].k, columns[0].k);
+    IrIndex idx;
+    if (distance && indices[0].linear && columns[0].plan->geometry.reduced_is_prefix) {
+      idx.linear = kc.b.CreateAdd(indices[0].linear, kc.Index(*distance), "", true, true);
+    } else {
+      idx = InputIndex(kc, em, columns[c].plan->geometry, columns[c].k, r);
+    }
+    indices.push_back(std::move(idx));
+  }
+  return indices;
+}
+
+// Where a lane's math calls the math library (#11's erf), issues the loads of every column's
+// element at `indices` before any column's math, as vectors, each converted where its column
+// first uses it: the library's branches end the straight line within which the backend's
+// vectorizer merges the columns' loads, and converting every column at once keeps twice the
+// registers live (#11 spilled 80 bytes in its loop). Other lanes' loads merge as emitted,
+// and their code stays as the GPU runs measured it.
+void LoadColumnsFirst(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                      const std::vector<IrIndex>& indices) {
+  std::vector<int> nodes;
+  for (const auto& red : plan.reduces) nodes.push_back(red.input);
+  for (size_t slot : plan.side_outputs) nodes.push_back(kc.spec.outputs[slot]);
+  if (!em.CallsMathLibrary(nodes)) return;
+  std::vector<llvm::Value*> linears;
+  for (const IrIndex& idx : indices) {
+    if (idx.linear == nullptr) return;
+    linears.push_back(idx.linear);
+  }
+  em.EmitLoads(nodes, linears, ElementalEmitter::Widening::kAtFirstUse);
+}
+
 // Emits `count` elements r, r + step, ... of every column before combining any, so their
 // loads are in flight together.
 Status AccumulateElements(KernelContext& kc, ElementalEmitter& em,
@@ -256,23 +297,12 @@ Status AccumulateElements(KernelContext& kc, ElementalEmitter& em,
   std::vector<std::vector<std::vector<llvm::Value*>>> elements(columns.size());
   for (int64_t u = 0; u < count; ++u) {
     llvm::Value* ru = u == 0 ? r : kc.b.CreateAdd(r, kc.Index(u * step), "", true, true);
-    llvm::Value* first_linear = nullptr;
+    em.ResetScope();
+    const std::vector<IrIndex> indices = ColumnIndices(kc, em, columns, ru);
+    if (columns.size() > 1) LoadColumnsFirst(kc, em, *columns[0].plan, indices);
     for (size_t c = 0; c < columns.size(); ++c) {
-      em.ResetScope();
-      // Where the kept columns are the input's trailing dimensions, a later column's element
-      // is the first column's plus their distance, formed so in the IR: the vectoriser merges
-      // loads only where their addresses differ by constants it can see.
-      const std::optional<int64_t> distance =
-          c == 0 ? std::nullopt : ConstantDistance(columns[c].k, columns[0].k);
-      IrIndex idx;
-      if (distance && first_linear && columns[0].plan->geometry.reduced_is_prefix) {
-        idx.linear = kc.b.CreateAdd(first_linear, kc.Index(*distance), "", true, true);
-      } else {
-        idx = InputIndex(kc, em, columns[c].plan->geometry, columns[c].k, ru);
-      }
-      if (c == 0) first_linear = idx.linear;
       STITCH_ASSIGN_OR_RETURN(std::vector<llvm::Value*> values,
-                              EmitElement(kc, em, *columns[c].plan, idx));
+                              EmitElement(kc, em, *columns[c].plan, indices[c]));
       elements[c].push_back(std::move(values));
     }
   }

@@ -169,6 +169,78 @@ TEST(VectorAccess, VectorizedKernelsMatchTheInterpreter) {
   }
 }
 
+// dy * erf(x) in `t` and its sum over the rows, in f32: a column reduction whose element
+// math calls the math library, as #11's gelu gradient does.
+Graph ErfColumnSum(int64_t rows, int64_t cols, DType t) {
+  Graph g;
+  g.name = "erf_column_sum";
+  int x = Param(g, {t, {rows, cols}}, 0, "x");
+  int dy = Param(g, {t, {rows, cols}}, 1, "dy");
+  int y = Binary(g, OpCode::kMul, dy, testing::Unary(g, OpCode::kErf, x));
+  int sum = testing::Reduce(g, Convert(g, y, DType::kF32), testing::ConstScalar(g, DType::kF32, 0),
+                            {0}, ReduceKind::kSum);
+  g.outputs = {y, sum};
+  return g;
+}
+
+// The column phases of `r`'s kernels that give a lane more than one column.
+std::vector<const KernelSpec*> ColumnLanes(const CompileResult& r) {
+  std::vector<const KernelSpec*> lanes;
+  for (const KernelSpec& k : r.plan.kernels) {
+    for (const KernelSpec& phase : k.phases) {
+      if (phase.kind == KernelKind::kColumnReduce && phase.mapping.vector_width > 1) {
+        lanes.push_back(&phase);
+      }
+    }
+  }
+  return lanes;
+}
+
+// libdevice's erf branches, and the vectorizer merges no accesses across a branch: a lane's
+// columns are loaded first, as one vector per input, and each converted where its column's
+// math first reads it, in f16 (eight lanes as four <2 x half>) and in bf16 (i32 words).
+TEST(VectorAccess, ColumnLanesWhoseMathCallsTheLibraryLoadTheirColumnsAsVectors) {
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(t)));
+    Graph g = ErfColumnSum(3072, 4096, t);
+    CompileResult r = CompileToPtx(g);
+    ASSERT_EQ(r.kernels.size(), 1u) << Describe(r.graph, r.plan);
+    const std::vector<const KernelSpec*> lanes = ColumnLanes(r);
+    ASSERT_EQ(lanes.size(), 1u) << Describe(r.graph, r.plan);
+    ASSERT_EQ(lanes[0]->mapping.vector_width, 8) << Describe(r.graph, r.plan);
+    const std::string& ptx = r.kernels[0].ptx;
+    const char* vector = t == DType::kF16 ? "ld.global.nc.v4.b32" : "ld.global.nc.v4.u32";
+    EXPECT_EQ(CountOf(ptx, vector), 2) << ptx;  // x and dy, one vector each per row
+    for (const char* scalar : {"ld.global.nc.b16", "ld.global.nc.u16"}) {
+      EXPECT_EQ(CountOf(ptx, scalar), 0) << scalar << "\n" << ptx;
+    }
+  }
+}
+
+// The planner gives lanes of eight columns to the full-size graph only, whose grid the
+// emulator cannot hold at once: that plan's kernel runs at 96 rows of the same 4096 columns,
+// on a grid of kEmulatorMaxPersistentGridBlocks that loops over the same tiles.
+TEST(VectorAccess, ColumnLanesThatLoadFirstMatchTheInterpreter) {
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(t)));
+    CompileResult full = CompileToPtx(ErfColumnSum(3072, 4096, t));
+    ASSERT_EQ(full.plan.kernels.size(), 1u);
+    ASSERT_EQ(ColumnLanes(full).size(), 1u) << Describe(full.graph, full.plan);
+    Graph small = ErfColumnSum(96, 4096, t);
+    ASSERT_EQ(full.graph.nodes.size(), small.nodes.size());  // the spec's node ids hold
+    KernelSpec spec = full.plan.kernels[0];
+    spec.mapping.launch.grid = {kEmulatorMaxPersistentGridBlocks, 1, 1};
+    for (KernelSpec& phase : spec.phases) phase.mapping.launch.grid = spec.mapping.launch.grid;
+    CodegenOptions o;
+    o.target = *Target::Parse("sm_90");
+    o.emit_cubin = false;
+    StatusOr<CompiledKernel> kernel = EmitKernel(small, spec, o);
+    ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
+    EXPECT_TRUE(testing::EmulatedMatchesInterpreter(small, small, {*kernel},
+                                                    testing::RandomInputs(small, 42), 42));
+  }
+}
+
 TEST(VectorAccess, AWidthThatDoesNotDivideTheWorkIsRefused) {
   for (Graph g : {Elementwise({64, 40}, DType::kF32, DType::kF32), testing::Softmax(64, 96)}) {
     CompileResult r = CompileToPtx(g);
