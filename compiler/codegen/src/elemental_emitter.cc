@@ -85,10 +85,14 @@ std::vector<llvm::Value*> ElementalEmitter::Delinearize(llvm::Value* linear,
     return out;
   }
   std::vector<llvm::Value*> out(dims.size());
+  // quotients[d]: the linear index of out[0..d) in a space of dims[0..d), which is `linear`
+  // divided by the sizes from d on; null where the loop stopped before it.
+  std::vector<llvm::Value*> quotients(dims.size(), nullptr);
   llvm::Value* rest = linear;
   for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
     if (dims[d] == 1) {
       out[d] = kc_.Index(0);
+      quotients[d] = rest;
       continue;
     }
     bool outermost = true;
@@ -99,11 +103,21 @@ std::vector<llvm::Value*> ElementalEmitter::Delinearize(llvm::Value* linear,
     }
     out[d] = b_.CreateURem(rest, kc_.Index(dims[d]));
     rest = b_.CreateUDiv(rest, kc_.Index(dims[d]));
+    quotients[d] = rest;
   }
   for (auto& v : out) {
     if (v == nullptr) v = kc_.Index(0);
   }
   delin_[key] = out;
+  // Linearize of a leading part of these indices (an operand broadcast along the trailing
+  // dimensions: a row's scale over its columns) is then that quotient, not a product and sum
+  // of the parts the optimiser cannot fold back into it.
+  for (size_t d = 1; d < dims.size(); ++d) {
+    if (quotients[d] == nullptr) continue;
+    lin_.emplace(std::make_pair(std::vector<llvm::Value*>(out.begin(), out.begin() + d),
+                                std::vector<int64_t>(dims.begin(), dims.begin() + d)),
+                 quotients[d]);
+  }
   return out;
 }
 

@@ -4,7 +4,9 @@
 // the dtypes and the sizes; vectorized kernels match the interpreter on the emulator.
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "stitch/codegen/codegen.h"
 #include "stitch/driver/compile.h"
@@ -166,6 +168,46 @@ TEST(VectorAccess, VectorizedKernelsMatchTheInterpreter) {
     SCOPED_TRACE(c.g.name + " " + c.g.nodes[0].shape.ToString());
     testing::EmulatorCheck check;
     EXPECT_TRUE(testing::CheckOnEmulator(c.g, c.seed, /*random_order=*/true, &check));
+  }
+}
+
+// (x + bias) * scale with a bias per column and a scale per row, #16's ViT pattern: x and the
+// output are `dims`, bias the last dimension, scale every other one.
+Graph RowScaledBias(std::vector<int64_t> dims, DType t) {
+  Graph g;
+  g.name = "row_scaled_bias";
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  std::vector<int64_t> rows(dims.begin(), dims.end() - 1), leading(rows.size());
+  std::iota(leading.begin(), leading.end(), 0);
+  int x = Param(g, {t, dims}, 0, "x");
+  int bias = Param(g, {t, {dims.back()}}, 1, "bias");
+  int scale = Param(g, {t, rows}, 2, "scale");
+  int shifted = Binary(g, OpCode::kAdd, x, testing::Broadcast(g, bias, dims, {rank - 1}));
+  g.outputs = {Binary(g, OpCode::kMul, shifted, testing::Broadcast(g, scale, dims, leading))};
+  return g;
+}
+
+// A value broadcast along the trailing dimensions is read at the element's index divided by
+// their size: the index of the row, one division, not the row's coordinates found by dividing
+// again and multiplied back together, which the optimiser cannot fold (#16 made three
+// divisions a vector for its [64, 197] scale, now one).
+TEST(VectorAccess, ARowsBroadcastValueIsIndexedByOneDivision) {
+  Graph g = RowScaledBias({64, 197, 768}, DType::kF16);
+  CompileResult r = CompileToPtx(g);
+  ASSERT_EQ(r.kernels.size(), 1u);
+  ASSERT_EQ(r.plan.kernels[0].kind, KernelKind::kLoop);
+  EXPECT_EQ(CountOf(r.kernels[0].ptx, "mul.hi.u32"), 1) << r.kernels[0].ptx;
+}
+
+TEST(VectorAccess, RowsBroadcastValuesMatchTheInterpreter) {
+  const std::vector<std::vector<int64_t>> shapes = {{6, 7, 96}, {3, 1, 5, 32}, {2, 3, 1, 40}};
+  for (const std::vector<int64_t>& dims : shapes) {
+    for (DType t : {DType::kF32, DType::kBF16}) {
+      Graph g = RowScaledBias(dims, t);
+      SCOPED_TRACE(g.nodes[0].shape.ToString());
+      testing::EmulatorCheck check;
+      EXPECT_TRUE(testing::CheckOnEmulator(g, 43, /*random_order=*/true, &check));
+    }
   }
 }
 
