@@ -54,9 +54,6 @@ constexpr testing::KnownGap kKnownGaps[] = {
     {14, "sectors",
      "16 lanes per row, 2 bytes each: rows of 197 f16 (394 bytes) do not start on sector "
      "boundaries, so each half-warp's 32 bytes straddle two sectors (the L1 serves the rest)"},
-    {25, "sectors",
-     "the per-column f16 bias is read with 4 scalar loads, each index its own `% 768`, which "
-     "the vectorizer cannot merge: each spans 4 times the sectors it uses"},
     {28, "sectors",
      "rows of 123 f32 (492 bytes) do not start on sector boundaries and a warp covers rows "
      "in parts, so each part straddles a sector more than it uses"},

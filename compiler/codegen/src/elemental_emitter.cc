@@ -80,7 +80,9 @@ std::vector<llvm::Value*> ElementalEmitter::Delinearize(llvm::Value* linear,
     // The vector starts at a multiple of the width and the width divides the innermost
     // dimension, so every lane shares the first lane's outer indices.
     std::vector<llvm::Value*> out = Delinearize(lane->second.first, dims);
-    out.back() = b_.CreateAdd(out.back(), kc_.Index(lane->second.offset), "", true, true);
+    llvm::Value* first = out.back();
+    out.back() = b_.CreateAdd(first, kc_.Index(lane->second.offset), "", true, true);
+    lane_coordinates_[out.back()] = Lane{first, lane->second.offset, lane->second.width};
     delin_[key] = out;
     return out;
   }
@@ -128,6 +130,9 @@ llvm::Value* ElementalEmitter::Linearize(const std::vector<llvm::Value*>& idx,
   // linear index of its first dimensions in a space of theirs), so that indices differing
   // only in their last coordinate, the lanes of a vector, share their arithmetic up to it and
   // their distance is visible (index_alignment.h).
+  // Whether this index's linear index is made now, not found: only then is the lane's first
+  // index below made right after it, where it dominates everything the index does.
+  const bool made = !lin_.count({idx, dims});
   std::pair<std::vector<llvm::Value*>, std::vector<int64_t>> key;
   llvm::Value* lin = nullptr;
   for (size_t d = 0; d < dims.size(); ++d) {
@@ -143,6 +148,17 @@ llvm::Value* ElementalEmitter::Linearize(const std::vector<llvm::Value*>& idx,
   }
   if (lin == nullptr) lin = kc_.Index(0);
   lin_[key] = lin;
+  // The first lane's coordinate is a multiple of the width, so where the width divides this
+  // space's innermost size, the first lane's linear index is a multiple of it too: this index
+  // is a lane of that one, whose delinearisation (an operand broadcast along its trailing
+  // dimensions) the later lanes then share.
+  if (auto coordinate = lane_coordinates_.find(idx.empty() ? nullptr : idx.back());
+      made && coordinate != lane_coordinates_.end() &&
+      dims.back() % coordinate->second.width == 0 && !lanes_.count(lin)) {
+    std::vector<llvm::Value*> first = idx;
+    first.back() = coordinate->second.first;
+    lanes_[lin] = Lane{Linearize(first, dims), coordinate->second.offset, coordinate->second.width};
+  }
   return lin;
 }
 

@@ -176,6 +176,9 @@ class ElementalEmitter {
     int64_t width;
   };
   std::map<llvm::Value*, Lane> lanes_;
+  // A later lane's innermost coordinate, as Delinearize forms it from the first lane's:
+  // Linearize of an index ending in it is then a lane of the index ending in the first's.
+  std::map<llvm::Value*, Lane> lane_coordinates_;
   std::map<int, llvm::GlobalVariable*> constant_arrays_;
   size_t max_stack_ = 0;
   bool lane_offsets_last_ = false;

@@ -211,6 +211,44 @@ TEST(VectorAccess, RowsBroadcastValuesMatchTheInterpreter) {
   }
 }
 
+// (x + bias) / 8 split into heads: [batch, seq, heads * dim] to [batch, heads, seq, dim] in
+// `t`, with the bias per column of x (#25's attention pattern).
+Graph SplitHeads(int64_t batch, int64_t seq, int64_t heads, int64_t dim, DType t) {
+  Graph g;
+  g.name = "split_heads";
+  const std::vector<int64_t> dims = {batch, seq, heads * dim};
+  int x = Param(g, {t, dims}, 0, "x");
+  int bias = Param(g, {t, {heads * dim}}, 1, "bias");
+  int shifted = Binary(g, OpCode::kAdd, x, testing::Broadcast(g, bias, dims, {2}));
+  int scaled = Binary(g, OpCode::kMul, shifted,
+                      testing::Broadcast(g, testing::ConstScalar(g, t, 0.125), dims, {}));
+  int split = testing::Reshape(g, scaled, {batch, seq, heads, dim});
+  g.outputs = {testing::Transpose(g, split, {0, 2, 1, 3})};
+  return g;
+}
+
+// A vector of the output reads x's elements through the transpose at consecutive indices, and
+// the bias at those indices modulo its length: the later lanes' bias index is the first's plus
+// the lane, so the bias is one vector load, not one division and 2-byte load per lane (#25).
+TEST(VectorAccess, AnOperandReadThroughATransposedVectorIsOneVectorLoad) {
+  Graph g = SplitHeads(32, 128, 12, 64, DType::kF16);
+  CompileResult r = CompileToPtx(g);
+  ASSERT_EQ(r.kernels.size(), 1u);
+  ASSERT_EQ(r.plan.kernels[0].mapping.vector_width, 4) << Describe(r.graph, r.plan);
+  const std::string& ptx = r.kernels[0].ptx;
+  EXPECT_EQ(CountOf(ptx, "ld.global.nc.v4.b16"), 2) << ptx;  // x and the bias
+  EXPECT_EQ(CountOf(ptx, "ld.global.nc.b16"), 0) << ptx;
+}
+
+TEST(VectorAccess, TransposedVectorsMatchTheInterpreter) {
+  for (DType t : {DType::kF16, DType::kBF16, DType::kF32}) {
+    Graph g = SplitHeads(2, 9, 3, 32, t);
+    SCOPED_TRACE(std::string(DTypeName(t)));
+    testing::EmulatorCheck check;
+    EXPECT_TRUE(testing::CheckOnEmulator(g, 44, /*random_order=*/true, &check));
+  }
+}
+
 // dy * erf(x) in `t` and its sum over the rows, in f32: a column reduction whose element
 // math calls the math library, as #11's gelu gradient does.
 Graph ErfColumnSum(int64_t rows, int64_t cols, DType t) {
