@@ -85,20 +85,6 @@ llvm::Align ElementAlign(llvm::IRBuilder<>& b, llvm::Type* storage, llvm::Value*
   return llvm::Align(ElementAlignment(index, layout.getTypeStoreSize(storage)));
 }
 
-// A stored element `v` widened to the compute type.
-llvm::Value* Widen(llvm::IRBuilder<>& b, DType t, llvm::Value* v) {
-  switch (t) {
-    case DType::kPred:
-      return b.CreateICmpNE(v, b.getInt8(0));
-    case DType::kF16:
-      return b.CreateFPExt(v, b.getFloatTy());
-    case DType::kBF16:
-      return Bf16BitsToFloat(b, v);
-    default:
-      return v;
-  }
-}
-
 // A compute-type `value` narrowed to the storage type.
 llvm::Value* Narrow(llvm::IRBuilder<>& b, DType t, llvm::Value* value) {
   switch (t) {
@@ -121,7 +107,7 @@ unsigned StorageBits(llvm::IRBuilder<>& b, DType t) {
 }  // namespace
 
 llvm::Value* LoadElement(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index) {
-  return Widen(b, t, LoadStored(b, t, base, index));
+  return WidenStored(b, t, LoadStored(b, t, base, index));
 }
 
 llvm::Value* LoadStored(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index) {
@@ -131,7 +117,16 @@ llvm::Value* LoadStored(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::
 }
 
 llvm::Value* WidenStored(llvm::IRBuilder<>& b, DType t, llvm::Value* stored) {
-  return Widen(b, t, stored);
+  switch (t) {
+    case DType::kPred:
+      return b.CreateICmpNE(stored, b.getInt8(0));
+    case DType::kF16:
+      return b.CreateFPExt(stored, b.getFloatTy());
+    case DType::kBF16:
+      return Bf16BitsToFloat(b, stored);
+    default:
+      return stored;
+  }
 }
 
 void StoreElement(llvm::IRBuilder<>& b, DType t, llvm::Value* value, llvm::Value* base,
