@@ -269,18 +269,23 @@ std::vector<IrIndex> ColumnIndices(KernelContext& kc, ElementalEmitter& em,
   return indices;
 }
 
-// Where a lane's math calls the math library (#11's erf), issues the loads of every column's
-// element at `indices` before any column's math, as vectors, each converted where its column
-// first uses it: the library's branches end the straight line within which the backend's
-// vectorizer merges the columns' loads, and converting every column at once keeps twice the
-// registers live (#11 spilled 80 bytes in its loop). Other lanes' loads merge as emitted,
-// and their code stays as the GPU runs measured it.
-void LoadColumnsFirst(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
-                      const std::vector<IrIndex>& indices) {
+// The nodes a lane of columns computes at each element: its reduces' inputs and its side
+// outputs.
+std::vector<int> LaneNodes(const KernelContext& kc, const ReducePlan& plan) {
   std::vector<int> nodes;
   for (const auto& red : plan.reduces) nodes.push_back(red.input);
   for (size_t slot : plan.side_outputs) nodes.push_back(kc.spec.outputs[slot]);
-  if (!em.CallsMathLibrary(nodes)) return;
+  return nodes;
+}
+
+// Issues the loads of `nodes` at every column's element at `indices` before any column's
+// math, as vectors, each converted where its column first uses it. For lanes whose math calls
+// the math library (#11's erf): the library's branches end the straight line within which
+// the backend's vectorizer merges the columns' loads, and converting every column at once
+// keeps twice the registers live (#11 spilled 80 bytes in its loop). Other lanes' loads merge
+// as emitted, and their code stays as the GPU runs measured it.
+void LoadColumnsFirst(ElementalEmitter& em, const std::vector<int>& nodes,
+                      const std::vector<IrIndex>& indices) {
   std::vector<llvm::Value*> linears;
   for (const IrIndex& idx : indices) {
     if (idx.linear == nullptr) return;
@@ -295,11 +300,13 @@ Status AccumulateElements(KernelContext& kc, ElementalEmitter& em,
                           const std::vector<AccumulatedColumn>& columns, llvm::Value* r,
                           int64_t step, int64_t count) {
   std::vector<std::vector<std::vector<llvm::Value*>>> elements(columns.size());
+  const std::vector<int> lane_nodes = LaneNodes(kc, *columns[0].plan);
+  const bool load_first = columns.size() > 1 && em.CallsMathLibrary(lane_nodes);
   for (int64_t u = 0; u < count; ++u) {
     llvm::Value* ru = u == 0 ? r : kc.b.CreateAdd(r, kc.Index(u * step), "", true, true);
     em.ResetScope();
     const std::vector<IrIndex> indices = ColumnIndices(kc, em, columns, ru);
-    if (columns.size() > 1) LoadColumnsFirst(kc, em, *columns[0].plan, indices);
+    if (load_first) LoadColumnsFirst(em, lane_nodes, indices);
     for (size_t c = 0; c < columns.size(); ++c) {
       STITCH_ASSIGN_OR_RETURN(std::vector<llvm::Value*> values,
                               EmitElement(kc, em, *columns[c].plan, indices[c]));
