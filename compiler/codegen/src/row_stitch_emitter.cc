@@ -4,7 +4,10 @@
 // Reuse follows AStitch's schemes: a reduce result reaches the row's threads through warp
 // shuffles (threads_per_row <= 32) or a shared-memory slot per warp (a block per row); row
 // values read by several passes stay in registers when each thread holds a fixed number
-// of a row's elements (mapping.values_per_thread > 0), and are read again otherwise.
+// of a row's elements (mapping.values_per_thread > 0), and are read again otherwise. What
+// stays is the layout's kept values: x + bias rather than x where later passes read x only
+// through the sum. A value with one element per row that loads from memory (the one-pass
+// statistics' shift) is computed once per row and pass, not once per element.
 // A rescaled sum (softmax's sum of exp(x - max)) that shares its max's pass keeps, per
 // thread, its sum relative to the thread's running max: after each group of elements (a
 // vector in loop mode) the sum is rescaled by exp(old max - new max) and the group's terms
@@ -48,7 +51,11 @@ class RowStitchEmitter {
       max_of_sum_[rs.sum_reduce] = rs.max_reduce;
       rescaled_at_[rs.sum_reduce] = EntryAlloca(kc_, reduces_[rs.max_reduce].acc_ty, "rescaled_at");
     }
-    for (int c : layout_.cached) {
+    for (int v : layout_.row_invariants) {
+      invariant_slot_[v] =
+          EntryAlloca(kc_, ComputeType(kc_.ctx, kc_.graph.nodes[v].shape.dtype), "row_invariant");
+    }
+    for (int c : layout_.kept) {
       llvm::Type* ty = ComputeType(kc_.ctx, kc_.graph.nodes[c].shape.dtype);
       for (int j = 0; j < m_.values_per_thread; ++j) {
         cache_[c].push_back(EntryAlloca(kc_, ty, "row_cache"));
@@ -371,8 +378,10 @@ class RowStitchEmitter {
   // The row's phases, then its outputs, for the row SetRowPositions set.
   Status EmitRowPasses() {
     for (size_t p = 0; p < layout_.phases.size(); ++p) {
+      STITCH_RETURN_IF_ERROR(PinRowInvariants(static_cast<int>(p)));
       STITCH_RETURN_IF_ERROR(EmitPhase(static_cast<int>(p)));
     }
+    STITCH_RETURN_IF_ERROR(PinRowInvariants(static_cast<int>(layout_.phases.size())));
     std::vector<int> reads = layout_.row_space_outputs;
     for (const ReduceInfo& r : column_.reduces) reads.push_back(r.input);
     STITCH_RETURN_IF_ERROR(ForEachElement(reads, [&](llvm::Value* lin, size_t j) -> Status {
@@ -386,6 +395,31 @@ class RowStitchEmitter {
       for (int o : layout_.row_outputs) STITCH_RETURN_IF_ERROR(StoreOutput(o, row_));
       return Status::Ok();
     });
+  }
+
+  // Computes the row invariants that pass `pass` reads, once for the current row, and makes
+  // the pass's reads of them take that value. Only a row in range computes them, as only its
+  // elements read them; the guard also keeps a load of an invariant (the first element of a
+  // bias) from being hoisted out of the row loop, where it would hold a register throughout.
+  Status PinRowInvariants(int pass) {
+    std::vector<int> nodes;
+    for (size_t i = 0; i < layout_.row_invariants.size(); ++i) {
+      const std::vector<int>& passes = layout_.row_invariant_passes[i];
+      if (std::find(passes.begin(), passes.end(), pass) != passes.end()) {
+        nodes.push_back(layout_.row_invariants[i]);
+      }
+    }
+    if (nodes.empty()) return Status::Ok();
+    STITCH_RETURN_IF_ERROR(EmitIf(kc_, "row_invariants", row_valid_, [&]() -> Status {
+      em_.ResetScope();
+      for (int node : nodes) {
+        STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(node, IrIndex{{}, row_}));
+        b_.CreateStore(v, invariant_slot_[node]);
+      }
+      return Status::Ok();
+    }));
+    for (int node : nodes) em_.PinAnyIndex(node, invariant_slot_[node]);
+    return Status::Ok();
   }
 
   // The column of a row that register position j of the thread at `seg` holds: threads
@@ -415,7 +449,12 @@ class RowStitchEmitter {
     if (m_.values_per_thread > 0) {
       // Widths divide the row, so a vector is in range when its first element is; runs of
       // positions under the same guard share one block, whose loads are all issued before
-      // any of its math (ElementalEmitter::EmitLoads).
+      // any of its math (ElementalEmitter::EmitLoads). The output pass of a row that keeps
+      // values in registers issues each vector's loads before that vector's math instead:
+      // what it loads is mostly per-column operands the SM's cache holds (gamma, beta), and
+      // all of them in flight beside the kept row take more registers than the blocks per
+      // SM the mapping counts on leave a thread (#1's layer norm: 78 where it has 64).
+      const size_t loads_at_once = pass < 0 && !layout_.kept.empty() ? w : lins_.size();
       for (size_t v = 0; v < lins_.size();) {
         size_t end = v;
         while (end < lins_.size() && valid_[end] == valid_[v]) end += w;
@@ -423,8 +462,13 @@ class RowStitchEmitter {
           em_.ResetScope();
           const std::vector<llvm::Value*> group(lins_.begin() + static_cast<long>(v),
                                                 lins_.begin() + static_cast<long>(end));
-          em_.EmitLoads(reads, group);
           for (size_t j = v; j < end; ++j) {
+            if ((j - v) % loads_at_once == 0) {
+              const size_t last = std::min(end, j + loads_at_once);
+              em_.EmitLoads(reads,
+                            std::vector<llvm::Value*>(lins_.begin() + static_cast<long>(j),
+                                                      lins_.begin() + static_cast<long>(last)));
+            }
             STITCH_RETURN_IF_ERROR(body(lins_[j], j));
             STITCH_RETURN_IF_ERROR(StoreCached(pass, j));
             if ((j - v + 1) % w == 0) FlushOutputs();
@@ -454,9 +498,9 @@ class RowStitchEmitter {
 
   // Keeps the values of cached nodes first computed in `pass` at position j.
   Status StoreCached(int pass, size_t j) {
-    for (size_t c = 0; c < layout_.cached.size(); ++c) {
-      if (layout_.cached_first_pass[c] != pass) continue;
-      const int node = layout_.cached[c];
+    for (size_t c = 0; c < layout_.kept.size(); ++c) {
+      if (layout_.kept_first_pass[c] != pass) continue;
+      const int node = layout_.kept[c];
       STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(node, IrIndex{{}, lins_[j]}));
       b_.CreateStore(v, cache_[node][j]);
     }
@@ -491,9 +535,9 @@ class RowStitchEmitter {
           return Status::Ok();
         }));
     // From here on, later passes read the cached values instead of recomputing them.
-    for (size_t c = 0; c < layout_.cached.size(); ++c) {
-      if (layout_.cached_first_pass[c] != p) continue;
-      const int node = layout_.cached[c];
+    for (size_t c = 0; c < layout_.kept.size(); ++c) {
+      if (layout_.kept_first_pass[c] != p) continue;
+      const int node = layout_.kept[c];
       for (size_t j = 0; j < lins_.size(); ++j) em_.Pin(node, lins_[j], cache_[node][j]);
     }
     STITCH_RETURN_IF_ERROR(CombineRow(plain));
@@ -650,6 +694,7 @@ class RowStitchEmitter {
   std::map<int, ReduceInfo> reduces_;
   std::map<int, llvm::AllocaInst*> results_;
   std::map<int, std::vector<llvm::AllocaInst*>> cache_;
+  std::map<int, llvm::AllocaInst*> invariant_slot_;  // per row invariant: the current row's
   // Rescaled sums computed in their max's pass: the max of each, and the max its running
   // sum is currently relative to.
   std::map<int, int> max_of_sum_;

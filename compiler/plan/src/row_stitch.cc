@@ -60,8 +60,10 @@ Access BroadcastOperandAccess(const Graph& g, const Node& n, Access access, int6
 
 class Analyzer {
  public:
-  Analyzer(const Graph& g, const KernelSpec& spec, RowStitchLayout& layout)
-      : g_(g), layout_(layout) {
+  // Visits do not look into the nodes of `stops` (values kept in registers).
+  Analyzer(const Graph& g, const KernelSpec& spec, RowStitchLayout& layout,
+           std::set<int> stops = {})
+      : g_(g), layout_(layout), stops_(std::move(stops)) {
     in_kernel_.insert(spec.nodes.begin(), spec.nodes.end());
     inputs_.insert(spec.inputs.begin(), spec.inputs.end());
     column_reduces_.insert(layout.column_reduces.begin(), layout.column_reduces.end());
@@ -77,7 +79,9 @@ class Analyzer {
       if (!seen_.insert({id, acc, pass}).second) continue;
       const Node& n = g_.nodes[id];
       if (acc == Access::kRowSpace) passes_[id].insert(pass);
-      if (inputs_.count(id) || n.op == OpCode::kParameter) continue;
+      accesses_[id].insert(acc);
+      if (acc == Access::kRow) row_passes_[id].insert(pass);
+      if (inputs_.count(id) || n.op == OpCode::kParameter || stops_.count(id)) continue;
       if (!in_kernel_.count(id)) {
         if (n.op == OpCode::kConstant || n.op == OpCode::kIota) continue;
         return Unimplemented(Describe(g_, id) + " is neither computed nor read by the kernel");
@@ -127,14 +131,24 @@ class Analyzer {
     }
   }
 
+  const Graph& graph() const { return g_; }
   const std::map<int, std::set<int>>& passes() const { return passes_; }
+  const std::map<int, std::set<Access>>& accesses() const { return accesses_; }
+  // The passes that read `id` at the current row, in increasing order.
+  std::vector<int> RowPasses(int id) const {
+    auto it = row_passes_.find(id);
+    return it == row_passes_.end() ? std::vector<int>{}
+                                   : std::vector<int>(it->second.begin(), it->second.end());
+  }
 
  private:
   const Graph& g_;
   RowStitchLayout& layout_;
-  std::set<int> in_kernel_, inputs_, column_reduces_;
+  std::set<int> in_kernel_, inputs_, column_reduces_, stops_;
   std::set<std::tuple<int, Access, int>> seen_;
-  std::map<int, std::set<int>> passes_;  // row-space node -> passes that read it
+  std::map<int, std::set<int>> passes_;       // row-space node -> passes that read it
+  std::map<int, std::set<Access>> accesses_;  // every node visited -> how it is indexed
+  std::map<int, std::set<int>> row_passes_;   // node -> passes that read it at the current row
 };
 
 // Returns the reduces of the kernel each reduce reads (through in-kernel nodes).
@@ -171,6 +185,142 @@ bool Reaches(const Graph& g, const std::set<int>& in_kernel, int id, const std::
     for (int o : g.nodes[n].operands) stack.push_back(o);
   }
   return false;
+}
+
+// Whether computing `id` inside the kernel loads from memory: it is a kernel input or a
+// parameter, or reads one through in-kernel nodes.
+bool ReadsMemory(const Graph& g, const std::set<int>& in_kernel, const std::set<int>& inputs,
+                 int id) {
+  std::vector<int> stack = {id};
+  std::set<int> seen;
+  while (!stack.empty()) {
+    const int n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (inputs.count(n) || g.nodes[n].op == OpCode::kParameter) return true;
+    if (!in_kernel.count(n)) continue;
+    for (int o : g.nodes[n].operands) stack.push_back(o);
+  }
+  return false;
+}
+
+// Records in `layout` the row invariants of a visited kernel: the outermost nodes read only
+// at the current row that load from memory and read none of the kernel's reduces.
+void FindRowInvariants(const Graph& g, const KernelSpec& spec, const Analyzer& analyzer,
+                       RowStitchLayout& layout) {
+  const std::set<int> in_kernel(spec.nodes.begin(), spec.nodes.end());
+  const std::set<int> inputs(spec.inputs.begin(), spec.inputs.end());
+  std::set<int> reduces;
+  for (int id : spec.nodes) {
+    if (g.nodes[id].op == OpCode::kReduce) reduces.insert(id);
+  }
+  std::set<int> candidates;
+  for (const auto& [id, accesses] : analyzer.accesses()) {
+    const OpCode op = g.nodes[id].op;
+    if (accesses != std::set<Access>{Access::kRow} || op == OpCode::kReduce ||
+        Reaches(g, in_kernel, id, reduces) || !ReadsMemory(g, in_kernel, inputs, id)) {
+      continue;
+    }
+    candidates.insert(id);
+  }
+  // A candidate read only by other candidates is computed within them.
+  std::set<int> inner;
+  for (int id : candidates) inner.insert(id);
+  for (int c : spec.nodes) {
+    if (!analyzer.accesses().count(c) || candidates.count(c)) continue;
+    for (int o : g.nodes[c].operands) inner.erase(o);
+  }
+  for (int o : spec.outputs) inner.erase(o);
+  for (int id : candidates) {
+    if (inner.count(id)) continue;
+    layout.row_invariants.push_back(id);
+    layout.row_invariant_passes.push_back(analyzer.RowPasses(id));
+  }
+}
+
+// Visits everything each pass of `layout` evaluates, in pass order: each phase's reduces,
+// then the output pass.
+Status VisitPasses(const RowStitchLayout& layout, Analyzer& analyzer) {
+  const Graph& g = analyzer.graph();
+  for (size_t p = 0; p < layout.phases.size(); ++p) {
+    for (int r : layout.phases[p]) {
+      STITCH_RETURN_IF_ERROR(
+          analyzer.Visit(g.nodes[r].operands[0], Access::kRowSpace, static_cast<int>(p)));
+      STITCH_RETURN_IF_ERROR(
+          analyzer.Visit(g.nodes[r].operands[1], Access::kOther, static_cast<int>(p)));
+    }
+  }
+  const int final_pass = static_cast<int>(layout.phases.size());
+  for (int o : layout.row_space_outputs) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kRowSpace, final_pass));
+  }
+  for (int o : layout.row_outputs) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kRow, final_pass));
+  }
+  // Column reduces accumulate in the output pass, where the row's reduce results are known.
+  for (int r : layout.column_reduces) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(g.nodes[r].operands[0], Access::kRowSpace, final_pass));
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(g.nodes[r].operands[1], Access::kOther, final_pass));
+  }
+  for (int o : layout.column_outputs) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kColumn, final_pass + 2));
+  }
+  // Independent outputs are indexed by their own position: a reduce reached from them
+  // would be read at an arbitrary row, which the visit rejects.
+  for (int o : layout.independent_outputs) {
+    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kOther, final_pass + 1));
+  }
+  return Status::Ok();
+}
+
+// The one consumer that every pass after the first that reads `x` reads it through, when
+// there is one: an elementwise node of the row space, no wider in registers, that first
+// runs in x's first pass and runs in every pass that reads x.
+std::optional<int> ReadOnlyThrough(const Graph& g, const KernelSpec& spec,
+                                   const RowStitchLayout& layout,
+                                   const std::map<int, std::set<int>>& passes, int x) {
+  const std::set<int>& read = passes.at(x);
+  const int64_t space = layout.geometry.rows * layout.geometry.row_len;
+  const int64_t x_bytes = std::max<int64_t>(DTypeBytes(g.nodes[x].shape.dtype), 4);
+  for (int n : spec.nodes) {
+    const Node& node = g.nodes[n];
+    if (ClassOf(node.op) != OpClass::kElementwise || node.shape.elements() != space ||
+        DTypeBytes(node.shape.dtype) > x_bytes ||
+        std::find(node.operands.begin(), node.operands.end(), x) == node.operands.end()) {
+      continue;
+    }
+    auto computed = passes.find(n);
+    if (computed == passes.end() || *computed->second.begin() != *read.begin() ||
+        !std::includes(computed->second.begin(), computed->second.end(), read.begin(),
+                       read.end())) {
+      continue;
+    }
+    RowStitchLayout scratch = layout;
+    Analyzer without(g, spec, scratch, {n});
+    if (!VisitPasses(layout, without).ok()) continue;
+    auto elsewhere = without.passes().find(x);
+    if (elsewhere == without.passes().end() || *elsewhere->second.rbegin() == *read.begin()) {
+      return n;
+    }
+  }
+  return std::nullopt;
+}
+
+// Records in `layout` what a thread keeps for its cached values: each cached value, or the
+// consumer every later pass reads it through (ReadOnlyThrough, followed as far as it goes),
+// each once.
+void FindKept(const Graph& g, const KernelSpec& spec, const std::map<int, std::set<int>>& passes,
+              RowStitchLayout& layout) {
+  std::set<int> kept;
+  for (int x : layout.cached) {
+    int value = x;
+    while (std::optional<int> through = ReadOnlyThrough(g, spec, layout, passes, value)) {
+      value = *through;
+    }
+    if (!kept.insert(value).second) continue;
+    layout.kept.push_back(value);
+    layout.kept_first_pass.push_back(*passes.at(value).begin());
+  }
 }
 
 // Splits the kernel's reduces into row reduces of one geometry (set in `layout`) and column
@@ -325,35 +475,8 @@ StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spe
   }
 
   Analyzer analyzer(g, spec, layout);
-  for (size_t p = 0; p < layout.phases.size(); ++p) {
-    for (int r : layout.phases[p]) {
-      STITCH_RETURN_IF_ERROR(
-          analyzer.Visit(g.nodes[r].operands[0], Access::kRowSpace, static_cast<int>(p)));
-      STITCH_RETURN_IF_ERROR(
-          analyzer.Visit(g.nodes[r].operands[1], Access::kOther, static_cast<int>(p)));
-    }
-  }
-  const int final_pass = static_cast<int>(layout.phases.size());
-  for (int o : layout.row_space_outputs) {
-    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kRowSpace, final_pass));
-  }
-  for (int o : layout.row_outputs) {
-    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kRow, final_pass));
-  }
-  // Column reduces accumulate in the output pass, where the row's reduce results are known.
-  for (int r : layout.column_reduces) {
-    STITCH_RETURN_IF_ERROR(analyzer.Visit(g.nodes[r].operands[0], Access::kRowSpace, final_pass));
-    STITCH_RETURN_IF_ERROR(analyzer.Visit(g.nodes[r].operands[1], Access::kOther, final_pass));
-  }
-  for (int o : layout.column_outputs) {
-    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kColumn, final_pass + 2));
-  }
-  // Independent outputs are indexed by their own position: a reduce reached from them
-  // would be read at an arbitrary row, which the visit rejects.
-  for (int o : layout.independent_outputs) {
-    STITCH_RETURN_IF_ERROR(analyzer.Visit(o, Access::kOther, final_pass + 1));
-  }
-
+  STITCH_RETURN_IF_ERROR(VisitPasses(layout, analyzer));
+  FindRowInvariants(g, spec, analyzer, layout);
   std::set<int> inputs(spec.inputs.begin(), spec.inputs.end());
   for (const auto& [id, passes] : analyzer.passes()) {
     if (passes.size() < 2) continue;
@@ -364,6 +487,7 @@ StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spe
     layout.cached_first_pass.push_back(*passes.begin());
     layout.cached_pass_count.push_back(static_cast<int>(passes.size()));
   }
+  FindKept(g, spec, analyzer.passes(), layout);
   return layout;
 }
 

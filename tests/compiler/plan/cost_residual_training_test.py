@@ -92,10 +92,11 @@ class TrainingTest(unittest.TestCase):
     def test_every_suite_row_is_held_out_in_every_set(self):
         # A group per suite row some set measured as the checkout compiles it: a row whose
         # plans all changed since every set measured them has nothing to train or test on.
-        # Rows leave as code generation changes between GPU runs (16 of 30 have, #2, #16 and
-        # #25 the last, with their broadcast operands' indices) and come back with the next set.
+        # Rows leave as code generation changes between GPU runs (21 of 30 have, the layer
+        # and group norms the last, with their row values computed once per row) and come
+        # back with the next set.
         rows = self.summary["rows_still_measured"]
-        self.assertGreaterEqual(len(rows), 14)
+        self.assertGreaterEqual(len(rows), 9)
         self.assertEqual(self.summary["groups"], len(rows))
         sets = self.summary["sets"]
         self.assertGreaterEqual(len(sets), 1)

@@ -79,6 +79,22 @@ struct RowStitchLayout {
   // For each cached node, how many passes read it: a row kept in loop mode (not in
   // registers) is read from memory this many times.
   std::vector<int> cached_pass_count;
+  // What a thread keeps in registers between passes to give the later passes the cached
+  // values (only where the row stays in registers, values_per_thread > 0): a cached value,
+  // or the row-space node that every later pass reads it through, so that those passes
+  // recompute and reload nothing under it (x + bias kept instead of x: the bias is not
+  // loaded again). Each with the first pass that computes it.
+  std::vector<int> kept;
+  std::vector<int> kept_first_pass;
+  // Values with one element per row, read only at the current row and computed from loaded
+  // inputs without any of the kernel's reduces (the one-pass statistics' shift x[row, 0], a
+  // per-row scale): a thread computes each once per row and pass that reads it, at the pass's
+  // start, and the pass's reads take it from a register instead of loading it again for every
+  // element. Computed again in a later pass, it is not live across the row reductions between.
+  std::vector<int> row_invariants;
+  // For each row invariant, the passes that read it (phase indices, and phases.size() for the
+  // final output pass), in increasing order.
+  std::vector<std::vector<int>> row_invariant_passes;
 };
 
 // Returns whether reduce node `id` reduces a value of `geo.rows * geo.row_len` elements over
