@@ -61,7 +61,7 @@ Access BroadcastOperandAccess(const Graph& g, const Node& n, Access access, int6
 class Analyzer {
  public:
   // Visits do not look into the nodes of `stops` (values kept in registers).
-  Analyzer(const Graph& g, const KernelSpec& spec, RowStitchLayout& layout,
+  Analyzer(const Graph& g, const KernelSpec& spec, const RowStitchLayout& layout,
            std::set<int> stops = {})
       : g_(g), layout_(layout), stops_(std::move(stops)) {
     in_kernel_.insert(spec.nodes.begin(), spec.nodes.end());
@@ -143,7 +143,7 @@ class Analyzer {
 
  private:
   const Graph& g_;
-  RowStitchLayout& layout_;
+  const RowStitchLayout& layout_;
   std::set<int> in_kernel_, inputs_, column_reduces_, stops_;
   std::set<std::tuple<int, Access, int>> seen_;
   std::map<int, std::set<int>> passes_;       // row-space node -> passes that read it
@@ -295,8 +295,7 @@ std::optional<int> ReadOnlyThrough(const Graph& g, const KernelSpec& spec,
                        read.end())) {
       continue;
     }
-    RowStitchLayout scratch = layout;
-    Analyzer without(g, spec, scratch, {n});
+    Analyzer without(g, spec, layout, {n});
     if (!VisitPasses(layout, without).ok()) continue;
     auto elsewhere = without.passes().find(x);
     if (elsewhere == without.passes().end() || *elsewhere->second.rbegin() == *read.begin()) {

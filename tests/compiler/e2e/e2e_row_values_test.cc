@@ -37,14 +37,13 @@ Graph LayerNorm(int64_t rows, int64_t cols, DType t, bool bias) {
   if (bias) x = Binary(g, OpCode::kAdd, x, Broadcast(g, Param(g, {t, {cols}}, 3, "b"), dims, {1}));
   if (t != DType::kF32) x = Convert(g, x, DType::kF32);
   int zero = ConstScalar(g, DType::kF32, 0);
-  int inv_n = Broadcast(g, ConstScalar(g, DType::kF32, 1.0 / static_cast<double>(cols)), {rows},
-                        {});
+  int inv_n =
+      Broadcast(g, ConstScalar(g, DType::kF32, 1.0 / static_cast<double>(cols)), {rows}, {});
   int mean = Binary(g, OpCode::kMul, Reduce(g, x, zero, {1}, ReduceKind::kSum), inv_n);
   int centered = Binary(g, OpCode::kSub, x, Broadcast(g, mean, dims, {0}));
-  int var = Binary(g, OpCode::kMul,
-                   Reduce(g, Binary(g, OpCode::kMul, centered, centered), zero, {1},
-                          ReduceKind::kSum),
-                   inv_n);
+  int var = Binary(
+      g, OpCode::kMul,
+      Reduce(g, Binary(g, OpCode::kMul, centered, centered), zero, {1}, ReduceKind::kSum), inv_n);
   int eps = Broadcast(g, ConstScalar(g, DType::kF32, 1e-5), {rows}, {});
   int rstd = Unary(g, OpCode::kRsqrt, Binary(g, OpCode::kAdd, var, eps));
   int y = Binary(g, OpCode::kMul, centered, Broadcast(g, rstd, dims, {0}));
@@ -68,8 +67,8 @@ Graph RowScaledCentering(int64_t rows, int64_t cols, DType t) {
   int scaled = Binary(g, OpCode::kMul, x, Broadcast(g, scale, dims, {0}));
   if (t != DType::kF32) scaled = Convert(g, scaled, DType::kF32);
   int sum = Reduce(g, scaled, ConstScalar(g, DType::kF32, 0), {1}, ReduceKind::kSum);
-  int inv_n = Broadcast(g, ConstScalar(g, DType::kF32, 1.0 / static_cast<double>(cols)), {rows},
-                        {});
+  int inv_n =
+      Broadcast(g, ConstScalar(g, DType::kF32, 1.0 / static_cast<double>(cols)), {rows}, {});
   int mean = Binary(g, OpCode::kMul, sum, inv_n);
   int y = Binary(g, OpCode::kSub, scaled, Broadcast(g, mean, dims, {0}));
   g.outputs = {t == DType::kF32 ? y : Convert(g, y, t)};

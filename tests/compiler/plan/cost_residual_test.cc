@@ -82,8 +82,9 @@ TEST(LearnedResidualTest, TableNamesTheLibrarysFeatures) {
 
 TEST(LearnedResidualTest, EvaluatesAsTheTrainerPredicts) {
   const std::vector<ExpectedRow> rows = ReadFixture();
-  // Every training plan: 30 suite rows x 3 plans in each measured set used.
-  ASSERT_GE(rows.size(), 90u);
+  // Every training plan: the plans of the suite rows still measured as the checkout compiles
+  // them, at least 9 rows of 3 plans (cost_residual_training_test's floor).
+  ASSERT_GE(rows.size(), 27u);
   const LearnedResidual& r = LearnedResidual::Trained();
   int distinct = 0;
   for (const ExpectedRow& row : rows) {
