@@ -115,14 +115,19 @@ inline Graph GroupNormSwish(DType t, int64_t n, int64_t c, int64_t h, int64_t w,
   return g;
 }
 
-// Layer norm over the last dim of `dims` of dtype `t`, `layers` times in a row.
-inline Graph LayerNorm(DType t, Dims dims, int layers = 1) {
+// Layer norm over the last dim of `dims` of dtype `t`, `layers` times in a row. With
+// `bias`, a bias per feature (parameter 3, "b") is added to x in `t` first, as BERT's
+// bias_add + layernorm does.
+inline Graph LayerNorm(DType t, Dims dims, int layers = 1, bool bias = false) {
   Graph g;
-  g.name = "layer_norm";
+  g.name = bias ? "bias_layer_norm" : "layer_norm";
   const int64_t h = static_cast<int64_t>(dims.size()) - 1;
   const int gamma = Param(g, {t, {dims[h]}}, 1, "gamma");
   const int beta = Param(g, {t, {dims[h]}}, 2, "beta");
-  int x = ToF32(g, Param(g, {t, dims}, 0, "x"));
+  int x = Param(g, {t, dims}, 0, "x");
+  if (bias)
+    x = Binary(g, OpCode::kAdd, x, Broadcast(g, Param(g, {t, {dims[h]}}, 3, "b"), dims, {h}));
+  x = ToF32(g, x);
   for (int l = 0; l < layers; ++l) {
     const TwoPass s = TwoPassStatistics(g, x, {h});
     int y = Binary(g, OpCode::kMul, s.centred, Expand(g, Rstd(g, s.var), x, {h}));

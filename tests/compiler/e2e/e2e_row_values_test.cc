@@ -13,48 +13,21 @@
 #include "stitch/plan/row_stitch.h"
 #include "support/emulator_check.h"
 #include "support/graph_builder.h"
+#include "support/normalization_graphs.h"
+#include "support/ptx_text.h"
 
 namespace stitch {
 namespace {
 
 using testing::Binary;
 using testing::Broadcast;
+using testing::CompileToPtx;
 using testing::ConstScalar;
 using testing::Convert;
+using testing::CountOf;
+using testing::LayerNorm;
 using testing::Param;
 using testing::Reduce;
-using testing::Unary;
-
-// Layer norm over the last dimension of x [rows, cols] in `t`, statistics in f32 as the
-// suite's models compute them: y = (x (+ bias) - mean) * rstd * gamma + beta.
-Graph LayerNorm(int64_t rows, int64_t cols, DType t, bool bias) {
-  Graph g;
-  g.name = bias ? "bias_layernorm" : "layernorm";
-  const std::vector<int64_t> dims = {rows, cols};
-  int x = Param(g, {t, dims}, 0, "x");
-  int gamma = Param(g, {t, {cols}}, 1, "gamma");
-  int beta = Param(g, {t, {cols}}, 2, "beta");
-  if (bias) x = Binary(g, OpCode::kAdd, x, Broadcast(g, Param(g, {t, {cols}}, 3, "b"), dims, {1}));
-  if (t != DType::kF32) x = Convert(g, x, DType::kF32);
-  int zero = ConstScalar(g, DType::kF32, 0);
-  int inv_n =
-      Broadcast(g, ConstScalar(g, DType::kF32, 1.0 / static_cast<double>(cols)), {rows}, {});
-  int mean = Binary(g, OpCode::kMul, Reduce(g, x, zero, {1}, ReduceKind::kSum), inv_n);
-  int centered = Binary(g, OpCode::kSub, x, Broadcast(g, mean, dims, {0}));
-  int var = Binary(
-      g, OpCode::kMul,
-      Reduce(g, Binary(g, OpCode::kMul, centered, centered), zero, {1}, ReduceKind::kSum), inv_n);
-  int eps = Broadcast(g, ConstScalar(g, DType::kF32, 1e-5), {rows}, {});
-  int rstd = Unary(g, OpCode::kRsqrt, Binary(g, OpCode::kAdd, var, eps));
-  int y = Binary(g, OpCode::kMul, centered, Broadcast(g, rstd, dims, {0}));
-  auto column = [&](int p) {
-    int c = Broadcast(g, p, dims, {1});
-    return t == DType::kF32 ? c : Convert(g, c, DType::kF32);
-  };
-  y = Binary(g, OpCode::kAdd, Binary(g, OpCode::kMul, y, column(gamma)), column(beta));
-  g.outputs = {t == DType::kF32 ? y : Convert(g, y, t)};
-  return g;
-}
 
 // A per-row scale, a row invariant whose value the outputs depend on (the statistics'
 // shift cancels out of them): scaled = x * scale[row], out = scaled - mean(scaled), in `t`.
@@ -75,25 +48,6 @@ Graph RowScaledCentering(int64_t rows, int64_t cols, DType t) {
   return g;
 }
 
-CompileResult CompileToPtx(const Graph& g) {
-  CompileOptions o;
-  o.codegen.target = *Target::Parse("sm_90");
-  o.codegen.emit_cubin = false;
-  StatusOr<CompileResult> r = CompileGraph(g, o);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : CompileResult{};
-}
-
-// How many of the PTX's instructions have exactly the form `op` (e.g. "ld.global.nc.b16").
-int CountOf(const std::string& ptx, const std::string& op) {
-  int n = 0;
-  for (size_t at = ptx.find(op); at != std::string::npos; at = ptx.find(op, at + 1)) {
-    const char next = at + op.size() < ptx.size() ? ptx[at + op.size()] : '\n';
-    n += next == ' ' || next == '\t';
-  }
-  return n;
-}
-
 // The one row-stitched kernel of `r` and its layout.
 RowStitchLayout LayoutOf(const CompileResult& r) {
   EXPECT_EQ(r.plan.kernels.size(), 1u) << Describe(r.graph, r.plan);
@@ -109,7 +63,7 @@ RowStitchLayout LayoutOf(const CompileResult& r) {
 // index. The output pass's load is the statistics pass's, which the optimiser reuses: one
 // 2-byte load per row.
 TEST(RowValues, TheStatisticsShiftIsLoadedOncePerRowAndPass) {
-  CompileResult r = CompileToPtx(LayerNorm(8192, 768, DType::kF16, /*bias=*/false));
+  CompileResult r = CompileToPtx(LayerNorm(DType::kF16, {8192, 768}));
   const RowStitchLayout layout = LayoutOf(r);
   ASSERT_EQ(layout.row_invariants.size(), 1u);
   EXPECT_EQ(r.graph.nodes[layout.row_invariants[0]].shape.elements(), 8192);
@@ -122,7 +76,7 @@ TEST(RowValues, TheStatisticsShiftIsLoadedOncePerRowAndPass) {
 // that pass loads gamma and beta only: 16-byte loads of x and bias in the statistics' pass,
 // of gamma and beta in the output pass, none of the bias again.
 TEST(RowValues, ALaterPassReadsTheKeptSumAndLoadsNoBiasAgain) {
-  CompileResult r = CompileToPtx(LayerNorm(4096, 768, DType::kF32, /*bias=*/true));
+  CompileResult r = CompileToPtx(LayerNorm(DType::kF32, {4096, 768}, 1, /*bias=*/true));
   const RowStitchLayout layout = LayoutOf(r);
   ASSERT_EQ(layout.cached.size(), 1u);
   EXPECT_EQ(r.graph.nodes[layout.cached[0]].op, OpCode::kParameter);
@@ -137,11 +91,13 @@ TEST(RowValues, ALaterPassReadsTheKeptSumAndLoadsNoBiasAgain) {
 
 // A value read by the output pass other than through the sum stays kept itself.
 TEST(RowValues, AValueReadOutsideTheSumIsKeptItself) {
-  Graph g = LayerNorm(4096, 768, DType::kF32, /*bias=*/true);
-  g.outputs.push_back(Binary(g, OpCode::kMul, 0, 0));  // x * x, read in the output pass
+  Graph g = LayerNorm(DType::kF32, {4096, 768}, 1, /*bias=*/true);
+  const int x = 2;  // LayerNorm's parameters: gamma, beta, x
+  ASSERT_EQ(g.nodes[x].name, "x");
+  g.outputs.push_back(Binary(g, OpCode::kMul, x, x));  // read in the output pass
   CompileResult r = CompileToPtx(g);
   const RowStitchLayout layout = LayoutOf(r);
-  EXPECT_NE(std::find(layout.kept.begin(), layout.kept.end(), 0), layout.kept.end());
+  EXPECT_NE(std::find(layout.kept.begin(), layout.kept.end(), x), layout.kept.end());
 }
 
 // A per-row value that something reads at another index (here an output of twice the rows)
@@ -176,12 +132,13 @@ TEST(RowValues, KernelsThatComputeRowValuesOnceMatchTheInterpreter) {
   uint64_t seed = 71;
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
     std::vector<Graph> graphs;
-    for (const Case& c : cases) graphs.push_back(LayerNorm(c.rows, c.cols, t, c.bias));
+    for (const Case& c : cases) graphs.push_back(LayerNorm(t, {c.rows, c.cols}, 1, c.bias));
     graphs.push_back(RowScaledCentering(37, 96, t));
     graphs.push_back(RowScaledCentering(29, 768, t));
     graphs.push_back(RowScaledCentering(5, 20000, t));
     for (const Graph& g : graphs) {
-      SCOPED_TRACE(g.name + " " + g.nodes[0].shape.ToString() + " seed " + std::to_string(seed));
+      SCOPED_TRACE(g.name + " " + g.nodes[g.outputs[0]].shape.ToString() + " seed " +
+                   std::to_string(seed));
       testing::EmulatorCheck check;
       EXPECT_TRUE(testing::CheckOnEmulator(g, seed++, /*random_order=*/true, &check));
       ASSERT_EQ(check.compiled.plan.kernels.size(), 1u);

@@ -12,12 +12,15 @@
 #include "stitch/driver/compile.h"
 #include "support/emulator_check.h"
 #include "support/graph_builder.h"
+#include "support/ptx_text.h"
 
 namespace stitch {
 namespace {
 
 using testing::Binary;
+using testing::CompileToPtx;
 using testing::Convert;
+using testing::CountOf;
 using testing::Param;
 
 // out = (a + b) * a in `out_type`, from inputs of `in_type`.
@@ -29,15 +32,6 @@ Graph Elementwise(std::vector<int64_t> dims, DType in_type, DType out_type) {
   int y = Binary(g, OpCode::kMul, Binary(g, OpCode::kAdd, a, b), a);
   g.outputs = {in_type == out_type ? y : Convert(g, y, out_type)};
   return g;
-}
-
-CompileResult CompileToPtx(const Graph& g) {
-  CompileOptions o;
-  o.codegen.target = *Target::Parse("sm_90");
-  o.codegen.emit_cubin = false;
-  StatusOr<CompileResult> r = CompileGraph(g, o);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : CompileResult{};
 }
 
 bool HasVectorLoad(const std::string& ptx) {
@@ -60,16 +54,6 @@ TEST(VectorAccess, LoopKernelsTakeSixteenBytesPerThreadWhereTheDtypesAllow) {
     EXPECT_TRUE(HasVectorLoad(r.kernels[0].ptx)) << r.kernels[0].ptx;
     EXPECT_TRUE(HasVectorStore(r.kernels[0].ptx));
   }
-}
-
-// How many of the PTX's global accesses have the form `op` (e.g. "ld.global.nc.v4.u32").
-int CountOf(const std::string& ptx, const std::string& op) {
-  int n = 0;
-  for (size_t at = ptx.find(op); at != std::string::npos; at = ptx.find(op, at + 1)) {
-    const char next = at + op.size() < ptx.size() ? ptx[at + op.size()] : '\n';
-    n += next == ' ' || next == '\t';
-  }
-  return n;
 }
 
 // NVPTX splits vectors of more than 4 i8 or i16 lanes; the emitters access them as i32 words.

@@ -1,0 +1,34 @@
+// Kernels compiled to PTX for sm_90 in tests that read what the code generator emitted.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "stitch/driver/compile.h"
+
+namespace stitch::testing {
+
+// Plans and emits `g` as stitchd does for sm_90, to PTX only; an empty result after
+// reporting the error as a test failure.
+inline CompileResult CompileToPtx(const Graph& g) {
+  CompileOptions o;
+  o.codegen.target = *Target::Parse("sm_90");
+  o.codegen.emit_cubin = false;
+  StatusOr<CompileResult> r = CompileGraph(g, o);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : CompileResult{};
+}
+
+// How many of the PTX's instructions have exactly the form `op` (e.g. "ld.global.nc.v4.u32"):
+// `op` followed by whitespace, so "ld.global.nc.v4" does not count "ld.global.nc.v4.f32".
+inline int CountOf(const std::string& ptx, const std::string& op) {
+  int n = 0;
+  for (size_t at = ptx.find(op); at != std::string::npos; at = ptx.find(op, at + 1)) {
+    const char next = at + op.size() < ptx.size() ? ptx[at + op.size()] : '\n';
+    n += next == ' ' || next == '\t';
+  }
+  return n;
+}
+
+}  // namespace stitch::testing
