@@ -147,9 +147,10 @@ StatusOr<CostModelParameters> Override(CostModelParameters p, const nlohmann::js
   const std::string where = "--parameters: set " + std::to_string(index);
   if (!set.is_object()) return InvalidArgument(where + " is not a JSON object");
   for (const auto& [name, value] : set.items()) {
-    if (name == "assembled_registers") {
+    if (name == "assembled_registers" || name == "partial_rounds_share_bandwidth") {
       if (!value.is_boolean()) return InvalidArgument(where + ": " + name + " is not a boolean");
-      p.assembled_registers = value.get<bool>();
+      (name == "assembled_registers" ? p.assembled_registers : p.partial_rounds_share_bandwidth) =
+          value.get<bool>();
       continue;
     }
     if (name == "bandwidth_fraction" || name == "reuse_window_fraction") {
@@ -172,6 +173,7 @@ StatusOr<CostModelParameters> Override(CostModelParameters p, const nlohmann::js
                     : name == "reuse_window_bytes"       ? &p.reuse_window_bytes
                     : name == "issue_seconds"            ? &p.issue_seconds
                     : name == "dependent_issue_seconds"  ? &p.dependent_issue_seconds
+                    : name == "block_dispatch_seconds"   ? &p.block_dispatch_seconds
                                                          : nullptr;
     if (field == nullptr) return InvalidArgument(where + ": unknown field '" + name + "'");
     if (!value.is_number() || value.get<double>() < 0) {

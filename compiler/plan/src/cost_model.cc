@@ -19,7 +19,12 @@
 //   imbalance = critical / mean, with
 //       critical = ceil(busy / parallel) x ceil(passes / busy)   passes on the busiest slot
 //       mean     = passes / parallel                             passes per slot if even
-//   memory    = max(bytes x imbalance / bandwidth, latency when the kernel loads anything)
+//   memory    = max(bytes x imbalance / bandwidth, latency when the kernel loads anything,
+//                   ceil(B / N) x block_dispatch_seconds)     (fit-4: an SM's block starts)
+//               where fit-4 stretches only what the partial rounds cannot draw: they run with a
+//               share of the slots busy, at min(peak, share x the Little's law bandwidth)
+//               (PartialRoundsSeconds), so a kernel with loads enough in flight is not
+//               stretched by its last wave
 //   launch    = device.launch_seconds
 //   barriers  = grid_barriers x grid_barrier_seconds
 //             + block_barriers_per_item x critical x block_barrier_seconds
@@ -46,7 +51,8 @@
 // cubin's instructions once per pass: inner loops, and slow paths the data takes (IEEE
 // division's), are not counted, and every instruction costs the same. There is no term for
 // DRAM page or partition effects, atomics, register spills, clock changes, launch overlap
-// (CUDA graphs, programmatic dependent launch on sm_90) or the faster tail of a partial wave.
+// (CUDA graphs, programmatic dependent launch on sm_90), or, before fit-4, the faster tail
+// of a partial wave.
 // Each effect, which way it biases the estimate, and the source of every constant are in
 // compiler/plan/COST_MODEL_SOURCES.md.
 #include "stitch/plan/cost_model.h"
@@ -107,6 +113,20 @@ CostModelParameters H200Fit3(const GpuDevice& h200) {
   p.row_pass_seconds = 2.09e-6;
   p.issue_seconds = 0.60e-9;
   p.dependent_issue_seconds = 2.02e-9;
+  return p;
+}
+
+// fit-4's terms on fit-3's constants. The block start interval is read off the kernels of
+// many short blocks in the sets fit-3 rests on (COST_MODEL_SOURCES.md, section 6): Nsight
+// Compute timed loops of 200,704 to 409,600 blocks of 128 threads, each a vector a thread,
+// at 89.6-94.4 ns per block per SM on the H100 (testdata/gpu/h100_80gb_hbm3/
+// 2026-11-27_0775291) and 80.8-82.5 on the H200 (testdata/gpu/h200/2026-11-28_afdf996,
+// ncu_rows_*.csv), however many bytes their blocks moved: #18's and #23's loops at half the
+// blocks took 61-80% of the time there. Devices without a measurement keep no such term.
+CostModelParameters WithFit4Terms(const GpuDevice& device, CostModelParameters p) {
+  p.partial_rounds_share_bandwidth = true;
+  if (device.name == "H100") p.block_dispatch_seconds = 90e-9;
+  if (device.name == "H200") p.block_dispatch_seconds = 81e-9;
   return p;
 }
 
@@ -173,6 +193,13 @@ class AnalyticalCostModel : public CostModel {
     if (kernel.kind == KernelKind::kGlobalStitch && !IsUnscheduled(kernel.mapping)) {
       return EstimateGlobal(g, kernel);
     }
+    return EstimateLaunchOrPhase(g, kernel, /*phase=*/false);
+  }
+
+ private:
+  // A kernel of its own, or (`phase`) one phase of a global kernel, priced with that
+  // kernel's grid and resources.
+  KernelCost EstimateLaunchOrPhase(const Graph& g, const KernelSpec& kernel, bool phase) const {
     const ThreadMapping& m = kernel.mapping;
     KernelCost c;
     c.launch_seconds = p_.launch_seconds;
@@ -237,18 +264,24 @@ class AnalyticalCostModel : public CostModel {
     //    Stores are posted and need no latency hiding, so a kernel that only stores is not
     //    bound this way.
     const int64_t busy_sms = std::min(busy, sms);
-    double bandwidth =
+    const double bandwidth_cap =
         std::min(peak, peak * static_cast<double>(busy_sms) / static_cast<double>(sms));
+    double in_flight_bandwidth = std::numeric_limits<double>::infinity();
     if (m.bytes_loaded > 0) {
       const double in_flight = static_cast<double>(parallel) *
                                static_cast<double>(m.launch.block_threads()) *
                                std::max(m.load_bytes_in_flight_per_thread, 1);
-      bandwidth = std::min(bandwidth, in_flight / p_.dram_latency_seconds);
+      in_flight_bandwidth = in_flight / p_.dram_latency_seconds;
     }
+    const double bandwidth = std::min(bandwidth_cap, in_flight_bandwidth);
 
     c.issue_seconds = IssueSeconds(m, parallel, critical, c.resident_blocks_per_sm);
     c.dram_bytes = c.global_bytes + MissedRereadBytes(kernel.kind, m, p_, parallel);
-    c.memory_seconds = static_cast<double>(c.dram_bytes) * imbalance / bandwidth;
+    c.memory_seconds =
+        p_.partial_rounds_share_bandwidth
+            ? PartialRoundsSeconds(static_cast<double>(c.dram_bytes), passes, busy, parallel,
+                                   critical, bandwidth_cap, in_flight_bandwidth)
+            : static_cast<double>(c.dram_bytes) * imbalance / bandwidth;
     // A row kernel's pass is a chain: load the row, reduce it across the row's threads,
     // compute and store; the next pass of the block starts after it. Few resident blocks
     // leave the chain exposed, so the busiest slot takes at least its passes times the
@@ -260,6 +293,12 @@ class AnalyticalCostModel : public CostModel {
     // However few its bytes, a kernel that loads waits for at least one DRAM round trip.
     if (m.bytes_loaded > 0) {
       c.memory_seconds = std::max(c.memory_seconds, p_.dram_latency_seconds);
+    }
+    // However short its blocks, each SM starts them one after another. A global kernel's
+    // phases share its one launch's blocks, whose few starts EstimateGlobal leaves out.
+    if (!phase) {
+      c.memory_seconds = std::max(
+          c.memory_seconds, static_cast<double>(CeilDiv(blocks, sms)) * p_.block_dispatch_seconds);
     }
     const double datasheet = device_.hbm_bytes_per_second;
     const double busy_seconds = OverlappedSeconds(kernel.kind, m, c.memory_seconds, c.issue_seconds,
@@ -287,7 +326,35 @@ class AnalyticalCostModel : public CostModel {
     return c;
   }
 
- private:
+  // The time the busiest slot takes over its `critical` rounds of passes, moving `bytes` in
+  // all. Rounds in which every slot is busy draw `cap` or what their loads in flight allow
+  // (Little's law: `in_flight_bandwidth` with all `parallel` slots busy), whichever is less.
+  // The rounds past them (a last, partial wave of blocks, or the passes of a capped grid that
+  // do not divide evenly among its blocks) keep only a share of the slots busy, and their
+  // loads in flight shrink with it: a kernel that keeps more in flight than the cap needs
+  // still reaches the cap with fewer slots busy, so its tail takes no longer than its bytes,
+  // where a latency-bound kernel's tail takes as long as a round with every slot busy.
+  static double PartialRoundsSeconds(double bytes, int64_t passes, int64_t busy, int64_t parallel,
+                                     int64_t critical, double cap, double in_flight_bandwidth) {
+    if (passes <= 0 || parallel <= 0) return 0;
+    // A partial last wave of blocks runs all of its blocks' passes with that wave's share of
+    // the slots; otherwise only the passes left over from rounds of every slot do.
+    const int64_t full =
+        std::min(critical, busy % parallel == 0 ? passes / parallel
+                                                : busy / parallel * CeilDiv(passes, busy));
+    const double round_bytes = bytes * static_cast<double>(parallel) / static_cast<double>(passes);
+    double seconds = static_cast<double>(full) * round_bytes / std::min(cap, in_flight_bandwidth);
+    const int64_t tail_rounds = critical - full;
+    const int64_t tail_passes = passes - full * parallel;
+    if (tail_rounds > 0 && tail_passes > 0) {
+      const double busy_share = static_cast<double>(tail_passes) /
+                                (static_cast<double>(tail_rounds) * static_cast<double>(parallel));
+      seconds += static_cast<double>(tail_rounds) * busy_share * round_bytes /
+                 std::min(cap, busy_share * in_flight_bandwidth);
+    }
+    return seconds;
+  }
+
   // Memory and issue time overlap when other warps compute while some wait for loads. A row
   // tile (ThreadMapping::transpose_tile on a row kernel) stages its rows behind a block
   // barrier: every warp of the block waits for the whole tile, then computes while none of
@@ -354,7 +421,7 @@ class AnalyticalCostModel : public CostModel {
       priced.mapping.shared_bytes = m.shared_bytes;
       priced.mapping.registers_per_thread = m.registers_per_thread;
       priced.mapping.assembled_registers = m.assembled_registers;
-      const KernelCost p = EstimateKernel(g, priced);
+      const KernelCost p = EstimateLaunchOrPhase(g, priced, /*phase=*/true);
       c.memory_seconds += p.memory_seconds;
       c.barrier_seconds += p.barrier_seconds;
       c.global_bytes += p.global_bytes;
@@ -382,19 +449,25 @@ std::string_view CostModelVersionName(CostModelVersion v) {
       return "h100-fit-2";
     case CostModelVersion::kFit3:
       return "fit-3";
+    case CostModelVersion::kFit4:
+      return "fit-4";
   }
   return "datasheet";
 }
 
 std::optional<CostModelVersion> ParseCostModelVersion(std::string_view name) {
-  for (CostModelVersion v : {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1,
-                             CostModelVersion::kH100Fit2, CostModelVersion::kFit3}) {
+  for (CostModelVersion v :
+       {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1, CostModelVersion::kH100Fit2,
+        CostModelVersion::kFit3, CostModelVersion::kFit4}) {
     if (CostModelVersionName(v) == name) return v;
   }
   return std::nullopt;
 }
 
 CostModelParameters CostModelParametersFor(const GpuDevice& device, CostModelVersion version) {
+  if (version == CostModelVersion::kFit4) {
+    return WithFit4Terms(device, CostModelParametersFor(device, CostModelVersion::kFit3));
+  }
   CostModelParameters p;
   p.bandwidth_bytes_per_second = device.hbm_bytes_per_second;
   p.dram_latency_seconds = device.dram_latency_seconds;

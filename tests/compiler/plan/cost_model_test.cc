@@ -231,6 +231,50 @@ TEST(CostModel, PartialWaveStretchesMemoryTime) {
   EXPECT_NEAR(c.memory_seconds, ideal * 4.0 / 3.0, ideal * 1e-9);
 }
 
+// fit-4: the same half-full second wave. In flight: 1056 slots x 256 threads x 32 bytes =
+// 8.7 MB, 12.4 TB/s at the datasheet latency, so half the slots still draw the whole cap and
+// the last wave takes only its bytes' time. With 2 bytes a thread in flight (0.77 TB/s,
+// latency-bound) the half-full wave takes as long as a full one, as before.
+TEST(CostModel, APartialWaveDrawsWhatItsLoadsInFlightAllow) {
+  const int64_t bytes = int64_t{1584} * 256 * 4 * 4;
+  CostModelParameters p = CostModelParametersFor(H100(), CostModelVersion::kDatasheet);
+  p.partial_rounds_share_bandwidth = true;
+  const std::unique_ptr<CostModel> model = NewAnalyticalCostModel(H100(), p);
+  const KernelCost wide = model->EstimateKernel(Graph(), Copy(1584, bytes, 4, 32));
+  const double ideal = 2.0 * static_cast<double>(bytes) / kH100Bandwidth;
+  EXPECT_NEAR(wide.memory_seconds, ideal, ideal * 1e-9);
+  const KernelCost narrow = model->EstimateKernel(Graph(), Copy(1584, bytes, 4, 2));
+  const double latency_bound =
+      2.0 * static_cast<double>(bytes) * 4.0 / 3.0 / (1056.0 * 256 * 2 / kLatency);
+  EXPECT_NEAR(narrow.memory_seconds, latency_bound, latency_bound * 1e-9);
+  EXPECT_DOUBLE_EQ(
+      narrow.memory_seconds,
+      DatasheetModel(H100())->EstimateKernel(Graph(), Copy(1584, bytes, 4, 2)).memory_seconds);
+}
+
+// fit-4: an SM starts its blocks one after another. 401,408 blocks of 128 threads, one
+// 4-byte element a thread (16 bytes of loads in flight), make 3,041 blocks an SM: at 90 ns a
+// start, 274 us, where their 411 MB take 136 us at the fitted bandwidth. Half the blocks, two
+// elements a thread, move the same bytes in half the starts (suite row #18's loop, which the
+// H200 ran in 247 us at 401,408 blocks where the XLA model's 200,704 took 185).
+TEST(CostModel, ManyShortBlocksTakeTheirStartsOnEachSm) {
+  const int64_t elements = int64_t{401408} * 128;
+  const int64_t bytes = elements * 4;
+  const CostModelParameters p = CostModelParametersFor(H100(), CostModelVersion::kFit4);
+  ASSERT_GT(p.block_dispatch_seconds, 0);
+  const std::unique_ptr<CostModel> model = NewAnalyticalCostModel(H100(), p);
+  const KernelCost many = model->EstimateKernel(Graph(), Copy(401408, bytes, 1, 16, 128));
+  const double starts = std::ceil(401408.0 / 132) * p.block_dispatch_seconds;
+  EXPECT_DOUBLE_EQ(many.memory_seconds, starts);
+  const KernelCost half = model->EstimateKernel(Graph(), Copy(200704, bytes, 2, 16, 128));
+  EXPECT_LT(half.memory_seconds, 0.6 * many.memory_seconds);
+  // fit-3 has no such term: it priced the two within 1%.
+  const std::unique_ptr<CostModel> fit3 = NewAnalyticalCostModel(H100(), CostModelVersion::kFit3);
+  EXPECT_NEAR(fit3->EstimateKernel(Graph(), Copy(401408, bytes, 1, 16, 128)).seconds,
+              fit3->EstimateKernel(Graph(), Copy(200704, bytes, 2, 16, 128)).seconds,
+              0.01 * fit3->EstimateKernel(Graph(), Copy(200704, bytes, 2, 16, 128)).seconds);
+}
+
 TEST(CostModel, CappedLoopingGridIsBalancedByItsWork) {
   // 1056 blocks over 1056 x 100 + 528 passes: the busiest block makes 101 passes against
   // 100.5 on average, 0.5% over peak time, not the 4/3 of a half-empty last wave.
@@ -515,8 +559,9 @@ TEST(CostModelProperties, PlansSumTheirKernelsAndLaunchesCost) {
 // --- Model versions and the fitted version's terms --------------------------------------
 
 TEST(CostModelVersions, NamesRoundTripAndUnknownNamesAreRefused) {
-  for (CostModelVersion v : {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1,
-                             CostModelVersion::kH100Fit2, CostModelVersion::kFit3}) {
+  for (CostModelVersion v :
+       {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1, CostModelVersion::kH100Fit2,
+        CostModelVersion::kFit3, CostModelVersion::kFit4}) {
     std::optional<CostModelVersion> parsed = ParseCostModelVersion(CostModelVersionName(v));
     ASSERT_TRUE(parsed.has_value()) << CostModelVersionName(v);
     EXPECT_EQ(*parsed, v);
@@ -560,6 +605,27 @@ TEST(CostModelVersions, Fit3ChangesTheH200Alone) {
     if (d.name != "H200") {
       EXPECT_EQ(&PlanningDevice(d), &d) << d.name;
     }
+  }
+}
+
+// fit-4 keeps every constant of fit-3 and adds its two terms: the block start interval
+// where a GPU measured one (the H100 and the H200), and partial waves drawing what their loads
+// in flight allow on every device.
+TEST(CostModelVersions, Fit4AddsItsTwoTermsToFit3sConstants) {
+  for (const GpuDevice& d : KnownDevices()) {
+    CostModelParameters fit4 = CostModelParametersFor(d, CostModelVersion::kFit4);
+    const CostModelParameters fit3 = CostModelParametersFor(d, CostModelVersion::kFit3);
+    EXPECT_FALSE(fit3.partial_rounds_share_bandwidth) << d.name;
+    EXPECT_EQ(fit3.block_dispatch_seconds, 0.0) << d.name;
+    EXPECT_TRUE(fit4.partial_rounds_share_bandwidth) << d.name;
+    EXPECT_EQ(fit4.block_dispatch_seconds > 0, d.name == "H100" || d.name == "H200") << d.name;
+    EXPECT_LT(fit4.block_dispatch_seconds, 200e-9) << d.name;
+    fit4.partial_rounds_share_bandwidth = false;
+    fit4.block_dispatch_seconds = 0;
+    EXPECT_EQ(fit4.bandwidth_bytes_per_second, fit3.bandwidth_bytes_per_second) << d.name;
+    EXPECT_EQ(fit4.dram_latency_seconds, fit3.dram_latency_seconds) << d.name;
+    EXPECT_EQ(fit4.issue_seconds, fit3.issue_seconds) << d.name;
+    EXPECT_EQ(fit4.reuse_window_bytes, fit3.reuse_window_bytes) << d.name;
   }
 }
 

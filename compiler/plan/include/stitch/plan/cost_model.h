@@ -88,6 +88,14 @@ enum class CostModelVersion {
   // h100-fit-2's, the H200's fitted to testdata/gpu/h200/2026-11-28_afdf996
   // (COST_MODEL_SOURCES.md, section 6). Other devices price as under h100-fit-2.
   kFit3,
+  // fit-3's constants with two terms read off its sets' kernels, not refitted: the blocks
+  // each SM starts one after another (an SM takes a new block only so often, which bounds
+  // kernels of many short blocks), and the bandwidth the last, partial wave's blocks still
+  // draw (COST_MODEL_SOURCES.md, section 6). Not yet current: it prices the measured plans
+  // closer than fit-3 (the calibration test checks it), but as the version the never-slower
+  // choice is made on it would ship suite row #19's XLA-model plan, which the H200 ran 9%
+  // slower; it becomes current with a GPU run of the plans it would choose.
+  kFit4,
 };
 
 // The version stitchd prices with: the cost of every plan it compares, the never-slower
@@ -114,7 +122,7 @@ inline constexpr CostModelVersion kPlanningCostModel = CostModelVersion::kDatash
 // --mappings), the H100's search and choice stand.
 const GpuDevice& PlanningDevice(const GpuDevice& device);
 
-// "datasheet", "h100-fit-1", "h100-fit-2", "fit-3"
+// "datasheet", "h100-fit-1", "h100-fit-2", "fit-3", "fit-4"
 std::string_view CostModelVersionName(CostModelVersion v);
 // Returns the version named `name`, or nullopt for an unknown name.
 std::optional<CostModelVersion> ParseCostModelVersion(std::string_view name);
@@ -143,6 +151,14 @@ struct CostModelParameters {
   // issues below its rate. 0 leaves the term out (datasheet, h100-fit-1).
   double issue_seconds = 0;
   double dependent_issue_seconds = 0;
+  // An SM starts its blocks one after another, at most one per block_dispatch_seconds, so a
+  // kernel takes at least its blocks per SM times this, however few bytes each block moves.
+  // 0 leaves the term out (before fit-4).
+  double block_dispatch_seconds = 0;
+  // Whether the rounds of passes that keep only some slots busy (a last, partial wave) draw
+  // what their own loads in flight allow, up to the bandwidth (fit-4), or take as long as a
+  // round with every slot busy (before fit-4).
+  bool partial_rounds_share_bandwidth = false;
 };
 
 // Returns the constants of `version` for `device`.
