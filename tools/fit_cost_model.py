@@ -7,8 +7,10 @@
 The model's terms stand for real effects (compiler/plan/src/cost_model.cc); the fit sets the
 constants no datasheet gives: the fraction of the datasheet bandwidth streaming kernels reach,
 the DRAM latency under load (Little's law), the per-kernel overhead on the GPU, the grid- and
-block-barrier costs, the share of L2 a re-read survives in, and the instruction-issue term's
-two times (a scheduler's per warp instruction, and between two issues of one warp). Everything
+block-barrier costs, the share of L2 a re-read survives in, the instruction-issue term's
+two times (a scheduler's per warp instruction, and between two issues of one warp), and the
+interval at which an SM starts blocks. Candidates are priced in fit-4's form, whose partial
+waves draw what their loads in flight allow (fit-3's sets were fitted before it). Everything
 the model reads from the code (registers, instruction counts, strides, re-reads) comes from
 the compiled plans, not from the fit. --fit names the constants to fit; the others keep their
 starting values (h100-fit-2 fitted the issue constants alone, the rest held at h100-fit-1's).
@@ -77,6 +79,9 @@ CONSTANTS = (
     # started at 4 cycles.
     ("issue_seconds", 1 / 1.98e9, 0.25e-9, 4e-9),
     ("dependent_issue_seconds", 4 / 1.98e9, 0.5e-9, 20e-9),
+    # Block starts (fit-4): the interval at which an SM starts blocks, started at the H100's
+    # 90 ns read off its loops of many short blocks (COST_MODEL_SOURCES.md, section 6).
+    ("block_dispatch_seconds", 90e-9, 0.0, 300e-9),
 )
 
 # The sweep's file in a set, and what counts as the model picking the fastest mapping: within
@@ -100,7 +105,10 @@ def parameters(values: dict[str, float]) -> dict[str, float]:
         "reuse_window_fraction": values["reuse_window_fraction"],
         "issue_seconds": values["issue_seconds"],
         "dependent_issue_seconds": values["dependent_issue_seconds"],
+        "block_dispatch_seconds": values["block_dispatch_seconds"],
         "assembled_registers": True,
+        # fit-4's form: a partial wave draws what its loads in flight allow.
+        "partial_rounds_share_bandwidth": True,
     }
 
 
