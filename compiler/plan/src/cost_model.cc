@@ -119,10 +119,10 @@ CostModelParameters H200Fit3(const GpuDevice& h200) {
 // fit-4's terms on fit-3's constants. The block start interval is read off the kernels of
 // many short blocks in the sets fit-3 rests on (COST_MODEL_SOURCES.md, section 6): Nsight
 // Compute timed loops of 200,704 to 409,600 blocks of 128 threads, each a vector a thread,
-// at 89.6-94.4 ns per block per SM on the H100 (testdata/gpu/h100_80gb_hbm3/
+// at 89.6-92.7 ns per block per SM on the H100 (testdata/gpu/h100_80gb_hbm3/
 // 2026-11-27_0775291) and 80.8-82.5 on the H200 (testdata/gpu/h200/2026-11-28_afdf996,
-// ncu_rows_*.csv), however many bytes their blocks moved: #18's and #23's loops at half the
-// blocks took 61-80% of the time there. Devices without a measurement keep no such term.
+// ncu_rows_*.csv), however many bytes their blocks moved: on the H200, #18's and #23's loops
+// at half the blocks took 75% and 79% of the time. Devices without a measurement keep none.
 CostModelParameters WithFit4Terms(const GpuDevice& device, CostModelParameters p) {
   p.partial_rounds_share_bandwidth = true;
   if (device.name == "H100") p.block_dispatch_seconds = 90e-9;

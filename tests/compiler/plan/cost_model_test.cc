@@ -253,10 +253,11 @@ TEST(CostModel, APartialWaveDrawsWhatItsLoadsInFlightAllow) {
 }
 
 // fit-4: an SM starts its blocks one after another. 401,408 blocks of 128 threads, one
-// 4-byte element a thread (16 bytes of loads in flight), make 3,041 blocks an SM: at 90 ns a
-// start, 274 us, where their 411 MB take 136 us at the fitted bandwidth. Half the blocks, two
-// elements a thread, move the same bytes in half the starts (suite row #18's loop, which the
-// H200 ran in 247 us at 401,408 blocks where the XLA model's 200,704 took 185).
+// 4-byte element a thread (16 bytes of loads in flight, as from four inputs), make 3,041
+// blocks an SM: at 90 ns a start, 274 us, where their 411 MB take 136 us at the fitted
+// bandwidth. Half the blocks, two elements a thread, move the same bytes in half the starts
+// (suite row #18's loop, which the H200 ran in 247 us at 401,408 blocks where the XLA
+// model's 200,704 took 185).
 TEST(CostModel, ManyShortBlocksTakeTheirStartsOnEachSm) {
   const int64_t elements = int64_t{401408} * 128;
   const int64_t bytes = elements * 4;
