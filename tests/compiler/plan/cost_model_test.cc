@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -627,6 +629,111 @@ TEST(CostModelVersions, Fit4AddsItsTwoTermsToFit3sConstants) {
     EXPECT_EQ(fit4.dram_latency_seconds, fit3.dram_latency_seconds) << d.name;
     EXPECT_EQ(fit4.issue_seconds, fit3.issue_seconds) << d.name;
     EXPECT_EQ(fit4.reuse_window_bytes, fit3.reuse_window_bytes) << d.name;
+  }
+}
+
+// One kernel launch's duration as Nsight Compute recorded it (`--csv` of gpu__time_duration).
+struct RecordedLaunch {
+  std::string kernel;
+  int64_t block_threads = 0;
+  int64_t grid = 0;
+  double nanoseconds = 0;
+};
+
+// Splits one line of Nsight Compute's CSV: every field quoted, commas inside quotes kept.
+std::vector<std::string> SplitQuotedCsv(const std::string& line) {
+  std::vector<std::string> fields;
+  std::string field;
+  bool quoted = false;
+  for (char c : line) {
+    if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      fields.push_back(field);
+      field.clear();
+    } else {
+      field += c;
+    }
+  }
+  fields.push_back(field);
+  return fields;
+}
+
+// "(128, 1, 1)" -> 128; "12,595,200" -> 12595200.
+int64_t ProductOf(const std::string& dims) {
+  int64_t product = 1;
+  std::istringstream in(dims.substr(dims.find('(') + 1));
+  for (int64_t d; in >> d;) {
+    product *= d;
+    in.ignore(2);
+  }
+  return product;
+}
+double NumberOf(std::string text) {
+  text.erase(std::remove(text.begin(), text.end(), ','), text.end());
+  return std::stod(text);
+}
+
+// The gpu__time_duration records of a committed set's Nsight Compute file.
+std::vector<RecordedLaunch> ReadLaunchDurations(const std::string& relative) {
+  std::ifstream in(std::string(STITCH_SOURCE_DIR) + "/testdata/gpu/" + relative);
+  EXPECT_TRUE(in.good()) << relative;
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> header = SplitQuotedCsv(line);
+  const auto column = [&](const char* name) {
+    return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  const size_t kernel = column("Kernel Name"), block = column("Block Size"),
+               grid = column("Grid Size"), metric = column("Metric Name"),
+               value = column("Metric Value");
+  std::vector<RecordedLaunch> launches;
+  while (std::getline(in, line)) {
+    const std::vector<std::string> f = SplitQuotedCsv(line);
+    if (f.size() <= value || f[metric] != "gpu__time_duration.sum") continue;
+    launches.push_back({f[kernel], ProductOf(f[block]), ProductOf(f[grid]), NumberOf(f[value])});
+  }
+  return launches;
+}
+
+// fit-4's block start interval is read off the sets' loops of many short blocks: those of 128
+// threads with at least 1,000 blocks an SM, whose time per block per SM is within 5% of the
+// least any of them took (the loops their starts bound, however many bytes they moved). The
+// interval each device's fit-4 carries is within 5% of their median.
+TEST(CostModelVersions, Fit4BlockStartsAreTheMeasuredLoopsOfShortBlocks) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> sets = {
+      {"H100", {"h100_80gb_hbm3/2026-11-27_0775291/stitch_kernels_ncu_raw.csv"}},
+      {"H200",
+       {"h200/2026-11-28_afdf996/ncu_rows_1_5_18_29.csv",
+        "h200/2026-11-28_afdf996/ncu_rows_10_12_17_19.csv",
+        "h200/2026-11-28_afdf996/ncu_rows_4_16_20_24_25_26.csv"}},
+  };
+  for (const auto& [name, files] : sets) {
+    const GpuDevice& d = *FindDevice(name);
+    std::vector<double> per_block;
+    for (const std::string& file : files) {
+      for (const RecordedLaunch& l : ReadLaunchDurations(file)) {
+        const int64_t per_sm = (l.grid + d.sms - 1) / d.sms;
+        if (l.kernel.find("_loop") == std::string::npos || l.block_threads != 128 ||
+            per_sm < 1000) {
+          continue;
+        }
+        per_block.push_back(l.nanoseconds / static_cast<double>(per_sm));
+      }
+    }
+    ASSERT_FALSE(per_block.empty()) << name;
+    const double least = *std::min_element(per_block.begin(), per_block.end());
+    std::vector<double> bound;
+    for (double ns : per_block) {
+      if (ns <= least * 1.05) bound.push_back(ns);
+    }
+    std::sort(bound.begin(), bound.end());
+    ASSERT_GE(bound.size(), 4u) << name;
+    const double median = bound[bound.size() / 2] * 1e-9;
+    const double fitted = CostModelParametersFor(d, CostModelVersion::kFit4).block_dispatch_seconds;
+    EXPECT_NEAR(fitted, median, 0.05 * median)
+        << name << ": " << bound.size() << " loops bound by their starts, " << per_block.size()
+        << " of many short blocks";
   }
 }
 
