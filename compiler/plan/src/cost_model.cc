@@ -337,11 +337,11 @@ class AnalyticalCostModel : public CostModel {
   static double PartialRoundsSeconds(double bytes, int64_t passes, int64_t busy, int64_t parallel,
                                      int64_t critical, double cap, double in_flight_bandwidth) {
     if (passes <= 0 || parallel <= 0) return 0;
-    // A partial last wave of blocks runs all of its blocks' passes with that wave's share of
-    // the slots; otherwise only the passes left over from rounds of every slot do.
-    const int64_t full =
-        std::min(critical, busy % parallel == 0 ? passes / parallel
-                                                : busy / parallel * CeilDiv(passes, busy));
+    // Rounds of every slot: never more than the passes fill, and where the last wave of
+    // blocks is partial, only the whole waves' (that wave runs all of its blocks' passes with
+    // its share of the slots).
+    int64_t full = std::min(critical, passes / parallel);
+    if (busy % parallel != 0) full = std::min(full, busy / parallel * CeilDiv(passes, busy));
     const double round_bytes = bytes * static_cast<double>(parallel) / static_cast<double>(passes);
     double seconds = static_cast<double>(full) * round_bytes / std::min(cap, in_flight_bandwidth);
     const int64_t tail_rounds = critical - full;
