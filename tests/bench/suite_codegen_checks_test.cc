@@ -32,10 +32,6 @@ constexpr testing::KnownGap kKnownGaps[] = {
      "the softcap's tanh (libdevice's, exact in f32) and its rounding to bf16 per element in "
      "the transpose tile: 50 instructions per element. The one-kernel row tile ran slower than "
      "these two kernels on the H200 (162 against 147 us), so the two ship"},
-    {20, "local",
-     "32 bytes of spills under the 32 registers two co-resident 1,024-thread blocks leave: "
-     "values live across the phases, stored at entry and reloaded at the grid barriers, none "
-     "in a loop (nvdisasm); since its column phase's lanes take two f16 columns, as #18's"},
     {27, "instructions", "the scalar loop kernel takes 56 instructions per element"},
     {30, "instructions",
      "Threefry's rounds per random element: 80 instructions per element (0.84x "

@@ -82,7 +82,6 @@ Status DefineGridBarrier(llvm::Module& module) {
 
   auto* entry = llvm::BasicBlock::Create(ctx, "entry", f);
   auto* arrive = llvm::BasicBlock::Create(ctx, "arrive", f);
-  auto* release = llvm::BasicBlock::Create(ctx, "release", f);
   auto* spin = llvm::BasicBlock::Create(ctx, "spin", f);
   auto* after = llvm::BasicBlock::Create(ctx, "after", f);
   auto* done = llvm::BasicBlock::Create(ctx, "done", f);
@@ -90,43 +89,47 @@ Status DefineGridBarrier(llvm::Module& module) {
   auto* i32 = b.getInt32Ty();
   const llvm::Align align(4);
   auto membar = [&] { b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {}); };
+  using namespace llvm::Intrinsic;
+  // Whether the three special registers x, y and z are all 0.
+  auto at_origin = [&](llvm::Intrinsic::ID x, llvm::Intrinsic::ID y, llvm::Intrinsic::ID z) {
+    return b.CreateICmpEQ(b.CreateOr(b.CreateOr(Sreg(b, x), Sreg(b, y)), Sreg(b, z)),
+                          b.getInt32(0));
+  };
 
   // Every thread of the block has finished the stage before its leader arrives.
   b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
-  using namespace llvm::Intrinsic;
-  llvm::Value* tid =
-      b.CreateOr(b.CreateOr(Sreg(b, nvvm_read_ptx_sreg_tid_x), Sreg(b, nvvm_read_ptx_sreg_tid_y)),
-                 Sreg(b, nvvm_read_ptx_sreg_tid_z));
-  b.CreateCondBr(b.CreateICmpEQ(tid, b.getInt32(0)), arrive, done);
+  b.CreateCondBr(
+      at_origin(nvvm_read_ptx_sreg_tid_x, nvvm_read_ptx_sreg_tid_y, nvvm_read_ptx_sreg_tid_z),
+      arrive, done);
 
-  // The leader reads the generation before arriving: it cannot move on until this block
-  // has arrived. The fence makes the block's writes (ordered before it by bar.sync)
-  // visible to the whole GPU before the arrival is.
+  // Each block's leader arrives with one atomic add, and the last arrival releases the grid
+  // with that same add: block (0,0,0) adds 2^31 - (blocks - 1), every other block 1, so the
+  // word's low 31 bits count up from 0 and its top bit flips exactly when the last block
+  // arrives, leaving the count at 0 for the next barrier. A release step after the last
+  // arrival would put one more fence and one more round trip through L2 between it and the
+  // waiting blocks. The fence before the add makes the block's writes (ordered before it by
+  // bar.sync) visible to the whole GPU before its arrival is.
   b.SetInsertPoint(arrive);
-  llvm::Value* counter =
-      b.CreateAddrSpaceCast(f->getArg(0), llvm::PointerType::get(ctx, 1), "counter");
-  llvm::Value* generation = b.CreateConstInBoundsGEP1_32(i32, counter, 1, "generation");
-  llvm::LoadInst* seen = b.CreateAlignedLoad(i32, generation, align, /*isVolatile=*/true);
-  membar();
-  llvm::Value* arrived = b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, b.getInt32(1), align,
-                                           llvm::AtomicOrdering::Monotonic);
+  llvm::Value* word =
+      b.CreateAddrSpaceCast(f->getArg(0), llvm::PointerType::get(ctx, 1), "arrivals");
   llvm::Value* blocks = b.CreateMul(
       b.CreateMul(Sreg(b, nvvm_read_ptx_sreg_nctaid_x), Sreg(b, nvvm_read_ptx_sreg_nctaid_y)),
       Sreg(b, nvvm_read_ptx_sreg_nctaid_z));
-  b.CreateCondBr(b.CreateICmpEQ(arrived, b.CreateSub(blocks, b.getInt32(1))), release, spin);
-
-  // The last block to arrive: no other block can touch the counter until the generation
-  // moves, so it is reset first (ready for the next barrier and the next launch).
-  b.SetInsertPoint(release);
-  b.CreateAlignedStore(b.getInt32(0), counter, align, /*isVolatile=*/true);
+  llvm::Value* top = b.getInt32(0x80000000u);
+  llvm::Value* increment = b.CreateSelect(
+      at_origin(nvvm_read_ptx_sreg_ctaid_x, nvvm_read_ptx_sreg_ctaid_y, nvvm_read_ptx_sreg_ctaid_z),
+      b.CreateSub(top, b.CreateSub(blocks, b.getInt32(1))), b.getInt32(1));
   membar();
-  b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, generation, b.getInt32(1), align,
-                    llvm::AtomicOrdering::Monotonic);
-  b.CreateBr(after);
+  llvm::Value* before = b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, word, increment, align,
+                                          llvm::AtomicOrdering::Monotonic);
+  auto flipped = [&](llvm::Value* now) {
+    return b.CreateICmpNE(b.CreateAnd(b.CreateXor(now, before), top), b.getInt32(0));
+  };
+  b.CreateCondBr(flipped(b.CreateAdd(before, increment)), after, spin);
 
   b.SetInsertPoint(spin);
-  llvm::LoadInst* now = b.CreateAlignedLoad(i32, generation, align, /*isVolatile=*/true);
-  b.CreateCondBr(b.CreateICmpEQ(now, seen), spin, after);
+  llvm::LoadInst* now = b.CreateAlignedLoad(i32, word, align, /*isVolatile=*/true);
+  b.CreateCondBr(flipped(now), after, spin);
 
   // Whatever the other blocks wrote before arriving is visible from here on.
   b.SetInsertPoint(after);

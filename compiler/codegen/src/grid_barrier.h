@@ -17,10 +17,11 @@ namespace stitch::codegen {
 
 struct KernelContext;
 
-// The barrier's function name and its workspace: two u32 (arrival counter, generation),
-// 4-byte aligned, zero-filled by the host once before the first launch.
+// The barrier's function name and its workspace: one u32 of arrivals (a count of the blocks
+// that have arrived in its low 31 bits, a phase that flips with each barrier in its top
+// bit), 4-byte aligned, zero-filled by the host once before the first launch.
 inline constexpr char kGridBarrierFunction[] = "stitch.grid.sync";
-inline constexpr uint64_t kGridBarrierWorkspaceBytes = 8;
+inline constexpr uint64_t kGridBarrierWorkspaceBytes = 4;
 
 // Returns the module's declaration of the barrier, adding it when missing.
 llvm::Function* DeclareGridBarrier(llvm::Module& module);
@@ -34,8 +35,8 @@ llvm::CallInst* EmitGridBarrier(llvm::IRBuilder<>& b, llvm::Value* workspace);
 void GridBarrier(KernelContext& kc, llvm::Value* workspace);
 
 // Gives a declared grid barrier its NVPTX body (bar.sync; thread (0,0,0) of each block
-// arrives on the workspace's counter, the last block to arrive resets it and advances the
-// generation, the others spin on the generation; bar.sync), internal and always inlined,
+// arrives with one atomic add on the workspace, which flips the phase when the last block
+// arrives, and spins until the phase flips; bar.sync), internal and always inlined,
 // and drops `noalias` from the writable parameters of the functions that call it (values
 // pass between threads through them across the call). A module without the barrier is left
 // alone. Returns INVALID_ARGUMENT when the module defines the barrier itself or declares

@@ -504,24 +504,44 @@ Status EmitCombinePartials(KernelContext& kc, ElementalEmitter& em, const Reduce
   llvm::Value* warps = b.CreateUDiv(b.CreateMul(GridDim(kc, Dim::kX), threads), kc.Index(32));
   std::vector<ReduceInfo> reduces = plan.reduces;
   for (ReduceInfo& r : reduces) r.acc = nullptr;
+  const int64_t loads = CombineLoadsInFlight(arrays.chunks);
   return EmitForLoop(
       kc, "combine", warp, KeptCount(kc, plan.geometry), warps, [&](llvm::Value* k) -> Status {
         InitAccumulators(kc, reduces);
-        STITCH_RETURN_IF_ERROR(
-            EmitForLoop(kc, "chunk", lane, kc.Index(arrays.chunks), kc.Index(32),
-                        [&](llvm::Value* c) -> Status {
-                          for (size_t i = 0; i < reduces.size(); ++i) {
-                            const ReduceInfo& r = reduces[i];
-                            llvm::Type* st = SharedType(r.acc_ty);
-                            llvm::Value* p =
-                                FromShared(b,
-                                           b.CreateLoad(st, PartialAddress(kc, r, arrays.base[i], c,
-                                                                           k, plan.geometry.kept)),
-                                           r.acc_ty);
-                            b.CreateStore(Combine(b, r, b.CreateLoad(r.acc_ty, r.acc), p), r.acc);
-                          }
-                          return Status::Ok();
-                        }));
+        // A lane loads `loads` of its partials before combining any: they come from L2, and
+        // loaded one after another they would cost a round trip each. A chunk past the last
+        // loads the last chunk's partial (any valid address) and combines the identity.
+        STITCH_RETURN_IF_ERROR(EmitForLoop(
+            kc, "chunk", lane, kc.Index(arrays.chunks), kc.Index(32 * loads),
+            [&](llvm::Value* c) -> Status {
+              std::vector<std::vector<llvm::Value*>> partials(reduces.size());
+              std::vector<llvm::Value*> valid;
+              for (int64_t j = 0; j < loads; ++j) {
+                llvm::Value* chunk = b.CreateAdd(c, kc.Index(32 * j));
+                valid.push_back(b.CreateICmpSLT(chunk, kc.Index(arrays.chunks)));
+                llvm::Value* read =
+                    b.CreateSelect(valid.back(), chunk, kc.Index(arrays.chunks - 1));
+                for (size_t i = 0; i < reduces.size(); ++i) {
+                  const ReduceInfo& r = reduces[i];
+                  llvm::Type* st = SharedType(r.acc_ty);
+                  partials[i].push_back(FromShared(
+                      b,
+                      b.CreateLoad(
+                          st, PartialAddress(kc, r, arrays.base[i], read, k, plan.geometry.kept)),
+                      r.acc_ty));
+                }
+              }
+              for (size_t i = 0; i < reduces.size(); ++i) {
+                const ReduceInfo& r = reduces[i];
+                llvm::Value* acc = b.CreateLoad(r.acc_ty, r.acc);
+                for (int64_t j = 0; j < loads; ++j) {
+                  acc = b.CreateSelect(valid[j], Combine(b, r, acc, partials[i][j]), acc);
+                }
+                b.CreateStore(acc, r.acc);
+              }
+              return Status::Ok();
+            },
+            nullptr, /*unrollable=*/false));
         std::vector<llvm::Value*> totals;
         for (const ReduceInfo& r : reduces) {
           totals.push_back(WarpReduce(kc, r, b.CreateLoad(r.acc_ty, r.acc), 32));

@@ -364,18 +364,20 @@ bool BlockScheduler::TryReleaseGridBarrier() {
     error_ = "grid barrier #" + std::to_string(threads_[0].barrier_site) + ": null workspace";
     return false;
   }
-  // Mirror the device's protocol on the workspace: the arrival counter must be 0 on entry
-  // (the host zero-fills it once) and the generation moves on by one.
-  uint32_t words[2];
-  std::memcpy(words, workspace, sizeof(words));
-  if (words[0] != 0) {
+  // Mirror the device's protocol on the workspace: the count of arrived blocks (its low 31
+  // bits) must be 0 on entry (the host zero-fills it once) and the phase (its top bit)
+  // flips.
+  constexpr uint32_t kPhase = 0x80000000u;
+  uint32_t arrivals;
+  std::memcpy(&arrivals, workspace, sizeof(arrivals));
+  if ((arrivals & ~kPhase) != 0) {
     error_ = "grid barrier #" + std::to_string(threads_[0].barrier_site) +
-             ": its workspace's arrival counter is " + std::to_string(words[0]) +
+             ": its workspace's arrival count is " + std::to_string(arrivals & ~kPhase) +
              ", not 0; the host must zero-fill the workspace before the first launch";
     return false;
   }
-  ++words[1];
-  std::memcpy(workspace, words, sizeof(words));
+  arrivals ^= kPhase;
+  std::memcpy(workspace, &arrivals, sizeof(arrivals));
   for (ThreadState& t : threads_) t.status = ThreadStatus::kRunnable;
   grid_waiting_ = 0;
   ++grid_barriers_;

@@ -34,12 +34,12 @@
 //   seconds   = max(memory, issue) + launch + barriers
 //               (a row tile: max(memory, issue) + min(memory, issue) / R; OverlappedSeconds)
 //
-// A split reduction (reduce_chunks > 1) adds its grid barrier and ceil(chunks / 32) DRAM
-// round trips for combining the partials. A global kernel is one launch plus its phases,
-// each priced as above with the kernel's grid and resources, plus a grid barrier between
-// consecutive phases; its bytes are the sum of the phases' (a value re-read after a grid
-// barrier counts again: across a barrier the data set is the whole tensor, larger than L2
-// at the shapes worth stitching this way).
+// A split reduction (reduce_chunks > 1) adds its grid barrier and the round trips of
+// combining the partials (CombineRoundTrips: one per batch of loads a lane issues). A global
+// kernel is one launch plus its phases, each priced as above with the kernel's grid and
+// resources, plus a grid barrier between consecutive phases; its bytes are the sum of the
+// phases' (a value re-read after a grid barrier counts again: across a barrier the data set
+// is the whole tensor, larger than L2 at the shapes worth stitching this way).
 //
 // A kernel that cannot run at all costs +infinity (see kInfeasibleSeconds).
 //
@@ -315,11 +315,11 @@ class AnalyticalCostModel : public CostModel {
     c.barrier_seconds = std::max(m.grid_barriers, 0) * p_.grid_barrier_seconds +
                         static_cast<double>(std::max(m.block_barriers_per_item, 0)) *
                             static_cast<double>(critical) * p_.block_barrier_seconds;
-    // A split reduction's second stage: after the barrier a warp's lanes each load
-    // ceil(chunks / 32) partials one after another.
+    // A split reduction's second stage: after the barrier a warp's lanes each load their
+    // partials a batch at a time (CombineRoundTrips).
     if (m.reduce_chunks > 1) {
       c.barrier_seconds +=
-          static_cast<double>(CeilDiv(m.reduce_chunks, 32)) * p_.dram_latency_seconds;
+          static_cast<double>(CombineRoundTrips(m.reduce_chunks)) * p_.dram_latency_seconds;
     }
 
     c.seconds = busy_seconds + c.launch_seconds + c.barrier_seconds;

@@ -147,11 +147,12 @@ std::unique_ptr<Emulator> NewEmulator(bool random_order, uint64_t seed) {
   return emu.ok() ? std::move(emu).value() : nullptr;
 }
 
-// The workspace as the host allocates it: two u32, zero-filled once.
+// The workspace as the host allocates it: one u32, zero-filled once. Its low 31 bits count
+// the blocks that have arrived at a barrier; its top bit is the phase each barrier flips.
 struct Workspace {
-  uint32_t counter = 0;
-  uint32_t generation = 0;
+  uint32_t arrivals = 0;
 };
+constexpr uint32_t kPhase = 0x80000000u;
 
 // Where TwoStage puts its grid barrier: between the stages (correct), before both (it
 // orders nothing, but the kernel still runs grid-wide) or nowhere.
@@ -228,9 +229,8 @@ TEST(EmulatorGridBarrier, TwoStagesExchangeAcrossBlocks) {
         // workspace traffic is not counted.
         EXPECT_EQ(r.stats->global_bytes_loaded, 8 * k.launch.threads());
         EXPECT_EQ(r.stats->global_bytes_stored, 8 * k.launch.threads());
-        // The workspace is back at a zero count, one generation on.
-        EXPECT_EQ(r.ws.counter, 0u);
-        EXPECT_EQ(r.ws.generation, 1u);
+        // The workspace is back at a zero count, its phase flipped once.
+        EXPECT_EQ(r.ws.arrivals, kPhase);
       }
     }
   }
@@ -311,8 +311,8 @@ TEST(EmulatorGridBarrier, RepeatedBarriersReuseTheWorkspace) {
         ASSERT_TRUE(stats.ok()) << stats.status().ToString();
         EXPECT_EQ(stats->grid_barriers, steps + 1);
         for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], want) << "thread " << i;
-        EXPECT_EQ(ws.counter, 0u);
-        EXPECT_EQ(ws.generation, launch * (steps + 1));
+        // Each barrier flips the phase and leaves the count at 0.
+        EXPECT_EQ(ws.arrivals, (launch * (steps + 1)) % 2 == 1 ? kPhase : 0u);
       }
     }
   }
@@ -479,18 +479,17 @@ TEST(EmulatorGridBarrier, WorkspaceMustStartAtZero) {
   ASSERT_NE(emu, nullptr);
   std::vector<int32_t> in(64, 1), tmp(64), out(64);
   // As a fresh intermediate buffer would be: not zero-filled.
-  Workspace ws{0xffffffffu, 0xffffffffu};
+  Workspace ws{0xffffffffu};
   auto stats = emu->Launch(k, {in.data(), tmp.data(), out.data(), &ws});
   ASSERT_FALSE(stats.ok());
   EXPECT_EQ(stats.status().code(), StatusCode::kInternal);
   EXPECT_NE(stats.status().message().find("zero-fill"), std::string::npos)
       << stats.status().message();
-  // Any generation will do once the counter is 0.
-  ws.counter = 0;
+  // Either phase will do once the count is 0.
+  ws.arrivals = kPhase;
   stats = emu->Launch(k, {in.data(), tmp.data(), out.data(), &ws});
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-  EXPECT_EQ(ws.counter, 0u);
-  EXPECT_EQ(ws.generation, 0u);
+  EXPECT_EQ(ws.arrivals, 0u);
 }
 
 TEST(EmulatorGridBarrier, GridsBeyondTheLimitAreRefused) {
@@ -558,6 +557,14 @@ TEST(EmulatorGridBarrier, DeviceBodyReplacesTheDeclaration) {
   EXPECT_TRUE(plain.fn()->getArg(0)->hasNoAliasAttr());
 }
 
+size_t Occurrences(const std::string& text, const std::string& what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
 TEST(EmulatorGridBarrier, PtxHasTheBarrierInlinedAndAssembles) {
   for (const char* target : {"sm_80", "sm_90"}) {
     SCOPED_TRACE(target);
@@ -571,19 +578,18 @@ TEST(EmulatorGridBarrier, PtxHasTheBarrierInlinedAndAssembles) {
     EXPECT_EQ(ptx.find("grid_$_sync"), std::string::npos);
     EXPECT_EQ(ptx.find("call.uni"), std::string::npos);
     for (const char* want : {"bar.sync", "membar.gl", "atom.global.add.u32",
-                             "ld.volatile.global.u32", "st.volatile.global.u32", "%nctaid.x"}) {
+                             "ld.volatile.global.u32", "%nctaid.x", "%ctaid.x"}) {
       EXPECT_NE(ptx.find(want), std::string::npos) << "PTX lacks " << want;
     }
+    // A block arrives with one atomic add at each of the kernel's two barriers, and the last
+    // arrival's add releases the grid: no second atomic, no store to the workspace.
+    EXPECT_EQ(Occurrences(ptx, "atom.global.add.u32"), 2u) << ptx;
+    EXPECT_EQ(ptx.find("st.volatile"), std::string::npos) << ptx;
     // buf[i + 1] is loaded again after the barriers (buf lost noalias).
     CompiledKernel reload = ReloadAfterBarrier({132, 1, 1}, {256, 1, 1});
     s = LowerToPtx(reload, options);
     ASSERT_TRUE(s.ok()) << s.ToString();
-    size_t loads = 0;
-    for (size_t at = reload.ptx.find("ld.global.u32"); at != std::string::npos;
-         at = reload.ptx.find("ld.global.u32", at + 1)) {
-      ++loads;
-    }
-    EXPECT_EQ(loads, 2u) << reload.ptx;
+    EXPECT_EQ(Occurrences(reload.ptx, "ld.global.u32"), 2u) << reload.ptx;
     if (!CubinAvailable(options)) {
       std::cout << "no ptxas or nvJitLink: " << target << " PTX not assembled\n";
       continue;

@@ -30,8 +30,11 @@ constants the model had before it was fitted, must miss at least one of them on 
 among them, and a miss is then reported as not shown until a GPU run measures them),
 and the previous version, `h100-fit-1`, must have a worse p90 than its successor, whose
 instruction-issue term it lacks. Plans whose code changed since a set measured them (kernel
-count or registers, as tools/train_cost_residual.py decides) are listed and left out of that
-set's figures until a GPU run measures them.
+count, code digest, cubin bytes, launches or registers, as tools/train_cost_residual.py
+decides) are listed and left out of that set's figures until a GPU run measures them, unless
+the set's snapshot (modelled_while_unchanged.csv, written by --snapshot) holds the price the
+same model version gave the code the set measured, and still agrees with the model on every
+plan unchanged since: such a plan keeps its place at that price, marked as such.
 """
 
 from __future__ import annotations
@@ -89,6 +92,11 @@ FITTED_DEVICES = ("H100", "H200")
 DEVICE_NAME = re.compile(r"^NVIDIA\s+(\S+)")
 
 # The files of kernel times a set may hold, the first found read: (file name, how measured).
+# A set's record of what the model priced its plans at while this checkout still compiled
+# them as the set measured them (--snapshot writes it; see PricedWhileUnchanged).
+SNAPSHOT_FILE = "modelled_while_unchanged.csv"
+SNAPSHOT_COLUMNS = ("version", "id", "plan", "code", "modelled_us", "priced_at")
+
 KERNEL_TIME_FILES = (
     ("stitch_kernels_ncu.tsv", "kernel time by Nsight Compute"),
     ("stitch_kernels_cupti.tsv", "kernel time by gpu_bench's CUPTI records"),
@@ -96,6 +104,9 @@ KERNEL_TIME_FILES = (
 
 # The model version whose constants precede the fit; --thresholds shows that it fails them.
 UNFITTED_VERSION = "datasheet"
+
+# The name SNAPSHOT_FILE gives the version cost_model_price prices with by default.
+CURRENT_VERSION = "current"
 
 # Earlier fitted versions, each with the figures the current version's added terms improve on
 # the newest set: --thresholds prices them too and fails if one of them is not worse there,
@@ -434,8 +445,108 @@ def changed_since_measured(entry: MeasuredSet, model: dict[int, ModelRow]
     return load_trainer().plans_changed_since_measured(entry.path, model_records(model))
 
 
+def measured_codes(entry: MeasuredSet) -> dict[tuple[int, str], str]:
+    """(suite id, plan) -> the code digest gpu_bench.csv recorded for the plan the set timed;
+    empty for sets measured before gpu_bench recorded one."""
+    bench = entry.path / "gpu_bench.csv"
+    codes: dict[tuple[int, str], str] = {}
+    if not bench.exists():
+        return codes
+    columns = load_trainer().CODE_COLUMNS
+    for record in csv.DictReader(io.StringIO(read_text(bench), newline="")):
+        for plan, column in columns.items():
+            if record.get(column):
+                codes[(int(record["id"]), plan)] = record[column]
+    return codes
+
+
+def read_snapshot(entry: MeasuredSet) -> list[dict]:
+    """The set's SNAPSHOT_FILE lines, checked; none where it has no such file."""
+    path = entry.path / SNAPSHOT_FILE
+    if not path.exists():
+        return []
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    if tuple(reader.fieldnames or ()) != SNAPSHOT_COLUMNS:
+        raise DataError(f"{path}: header must be {','.join(SNAPSHOT_COLUMNS)}")
+    lines = []
+    for record in reader:
+        where = f"{path} line {reader.line_num}"
+        if None in record or any(v is None for v in record.values()):
+            raise DataError(f"{where}: {len(SNAPSHOT_COLUMNS)} fields expected")
+        record["id"] = parse_id(record["id"], where)
+        if record["plan"] not in {name for name, _, _ in PLANS}:
+            raise DataError(f"{where}: unknown plan {record['plan']!r}")
+        record["modelled_us"] = parse_time(record["modelled_us"], where, "modelled_us")
+        lines.append(record)
+    return lines
+
+
+def priced_while_unchanged(entry: MeasuredSet, model: dict[int, ModelRow], version: str,
+                           changed: dict[tuple[int, str], str]
+                           ) -> tuple[dict[tuple[int, str], dict], str]:
+    """(suite id, plan) -> its snapshot line (read_snapshot) for the plans changed since `entry` measured
+    them that its snapshot priced under `version` while the checkout still compiled the code
+    the set timed (the snapshot's code digest is the one gpu_bench.csv recorded), and a line
+    saying what was used. A plan's measured time then still describes the code the model
+    priced, so it keeps its place in the set's figures until a GPU run measures its new
+    code; without that a set loses every plan a kernel change touches, and its figures drift
+    with which plans are left rather than with the model. The snapshot holds only while
+    `version` still gives every plan priced in it and unchanged since the set's measurement
+    the same price: a model change makes it stale and the changed plans are left out."""
+    lines = [r for r in read_snapshot(entry) if r["version"] == version]
+    if not lines or not changed:
+        return {}, ""
+    codes = measured_codes(entry)
+    stale = []
+    for r in lines:
+        key = (r["id"], r["plan"])
+        if key in changed or r["id"] not in model:
+            continue
+        now = model[r["id"]].us[r["plan"]]
+        if abs(now - r["modelled_us"]) > 1e-6 * max(now, 1.0):
+            stale.append(f"#{r['id']} {r['plan']} {r['modelled_us']:.3f} us then, {now:.3f} now")
+    if stale:
+        return {}, (f"snapshot of {version} stale ({len(stale)} unchanged plan(s) priced "
+                    f"otherwise now, first {stale[0]}): changed plans left out")
+    priced = {}
+    for r in lines:
+        key = (r["id"], r["plan"])
+        if key in changed and codes.get(key, r["code"]) == r["code"]:
+            priced[key] = r
+    return priced, (f"{len(priced)} changed plan(s) priced as the snapshot of {version} "
+                    "priced their measured code")
+
+
+def write_snapshot(entry: MeasuredSet, models: dict[str, dict[int, ModelRow]],
+                   changed: dict[tuple[int, str], str], commit: str) -> int:
+    """Records, per version, the price of every plan unchanged since `entry` measured it, and
+    keeps the still valid lines of plans that have changed since; returns the lines written."""
+    codes = measured_codes(entry)
+    lines: list[dict] = []
+    for version, model in models.items():
+        kept, _ = priced_while_unchanged(entry, model, version, changed)
+        lines += [dict(r, modelled_us=f"{r['modelled_us']:.9g}") for r in kept.values()]
+        for row_id in sorted(model):
+            for plan, _, _ in PLANS:
+                if (row_id, plan) in changed:
+                    continue
+                lines.append({"version": version, "id": row_id, "plan": plan,
+                              "code": codes.get((row_id, plan), ""),
+                              "modelled_us": f"{model[row_id].us[plan]:.9g}",
+                              "priced_at": commit})
+    if not lines:
+        return 0
+    lines.sort(key=lambda r: (r["version"], r["id"], r["plan"]))
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=SNAPSHOT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(lines)
+    (entry.path / SNAPSHOT_FILE).write_text(out.getvalue(), encoding="utf-8")
+    return len(lines)
+
+
 def report_set(entry: MeasuredSet, model: dict[int, ModelRow], shown: str,
-               changed: dict[tuple[int, str], str]) -> dict[str, float]:
+               changed: dict[tuple[int, str], str], version: str) -> dict[str, float]:
     tsv = entry.kernel_file
     measured = read_measured(tsv)
     check_ids(tsv, measured, model)
@@ -445,26 +556,35 @@ def report_set(entry: MeasuredSet, model: dict[int, ModelRow], shown: str,
     print(f"   measured: {tsv.name} ({entry.timing})")
     print(f"   modelled: {shown} (the model of this checkout)")
     print(f"{'id':>4}  {'plan':<15}{'measured us':>13}{'modelled us':>13}{'meas/model-1':>15}")
-    # Plans whose code changed since the set measured them are not compared with it; the
-    # next GPU run measures them.
+    # Plans whose code changed since the set measured them are compared with it only at the
+    # price the model gave the code the set timed (priced_while_unchanged); the others are
+    # left out until the next GPU run measures them.
+    snapshot, snapshot_note = priced_while_unchanged(entry, model, version, changed)
     for (row_id, plan), why in sorted(changed.items()):
-        print(f"{row_id:>4}  {plan:<15}left out, changed since measured: {why}")
+        if (row_id, plan) not in snapshot:
+            print(f"{row_id:>4}  {plan:<15}left out, changed since measured: {why}")
     all_errors: list[float] = []
     stitch_errors: list[float] = []
     for row_id in sorted(measured):
         _, times = measured[row_id]
         for plan, _, _ in PLANS:
-            if (row_id, plan) in changed:
+            if (row_id, plan) in changed and (row_id, plan) not in snapshot:
                 continue
-            e = error(times[plan], model[row_id].us[plan])
+            modelled, note = model[row_id].us[plan], ""
+            if (row_id, plan) in snapshot:
+                modelled = snapshot[(row_id, plan)]["modelled_us"]
+                note = f"  (changed since; as priced at {snapshot[(row_id, plan)]['priced_at']})"
+            e = error(times[plan], modelled)
             all_errors.append(e)
             if plan == "stitch":
                 stitch_errors.append(e)
-            modelled = model[row_id].us[plan]
-            print(f"{row_id:>4}  {plan:<15}{times[plan]:>13.1f}{modelled:>13.2f}{e:>+15.1%}")
+            print(f"{row_id:>4}  {plan:<15}{times[plan]:>13.1f}{modelled:>13.2f}{e:>+15.1%}"
+                  f"{note}")
     rows, plans = len(measured), len(all_errors)
     if changed:
-        print(f"  {len(changed)} plan(s) left out, changed since measured")
+        print(f"  {len(changed) - len(snapshot)} plan(s) left out, changed since measured")
+    if snapshot_note:
+        print(f"  {snapshot_note}")
     overall, stitch_only = figures(all_errors), figures(stitch_errors)
     print(f"  all {plans} plans ({rows} rows): {describe(overall)}")
     print(f"  stitch's {len(stitch_errors)} plans:     {describe(stitch_only)}")
@@ -601,7 +721,7 @@ def version_figures(tool: pathlib.Path, entry: MeasuredSet, version: str,
     """The figures of model `version` on `entry`, its report quietened."""
     model, shown = run_model(tool, entry.target, entry.priced_device, version)
     with contextlib.redirect_stdout(io.StringIO()):
-        return report_set(entry, model, shown, changed)
+        return report_set(entry, model, shown, changed, version)
 
 
 def main() -> int:
@@ -614,6 +734,10 @@ def main() -> int:
                         help="the model version to price with (default: the current one)")
     parser.add_argument("--thresholds", action="store_true",
                         help="also check the error bounds on the newest set of each device")
+    parser.add_argument("--snapshot", metavar="COMMIT", default=None,
+                        help=f"write each set's {SNAPSHOT_FILE}: the prices, under the current "
+                        "version and every version the bounds compare, of the plans this "
+                        "checkout (COMMIT) still compiles as the set measured them")
     args = parser.parse_args()
 
     failures: list[str] = []
@@ -632,12 +756,26 @@ def main() -> int:
                                                     entry.priced_device, args.version)
             model, shown = models[entry.model_key]
             changed[entry.name] = changed_since_measured(entry, model)
-            summaries[entry.name] = report_set(entry, model, shown, changed[entry.name])
+            summaries[entry.name] = report_set(entry, model, shown, changed[entry.name],
+                                               args.version or CURRENT_VERSION)
             report_sweep(args.price, entry, args.version)
         except DataError as e:
             # Go on with the other sets, so one run names every broken file.
             failures.append(str(e))
         sys.stdout.flush()
+
+    if args.snapshot:
+        for entry in sets:
+            if entry.name not in changed:
+                continue
+            versions = {CURRENT_VERSION: models[entry.model_key][0]}
+            for version in ([UNFITTED_VERSION] + [v for v, _ in EARLIER_VERSIONS]
+                            + [v for v, _ in LATER_VERSIONS]):
+                versions[version] = run_model(args.price, entry.target, entry.priced_device,
+                                              version)[0]
+            written = write_snapshot(entry, versions, changed[entry.name], args.snapshot)
+            print(f"  {entry.name}: {written} line(s) written to {SNAPSHOT_FILE}"
+                  if written else f"  {entry.name}: no plan unchanged, no {SNAPSHOT_FILE}")
 
     for key, (model, _) in models.items():
         try:

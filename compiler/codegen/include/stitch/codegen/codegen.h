@@ -20,10 +20,11 @@
 //     declarations; LowerToPtx and the emulator each define them for their machine;
 //   * a grid-wide barrier (AStitch's "global" scheme) is a call to
 //     `declare void @stitch.grid.sync(ptr %workspace)`, marked convergent. %workspace
-//     points to 8 bytes of global memory, 4-byte aligned: a u32 arrival counter, then a
-//     u32 generation. The host zero-fills it once before the first launch (the generation
-//     may hold anything; the counter must be 0); every barrier leaves the counter at 0 and
-//     advances the generation, so later barriers of the launch and later launches reuse it
+//     points to 4 bytes of global memory, 4-byte aligned: a u32 whose low 31 bits count
+//     the blocks that have arrived and whose top bit is the barrier's phase. The host
+//     zero-fills it once before the first launch (the phase may hold anything; the count
+//     must be 0); every barrier leaves the count at 0 and flips the phase, so later
+//     barriers of the launch and later launches reuse it
 //     as it is (after an aborted launch, zero it again). Launches that may run at the same
 //     time need separate workspaces. Every thread of every block calls it the same number
 //     of times, and the grid must be no larger than what can be co-resident on the GPU (a

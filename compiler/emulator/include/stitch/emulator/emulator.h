@@ -182,10 +182,10 @@ class Emulator {
   // deadlocks ("deadlock in block (x,y,z): ...": threads of a block wait at different
   // barriers, or lanes of a warp at different warp operations; "deadlock at a grid barrier:
   // ...": some threads returned, or wait elsewhere, while others wait at a grid barrier),
-  // when the grid barrier's workspace is misused (its arrival counter not 0, threads passing
-  // different workspaces) or when the kernel cannot be compiled. After an error the emulator
-  // remains usable; the buffers may hold partial results. With options.arg_bytes, an access
-  // outside its buffer is INTERNAL "error in block (x,y,z): thread (x,y,z): out of bounds:
+  // when the grid barrier's workspace is misused (its count of arrived blocks not 0, threads
+  // passing different workspaces) or when the kernel cannot be compiled. After an error the
+  // emulator remains usable; the buffers may hold partial results. With options.arg_bytes, an
+  // access outside its buffer is INTERNAL "error in block (x,y,z): thread (x,y,z): out of bounds:
   // ..."; options that do not fit the kernel (sizes or names not one per argument, a block
   // index outside the grid or listed twice) are INVALID_ARGUMENT.
   virtual StatusOr<LaunchStats> Launch(const CompiledKernel& kernel, const std::vector<void*>& args,

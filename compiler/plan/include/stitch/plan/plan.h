@@ -26,6 +26,22 @@ inline constexpr int kMaxVectorBytes = 16;
 // 8 x 128 where the transposed operand's minor-most dimension is short.
 inline constexpr int kTransposeTileElements = 1024;
 
+// The partials of a split reduction (ThreadMapping::reduce_chunks) that a lane of a combining
+// warp loads before it combines any of them: a lane takes every 32nd chunk, up to four at a
+// time. Partials come back from L2, so each batch costs one round trip.
+inline int64_t CombineLoadsInFlight(int64_t chunks) {
+  const int64_t per_lane = (chunks + 31) / 32;
+  return per_lane < 1 ? 1 : per_lane > 4 ? 4 : per_lane;
+}
+
+// The round trips to L2 a lane of a combining warp waits for: one per batch of
+// CombineLoadsInFlight partials.
+inline int64_t CombineRoundTrips(int64_t chunks) {
+  const int64_t per_lane = (chunks + 31) / 32;
+  const int64_t batch = CombineLoadsInFlight(chunks);
+  return (per_lane + batch - 1) / batch;
+}
+
 struct LaunchDims {
   std::array<uint32_t, 3> grid = {1, 1, 1};
   std::array<uint32_t, 3> block = {1, 1, 1};
