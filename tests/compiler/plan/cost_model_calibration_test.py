@@ -91,12 +91,12 @@ FITTED_DEVICES = ("H100", "H200")
 # table (gpu_device.cc) by its first word after the vendor's.
 DEVICE_NAME = re.compile(r"^NVIDIA\s+(\S+)")
 
-# The files of kernel times a set may hold, the first found read: (file name, how measured).
 # A set's record of what the model priced its plans at while this checkout still compiled
-# them as the set measured them (--snapshot writes it; see PricedWhileUnchanged).
+# them as the set measured them (--snapshot writes it; see priced_while_unchanged).
 SNAPSHOT_FILE = "modelled_while_unchanged.csv"
 SNAPSHOT_COLUMNS = ("version", "id", "plan", "code", "modelled_us", "priced_at")
 
+# The files of kernel times a set may hold, the first found read: (file name, how measured).
 KERNEL_TIME_FILES = (
     ("stitch_kernels_ncu.tsv", "kernel time by Nsight Compute"),
     ("stitch_kernels_cupti.tsv", "kernel time by gpu_bench's CUPTI records"),
@@ -484,15 +484,16 @@ def read_snapshot(entry: MeasuredSet) -> list[dict]:
 def priced_while_unchanged(entry: MeasuredSet, model: dict[int, ModelRow], version: str,
                            changed: dict[tuple[int, str], str]
                            ) -> tuple[dict[tuple[int, str], dict], str]:
-    """(suite id, plan) -> its snapshot line (read_snapshot) for the plans changed since `entry` measured
-    them that its snapshot priced under `version` while the checkout still compiled the code
-    the set timed (the snapshot's code digest is the one gpu_bench.csv recorded), and a line
-    saying what was used. A plan's measured time then still describes the code the model
-    priced, so it keeps its place in the set's figures until a GPU run measures its new
-    code; without that a set loses every plan a kernel change touches, and its figures drift
-    with which plans are left rather than with the model. The snapshot holds only while
-    `version` still gives every plan priced in it and unchanged since the set's measurement
-    the same price: a model change makes it stale and the changed plans are left out."""
+    """(suite id, plan) -> its snapshot line (read_snapshot) for the plans changed since
+    `entry` measured them that its snapshot priced under `version` while the checkout still
+    compiled the code the set timed (the snapshot's code digest is the one gpu_bench.csv
+    recorded), and a line saying what was used. A plan's measured time then still describes
+    the code the model priced, so it keeps its place in the set's figures until a GPU run
+    measures its new code; without that a set loses every plan a kernel change touches, and
+    its figures drift with which plans are left rather than with the model. The snapshot
+    holds only while `version` still gives every plan priced in it and unchanged since the
+    set's measurement the same price: a model change makes it stale and the changed plans
+    are left out."""
     lines = [r for r in read_snapshot(entry) if r["version"] == version]
     if not lines or not changed:
         return {}, ""
