@@ -112,7 +112,10 @@ class GraphRewriter {
 
   // Reduces `x`, whose layout is the row or column `shape`, in two steps: its reduced extent
   // n is padded with `init` to k1 x k2, reduced over k2 and then over k1. Returns a node of
-  // dims `out_dims`.
+  // dims `out_dims`: the second reduce's own, its input's kept dimensions unflattened to
+  // `out_dims` first. Both compilers write a reduction's output where its consumers read
+  // it, so no copy may follow the second reduce: a reshape there would be a kernel of its
+  // own in the plans (a bitcast in XLA, a view in Inductor).
   int TwoStep(int x, int init, const Node& original, const ReduceShape& shape, int64_t k1,
               int64_t k2, const std::vector<int64_t>& out_dims, const std::string& name) {
     const bool row = shape.kind != ReduceShape::Kind::kColumn;
@@ -124,8 +127,11 @@ class GraphRewriter {
     x = Reshape(x, row ? std::vector<int64_t>{shape.kept, k1, k2} : std::vector{k1, k2, shape.kept},
                 name + ".tiles");
     x = ReduceDims(x, init, original, {row ? 2 : 1}, name + ".inner");
-    x = ReduceDims(x, init, original, {row ? 1 : 0}, name + ".outer");
-    return Reshape(x, out_dims, name);
+    std::vector<int64_t> partials = out_dims;
+    partials.insert(row ? partials.end() : partials.begin(), k1);
+    if (ShapeOf(x).dims != partials) x = Reshape(x, partials, name + ".partials");
+    const int64_t outer = row ? static_cast<int64_t>(out_dims.size()) : 0;
+    return ReduceDims(x, init, original, {outer}, name);
   }
 
  private:

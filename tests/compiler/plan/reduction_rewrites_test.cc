@@ -107,6 +107,32 @@ TEST(XlaReductionRewrites, LongReductionsBecomeTwoReducesThatComputeTheSame) {
   }
 }
 
+// A split reduction's second reduce writes the output in the original's dims: anything after
+// it (a reshape back from the flattened kept dimensions) would be a kernel of its own in the
+// baseline plans, where XLA and Inductor write the output from the second stage.
+TEST(ReductionRewrites, TheSecondReduceWritesTheOutput) {
+  const uint64_t seed = RandomGraphBaseSeed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (STITCH_RANDOM_GRAPH_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  constexpr int kSms = 4;
+  const Graph cases[] = {
+      OneReduce(DType::kF32, {2, 3, 20011}, {2}, ReduceKind::kSum),  // row, kept [2, 3]
+      OneReduce(DType::kF32, {5003, 3, 2}, {0}, ReduceKind::kMax),   // column, kept [3, 2]
+      OneReduce(DType::kF32, {20011}, {0}, ReduceKind::kSum),        // to a scalar
+      OneReduce(DType::kF16, {2, 4099, 3}, {0, 1}, ReduceKind::kSum),
+  };
+  for (const Graph& g : cases) {
+    SCOPED_TRACE(ToText(g));
+    for (const Graph& rewritten : {XlaReductionRewrites(g), InductorSplitReductions(g, kSms)}) {
+      EXPECT_EQ(CountOps(rewritten, OpCode::kReduce), 2) << ToText(rewritten);
+      const Node& out = rewritten.nodes[rewritten.outputs[0]];
+      EXPECT_EQ(out.op, OpCode::kReduce) << ToText(rewritten);
+      EXPECT_EQ(out.shape, g.nodes[g.outputs[0]].shape);
+      ExpectSameValues(g, rewritten, rng);
+    }
+  }
+}
+
 // The reduce nodes of `g`, each as {input dims, reduced dims}, in node order.
 std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> Reduces(const Graph& g) {
   std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
