@@ -203,6 +203,7 @@ StatusOr<BaselinePlan> PlanXlaModel(const Graph& g, const GpuDevice& device,
   native.transposed_row_tiles = false;
   native.max_reduces_per_kernel = kXlaMaxReductionsPerFusion;
   native.max_column_reduces_per_kernel = kXlaMaxColumnReductionsPerFusion;
+  native.reduce_epilogues = true;
   STITCH_ASSIGN_OR_RETURN(out.plan, PlanWithRules(out.graph, device, native, "xla"));
   ApplyXlaMappings(out.graph, out.plan, device);
   if (!options.triton_normalization_fusion) return out;
@@ -231,6 +232,7 @@ StatusOr<BaselinePlan> PlanInductorModel(const Graph& g, const GpuDevice& device
   rules.loop_rows_in_l2 = false;
   rules.loop_columns_per_thread = false;
   rules.transposed_row_tiles = false;
+  rules.reduce_epilogues = true;
   STITCH_ASSIGN_OR_RETURN(out.plan, PlanWithRules(out.graph, device, rules, "inductor"));
   return out;
 }

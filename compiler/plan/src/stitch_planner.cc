@@ -515,15 +515,25 @@ class Planner {
         }
       }
     }
-    // Every reduce in the body is an output, and nothing feeding a reduce reads another
-    // reduce (each element of every reduce's input is computed in the same pass).
-    for (int id : spec.nodes) {
-      if (g_.nodes[id].op == OpCode::kReduce && !reduce_outputs.count(id)) return false;
-    }
+    // Every reduce in the body is an output; under the rules' reduce_epilogues a kernel's
+    // only reduce may instead be read by nothing but outputs of its shape, an epilogue the
+    // emitters compute from it. Nothing feeding a reduce reads another reduce (each element
+    // of every reduce's input is computed in the same pass).
+    const int reduces_in_body =
+        static_cast<int>(std::count_if(spec.nodes.begin(), spec.nodes.end(),
+                                       [&](int id) { return g_.nodes[id].op == OpCode::kReduce; }));
+    const bool epilogue_only =
+        rules_.reduce_epilogues && reduce_outputs.empty() && reduces_in_body == 1;
+    if (!epilogue_only && reduces_in_body != static_cast<int>(reduce_outputs.size())) return false;
+    if (epilogue_only) reduce_outputs.insert(spec.hero);
     for (int r : reduce_outputs) {
       if (ReadsReduce(g_.nodes[r].operands[0], spec)) return false;
     }
-    if (reduce_outputs.size() + side_outputs.size() < 2) return false;
+    // One reduce and nothing else is the reduce kernel the planner starts from; without
+    // reduce_epilogues, outputs of its shape beside it are left to merges of other kinds.
+    const size_t computed =
+        rules_.reduce_epilogues ? spec.outputs.size() : reduce_outputs.size() + side_outputs.size();
+    if (computed < 2 && !epilogue_only) return false;
     spec.hero = *reduce_outputs.begin();
     SortByRankFirst(spec);
     spec.kind = IsRowReduction(g_, spec.hero) ? KernelKind::kRowReduce : KernelKind::kColumnReduce;

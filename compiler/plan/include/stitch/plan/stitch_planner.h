@@ -67,6 +67,16 @@ struct FusionRules {
   // values are computed once per thread (KeepLoopColumnsPerThread). Triton's and XLA's loop
   // kernels compute them for every element.
   bool loop_columns_per_thread = true;
+  // Outputs of a reduce's shape computed from it (an epilogue: a bias gradient's cast, batch
+  // norm's mean and rstd from its sums) in the reduce kernel, the reduce then written only
+  // where something else reads it. XLA's reduction epilogue fusion and Inductor's fusion of
+  // a pointwise consumer into its reduction keep them there, so the baseline models do.
+  // The stitching planner keeps its own: a row-stitched kernel holds a row reduction's
+  // epilogue, and a global kernel a column reduction's, as a phase of its own behind one more
+  // grid barrier. With epilogues in reduce kernels, #11's global kernel loses that barrier,
+  // but its scheduler then moves it from 264 blocks of 1,024 threads, which the H200 measured
+  // at 1.71x torch.compile, to 1,056 of 256 that no GPU has run.
+  bool reduce_epilogues = false;
 };
 
 struct StitchPlannerOptions {
