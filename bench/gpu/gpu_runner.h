@@ -9,11 +9,12 @@
 // takes as a parameter, `g.nodes[id].shape.bytes()` long; kernel arguments are the device
 // pointers in CompiledKernel::param_nodes order; kernels run in plan order on one stream.
 // A kernel with CompiledKernel::workspace_bytes > 0 also gets its own workspace as the last
-// argument, zero-filled once before its first launch and reused by its later launches, and
-// is launched with cuLaunchCooperativeKernel. Such a kernel has grid-wide barriers: when its
-// grid cannot be resident at once on this GPU (cuOccupancyMaxActiveBlocksPerMultiprocessor x
-// SMs) it is not launched and the plan fails with FAILED_PRECONDITION naming it, as it does
-// when the driver lacks cuLaunchCooperativeKernel.
+// argument, zero-filled once before its first launch and reused by its later launches. A
+// CompiledKernel::cooperative one (it has grid-wide barriers) is launched with
+// cuLaunchCooperativeKernel: when its grid cannot be resident at once on this GPU
+// (cuOccupancyMaxActiveBlocksPerMultiprocessor x SMs) it is not launched and the plan fails
+// with FAILED_PRECONDITION naming it, as it does when the driver lacks
+// cuLaunchCooperativeKernel.
 //
 // A shape-generic compile (CompileResult::shape_generic(), shape_class.h) runs at an outer
 // extent inside the bucket it serves: `g` is then the compiled graph at that extent

@@ -207,8 +207,8 @@ struct LoadedPlan {
     std::string name;
     CUfunction function = nullptr;
     LaunchDims dims;
-    // A kernel with a workspace has grid barriers: cuLaunchCooperativeKernel, which refuses
-    // a grid that cannot be resident at once instead of hanging.
+    // A kernel with grid barriers (CompiledKernel::cooperative): cuLaunchCooperativeKernel,
+    // which refuses a grid that cannot be resident at once instead of hanging.
     bool cooperative = false;
     DeviceBuffer workspace;             // CompiledKernel::workspace_bytes, zero-filled once
     std::vector<CUdeviceptr> pointers;  // in param_nodes order, then the workspace
@@ -390,7 +390,7 @@ Status CudaGpu::Load(const CompileResult& compiled, LoadedPlan& plan) {
     STITCH_RETURN_IF_ERROR(Check(api_.ModuleGetFunction(&launch.function, module, k.name.c_str()),
                                  "cuModuleGetFunction " + k.name));
     launch.dims = k.launch;
-    if (k.workspace_bytes != 0) {
+    if (k.cooperative) {
       if (api_.LaunchCooperativeKernel == nullptr) {
         return FailedPrecondition("kernel " + k.name +
                                   " has grid-wide barriers and needs a cooperative launch, but "
@@ -398,7 +398,7 @@ Status CudaGpu::Load(const CompileResult& compiled, LoadedPlan& plan) {
       }
       launch.cooperative = true;
     }
-    if (k.workspace_bytes != 0 ||
+    if (k.cooperative ||
         (i < compiled.plan.kernels.size() && compiled.plan.kernels[i].mapping.grid_barriers > 0)) {
       STITCH_RETURN_IF_ERROR(CheckCoResident(k, launch.function));
     }

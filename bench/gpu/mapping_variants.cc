@@ -21,7 +21,8 @@ std::vector<int> PhaseLoads(const KernelSpec& k) {
 auto MappingKey(const KernelSpec& k) {
   const ThreadMapping& m = k.mapping;
   return std::make_tuple(m.launch.block, m.launch.grid, m.vector_width, m.column_period,
-                         m.transpose_tile, m.threads_per_row, m.values_per_thread, PhaseLoads(k));
+                         m.transpose_tile, m.threads_per_row, m.values_per_thread, m.reduce_chunks,
+                         PhaseLoads(k));
 }
 
 // The scheduler's candidates for `kernel`; none for kinds the sweep leaves alone.
@@ -34,6 +35,8 @@ std::vector<KernelSpec> Candidates(const Graph& g, const KernelSpec& kernel,
       return RowStitchMappingCandidates(g, kernel, device);
     case KernelKind::kGlobalStitch:
       return GlobalStitchMappingCandidates(g, kernel, device);
+    case KernelKind::kColumnReduce:
+      return SplitColumnReduceCandidates(g, kernel, device);
     default:
       return {};
   }

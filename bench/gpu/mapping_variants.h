@@ -1,6 +1,7 @@
 // Loop and row-stitched kernels under each mapping the scheduler chose among
 // (LoopMappingCandidates, RowStitchMappingCandidates: schedule.h), and global kernels with
-// column phases under more bytes in flight per lane (GlobalStitchMappingCandidates): the
+// column phases under more bytes in flight per lane (GlobalStitchMappingCandidates), and
+// column reductions split over blocks at each block size (SplitColumnReduceCandidates): the
 // variants `gpu_bench --mappings` times, so that the choice, and the cost model's terms
 // behind it (the stretch of a grid's partial last wave, the threads a row gets, Little's
 // law), are checked against measured kernels. Its tests run the same variants on the

@@ -40,6 +40,7 @@ nlohmann::json KernelJson(const CompiledKernel& k, const v1::Kernel& bundled, bo
       {"block", {k.launch.block[0], k.launch.block[1], k.launch.block[2]}},
       {"shared_bytes", k.shared_bytes},
       {"workspace_bytes", k.workspace_bytes},
+      {"cooperative", k.cooperative},
       {"ptx_bytes", k.ptx.size()},
       {"cubin_bytes", k.cubin.size()},
       {"params", ParamsJson(bundled)},
@@ -88,10 +89,12 @@ void PrintText(const Graph& g, const CompileResult& r, bool with_ptx) {
                 std::string(KernelKindName(k.kind)).c_str(), k.launch.grid[0], k.launch.grid[1],
                 k.launch.grid[2], k.launch.block[0], k.launch.block[1], k.launch.block[2],
                 k.shared_bytes);
-    // Only kernels with grid barriers have a workspace; the others keep the short line.
+    // Only kernels with grid barriers or split reductions have a workspace; the others keep
+    // the short line.
     if (k.workspace_bytes != 0) {
       std::printf(" workspace=%lluB", static_cast<unsigned long long>(k.workspace_bytes));
     }
+    if (k.cooperative) std::printf(" cooperative");
     std::printf("\n");
   }
   std::printf("compile %.2f ms to PTX, %.2f ms to cubin\n", r.timings.to_ptx_ms(),

@@ -30,7 +30,8 @@ nlohmann::json BundleJson(const v1::KernelBundle& b) {
                        {"block", {l.block_x(), l.block_y(), l.block_z()}},
                        {"ptx_bytes", k.ptx().size()},
                        {"cubin_bytes", k.cubin().size()},
-                       {"workspace_bytes", k.workspace_bytes()}});
+                       {"workspace_bytes", k.workspace_bytes()},
+                       {"cooperative", k.cooperative()}});
   }
   return {{"key", b.key()},
           {"target", b.target()},
@@ -267,10 +268,12 @@ int RunCacheGet(const DaemonArgs& args) {
     std::printf("  %-28s %-13s grid=(%u,%u,%u) block=(%u,%u,%u) ptx=%zuB cubin=%zuB",
                 k.name().c_str(), k.kind().c_str(), l.grid_x(), l.grid_y(), l.grid_z(), l.block_x(),
                 l.block_y(), l.block_z(), k.ptx().size(), k.cubin().size());
-    // Kernels with grid barriers need a zeroed workspace from whoever launches them.
+    // Kernels with grid barriers or split reductions need a zeroed workspace from whoever
+    // launches them; those with grid barriers, a cooperative launch.
     if (k.workspace_bytes() != 0) {
       std::printf(" workspace=%lluB", static_cast<unsigned long long>(k.workspace_bytes()));
     }
+    if (k.cooperative()) std::printf(" cooperative");
     std::printf("\n");
   }
   return 0;

@@ -227,7 +227,7 @@ StatusOr<const LoadedProgram*> CudaKernelLoader::Modules(const Program& program,
   for (const v1::Kernel& k : b.kernels()) {
     STITCH_ASSIGN_OR_RETURN(ImageKind image,
                             ChooseImage(b.target(), !k.cubin().empty(), cc, ordinal));
-    if (k.workspace_bytes() != 0 && api_.LaunchCooperativeKernel == nullptr) {
+    if (k.cooperative() && api_.LaunchCooperativeKernel == nullptr) {
       return FailedPrecondition("kernel " + k.name() +
                                 " has grid-wide barriers and needs a cooperative launch, but " +
                                 library_name_ + " lacks cuLaunchCooperativeKernel");
@@ -341,8 +341,10 @@ Status CudaKernelLoader::Enqueue(const Program& program, std::span<const uint64_
           break;
       }
     }
-    const bool cooperative = k.workspace_bytes() != 0;
-    if (cooperative) pointers.push_back(buffers->workspaces[static_cast<size_t>(i)].ptr);
+    if (k.workspace_bytes() != 0) {
+      pointers.push_back(buffers->workspaces[static_cast<size_t>(i)].ptr);
+    }
+    const bool cooperative = k.cooperative();
     // Built after `pointers` stops growing, since each entry points into it. A shape-generic
     // kernel takes the run's extent last (codegen.h), after any workspace.
     args.clear();

@@ -192,6 +192,10 @@ StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
       return InvalidArgument(who + " has " + std::to_string(threads) +
                              " threads per block (at most 1024)");
     }
+    if (kernel.cooperative() && kernel.workspace_bytes() == 0) {
+      return InvalidArgument(who +
+                             " is cooperative (grid-wide barriers) but has no workspace for them");
+    }
     for (int i = 0; i < kernel.params_size(); ++i) {
       const v1::KernelParam& param = kernel.params(i);
       const std::string which = who + " parameter " + std::to_string(i);

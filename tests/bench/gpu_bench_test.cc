@@ -219,8 +219,9 @@ CompiledKernel PtxKernel(const std::string& name, int params, std::vector<int> p
 }
 
 // A kernel with a workspace (codegen.h) takes it as one more argument, zero-filled before its
-// first launch, and goes through cuLaunchCooperativeKernel; one whose grid cannot be resident
-// at once is not launched.
+// first launch; one with grid barriers goes through cuLaunchCooperativeKernel, and is not
+// launched when its grid cannot be resident at once. One without (a split reduction whose
+// last block combines) launches normally at any grid.
 TEST(GpuBenchTest, WorkspaceKernelsLaunchCooperativelyWithTheWorkspaceLast) {
   if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
   StatusOr<std::unique_ptr<Gpu>> gpu = OpenGpu(FakeDriver(), 0, FakeDriver());
@@ -252,13 +253,19 @@ TEST(GpuBenchTest, WorkspaceKernelsLaunchCooperativelyWithTheWorkspaceLast) {
   // The fake fits 2048 / 256 = 8 blocks per SM on 132 SMs.
   CompiledKernel with_workspace = PtxKernel("with_workspace", 3, {xi, yi}, 8 * 132, 256);
   with_workspace.workspace_bytes = 1024;
+  with_workspace.cooperative = true;
   compiled.kernels.push_back(with_workspace);
+  CompiledKernel last_block = PtxKernel("last_block", 3, {xi, yi}, 100 * 132, 256);
+  last_block.workspace_bytes = 512;
+  compiled.kernels.push_back(last_block);
   StatusOr<std::vector<Tensor>> out = (*gpu)->RunPlan(g, compiled, {input});
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   std::string log = FakeLaunchLog();
   EXPECT_NE(log.find("cuLaunchKernel plain args=2 last=16384B\n"), std::string::npos) << log;
   EXPECT_NE(log.find("cuLaunchCooperativeKernel with_workspace args=3 last=1024B zeroed\n"),
             std::string::npos)
+      << log;
+  EXPECT_NE(log.find("cuLaunchKernel last_block args=3 last=512B zeroed\n"), std::string::npos)
       << log;
 
   // Timed runs reuse the workspace as it is.

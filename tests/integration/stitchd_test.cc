@@ -651,9 +651,13 @@ TEST_F(StitchdTest, StitchctlCompilesListsAndShowsEntriesThroughTheDaemon) {
   nlohmann::json bundle = nlohmann::json::parse(out);
   EXPECT_EQ(bundle["key"], key);
   EXPECT_GT(bundle["kernels"].size(), 0u);
-  // Exactly the kernels with grid barriers ask their launcher for a workspace.
+  // Exactly the kernels with grid barriers ask their launcher for a cooperative launch, and
+  // each has a workspace for them.
   for (const nlohmann::json& k : bundle["kernels"]) {
-    EXPECT_EQ(k["workspace_bytes"].get<uint64_t>() > 0, k["kind"] == "global_stitch") << k.dump();
+    EXPECT_EQ(k["cooperative"].get<bool>(), k["kind"] == "global_stitch") << k.dump();
+    if (k["cooperative"].get<bool>()) {
+      EXPECT_GT(k["workspace_bytes"].get<uint64_t>(), 0u);
+    }
   }
 
   out = RunCommand(stitchctl + " cache get nothex --daemon " + socket + " 2>&1", &status);

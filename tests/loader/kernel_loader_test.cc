@@ -154,6 +154,9 @@ TEST(ParseProgram, RejectsMalformedBundles) {
       {"no name", [](v1::KernelBundle& b) { b.mutable_kernels(0)->clear_name(); }, "no name"},
       {"bad target", [](v1::KernelBundle& b) { b.set_target("gfx90a"); }, "gfx90a"},
       {"no kernels", [](v1::KernelBundle& b) { b.clear_kernels(); }, "no kernels"},
+      {"grid barriers without a workspace",
+       [](v1::KernelBundle& b) { b.mutable_kernels(1)->set_cooperative(true); },
+       "(add) is cooperative (grid-wide barriers) but has no workspace"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -361,6 +364,34 @@ TEST_F(LoaderTest, PassesPointersInParamsOrderWithTemporariesAndWorkspaceLast) {
   auto again = Fake().Events("launch ");
   ASSERT_EQ(again.size(), 2u);
   EXPECT_EQ(Numbers(Fields(again[1])["args"]), (std::vector<uint64_t>{temp0, 0xD00, workspace}));
+}
+
+// A split reduction whose last block combines has a workspace but no grid barrier: it gets
+// its zeroed workspace and launches with cuLaunchKernel, whose grid may exceed what is
+// resident at once.
+TEST_F(LoaderTest, AWorkspaceWithoutGridBarriersLaunchesNormally) {
+  v1::KernelBundle b;
+  b.set_key("last-block");
+  b.set_target("sm_90");
+  v1::Kernel* k =
+      AddKernel(b, "split", {{v1::KernelParam::INPUT, 0}, {v1::KernelParam::OUTPUT, 0}}, 1024);
+  k->set_cooperative(false);
+  k->mutable_launch()->set_grid_x(100000);
+  auto p = Load(b);
+  const std::vector<uint64_t> in = {0xA00}, out = {0xB00};
+  ASSERT_TRUE(loader_->Launch(*p, in, out, /*stream=*/3).ok());
+  auto launches = Fake().Events("launch ");
+  ASSERT_EQ(launches.size(), 1u);
+  auto launch = Fields(launches[0]);
+  EXPECT_EQ(launch["coop"], "0");
+  const std::vector<uint64_t> args = Numbers(launch["args"]);
+  ASSERT_EQ(args.size(), 3u);
+  EXPECT_EQ(args[0], 0xA00u);
+  EXPECT_EQ(args[1], 0xB00u);
+  ASSERT_EQ(Fake().Events("memset ").size(), 1u);
+  EXPECT_NE(
+      Fake().Events("memset ")[0].find("ptr=" + std::to_string(args[2]) + " value=0 bytes=1024"),
+      std::string::npos);
 }
 
 TEST_F(LoaderTest, EachStreamGetsItsOwnBuffers) {

@@ -55,6 +55,8 @@ inline v1::Kernel* AddKernel(v1::KernelBundle& b, const std::string& name,
     p->set_index(index);
   }
   k->set_workspace_bytes(workspace);
+  // A workspace here stands for grid barriers; a test of a split reduction's clears it.
+  k->set_cooperative(workspace != 0);
   return k;
 }
 

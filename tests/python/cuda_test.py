@@ -59,7 +59,7 @@ def image(name, params, cubin=False):
     return (b"\x7fELF " + text.encode()) if cubin else text.encode()
 
 
-def kernel(name, params, workspace=0, block=128, cubin=False, extra_params=0):
+def kernel(name, params, workspace=0, block=128, cubin=False, extra_params=0, cooperative=True):
     count = len(params) + (1 if workspace else 0) + extra_params
     dims = b"".join(field_varint(n, v) for n, v in
                     ((1, 4), (2, 1), (3, 1), (4, block), (5, 1), (6, 1)))
@@ -71,6 +71,8 @@ def kernel(name, params, workspace=0, block=128, cubin=False, extra_params=0):
         out += field_bytes(7, field_varint(1, role) + field_varint(2, index))
     if workspace:
         out += field_varint(9, workspace)
+        if cooperative:
+            out += field_varint(11, 1)
     return out
 
 

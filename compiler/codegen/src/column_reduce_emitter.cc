@@ -1,8 +1,10 @@
 #include <algorithm>
+#include <functional>
 #include <tuple>
 #include <vector>
 
 #include "emitters.h"
+#include "grid_barrier.h"
 #include "reduction.h"
 
 namespace stitch::codegen {
@@ -20,11 +22,21 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
   const int width = std::max(cfg.vector_width, 1);
   const int64_t tile_columns = 32 * static_cast<int64_t>(width);
   const int64_t chunks = std::max(cfg.reduce_chunks, 1);
+  const bool last_block =
+      chunks > 1 && cfg.split_combine == ThreadMapping::SplitCombine::kLastBlock;
   llvm::IRBuilder<>& b = kc.b;
   PartialArrays arrays;
+  // Last-block combining: a u32 arrival counter per column tile, after the partials.
+  llvm::Value* counters = nullptr;
   if (chunks > 1) {
     STITCH_ASSIGN_OR_RETURN(arrays, LayoutPartials(kc, plan, chunks));
     nest.workspace_end = arrays.end_offset;
+    if (last_block) {
+      counters = b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), kc.workspace, arrays.end_offset);
+      const uint64_t tiles_at_top =
+          static_cast<uint64_t>((geo.kept + tile_columns - 1) / tile_columns);
+      nest.workspace_end += 4 * tiles_at_top;
+    }
   }
   for (auto& r : plan.reduces) {
     llvm::Type* st = SharedType(r.acc_ty);
@@ -47,6 +59,52 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
   auto slot = [&](llvm::Value* y, int j) {
     return b.CreateAdd(
         b.CreateMul(b.CreateAdd(b.CreateMul(y, kc.Index(width)), kc.Index(j)), kc.Index(32)), tx);
+  };
+  // Combines the tile's rows of lane accumulators through shared memory: each thread stores
+  // its columns' accumulators, and the threads of row 0 whose columns are `valid` sum the
+  // tile's rows of them and pass the totals (per column, per reduce) to `finish`. Every
+  // thread of the block calls it; the slots are free again when it returns.
+  using TotalsFn = std::function<Status(std::vector<std::vector<llvm::Value*>>&)>;
+  auto combine_rows = [&](llvm::Value* valid, const TotalsFn& finish) -> Status {
+    for (int j = 0; j < width; ++j) {
+      const std::vector<ReduceInfo>& lane = lane_plans[static_cast<size_t>(j)].reduces;
+      for (size_t i = 0; i < lane.size(); ++i) {
+        llvm::Type* st = SharedType(lane[i].acc_ty);
+        b.CreateStore(ToShared(b, b.CreateLoad(lane[i].acc_ty, lane[i].acc)),
+                      b.CreateInBoundsGEP(st, plan.reduces[i].smem, {slot(ty, j)}));
+      }
+    }
+    Barrier(kc);
+    llvm::Value* writer = b.CreateAnd(valid, b.CreateICmpEQ(ty, kc.Index(0)));
+    STITCH_RETURN_IF_ERROR(EmitIf(kc, "combine", writer, [&]() -> Status {
+      // Every column's totals first, then their stores side by side, which the vectoriser
+      // merges.
+      std::vector<std::vector<llvm::Value*>> totals(static_cast<size_t>(width));
+      for (int j = 0; j < width; ++j) {
+        for (auto& r : plan.reduces) {
+          llvm::Type* st = SharedType(r.acc_ty);
+          llvm::Value* acc = nullptr;
+          for (int i = 0; i < tile_y; ++i) {
+            llvm::Value* p = b.CreateInBoundsGEP(st, r.smem, {slot(kc.Index(i), j)});
+            llvm::Value* v = FromShared(b, b.CreateLoad(st, p), r.acc_ty);
+            acc = acc ? Combine(b, r, acc, v) : v;
+          }
+          totals[static_cast<size_t>(j)].push_back(acc);
+        }
+      }
+      return finish(totals);
+    }));
+    // The next use reuses the slots.
+    Barrier(kc);
+    return Status::Ok();
+  };
+  auto write_outputs = [&](const std::vector<llvm::Value*>& ks) -> TotalsFn {
+    return [&em, &kc, &plan, ks](std::vector<std::vector<llvm::Value*>>& totals) -> Status {
+      for (size_t j = 0; j < totals.size(); ++j) {
+        STITCH_RETURN_IF_ERROR(WriteReduceOutputs(kc, em, plan, totals[j], ks[j]));
+      }
+      return Status::Ok();
+    };
   };
   llvm::Value* kept = KeptCount(kc, geo);
   llvm::Value* tiles =
@@ -75,46 +133,40 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
         llvm::Value* end = b.CreateSelect(valid, hi, kc.Index(0));
         STITCH_RETURN_IF_ERROR(EmitAccumulateLoop(kc, em, columns, b.CreateAdd(lo, ty), end, tile_y,
                                                   cfg.loads_per_step, "red"));
-        for (int j = 0; j < width; ++j) {
-          const std::vector<ReduceInfo>& lane = lane_plans[static_cast<size_t>(j)].reduces;
-          for (size_t i = 0; i < lane.size(); ++i) {
-            llvm::Type* st = SharedType(lane[i].acc_ty);
-            b.CreateStore(ToShared(b, b.CreateLoad(lane[i].acc_ty, lane[i].acc)),
-                          b.CreateInBoundsGEP(st, plan.reduces[i].smem, {slot(ty, j)}));
-          }
-        }
-        Barrier(kc);
-        llvm::Value* writer = b.CreateAnd(valid, b.CreateICmpEQ(ty, kc.Index(0)));
-        STITCH_RETURN_IF_ERROR(EmitIf(kc, "combine", writer, [&]() -> Status {
-          // Every column's partials first, then their stores side by side, which the
-          // vectoriser merges.
-          std::vector<std::vector<llvm::Value*>> partials(static_cast<size_t>(width));
-          for (int j = 0; j < width; ++j) {
-            for (auto& r : plan.reduces) {
-              llvm::Type* st = SharedType(r.acc_ty);
-              llvm::Value* acc = nullptr;
-              for (int i = 0; i < tile_y; ++i) {
-                llvm::Value* p = b.CreateInBoundsGEP(st, r.smem, {slot(kc.Index(i), j)});
-                llvm::Value* v = FromShared(b, b.CreateLoad(st, p), r.acc_ty);
-                acc = acc ? Combine(b, r, acc, v) : v;
-              }
-              partials[static_cast<size_t>(j)].push_back(acc);
-            }
-          }
-          if (chunks > 1) {
-            StoreColumnPartials(kc, plan, arrays, partials, chunk, first);
-            return Status::Ok();
-          }
-          for (size_t j = 0; j < partials.size(); ++j) {
-            STITCH_RETURN_IF_ERROR(WriteReduceOutputs(kc, em, plan, partials[j], ks[j]));
-          }
-          return Status::Ok();
-        }));
-        // The next tile reuses the partial slots.
-        Barrier(kc);
-        return Status::Ok();
+        if (chunks == 1) return combine_rows(valid, write_outputs(ks));
+        STITCH_RETURN_IF_ERROR(
+            combine_rows(valid, [&](std::vector<std::vector<llvm::Value*>>& totals) {
+              StoreColumnPartials(kc, plan, arrays, totals, chunk, first);
+              return Status::Ok();
+            }));
+        if (!last_block) return Status::Ok();
+        llvm::Value* counter =
+            b.CreateInBoundsGEP(b.getInt32Ty(), counters, {tile}, "tile_arrivals");
+        STITCH_ASSIGN_OR_RETURN(llvm::Value * is_last,
+                                EmitLastArrival(kc, counter, kc.Index(chunks)));
+        // The last block of the tile combines every chunk's partials of it: the tile's rows
+        // take the chunks in turn, as they took the reduced elements.
+        return EmitIf(kc, "last_block", is_last, [&]() -> Status {
+          for (ReducePlan& p : lane_plans) InitAccumulators(kc, p.reduces);
+          llvm::Value* chunk_end = b.CreateSelect(valid, kc.Index(chunks), kc.Index(0));
+          STITCH_RETURN_IF_ERROR(EmitForLoop(
+              kc, "chunk", ty, chunk_end, kc.Index(tile_y), [&](llvm::Value* c) -> Status {
+                std::vector<std::vector<llvm::Value*>> partials =
+                    LoadColumnPartials(kc, plan, arrays, c, first, width);
+                for (int j = 0; j < width; ++j) {
+                  const std::vector<ReduceInfo>& lane = lane_plans[static_cast<size_t>(j)].reduces;
+                  for (size_t i = 0; i < lane.size(); ++i) {
+                    llvm::Value* acc = b.CreateLoad(lane[i].acc_ty, lane[i].acc);
+                    b.CreateStore(Combine(b, lane[i], acc, partials[static_cast<size_t>(j)][i]),
+                                  lane[i].acc);
+                  }
+                }
+                return Status::Ok();
+              }));
+          return combine_rows(valid, write_outputs(ks));
+        });
       }));
-  if (chunks > 1) STITCH_RETURN_IF_ERROR(EmitCombinePartials(kc, em, plan, arrays));
+  if (chunks > 1 && !last_block) STITCH_RETURN_IF_ERROR(EmitCombinePartials(kc, em, plan, arrays));
   return nest;
 }
 

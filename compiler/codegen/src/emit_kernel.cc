@@ -11,6 +11,7 @@
 #include <set>
 
 #include "emitters.h"
+#include "grid_barrier.h"
 #include "stitch/codegen/codegen.h"
 #include "stitch/codegen/llvm_pipeline.h"
 
@@ -203,7 +204,9 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
   kernel.param_nodes.insert(kernel.param_nodes.end(), spec.outputs.begin(), spec.outputs.end());
 
   llvm::Type* ptr = llvm::PointerType::get(ctx, 0);
-  const bool has_workspace = spec.kind == KernelKind::kGlobalStitch;
+  // Global kernels keep their grid barrier's word there, split reductions their partials.
+  const bool has_workspace =
+      spec.kind == KernelKind::kGlobalStitch || spec.mapping.reduce_chunks > 1;
   kernel.takes_outer_extent = shape_class != nullptr;
   std::vector<llvm::Type*> params(kernel.param_nodes.size() + (has_workspace ? 1 : 0), ptr);
   if (kernel.takes_outer_extent) params.push_back(llvm::Type::getInt64Ty(ctx));
@@ -258,6 +261,13 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
   kernel.shared_bytes = nest->shared_bytes;
   if (has_workspace) {
     kernel.workspace_bytes = (std::max<uint64_t>(nest->workspace_end, 8) + 255) / 256 * 256;
+  }
+  const llvm::Function* barrier = module->getFunction(codegen::kGridBarrierFunction);
+  kernel.cooperative = barrier != nullptr && !barrier->use_empty();
+  if (kernel.cooperative) {
+    if (!has_workspace) {
+      return Internal("kernel " + spec.name + " has a grid barrier but no workspace");
+    }
     // The grid was sized for this many co-resident blocks per SM; ptxas must keep the
     // registers low enough for them (.minnctapersm), or the grid barrier would deadlock.
     const int sms = options.target.device().sms;

@@ -44,6 +44,39 @@ llvm::CallInst* EmitGridBarrier(llvm::IRBuilder<>& b, llvm::Value* workspace) {
 
 void GridBarrier(KernelContext& kc, llvm::Value* workspace) { EmitGridBarrier(kc.b, workspace); }
 
+StatusOr<llvm::Value*> EmitLastArrival(KernelContext& kc, llvm::Value* counter,
+                                       llvm::Value* arrivals) {
+  llvm::IRBuilder<>& b = kc.b;
+  llvm::Type* i32 = b.getInt32Ty();
+  llvm::AllocaInst* last = EntryAlloca(kc, b.getInt1Ty(), "last_arrival");
+  b.CreateStore(b.getFalse(), last);
+  // Every thread of the block has written its results before the block arrives.
+  Barrier(kc);
+  STITCH_RETURN_IF_ERROR(
+      EmitIf(kc, "arrive", b.CreateICmpEQ(LinearThreadIdx(kc), kc.Index(0)), [&]() -> Status {
+        // The same pattern as the grid barrier's: a fence makes the block's writes (ordered
+        // before it by the barrier) visible to the whole GPU before its arrival is, and the
+        // last block's fence after the add orders the others' writes before its reads.
+        llvm::Value* word = b.CreateAddrSpaceCast(counter, llvm::PointerType::get(kc.ctx, 1));
+        b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
+        llvm::Value* before = b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, word, b.getInt32(1),
+                                                llvm::Align(4), llvm::AtomicOrdering::Monotonic);
+        llvm::Value* is_last =
+            b.CreateICmpEQ(before, b.CreateSub(b.CreateZExtOrTrunc(arrivals, i32), b.getInt32(1)));
+        b.CreateStore(is_last, last);
+        return EmitIf(kc, "reset", is_last, [&]() -> Status {
+          // No other block of the launch arrives here again; the next launch finds 0.
+          b.CreateAlignedStore(b.getInt32(0), word, llvm::Align(4), /*isVolatile=*/true);
+          b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
+          return Status::Ok();
+        });
+      }));
+  // The leader's answer reaches every thread of the block with the barrier that releases it.
+  llvm::Value* any = b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0_or, {},
+                                       {b.CreateZExt(b.CreateLoad(b.getInt1Ty(), last), i32)});
+  return b.CreateICmpNE(any, b.getInt32(0), "is_last_block");
+}
+
 Status DefineGridBarrier(llvm::Module& module) {
   llvm::Function* f = module.getFunction(kGridBarrierFunction);
   if (f == nullptr) return Status::Ok();

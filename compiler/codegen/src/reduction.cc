@@ -485,6 +485,29 @@ void StoreColumnPartials(KernelContext& kc, const ReducePlan& plan, const Partia
   }
 }
 
+std::vector<std::vector<llvm::Value*>> LoadColumnPartials(KernelContext& kc, const ReducePlan& plan,
+                                                          const PartialArrays& arrays,
+                                                          llvm::Value* chunk, llvm::Value* first,
+                                                          int width) {
+  llvm::Value* first_slot = PartialSlot(kc, chunk, first, plan.geometry.kept);
+  const llvm::DataLayout& dl = kc.module.getDataLayout();
+  std::vector<std::vector<llvm::Value*>> partials(static_cast<size_t>(width));
+  for (int j = 0; j < width; ++j) {
+    // Formed as StoreColumnPartials forms them, for the same vectors.
+    llvm::Value* slot =
+        j == 0 ? first_slot : kc.b.CreateAdd(first_slot, kc.Index(j), "", true, true);
+    for (size_t i = 0; i < plan.reduces.size(); ++i) {
+      const ReduceInfo& r = plan.reduces[i];
+      llvm::Type* st = SharedType(r.acc_ty);
+      const uint64_t align = ElementAlignment(slot, dl.getTypeStoreSize(st));
+      llvm::Value* v = kc.b.CreateAlignedLoad(
+          st, kc.b.CreateInBoundsGEP(st, arrays.base[i], {slot}), llvm::Align(align));
+      partials[static_cast<size_t>(j)].push_back(FromShared(kc.b, v, r.acc_ty));
+    }
+  }
+  return partials;
+}
+
 void StorePartials(KernelContext& kc, const ReducePlan& plan, const PartialArrays& arrays,
                    const std::vector<llvm::Value*>& partials, llvm::Value* chunk, llvm::Value* k) {
   StoreColumnPartials(kc, plan, arrays, {partials}, chunk, k);

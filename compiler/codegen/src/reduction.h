@@ -139,6 +139,15 @@ void StoreColumnPartials(KernelContext& kc, const ReducePlan& plan, const Partia
                          const std::vector<std::vector<llvm::Value*>>& partials, llvm::Value* chunk,
                          llvm::Value* first);
 
+// Loads chunk `chunk` of outputs `first` .. `first` + width - 1, per output one value per
+// reduce (in its accumulator type): the loads StoreColumnPartials' stores pair with. Only
+// for a kernel that has written them and made them visible (a grid barrier, or
+// EmitLastArrival).
+std::vector<std::vector<llvm::Value*>> LoadColumnPartials(KernelContext& kc, const ReducePlan& plan,
+                                                          const PartialArrays& arrays,
+                                                          llvm::Value* chunk, llvm::Value* first,
+                                                          int width);
+
 // Stores `partials` (one per reduce) as chunk `chunk` of output `k`.
 void StorePartials(KernelContext& kc, const ReducePlan& plan, const PartialArrays& arrays,
                    const std::vector<llvm::Value*>& partials, llvm::Value* chunk, llvm::Value* k);

@@ -41,6 +41,7 @@ void FillKernel(const Graph& g, const CompileResult& result, const CompiledKerne
   out.set_kind(std::string(KernelKindName(k.kind)));
   out.set_static_shared_bytes(k.shared_bytes);
   out.set_workspace_bytes(k.workspace_bytes);
+  out.set_cooperative(k.cooperative);
   out.set_takes_outer_extent(k.takes_outer_extent);
   v1::LaunchDims& l = *out.mutable_launch();
   l.set_grid_x(k.launch.grid[0]);

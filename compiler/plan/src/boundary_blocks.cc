@@ -77,7 +77,9 @@ void AddBoundaries(const Graph& g, const KernelSpec& k, std::vector<uint64_t>& o
       } else {
         AddBoundary(kept * chunks, 1, grid, out);
       }
-      if (chunks > 1) AddCombineBoundary(kept, m, out);
+      if (chunks > 1 && m.split_combine == ThreadMapping::SplitCombine::kGridBarrier) {
+        AddCombineBoundary(kept, m, out);
+      }
       return;
     }
     case KernelKind::kRowStitch:

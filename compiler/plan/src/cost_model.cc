@@ -35,7 +35,9 @@
 //               (a row tile: max(memory, issue) + min(memory, issue) / R; OverlappedSeconds)
 //
 // A split reduction (reduce_chunks > 1) adds its grid barrier and the round trips of
-// combining the partials (CombineRoundTrips: one per batch of loads a lane issues). A global
+// combining the partials (CombineRoundTrips: one per batch of loads a lane issues), or, when
+// the last block of each tile combines them, no grid barrier but the round trips of the
+// last arrival and its loads (LastBlockCombineRoundTrips). A global
 // kernel is one launch plus its phases, each priced as above with the kernel's grid and
 // resources, plus a grid barrier between consecutive phases; its bytes are the sum of the
 // phases' (a value re-read after a grid barrier counts again: across a barrier the data set
@@ -316,10 +318,15 @@ class AnalyticalCostModel : public CostModel {
                         static_cast<double>(std::max(m.block_barriers_per_item, 0)) *
                             static_cast<double>(critical) * p_.block_barrier_seconds;
     // A split reduction's second stage: after the barrier a warp's lanes each load their
-    // partials a batch at a time (CombineRoundTrips).
+    // partials a batch at a time (CombineRoundTrips); or, combined by the last block of each
+    // tile, the last arrival's atomic and the tile's loads of its partials
+    // (LastBlockCombineRoundTrips), after the busiest slot's passes.
     if (m.reduce_chunks > 1) {
-      c.barrier_seconds +=
-          static_cast<double>(CombineRoundTrips(m.reduce_chunks)) * p_.dram_latency_seconds;
+      const bool last_block = m.split_combine == ThreadMapping::SplitCombine::kLastBlock;
+      const int64_t round_trips = last_block
+                                      ? LastBlockCombineRoundTrips(m.reduce_chunks, m.column_tile_y)
+                                      : CombineRoundTrips(m.reduce_chunks);
+      c.barrier_seconds += static_cast<double>(round_trips) * p_.dram_latency_seconds;
     }
 
     c.seconds = busy_seconds + c.launch_seconds + c.barrier_seconds;

@@ -49,7 +49,10 @@ void DescribeMapping(const ThreadMapping& m, std::ostringstream& out) {
   if (m.transpose_tile >= 0) out << " transpose_tile=%" << m.transpose_tile;
   if (m.column_period > 0) out << " column_period=" << m.column_period;
   if (m.loads_per_step > 1) out << " loads/step=" << m.loads_per_step;
-  if (m.reduce_chunks > 1) out << " chunks=" << m.reduce_chunks;
+  if (m.reduce_chunks > 1) {
+    out << " chunks=" << m.reduce_chunks;
+    if (m.split_combine == ThreadMapping::SplitCombine::kLastBlock) out << " combine=last_block";
+  }
   if (m.shared_bytes > 0) out << " smem=" << m.shared_bytes;
   if (m.grid_barriers > 0) out << " grid_barriers=" << m.grid_barriers;
 }

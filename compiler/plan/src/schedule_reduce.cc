@@ -1,5 +1,7 @@
 // Row and column reductions that are kernels (or phases) of their own.
 #include <algorithm>
+#include <memory>
+#include <optional>
 
 #include "int_math.h"
 #include "schedule_internal.h"
@@ -153,4 +155,80 @@ void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int
   SetLoadsPerStep(g, k);
 }
 
+namespace {
+
+// The column reduction `k` (scheduled for blocks of `threads` threads) with each tile's rows
+// split into `chunks` chunks whose partials the last block of the tile combines
+// (ThreadMapping::SplitCombine::kLastBlock): a block per work item, up to the grid cap.
+KernelSpec SplitOverBlocks(const Graph& g, const KernelSpec& k, const GpuDevice& d, int threads,
+                           int64_t chunks) {
+  KernelSpec split = k;
+  split.mapping = ThreadMapping{};
+  ScheduleColumnReduce(g, split, d, threads);
+  ThreadMapping& m = split.mapping;
+  const int64_t kept = g.nodes[k.hero].shape.elements();
+  const int64_t tiles = CeilDiv(kept, ColumnTileWidth(m));
+  m.reduce_chunks = static_cast<int>(chunks);
+  m.split_combine = ThreadMapping::SplitCombine::kLastBlock;
+  m.work_items = tiles * chunks;
+  m.launch.grid = {CeilDivCapped(m.work_items, 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
+  // The arrival: a barrier before its atomic and one that hands its answer to the block.
+  m.block_barriers_per_item += 2;
+  // Every partial is written once and read back once, by the tile's last block.
+  const int64_t partials = Sectors(PartialBytes(g, ComputedReduces(g, k)) * kept * chunks);
+  m.bytes_stored += partials;
+  m.bytes_loaded += partials;
+  SetLoadsPerStep(g, split);
+  return split;
+}
+
+}  // namespace
+
 }  // namespace stitch::internal
+
+namespace stitch {
+
+std::vector<KernelSpec> SplitColumnReduceCandidates(const Graph& g, const KernelSpec& kernel,
+                                                    const GpuDevice& device) {
+  std::vector<KernelSpec> candidates;
+  if (kernel.kind != KernelKind::kColumnReduce || kernel.hero < 0) return candidates;
+  const Node& h = g.nodes[kernel.hero];
+  const int64_t kept = h.shape.elements();
+  if (kept <= 0) return candidates;
+  const int64_t reduced = g.nodes[h.operands[0]].shape.elements() / kept;
+  std::unique_ptr<CostModel> model = NewPlanningCostModel(device);
+  for (int threads : {256, 512, 1024}) {
+    const int64_t tile_y = threads / 32;
+    std::optional<KernelSpec> best;
+    double best_seconds = 0;
+    // Each thread of a tile still walks four rows of its chunk or more.
+    for (int64_t chunks = 2; chunks <= reduced / (tile_y * 4); chunks *= 2) {
+      KernelSpec split = internal::SplitOverBlocks(g, kernel, device, threads, chunks);
+      const double seconds = model->EstimateKernel(g, split).seconds;
+      if (!best || seconds < best_seconds) {
+        best_seconds = seconds;
+        best = std::move(split);
+      }
+    }
+    if (best) candidates.push_back(std::move(*best));
+  }
+  return candidates;
+}
+
+bool SplitColumnReduceOverBlocks(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  std::unique_ptr<CostModel> model = NewPlanningCostModel(device);
+  double best = model->EstimateKernel(g, kernel).seconds;
+  std::optional<KernelSpec> chosen;
+  for (KernelSpec& split : SplitColumnReduceCandidates(g, kernel, device)) {
+    const double seconds = model->EstimateKernel(g, split).seconds;
+    if (seconds < best) {
+      best = seconds;
+      chosen = std::move(split);
+    }
+  }
+  if (!chosen) return false;
+  kernel = std::move(*chosen);
+  return true;
+}
+
+}  // namespace stitch

@@ -568,8 +568,8 @@ class Planner {
   // The global scheme. Walks the ordered plan and joins each kernel into a global_stitch
   // kernel with the one before it while the model prices the joined kernel no higher than
   // the two apart (at equal cost one launch beats two: the host issues fewer launches).
-  // A reduce kernel whose rows or tiles are too few to fill the GPU first becomes a global
-  // kernel of one phase, which may split its reduction over blocks. Consecutive kernels of
+  // A reduce kernel whose rows or tiles are too few to fill the GPU first splits its
+  // reduction over blocks (WrapSplitReduce). Consecutive kernels of
   // an ordered plan can always be joined: the phases keep the order and a grid barrier
   // separates them.
   std::vector<KernelSpec> FormGlobalKernels(std::vector<KernelSpec> kernels, SearchBudget& budget) {
@@ -597,15 +597,25 @@ class Planner {
 
   double Seconds(const KernelSpec& k) const { return model_->EstimateKernel(g_, k).seconds; }
 
+  // A reduce kernel whose rows or tiles are too few to fill the GPU, split over blocks where
+  // the model prices that lower: a column reduction of its own whose tiles' last blocks
+  // combine the partials, or a global kernel of one phase behind a grid barrier.
   KernelSpec WrapSplitReduce(KernelSpec k) const {
     if (!rules_.global_stitch) return k;
     if (k.kind != KernelKind::kColumnReduce && k.kind != KernelKind::kRowReduce) return k;
+    KernelSpec best = k;
     KernelSpec global = GlobalOf({k});
-    if (!ScheduleKernel(g_, global, device_).ok()) return k;
-    bool split = false;
-    for (const KernelSpec& p : global.phases) split |= p.mapping.reduce_chunks > 1;
-    if (!split || Seconds(global) >= Seconds(k)) return k;
-    return global;
+    if (ScheduleKernel(g_, global, device_).ok()) {
+      bool split = false;
+      for (const KernelSpec& p : global.phases) split |= p.mapping.reduce_chunks > 1;
+      if (split && Seconds(global) < Seconds(best)) best = std::move(global);
+    }
+    KernelSpec last_block = k;
+    if (SplitColumnReduceOverBlocks(g_, last_block, device_) &&
+        Seconds(last_block) < Seconds(best)) {
+      best = std::move(last_block);
+    }
+    return best;
   }
 
   std::optional<KernelSpec> Join(const KernelSpec& a, const KernelSpec& b) const {

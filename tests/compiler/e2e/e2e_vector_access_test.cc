@@ -247,15 +247,16 @@ Graph ErfColumnSum(int64_t rows, int64_t cols, DType t) {
   return g;
 }
 
-// The column phases of `r`'s kernels that give a lane more than one column.
+// The column reductions of `r`'s kernels (kernels of their own, or phases) that give a lane
+// more than one column.
 std::vector<const KernelSpec*> ColumnLanes(const CompileResult& r) {
   std::vector<const KernelSpec*> lanes;
+  auto add = [&](const KernelSpec& k) {
+    if (k.kind == KernelKind::kColumnReduce && k.mapping.vector_width > 1) lanes.push_back(&k);
+  };
   for (const KernelSpec& k : r.plan.kernels) {
-    for (const KernelSpec& phase : k.phases) {
-      if (phase.kind == KernelKind::kColumnReduce && phase.mapping.vector_width > 1) {
-        lanes.push_back(&phase);
-      }
-    }
+    add(k);
+    for (const KernelSpec& phase : k.phases) add(phase);
   }
   return lanes;
 }
@@ -281,9 +282,10 @@ TEST(VectorAccess, ColumnLanesWhoseMathCallsTheLibraryLoadTheirColumnsAsVectors)
   }
 }
 
-// The planner gives lanes of eight columns to the full-size graph only, whose grid the
-// emulator cannot hold at once: that plan's kernel runs at 96 rows of the same 4096 columns,
-// on a grid of kEmulatorMaxPersistentGridBlocks that loops over the same tiles.
+// The planner gives lanes of eight columns to the full-size graph only (a column reduction
+// split over blocks): that plan's kernel runs at 96 rows of the same 4096 columns, on a grid
+// of kEmulatorMaxPersistentGridBlocks that loops over the same tiles, as the emulator holds a
+// persistent grid of that many blocks at once.
 TEST(VectorAccess, ColumnLanesThatLoadFirstMatchTheInterpreter) {
   for (DType t : {DType::kF16, DType::kBF16}) {
     SCOPED_TRACE(std::string(DTypeName(t)));

@@ -24,7 +24,8 @@ namespace stitch::cache {
 
 // Bumped whenever a change to the bundle or its meaning makes older entries unusable.
 // 2: Kernel.workspace_bytes (a kernel may take a trailing workspace argument).
-inline constexpr uint32_t kBundleFormatVersion = 2;
+// 3: Kernel.cooperative (a workspace no longer implies a cooperative launch).
+inline constexpr uint32_t kBundleFormatVersion = 3;
 
 // Sets `bundle`'s format_version and digest.
 void SealBundle(v1::KernelBundle& bundle);

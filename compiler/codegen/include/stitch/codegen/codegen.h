@@ -92,13 +92,18 @@ struct CompiledKernel {
   // are 256-byte aligned): kernels load and store up to 16 bytes at once.
   std::vector<int> param_nodes;
   // Scratch global memory the kernel needs (grid-barrier words, partial results of split
-  // reductions); 0 for none. When nonzero the kernel takes one more `ptr` parameter after
-  // those of param_nodes: a buffer of this many bytes, 256-byte aligned, zero-filled by the
-  // host before the kernel's first launch. Later launches may reuse it as it is, one launch
-  // at a time. Such a kernel has grid barriers: its grid must be co-resident, so hosts
-  // launch it cooperatively (cuLaunchCooperativeKernel), which fails cleanly instead of
-  // hanging when the grid does not fit.
+  // reductions and their arrival counters); 0 for none. When nonzero the kernel takes one
+  // more `ptr` parameter after those of param_nodes: a buffer of this many bytes, 256-byte
+  // aligned, zero-filled by the host before the kernel's first launch. Later launches may
+  // reuse it as it is, one launch at a time (every launch leaves its barrier words and
+  // counters as it found them).
   uint64_t workspace_bytes = 0;
+  // The kernel has grid barriers (it calls stitch.grid.sync; it then has a workspace): its
+  // grid must be co-resident, so hosts launch it cooperatively (cuLaunchCooperativeKernel),
+  // which fails cleanly instead of hanging when the grid does not fit. A kernel with a
+  // workspace but no grid barrier (a split reduction whose last block combines) launches
+  // like any other, at any grid size.
+  bool cooperative = false;
   // Kernels of a shape-generic graph (shape_class.h) take the run's outer extent as their
   // last parameter, an i64 by value after every pointer (the workspace included): it bounds
   // their loops, and every size that follows it (ShapeClass::factor) is the run's. It must

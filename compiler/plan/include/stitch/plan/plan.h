@@ -42,6 +42,14 @@ inline int64_t CombineRoundTrips(int64_t chunks) {
   return (per_lane + batch - 1) / batch;
 }
 
+// The round trips the last block of a column tile waits for when it combines the tile's
+// partials (ThreadMapping::SplitCombine::kLastBlock): its arrival's atomic, then one per
+// chunk each of the tile's `tile_rows` rows of threads loads.
+inline int64_t LastBlockCombineRoundTrips(int64_t chunks, int64_t tile_rows) {
+  const int64_t rows = tile_rows < 1 ? 1 : tile_rows;
+  return 1 + (chunks + rows - 1) / rows;
+}
+
 struct LaunchDims {
   std::array<uint32_t, 3> grid = {1, 1, 1};
   std::array<uint32_t, 3> block = {1, 1, 1};
@@ -98,10 +106,22 @@ struct ThreadMapping {
   int rows_per_block = 1;
   // Column reductions: blockDim.y, the threads that split one column's reduced elements.
   int column_tile_y = 8;
-  // Reduce phases of a kGlobalStitch kernel: the reduced elements of every output are split
-  // into this many chunks, each reduced by one block (or block tile) into a partial result
-  // in the kernel's workspace; after a grid barrier, a warp per output combines them.
+  // Split reductions: the reduced elements of every output are split into this many chunks,
+  // each reduced by one block (or block tile) into a partial result in the kernel's
+  // workspace, which `split_combine` says how the chunks' partials are combined.
   int reduce_chunks = 1;
+  enum class SplitCombine {
+    // Reduce phases of a kGlobalStitch kernel: after a grid barrier, a warp per output
+    // combines its partials (later phases read the outputs behind that barrier anyway).
+    kGridBarrier,
+    // kColumnReduce kernels of their own: a block that has stored its chunk's partials of a
+    // column tile counts itself in on the tile's counter in the workspace, and the block
+    // that arrives last combines the tile's partials and writes its outputs. No block waits
+    // for another, so the grid need not be co-resident: it launches without a cooperative
+    // launch, at as many blocks as the work has.
+    kLastBlock,
+  };
+  SplitCombine split_combine = SplitCombine::kGridBarrier;
   // kLoop and kRowStitch: consecutive elements each thread handles at once (1, 2, 4 or 8),
   // so that its accesses to full-size (row-space) buffers become vectors of up to
   // kMaxVectorBytes. kColumnReduce: adjacent kept columns each lane reduces, for the same

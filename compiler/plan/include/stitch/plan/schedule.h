@@ -32,6 +32,25 @@ Status ScheduleKernel(const Graph& g, KernelSpec& kernel, const GpuDevice& devic
 // Leaves other kernels, and a kernel whose smaller grid would cost more, as they are.
 void SizeGridToWork(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
 
+// A column reduction of its own whose column tiles are too few to fill the GPU (a bias
+// gradient: 768 columns of 8,192 rows make 6 to 24 tiles) splits each tile's rows into
+// chunks over blocks, a block per chunk: each block stores its chunk's partial results in
+// the kernel's workspace, and the last block of a tile to arrive combines them and writes
+// the tile's outputs (ThreadMapping::SplitCombine::kLastBlock). Unlike a global kernel's
+// split, no block waits at a grid barrier, and the grid need not be co-resident. Replaces
+// the mapping with the cheapest block size and chunk count by the planning cost model and
+// returns true where that is priced below the kernel as scheduled; otherwise, and for other
+// kernels, leaves it as it is and returns false.
+bool SplitColumnReduceOverBlocks(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
+
+// Returns the splits SplitColumnReduceOverBlocks chooses among, for a column reduction
+// (none for other kernels): per block size of 256, 512 and 1,024 threads, in that order,
+// the chunk count the planning cost model prices lowest, each chunk at least four rows of
+// the tile per thread. A kernel already split is split anew from its nodes. gpu_bench
+// --mappings times every candidate.
+std::vector<KernelSpec> SplitColumnReduceCandidates(const Graph& g, const KernelSpec& kernel,
+                                                    const GpuDevice& device);
+
 // A row-stitched kernel in loop mode (its rows outgrow registers) reads each row once per
 // pass, and the later passes hit L2 only while the rows in flight fit the device's fitted
 // reuse window. Caps the grid of such a kernel to the rows that fit, each block looping over

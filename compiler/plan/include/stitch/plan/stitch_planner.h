@@ -36,8 +36,9 @@ struct FusionRules {
   int64_t max_row_stitch_len = 0;
   // Only reduces over exactly one dimension, the last, join a row-stitched kernel.
   bool row_stitch_last_dim_only = false;
-  // Grid-wide barriers: global_stitch kernels, and reductions split over the blocks of one
-  // launch.
+  // Blocks that exchange values through global memory: global_stitch kernels behind grid
+  // barriers, and reductions split over the blocks of one launch (behind a grid barrier, or
+  // combined by the last block of each column tile to arrive).
   bool global_stitch = true;
   // Reductions one kernel may compute, and column reductions (0: any). A compiler with a
   // fixed budget per fusion has such caps: XLA's FusionFitsInBudget allows 8 unnested
