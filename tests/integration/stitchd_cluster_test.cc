@@ -354,7 +354,8 @@ TEST_F(StitchdClusterTest, EntriesWrittenBehindTheDaemonsBackAreNotServed) {
   const v1::CompileRequest request = HloRequest(SoftmaxHlo(300, 64));
   client::Result first = Client(Options(*a)).Compile(request);
   ASSERT_EQ(first.outcome, Outcome::kCompiled) << first.reason;
-  const std::string redis_key = "stitch:v2:{" + first.key + "}";
+  // The cluster key names the bundle format version (kBundleFormatVersion, cache/entry.h).
+  const std::string redis_key = "stitch:v3:{" + first.key + "}";
   // Overwrite the entry with bytes an attacker without the secret could write.
   const std::string file = dir_.path() + "/forged.bin";
   std::ofstream(file, std::ios::binary) << "STC" << '\x01' << std::string(200, 'x');
