@@ -9,8 +9,11 @@
 //     address space 0 to one buffer (CompiledKernel::param_nodes), but for a shape-generic
 //     kernel's last one, the outer extent (an i64; CompiledKernel::takes_outer_extent);
 //   * thread geometry comes only from llvm.nvvm.read.ptx.sreg.{tid,ntid,ctaid,nctaid}.*;
-//   * block barriers are llvm.nvvm.barrier0; warp exchanges are llvm.nvvm.shfl.sync.*
-//     with a full mask;
+//   * block barriers are llvm.nvvm.barrier0 (llvm.nvvm.barrier0.or where the block needs
+//     one thread's answer); warp exchanges are llvm.nvvm.shfl.sync.* with a full mask;
+//   * blocks that hand results to each other without a grid barrier (a split reduction's
+//     last block, grid_barrier.h: EmitLastArrival) use atomicrmw on global memory between
+//     llvm.nvvm.membar.gl fences;
 //   * shared memory is module globals in addrspace(3) of static size;
 //   * math functions are calls to libdevice names (__nv_expf, ...) left as declarations;
 //     LowerToPtx links libdevice or, without the toolkit, stitch's own definitions;
