@@ -30,6 +30,19 @@ void AddCombineBoundary(int64_t kept, const ThreadMapping& m, std::vector<uint64
   out.push_back(static_cast<uint64_t>((last_warp / warps_per_block + 1) % m.launch.blocks()));
 }
 
+// A column reduction whose last block per tile combines the partials
+// (SplitCombine::kLastBlock): every block that holds a chunk of the last tile (work item
+// chunk x tiles + tile), so that a sample of blocks includes the tile's last arrival and runs
+// its combine, whose partial loads and output stores are the kernel's other accesses.
+void AddLastTileBlocks(int64_t kept, const ThreadMapping& m, std::vector<uint64_t>& out) {
+  const int64_t tiles = CeilDiv(kept, int64_t{32} * std::max(m.vector_width, 1));
+  const uint64_t grid = m.launch.blocks();
+  if (tiles <= 0 || grid == 0) return;
+  for (int64_t c = 0; c < m.reduce_chunks; ++c) {
+    out.push_back(static_cast<uint64_t>(c * tiles + tiles - 1) % grid);
+  }
+}
+
 void AddRowStitchBoundaries(const Graph& g, const KernelSpec& k, std::vector<uint64_t>& out) {
   StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, k);
   if (!layout.ok()) return;
@@ -79,6 +92,9 @@ void AddBoundaries(const Graph& g, const KernelSpec& k, std::vector<uint64_t>& o
       }
       if (chunks > 1 && m.split_combine == ThreadMapping::SplitCombine::kGridBarrier) {
         AddCombineBoundary(kept, m, out);
+      }
+      if (chunks > 1 && m.split_combine == ThreadMapping::SplitCombine::kLastBlock) {
+        AddLastTileBlocks(kept, m, out);
       }
       return;
     }

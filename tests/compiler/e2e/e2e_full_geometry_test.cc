@@ -130,6 +130,51 @@ TEST_F(FullGeometryTest, BatchNormShipsOneGridBarrierKernelThatStaysInBounds) {
   EXPECT_GE(l.stats.grid_barriers, 1u);
 }
 
+// Suite row #26's column reduction splits over blocks and the last block of each column tile
+// combines its partials. The sample holds every block of the last tile, so that tile's last
+// arrival runs its combine at full geometry, bounds-checked: it loads the tile's partials and
+// stores its outputs, beyond the partials every block stores.
+TEST_F(FullGeometryTest, ASplitColumnReductionCombinesItsLastTileInTheSample) {
+  StatusOr<Graph> g = ImportHloModule(R"(HloModule bias_grad
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  dy = f32[8192,768] parameter(0)
+  zero = f32[] constant(0)
+  ROOT db = f32[768] reduce(dy, zero), dimensions={0}, to_apply=sum
+}
+)");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  StatusOr<CompileResult> shipped = CompileShipped(*g);
+  ASSERT_TRUE(shipped.ok()) << shipped.status().ToString();
+  ASSERT_EQ(shipped->kernels.size(), 1u) << Describe(shipped->graph, shipped->plan);
+  const ThreadMapping& m = shipped->plan.kernels[0].mapping;
+  ASSERT_EQ(m.split_combine, ThreadMapping::SplitCombine::kLastBlock)
+      << Describe(shipped->graph, shipped->plan);
+  const int64_t tile_columns = 32 * m.vector_width;
+  const int64_t tiles = 768 / tile_columns;
+  ASSERT_EQ(m.launch.blocks(), static_cast<uint64_t>(tiles * m.reduce_chunks))
+      << "a block per work item";
+  BlockSampling sampling;
+  sampling.seed = 26;
+  StatusOr<SampledRun> run =
+      RunSampledOnEmulator(shipped->graph, shipped->plan, shipped->kernels, sampling, *emulator_);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  std::printf("shipped plan ran at full geometry:\n%s", DescribeRun(*run).c_str());
+  const SampledLaunch& l = run->launches[0];
+  const std::set<uint64_t> sampled(l.blocks.begin(), l.blocks.end());
+  for (int64_t c = 0; c < m.reduce_chunks; ++c) {
+    EXPECT_TRUE(sampled.count(static_cast<uint64_t>(c * tiles + tiles - 1))) << "chunk " << c;
+  }
+  // Each block stores its tile's partials (a float per column); the last tile's combine
+  // stores its outputs, and its counter's reset, besides.
+  const uint64_t partials = static_cast<uint64_t>(tile_columns) * 4 * l.blocks.size();
+  EXPECT_GE(l.stats.global_bytes_stored, partials + static_cast<uint64_t>(tile_columns) * 4);
+}
+
 // The scaled-down run executes another plan than the one that ships: the reason a shipped
 // kernel needs its own run.
 TEST_F(FullGeometryTest, ScaledRunExecutesAnotherPlan) {

@@ -129,7 +129,9 @@ void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevic
 // independent outputs and column combine), the block that holds the loop's last work item
 // and the block after it, the first to take one pass fewer. Their index arithmetic is where
 // a grid that does not divide the work shows an off-by-one; the emulator's sampled runs
-// include them (emulated_run.h).
+// include them (emulated_run.h). For a column reduction whose last block per tile combines
+// the partials, also every block holding a chunk of the last tile, so that a sampled run
+// reaches that tile's combine.
 std::vector<uint64_t> BoundaryBlocks(const Graph& g, const KernelSpec& kernel);
 
 // Returns the elements, rows or tiles (the unit of ThreadMapping::work_items) one block of
