@@ -137,6 +137,25 @@ TEST(ShapeGenericKernels, ReshapedRowsAndSumsOverTheVaryingDimension) {
   CheckGenericBucket(BatchChannelSums(40, 4, 64, DType::kF16), seed);
 }
 
+// A column sum over the varying batch that splits its rows over blocks, the last block of
+// each column tile combining the partials: the chunks' ranges follow the run's extent, and
+// every chunk's block still arrives, so each extent's counters reach the tile's last block.
+TEST(ShapeGenericKernels, ColumnSumsSplitOverBlocksServeEveryExtent) {
+  const uint64_t seed = LoggedSeed("split column sums");
+  Graph g;
+  g.name = "split_column_sums";
+  const int x = Param(g, {DType::kF32, {256, 32, 256}}, 0, "x");
+  g.outputs = {Reduce(g, x, ConstScalar(g, DType::kF32, 0), {0, 1}, ReduceKind::kSum)};
+  g.outer_parameters = {0};
+  StatusOr<CompileResult> compiled = CompileGraph(g, EmulatorCompileOptions());
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  ASSERT_EQ(compiled->plan.kernels.size(), 1u);
+  const ThreadMapping& m = compiled->plan.kernels[0].mapping;
+  EXPECT_GT(m.reduce_chunks, 1) << Describe(compiled->graph, compiled->plan);
+  EXPECT_EQ(m.split_combine, ThreadMapping::SplitCombine::kLastBlock);
+  CheckGenericBucket(g, seed);
+}
+
 // Every plan kind across the planners: the baseline models' plans are shape-generic too.
 TEST(ShapeGenericKernels, BaselinePlansServeTheBucket) {
   const uint64_t seed = LoggedSeed("baseline plans");
