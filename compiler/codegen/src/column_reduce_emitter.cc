@@ -63,9 +63,11 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
   // Combines the tile's rows of lane accumulators through shared memory: each thread stores
   // its columns' accumulators, and the threads of row 0 whose columns are `valid` sum the
   // tile's rows of them and pass the totals (per column, per reduce) to `finish`. Every
-  // thread of the block calls it; the slots are free again when it returns.
+  // thread of the block calls it; the slots are free again when it returns, or, without
+  // `free_slots`, after the next block barrier (the caller's).
   using TotalsFn = std::function<Status(std::vector<std::vector<llvm::Value*>>&)>;
-  auto combine_rows = [&](llvm::Value* valid, const TotalsFn& finish) -> Status {
+  auto combine_rows = [&](llvm::Value* valid, const TotalsFn& finish,
+                          bool free_slots = true) -> Status {
     for (int j = 0; j < width; ++j) {
       const std::vector<ReduceInfo>& lane = lane_plans[static_cast<size_t>(j)].reduces;
       for (size_t i = 0; i < lane.size(); ++i) {
@@ -95,7 +97,7 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
       return finish(totals);
     }));
     // The next use reuses the slots.
-    Barrier(kc);
+    if (free_slots) Barrier(kc);
     return Status::Ok();
   };
   auto write_outputs = [&](const std::vector<llvm::Value*>& ks) -> TotalsFn {
@@ -134,11 +136,14 @@ StatusOr<EmittedNest> EmitColumnReduceKernel(KernelContext& kc) {
         STITCH_RETURN_IF_ERROR(EmitAccumulateLoop(kc, em, columns, b.CreateAdd(lo, ty), end, tile_y,
                                                   cfg.loads_per_step, "red"));
         if (chunks == 1) return combine_rows(valid, write_outputs(ks));
-        STITCH_RETURN_IF_ERROR(
-            combine_rows(valid, [&](std::vector<std::vector<llvm::Value*>>& totals) {
+        // The arrival's own block barrier frees the slots.
+        STITCH_RETURN_IF_ERROR(combine_rows(
+            valid,
+            [&](std::vector<std::vector<llvm::Value*>>& totals) {
               StoreColumnPartials(kc, plan, arrays, totals, chunk, first);
               return Status::Ok();
-            }));
+            },
+            /*free_slots=*/!last_block));
         if (!last_block) return Status::Ok();
         llvm::Value* counter =
             b.CreateInBoundsGEP(b.getInt32Ty(), counters, {tile}, "tile_arrivals");
