@@ -260,6 +260,22 @@ class FakeDriverTest(unittest.TestCase):
         self.assertEqual(memsets, ["memset ptr=%d value=0 bytes=512 stream=%d"
                                    % (allocs[512], 0x99)])
 
+    def test_a_workspace_without_grid_barriers_launches_normally(self):
+        # A split reduction whose last block combines: a zeroed workspace, no cooperative
+        # launch.
+        program = self.loader.load(bundle("py-last-block", [
+            kernel("split", [(INPUT, 0), (OUTPUT, 0)], workspace=256, cooperative=False),
+        ]))
+        self.loader.launch(program, [0x1100], [0x2200], stream=0x5)
+        launches = [fields(line) for line in events("launch ")]
+        self.assertEqual(len(launches), 1)
+        self.assertEqual(launches[0]["coop"], "0")
+        allocs = {int(fields(l)["bytes"]): int(fields(l)["ptr"]) for l in events("alloc ")}
+        self.assertEqual([int(p) for p in launches[0]["args"].split(",")],
+                         [0x1100, 0x2200, allocs[256]])
+        self.assertEqual(events("memset "), ["memset ptr=%d value=0 bytes=256 stream=%d"
+                                             % (allocs[256], 0x5)])
+
     def test_tensors_smaller_than_the_bundle_declares_are_refused(self):
         program = self.loader.load(sized_bundle())
         with self.assertRaises(cuda.LoaderError) as caught:
