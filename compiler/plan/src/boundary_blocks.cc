@@ -34,8 +34,7 @@ void AddCombineBoundary(int64_t kept, const ThreadMapping& m, std::vector<uint64
 // (SplitCombine::kLastBlock): every block that holds a chunk of the last tile (work item
 // chunk x tiles + tile), so that a sample of blocks includes the tile's last arrival and runs
 // its combine, whose partial loads and output stores are the kernel's other accesses.
-void AddLastTileBlocks(int64_t kept, const ThreadMapping& m, std::vector<uint64_t>& out) {
-  const int64_t tiles = CeilDiv(kept, int64_t{32} * std::max(m.vector_width, 1));
+void AddLastTileBlocks(int64_t tiles, const ThreadMapping& m, std::vector<uint64_t>& out) {
   const uint64_t grid = m.launch.blocks();
   if (tiles <= 0 || grid == 0) return;
   for (int64_t c = 0; c < m.reduce_chunks; ++c) {
@@ -82,9 +81,9 @@ void AddBoundaries(const Graph& g, const KernelSpec& k, std::vector<uint64_t>& o
     case KernelKind::kRowReduce:
     case KernelKind::kColumnReduce: {
       const int64_t kept = g.nodes[k.hero].shape.elements();
+      const int64_t tiles = CeilDiv(kept, int64_t{32} * std::max(m.vector_width, 1));
       if (k.kind == KernelKind::kColumnReduce) {
-        AddBoundary(CeilDiv(kept, int64_t{32} * std::max(m.vector_width, 1)) * chunks, 1, grid,
-                    out);
+        AddBoundary(tiles * chunks, 1, grid, out);
       } else if (m.threads_per_row <= 32) {
         AddBoundary(CeilDiv(kept, int64_t{32 / m.threads_per_row}), m.launch.block[1], grid, out);
       } else {
@@ -94,7 +93,7 @@ void AddBoundaries(const Graph& g, const KernelSpec& k, std::vector<uint64_t>& o
         AddCombineBoundary(kept, m, out);
       }
       if (chunks > 1 && m.split_combine == ThreadMapping::SplitCombine::kLastBlock) {
-        AddLastTileBlocks(kept, m, out);
+        AddLastTileBlocks(tiles, m, out);
       }
       return;
     }
