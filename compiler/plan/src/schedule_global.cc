@@ -14,6 +14,23 @@
 
 namespace stitch {
 namespace internal {
+
+bool SplittableReduce(const KernelSpec& k) {
+  return k.kind == KernelKind::kColumnReduce ||
+         (k.kind == KernelKind::kRowReduce && k.mapping.threads_per_row > 32);
+}
+
+int64_t MaxReduceChunks(const Graph& g, const KernelSpec& k) {
+  if (!SplittableReduce(k)) return 1;
+  const ThreadMapping& m = k.mapping;
+  const Node& h = g.nodes[k.hero];
+  const int64_t kept = h.shape.elements();
+  const int64_t reduced = kept > 0 ? g.nodes[h.operands[0]].shape.elements() / kept : 0;
+  const bool column = k.kind == KernelKind::kColumnReduce;
+  const int64_t min_chunk = column ? int64_t{m.column_tile_y} * 4 : int64_t{m.threads_per_row} * 4;
+  return std::max<int64_t>(1, reduced / std::max<int64_t>(min_chunk, 1));
+}
+
 namespace {
 
 // Schedules a phase of a global kernel for blocks of `threads` threads.
@@ -35,27 +52,6 @@ Status SchedulePhase(const Graph& g, KernelSpec& k, const GpuDevice& d, int thre
       break;
   }
   return InvalidArgument("kernel " + k.name + ": a phase cannot be a global_stitch kernel");
-}
-
-// Returns whether a reduce phase can split its reduced elements over several blocks: column
-// reduces, and row reduces that give a row a whole block.
-bool SplittableReduce(const KernelSpec& k) {
-  return k.kind == KernelKind::kColumnReduce ||
-         (k.kind == KernelKind::kRowReduce && k.mapping.threads_per_row > 32);
-}
-
-// Returns the most chunks the reduced elements of a splittable reduce phase can be split
-// into while each chunk still gives every thread of the block a few elements; 1 for any
-// other phase.
-int64_t MaxReduceChunks(const Graph& g, const KernelSpec& k) {
-  if (!SplittableReduce(k)) return 1;
-  const ThreadMapping& m = k.mapping;
-  const Node& h = g.nodes[k.hero];
-  const int64_t kept = h.shape.elements();
-  const int64_t reduced = kept > 0 ? g.nodes[h.operands[0]].shape.elements() / kept : 0;
-  const bool column = k.kind == KernelKind::kColumnReduce;
-  const int64_t min_chunk = column ? int64_t{m.column_tile_y} * 4 : int64_t{m.threads_per_row} * 4;
-  return std::max<int64_t>(1, reduced / std::max<int64_t>(min_chunk, 1));
 }
 
 // The share of a phase's reduced elements its busiest block walks when `items` rows or

@@ -96,4 +96,11 @@ void AddColumnPartials(const Graph& g, KernelSpec& k);
 // Global kernels (schedule_global.cc): the phases, their grid and their split reduces.
 Status ScheduleGlobalStitch(const Graph& g, KernelSpec& k, const GpuDevice& d);
 
+// Whether a scheduled reduce can split its reduced elements over several blocks (column
+// reduces, and row reduces that give a row a whole block), and the most chunks it can split
+// them into while each chunk still gives every thread of the block four elements or more (1
+// for any other kernel).
+bool SplittableReduce(const KernelSpec& k);
+int64_t MaxReduceChunks(const Graph& g, const KernelSpec& k);
+
 }  // namespace stitch::internal

@@ -157,16 +157,14 @@ void ScheduleColumnReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int
 
 namespace {
 
-// The column reduction `k` (scheduled for blocks of `threads` threads) with each tile's rows
+// The column reduction `unsplit` (as ScheduleColumnReduce scheduled it) with each tile's rows
 // split into `chunks` chunks whose partials the last block of the tile combines
 // (ThreadMapping::SplitCombine::kLastBlock): a block per work item, up to the grid cap.
-KernelSpec SplitOverBlocks(const Graph& g, const KernelSpec& k, const GpuDevice& d, int threads,
+KernelSpec SplitOverBlocks(const Graph& g, const KernelSpec& unsplit, const GpuDevice& d,
                            int64_t chunks) {
-  KernelSpec split = k;
-  split.mapping = ThreadMapping{};
-  ScheduleColumnReduce(g, split, d, threads);
+  KernelSpec split = unsplit;
   ThreadMapping& m = split.mapping;
-  const int64_t kept = g.nodes[k.hero].shape.elements();
+  const int64_t kept = g.nodes[unsplit.hero].shape.elements();
   const int64_t tiles = CeilDiv(kept, ColumnTileWidth(m));
   m.reduce_chunks = static_cast<int>(chunks);
   m.split_combine = ThreadMapping::SplitCombine::kLastBlock;
@@ -175,7 +173,7 @@ KernelSpec SplitOverBlocks(const Graph& g, const KernelSpec& k, const GpuDevice&
   // The arrival: a barrier before its atomic and one that hands its answer to the block.
   m.block_barriers_per_item += 2;
   // Every partial is written once and read back once, by the tile's last block.
-  const int64_t partials = Sectors(PartialBytes(g, ComputedReduces(g, k)) * kept * chunks);
+  const int64_t partials = Sectors(PartialBytes(g, ComputedReduces(g, unsplit)) * kept * chunks);
   m.bytes_stored += partials;
   m.bytes_loaded += partials;
   SetLoadsPerStep(g, split);
@@ -192,18 +190,16 @@ std::vector<KernelSpec> SplitColumnReduceCandidates(const Graph& g, const Kernel
                                                     const GpuDevice& device) {
   std::vector<KernelSpec> candidates;
   if (kernel.kind != KernelKind::kColumnReduce || kernel.hero < 0) return candidates;
-  const Node& h = g.nodes[kernel.hero];
-  const int64_t kept = h.shape.elements();
-  if (kept <= 0) return candidates;
-  const int64_t reduced = g.nodes[h.operands[0]].shape.elements() / kept;
+  if (g.nodes[kernel.hero].shape.elements() <= 0) return candidates;
   std::unique_ptr<CostModel> model = NewPlanningCostModel(device);
   for (int threads : {256, 512, 1024}) {
-    const int64_t tile_y = threads / 32;
+    KernelSpec unsplit = kernel;
+    unsplit.mapping = ThreadMapping{};
+    internal::ScheduleColumnReduce(g, unsplit, device, threads);
     std::optional<KernelSpec> best;
     double best_seconds = 0;
-    // Each thread of a tile still walks four rows of its chunk or more.
-    for (int64_t chunks = 2; chunks <= reduced / (tile_y * 4); chunks *= 2) {
-      KernelSpec split = internal::SplitOverBlocks(g, kernel, device, threads, chunks);
+    for (int64_t chunks = 2; chunks <= internal::MaxReduceChunks(g, unsplit); chunks *= 2) {
+      KernelSpec split = internal::SplitOverBlocks(g, unsplit, device, chunks);
       const double seconds = model->EstimateKernel(g, split).seconds;
       if (!best || seconds < best_seconds) {
         best_seconds = seconds;
