@@ -140,7 +140,8 @@ SweepKey = tuple[int, int, str]  # (suite id, kernel index in the stitched plan,
 def read_sweep(set_dir: pathlib.Path) -> dict[SweepKey, tuple[float, str]]:
     """The sweep's measured kernel times and code digests, by (id, kernel, mapping); empty
     where the set has no sweep. A mapping that failed or whose outputs differed from the
-    shipped mapping's is left out."""
+    shipped mapping's is left out, and so is a regrouping of kernels (span or kernels other
+    than 1: its time is a sum of kernels, which cost_model_price --mappings does not price)."""
     path = set_dir / SWEEP_FILE
     if not path.exists():
         return {}
@@ -155,7 +156,8 @@ def read_sweep(set_dir: pathlib.Path) -> dict[SweepKey, tuple[float, str]]:
             except (KeyError, TypeError, ValueError):
                 sys.exit(f"fit_cost_model: {where}: bad or missing id, kernel, mapping, "
                          "kernel_us, matches, code or error")
-            if failed or not text:
+            regrouped = row.get("span", "1") != "1" or row.get("kernels", "1") != "1"
+            if failed or regrouped or not text:
                 continue
             try:
                 us = float(text)

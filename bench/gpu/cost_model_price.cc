@@ -237,7 +237,8 @@ struct SweptMapping {
   KernelCodeFigures figures;  // the re-mapped kernel's code figures on the priced device
 };
 
-// The mappings of every stitched plan in `plans`, as gpu_bench --mappings compiles them.
+// The mappings of every stitched plan in `plans`, as gpu_bench --mappings compiles them; not
+// the regroupings of kernels it times too, whose times are sums of kernels.
 StatusOr<std::vector<SweptMapping>> CompileMappings(const Flags& flags,
                                                     const std::vector<CompiledPlan>& plans) {
   CodegenOptions codegen;
@@ -245,12 +246,13 @@ StatusOr<std::vector<SweptMapping>> CompileMappings(const Flags& flags,
   std::vector<SweptMapping> out;
   for (const CompiledPlan& p : plans) {
     if (p.plan != "stitch") continue;
-    StatusOr<std::vector<MappingVariant>> variants = MappingVariants(p.result, codegen);
+    StatusOr<std::vector<MappingVariant>> variants = SweptVariants(p.result, codegen);
     if (!variants.ok()) {
       return Status(variants.status().code(),
                     "#" + std::to_string(p.id) + " mappings: " + variants.status().message());
     }
     for (MappingVariant& v : *variants) {
+      if (v.regrouped()) continue;
       const size_t k = static_cast<size_t>(v.kernel);
       const KernelCodeFacts facts =
           FactsOf(v.compiled.graph, v.compiled.plan.kernels[k], v.compiled.kernels[k]);

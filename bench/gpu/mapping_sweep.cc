@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <utility>
 
 #include "gpu/code_digest.h"
@@ -39,22 +40,28 @@ StatusOr<CompileResult> CompileStitched(const Graph& g, const Target& target, bo
   return CompileGraph(g, options);
 }
 
-// The model's figures of the variant's re-mapped kernel.
+// The model's figures of the variant's re-mapped kernel, or its regrouping's sums.
 void Price(const MappingVariant& v, const GpuDevice& device, MappingRow& row) {
-  const KernelSpec& k = v.compiled.plan.kernels[static_cast<size_t>(v.kernel)];
-  const KernelCost planning = NewPlanningCostModel(device)->EstimateKernel(v.compiled.graph, k);
-  const KernelCost c = NewAnalyticalCostModel(device)->EstimateKernel(v.compiled.graph, k);
-  row.planning_us = planning.seconds * 1e6;
-  row.model_us = c.seconds * 1e6;
-  row.model_unstretched_us =
-      (std::max(c.memory_seconds / std::max(c.imbalance, 1.0), c.issue_seconds) + c.launch_seconds +
-       c.barrier_seconds) *
-      1e6;
-  row.waves = c.waves;
-  row.imbalance = c.imbalance;
-  row.registers_planned = k.mapping.registers_per_thread;
-  row.registers = k.mapping.assembled_registers;
-  row.instructions = k.mapping.assembled_instructions;
+  std::unique_ptr<CostModel> planning = NewPlanningCostModel(device);
+  std::unique_ptr<CostModel> current = NewAnalyticalCostModel(device);
+  row.planning_us = row.model_us = row.model_unstretched_us = 0;
+  for (int i = v.kernel; i < v.kernel + v.kernels; ++i) {
+    const KernelSpec& k = v.compiled.plan.kernels[static_cast<size_t>(i)];
+    const KernelCost c = current->EstimateKernel(v.compiled.graph, k);
+    row.planning_us += planning->EstimateKernel(v.compiled.graph, k).seconds * 1e6;
+    row.model_us += c.seconds * 1e6;
+    row.model_unstretched_us +=
+        (std::max(c.memory_seconds / std::max(c.imbalance, 1.0), c.issue_seconds) +
+         c.launch_seconds + c.barrier_seconds) *
+        1e6;
+    if (v.regrouped()) continue;
+    row.waves = c.waves;
+    row.imbalance = c.imbalance;
+    row.registers_planned = k.mapping.registers_per_thread;
+    row.registers = k.mapping.assembled_registers;
+    row.instructions = k.mapping.assembled_instructions;
+  }
+  if (v.regrouped()) row.waves = row.imbalance = -1;
 }
 
 // The assembler's registers over the scheduler's estimate, for every mapping that has both:
@@ -81,6 +88,11 @@ std::string RegisterEstimateSummary(const std::vector<MappingRow>& rows) {
          ").\n";
 }
 
+// The rows a variant is compared with: those of the same plan kernels (suite row, first
+// kernel, span), the shipped one among them.
+using GroupKey = std::tuple<int, int, int>;
+GroupKey GroupOf(const MappingRow& r) { return {r.id, r.kernel, r.span}; }
+
 // Inputs and outputs stay in device storage bytes: a full-size row's tensors of doubles would
 // take twice their memory and most of the sweep's time to convert, per variant.
 using DeviceBytes = std::vector<std::vector<uint8_t>>;
@@ -97,9 +109,11 @@ void TimeAndVerify(Gpu& gpu, const MappingVariant& v, const MappingSweepOptions&
     row.error = "run: " + t.status().ToString();
     return;
   }
-  const size_t at = static_cast<size_t>(v.kernel);
-  if (at < t->kernel_each_median_us.size()) {
-    row.kernel_us = t->kernel_each_median_us[at];
+  const size_t first = static_cast<size_t>(v.kernel);
+  const size_t end = first + static_cast<size_t>(v.kernels);
+  if (end <= t->kernel_each_median_us.size()) {
+    row.kernel_us = 0;
+    for (size_t k = first; k < end; ++k) row.kernel_us += t->kernel_each_median_us[k];
   } else {
     row.error = "kernel time not measured: " + t->kernel_note;
   }
@@ -135,7 +149,7 @@ std::vector<MappingRow> SweepMappings(const suite::SuiteEntry& e,
   CodegenOptions codegen;
   codegen.target = options.target;
   StatusOr<std::vector<MappingVariant>> variants =
-      compiled.ok() ? MappingVariants(*compiled, codegen)
+      compiled.ok() ? SweptVariants(*compiled, codegen)
                     : StatusOr<std::vector<MappingVariant>>(compiled.status());
   if (!variants.ok()) {
     MappingRow failed;
@@ -166,10 +180,13 @@ std::vector<MappingRow> SweepMappings(const suite::SuiteEntry& e,
     MappingRow row;
     row.id = e.id;
     row.kernel = v.kernel;
-    row.kernel_name = k.name;
+    row.kernel_name = compiled->plan.kernels[static_cast<size_t>(v.kernel)].name;
     row.candidate = v.candidate;
-    row.mapping = MappingText(k);
-    row.code = CodeDigest({v.compiled.kernels[static_cast<size_t>(v.kernel)]});
+    row.span = v.span;
+    row.kernels = v.kernels;
+    row.mapping = VariantText(v);
+    const auto first = v.compiled.kernels.begin() + v.kernel;
+    row.code = CodeDigest(std::vector<CompiledKernel>(first, first + v.kernels));
     row.blocks = static_cast<int64_t>(k.mapping.launch.blocks());
     row.vector_width = std::max(k.mapping.vector_width, 1);
     Price(v, options.priced_on != nullptr ? *options.priced_on : options.target.device(), row);
@@ -190,16 +207,16 @@ void PrintMappingTable(const std::vector<MappingRow>& rows, std::ostream& out, b
            "unstretched | kernel µs | / shipped | = shipped |\n"
            "|---:|---|---|:---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n";
   }
-  std::map<std::pair<int, int>, double> shipped_us;
+  std::map<GroupKey, double> shipped_us;
   for (const MappingRow& r : rows) {
-    if (r.candidate < 0) shipped_us[{r.id, r.kernel}] = r.kernel_us;
+    if (r.candidate < 0) shipped_us[GroupOf(r)] = r.kernel_us;
   }
   for (const MappingRow& r : rows) {
     if (!r.error.empty() && r.kernel_name.empty()) {
       out << "| " << r.id << " | - | " << r.error << " | | | | | | | | | |\n";
       continue;
     }
-    const double base = shipped_us.count({r.id, r.kernel}) ? shipped_us[{r.id, r.kernel}] : -1;
+    const double base = shipped_us.count(GroupOf(r)) ? shipped_us[GroupOf(r)] : -1;
     const double ratio = r.kernel_us > 0 && base > 0 ? r.kernel_us / base : -1;
     out << "| " << r.id << " | " << r.kernel_name << " | " << r.mapping << " | "
         << (r.candidate < 0 ? "yes" : "") << " | " << Fixed(r.waves, 1) << " | "
@@ -211,9 +228,9 @@ void PrintMappingTable(const std::vector<MappingRow>& rows, std::ostream& out, b
 
 void PrintMappingSummary(const std::vector<MappingRow>& rows, bool timed, std::ostream& out) {
   // Per kernel: the shipped row, the fastest measured, and the current model's cheapest.
-  std::map<std::pair<int, int>, std::vector<const MappingRow*>> kernels;
+  std::map<GroupKey, std::vector<const MappingRow*>> kernels;
   for (const MappingRow& r : rows) {
-    if (!r.kernel_name.empty()) kernels[{r.id, r.kernel}].push_back(&r);
+    if (!r.kernel_name.empty()) kernels[GroupOf(r)].push_back(&r);
   }
   int variants = 0, faster = 0, model_right = 0, measured = 0;
   std::string faster_list;
@@ -231,7 +248,7 @@ void PrintMappingSummary(const std::vector<MappingRow>& rows, bool timed, std::o
     ++measured;
     if (fastest->kernel_us < kFaster * shipped->kernel_us) {
       ++faster;
-      faster_list += " #" + std::to_string(key.first) + " " + shipped->kernel_name + " (" +
+      faster_list += " #" + std::to_string(std::get<0>(key)) + " " + shipped->kernel_name + " (" +
                      fastest->mapping + ": " + Fixed(fastest->kernel_us, 1) + " against " +
                      Fixed(shipped->kernel_us, 1) + " µs);";
     }
@@ -239,9 +256,10 @@ void PrintMappingSummary(const std::vector<MappingRow>& rows, bool timed, std::o
       ++model_right;
     }
   }
-  out << "\nLoop, row-stitched and global kernels with candidates: " << kernels.size()
-      << " in the stitched plans, " << variants
-      << " mappings (the shipped one and the scheduler's other candidates).\n"
+  out << "\nLoop, row-stitched and global kernels with candidates, and regroupings of global "
+         "kernels' phases: "
+      << kernels.size() << " in the stitched plans, " << variants
+      << " variants (the shipped one and the other candidates).\n"
       << RegisterEstimateSummary(rows);
   if (!timed) {
     out << "Not run: this listing only compiles and prices (no GPU used).\n";
@@ -261,7 +279,7 @@ Status WriteMappingCsv(const std::string& path, const std::vector<MappingRow>& r
   if (!out) return InvalidArgument("cannot write " + partial);
   out << "id,kernel,kernel_name,candidate,shipped,mapping,blocks,vector_width,waves,stretch,"
          "registers_planned,registers,instructions,"
-         "planning_us,model_us,model_unstretched_us,kernel_us,matches,code,error\n";
+         "planning_us,model_us,model_unstretched_us,kernel_us,matches,code,error,span,kernels\n";
   auto count = [](int v) { return v > 0 ? std::to_string(v) : std::string(); };
   auto num = [](double v, int digits) { return v < 0 ? std::string() : Fixed(v, digits); };
   auto quoted = [](const std::string& s) {
@@ -279,7 +297,7 @@ Status WriteMappingCsv(const std::string& path, const std::vector<MappingRow>& r
         << count(r.registers_planned) << "," << count(r.registers) << "," << count(r.instructions)
         << "," << num(r.planning_us, 3) << "," << num(r.model_us, 3) << ","
         << num(r.model_unstretched_us, 3) << "," << num(r.kernel_us, 3) << "," << r.matches << ","
-        << r.code << "," << quoted(r.error) << "\n";
+        << r.code << "," << quoted(r.error) << "," << r.span << "," << r.kernels << "\n";
   }
   out.close();
   if (!out) return Internal("error writing " + partial);

@@ -39,8 +39,14 @@ struct MappingRow {
   int id = 0;
   int kernel = 0;  // index in the stitched plan
   std::string kernel_name;
-  int candidate = -1;   // index among the kernel's candidates; -1: the plan's own
-  std::string mapping;  // MappingText
+  int candidate = -1;  // index among the kernel's candidates; -1: the plan's own
+  // The plan's kernels [kernel, kernel + span) the variant runs as `kernels` kernels: 1 and 1
+  // but for a regrouping, whose figures below are its kernels' sums (the time, the prices),
+  // its first kernel's (blocks, vector width) or left out (waves, stretch, registers,
+  // instructions).
+  int span = 1;
+  int kernels = 1;
+  std::string mapping;  // VariantText
   std::string code;     // the re-mapped kernel's digest (code_digest.h)
   int64_t blocks = 0;
   int vector_width = 1;

@@ -1,11 +1,15 @@
 #include "gpu/mapping_variants.h"
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "stitch/plan/baseline_planner.h"
 #include "stitch/plan/schedule.h"
+#include "stitch/plan/stitch_planner.h"
 
 namespace stitch::gpu {
 namespace {
@@ -42,23 +46,50 @@ std::vector<KernelSpec> Candidates(const Graph& g, const KernelSpec& kernel,
   }
 }
 
-// `compiled` with kernel `index` emitted anew from `spec`, carrying what the assembler
+// `spec` emitted, lowered and, where `assemble`, assembled, carrying what the assembler
 // reported into the spec's mapping as the compiler does, so the cost model reads it.
-StatusOr<CompileResult> Remapped(const CompileResult& compiled, size_t index, KernelSpec spec,
+StatusOr<CompiledKernel> Emitted(const Graph& g, KernelSpec& spec, bool assemble,
                                  const CodegenOptions& codegen) {
-  STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel, EmitKernel(compiled.graph, spec, codegen));
+  STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel, EmitKernel(g, spec, codegen));
   STITCH_RETURN_IF_ERROR(LowerToPtx(kernel, codegen));
-  if (!compiled.kernels[index].cubin.empty()) {
+  if (assemble) {
     STITCH_RETURN_IF_ERROR(AssembleCubin(kernel, codegen));
     if (kernel.assembly.reported) {
       spec.mapping.assembled_registers = kernel.assembly.registers;
       spec.mapping.assembled_instructions = kernel.assembly.instructions;
     }
   }
+  return kernel;
+}
+
+// `compiled` with its kernels [first, first + span) replaced by `specs`, emitted anew.
+StatusOr<CompileResult> Regrouped(const CompileResult& compiled, size_t first, size_t span,
+                                  std::vector<KernelSpec> specs, const CodegenOptions& codegen) {
+  const bool assemble = !compiled.kernels[first].cubin.empty();
+  std::vector<CompiledKernel> kernels;
+  for (KernelSpec& spec : specs) {
+    STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel,
+                            Emitted(compiled.graph, spec, assemble, codegen));
+    kernels.push_back(std::move(kernel));
+  }
   CompileResult variant = compiled;
-  variant.plan.kernels[index] = std::move(spec);
-  variant.kernels[index] = std::move(kernel);
+  const auto at = static_cast<std::ptrdiff_t>(first);
+  const auto end = static_cast<std::ptrdiff_t>(first + span);
+  variant.plan.kernels.erase(variant.plan.kernels.begin() + at, variant.plan.kernels.begin() + end);
+  variant.plan.kernels.insert(variant.plan.kernels.begin() + at,
+                              std::make_move_iterator(specs.begin()),
+                              std::make_move_iterator(specs.end()));
+  variant.kernels.erase(variant.kernels.begin() + at, variant.kernels.begin() + end);
+  variant.kernels.insert(variant.kernels.begin() + at, std::make_move_iterator(kernels.begin()),
+                         std::make_move_iterator(kernels.end()));
+  variant.temporaries = TemporaryNodes(variant.graph, variant.plan);
   return variant;
+}
+
+// `compiled` with kernel `index` emitted anew from `spec`.
+StatusOr<CompileResult> Remapped(const CompileResult& compiled, size_t index, KernelSpec spec,
+                                 const CodegenOptions& codegen) {
+  return Regrouped(compiled, index, 1, {std::move(spec)}, codegen);
 }
 
 }  // namespace
@@ -85,6 +116,53 @@ StatusOr<std::vector<MappingVariant>> MappingVariants(const CompileResult& compi
     }
   }
   return variants;
+}
+
+StatusOr<std::vector<MappingVariant>> RegroupingVariants(const CompileResult& compiled,
+                                                         const CodegenOptions& codegen) {
+  if (compiled.shape_generic()) {
+    return FailedPrecondition("regroupings need an exact compile, not a shape class's");
+  }
+  std::vector<MappingVariant> variants;
+  std::map<std::pair<int, int>, int> candidates;  // per (first, span): the count so far
+  for (KernelRegrouping& r :
+       PhaseRegroupings(compiled.graph, compiled.plan, codegen.target.device())) {
+    int& count = candidates[{r.first, r.span}];
+    if (count == 0) variants.push_back({r.first, -1, compiled, r.span, r.span});
+    const int kernels = static_cast<int>(r.kernels.size());
+    STITCH_ASSIGN_OR_RETURN(CompileResult variant,
+                            Regrouped(compiled, static_cast<size_t>(r.first),
+                                      static_cast<size_t>(r.span), std::move(r.kernels), codegen));
+    variants.push_back({r.first, count++, std::move(variant), r.span, kernels});
+  }
+  return variants;
+}
+
+StatusOr<std::vector<MappingVariant>> SweptVariants(const CompileResult& compiled,
+                                                    const CodegenOptions& codegen) {
+  STITCH_ASSIGN_OR_RETURN(std::vector<MappingVariant> variants, MappingVariants(compiled, codegen));
+  STITCH_ASSIGN_OR_RETURN(std::vector<MappingVariant> regrouped,
+                          RegroupingVariants(compiled, codegen));
+  for (MappingVariant& v : regrouped) {
+    const bool listed =
+        v.shipped() && std::any_of(variants.begin(), variants.end(), [&](const MappingVariant& m) {
+          return m.shipped() && m.kernel == v.kernel && m.span == v.span;
+        });
+    if (!listed) variants.push_back(std::move(v));
+  }
+  return variants;
+}
+
+std::string VariantText(const MappingVariant& v) {
+  const std::vector<KernelSpec>& kernels = v.compiled.plan.kernels;
+  const auto first = static_cast<size_t>(v.kernel);
+  if (!v.regrouped()) return MappingText(kernels[first]);
+  std::string text = v.shipped() ? "as shipped: " : v.kernels > v.span ? "apart: " : "joined: ";
+  for (size_t k = first; k < first + static_cast<size_t>(v.kernels); ++k) {
+    if (k > first) text += "; ";
+    text += kernels[k].name + ": " + MappingText(kernels[k]);
+  }
+  return text;
 }
 
 std::string MappingText(const KernelSpec& k) {

@@ -40,23 +40,35 @@ StatusOr<CompileResult> CompileForEmulator(const Graph& g) {
 // scheduler's others, one row each, all priced; #16 and #23 have a loop kernel each, #1 a
 // row-stitched layernorm whose rows fit a warp's registers. #18's global kernel has a column
 // phase: its candidates keep 12 or 24 bytes in flight per lane, on its own grid or on half of
-// it.
+// it; and the loop after it joined to it as its last phase, beside the two as shipped.
 TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
   ScratchDir scratch("mappings_list");
   const std::string csv = scratch.path() + "/mappings.csv";
   CommandResult r = RunCommand(GpuBench() + " --mappings --list --only 1,16,18,23 --csv " + csv);
   ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
-  EXPECT_NE(r.out.find("Loop, row-stitched and global kernels with candidates: 5 in the "
-                       "stitched plans"),
+  EXPECT_NE(r.out.find("Loop, row-stitched and global kernels with candidates, and regroupings "
+                       "of global kernels' phases: 6 in the stitched plans"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("Not run"), std::string::npos) << r.out;
   std::map<std::string, int> shipped;                 // "<id>/<kernel>" -> shipped rows
   std::map<std::string, std::set<std::string>> seen;  // -> mappings
+  std::map<std::string, double> regrouped_us;         // regroupings' mapping -> model µs
+  std::map<std::string, double> shipped_us;           // "<id>/<kernel>" -> shipped's model µs
   std::set<int> widths_18;
   int assembled = 0;
   for (const auto& row : ReadCsvRows(csv)) {
     const std::string kernel = row.at("id") + "/" + row.at("kernel");
+    if (row.at("span") != "1" || row.at("kernels") != "1") {
+      EXPECT_EQ(kernel, "18/0");
+      EXPECT_EQ(row.at("span"), "2") << row.at("mapping");
+      EXPECT_EQ(row.at("kernels"), row.at("shipped") == "1" ? "2" : "1") << row.at("mapping");
+      EXPECT_TRUE(row.at("error").empty()) << row.at("error");
+      EXPECT_EQ(row.at("code").size(), 16u) << row.at("mapping");
+      EXPECT_GT(std::stod(row.at("planning_us")), 0) << row.at("mapping");
+      regrouped_us[row.at("mapping")] = std::stod(row.at("model_us"));
+      continue;
+    }
     EXPECT_GT(std::stoi(row.at("registers_planned")), 0) << kernel;
     // ptxas's figures where the toolkit assembles the cubin; the summary compares them.
     if (!row.at("registers").empty()) {
@@ -65,6 +77,7 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
       EXPECT_GT(std::stoi(row.at("instructions")), 0) << kernel;
     }
     shipped[kernel] += row.at("shipped") == "1";
+    if (row.at("shipped") == "1") shipped_us[kernel] = std::stod(row.at("model_us"));
     EXPECT_TRUE(seen[kernel].insert(row.at("mapping")).second) << "twice: " << row.at("mapping");
     EXPECT_TRUE(row.at("error").empty()) << row.at("error");
     EXPECT_EQ(row.at("code").size(), 16u) << kernel;  // the kernel's PTX digest
@@ -97,6 +110,18 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
       << r.out;
   EXPECT_EQ(widths_18, (std::set<int>{2, 4, 8}));
   EXPECT_TRUE(seen["18/1"].count("128x1 x 401408, vector 2")) << r.out;
+  // The two kernels as shipped, priced as the sum of their rows above, and joined.
+  const std::string as_shipped =
+      "as shipped: stitch_k0_global_stitch: 1024x1 x 264, vector 1, column lanes 24 B in flight; "
+      "stitch_k1_loop: 128x1 x 401408, vector 2";
+  ASSERT_EQ(regrouped_us.size(), 2u) << r.out;
+  ASSERT_TRUE(regrouped_us.count(as_shipped)) << r.out;
+  EXPECT_NEAR(regrouped_us[as_shipped], shipped_us["18/0"] + shipped_us["18/1"], 0.002);
+  EXPECT_EQ(regrouped_us.begin()->first.rfind("as shipped: ", 0), 0u);
+  EXPECT_EQ(std::next(regrouped_us.begin())
+                ->first.rfind("joined: stitch_k0_global_stitch: 1024x1 x 264, vector 1", 0),
+            0u)
+      << r.out;
   // #1's rows of 1,536 elements: a warp per row with the row in registers, as shipped, and
   // both fewer threads per row (loop mode) and whole blocks per row among the others.
   EXPECT_TRUE(seen["1/0"].count("32x8 x 512, vector 4, 32 threads per row, 24 values in registers"))
@@ -126,10 +151,17 @@ TEST(GpuBenchMappingsTest, CostModelPriceListsThePricesOfTheSweepsMappings) {
   ASSERT_EQ(price.exit_status, 0) << price.err << price.out;
 
   std::map<std::string, std::map<std::string, std::string>> swept;  // id/kernel/mapping -> row
+  size_t regroupings = 0;
   for (const auto& row : ReadCsvRows(dir + "/mappings.csv")) {
     EXPECT_EQ(row.at("code").size(), 16u) << row.at("mapping");
+    // A regrouping's time is a sum of kernels, which the fit leaves out and so does the price.
+    if (row.at("span") != "1" || row.at("kernels") != "1") {
+      ++regroupings;
+      continue;
+    }
     swept[row.at("id") + "/" + row.at("kernel") + "/" + row.at("mapping")] = row;
   }
+  EXPECT_GT(regroupings, 0u);  // #20's normalize loop apart from its global kernel
   ASSERT_GE(swept.size(), 10u);
   std::map<std::string, double> slower;  // id/kernel/mapping -> set 1's price over set 0's
   size_t in_set_0 = 0;
@@ -180,9 +212,10 @@ TEST(GpuBenchMappingsTest, RefusesToSweepMappingsOfBuckets) {
                 "--buckets and --mappings each replace the three planners");
 }
 
-// Every mapping gpu_bench --mappings would run, on the emulator: the results of each
-// candidate of each kernel against the interpreter at the emulation scale, and every
-// access of sampled blocks bounds-checked at full geometry.
+// Every variant gpu_bench --mappings would run, on the emulator: the results of each
+// candidate of each kernel, and of each regrouping of a global kernel's phases, against the
+// interpreter at the emulation scale, and every access of sampled blocks bounds-checked at
+// full geometry.
 class MappingVariantRowTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(MappingVariantRowTest, EveryCandidateMatchesTheInterpreterAndStaysInBounds) {
@@ -193,7 +226,7 @@ TEST_P(MappingVariantRowTest, EveryCandidateMatchesTheInterpreterAndStaysInBound
   ASSERT_TRUE(scaled.has_value());
   StatusOr<CompileResult> small = CompileForEmulator(scaled->graph);
   ASSERT_TRUE(small.ok()) << small.status().ToString();
-  StatusOr<std::vector<MappingVariant>> variants = MappingVariants(*small, codegen);
+  StatusOr<std::vector<MappingVariant>> variants = SweptVariants(*small, codegen);
   ASSERT_TRUE(variants.ok()) << variants.status().ToString();
   const uint64_t seed = 5000 + static_cast<uint64_t>(GetParam());
   const std::vector<Tensor> inputs = stitch::testing::RandomInputs(scaled->graph, seed);
@@ -206,13 +239,12 @@ TEST_P(MappingVariantRowTest, EveryCandidateMatchesTheInterpreterAndStaysInBound
     EXPECT_NE(v.compiled.kernels[k].portable_ir, small->kernels[k].portable_ir);
     EXPECT_TRUE(stitch::testing::EmulatedMatchesInterpreter(
         scaled->graph, v.compiled.graph, v.compiled.kernels, inputs, seed, /*random_order=*/false))
-        << "kernel " << v.kernel << " under "
-        << MappingText(v.compiled.plan.kernels[static_cast<size_t>(v.kernel)]);
+        << "kernel " << v.kernel << " under " << VariantText(v);
   }
 
   StatusOr<CompileResult> full = CompileForEmulator(entry->graph);
   ASSERT_TRUE(full.ok()) << full.status().ToString();
-  StatusOr<std::vector<MappingVariant>> full_variants = MappingVariants(*full, codegen);
+  StatusOr<std::vector<MappingVariant>> full_variants = SweptVariants(*full, codegen);
   ASSERT_TRUE(full_variants.ok()) << full_variants.status().ToString();
   StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create();
   ASSERT_TRUE(emulator.ok()) << emulator.status().ToString();
@@ -222,9 +254,8 @@ TEST_P(MappingVariantRowTest, EveryCandidateMatchesTheInterpreterAndStaysInBound
     if (v.shipped()) continue;
     StatusOr<SampledRun> run = RunSampledOnEmulator(v.compiled.graph, v.compiled.plan,
                                                     v.compiled.kernels, sampling, **emulator);
-    EXPECT_TRUE(run.ok()) << "kernel " << v.kernel << " under "
-                          << MappingText(v.compiled.plan.kernels[static_cast<size_t>(v.kernel)])
-                          << ": " << run.status().ToString();
+    EXPECT_TRUE(run.ok()) << "kernel " << v.kernel << " under " << VariantText(v) << ": "
+                          << run.status().ToString();
   }
 }
 
@@ -264,6 +295,36 @@ TEST(GpuBenchMappingsTest, FakeDriverTimesEachMappingAndComparesItsOutputs) {
   }
   EXPECT_EQ(headers, 1u) << r.out;
   EXPECT_LT(r.out.find("| 1 | stitch_k0_row_stitch"), r.out.find("| 16 | stitch_k0_loop")) << r.out;
+}
+
+// #11's global kernel ends in a loop phase (the bias gradient's cast): the sweep times it
+// apart as well, the global kernel of the column phase and the loop of its own under each
+// loop mapping, their outputs compared with the shipped plan's.
+TEST(GpuBenchMappingsTest, FakeDriverTimesALoopPhaseApartFromItsGlobalKernel) {
+  if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
+  ScratchDir scratch("mappings_apart");
+  const std::string& dir = scratch.path();
+  CommandResult r =
+      RunCommand(GpuBench() + " --mappings --driver " + FakeDriver() + " --profiler " +
+                 FakeDriver() + " --only 11 --warmup 1 --repeats 3 --out-dir " + dir);
+  ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+  int apart = 0;
+  for (const auto& row : ReadCsvRows(dir + "/mappings.csv")) {
+    EXPECT_EQ(row.at("kernel"), "0");
+    EXPECT_EQ(row.at("span"), "1");
+    EXPECT_TRUE(row.at("error").empty()) << row.at("error");
+    EXPECT_GT(std::stod(row.at("kernel_us")), 0) << row.at("mapping");
+    if (row.at("kernels") == "1") continue;
+    ++apart;
+    EXPECT_EQ(row.at("kernels"), "2");
+    EXPECT_EQ(row.at("shipped"), "0");
+    EXPECT_EQ(row.at("matches"), "yes") << row.at("mapping");
+    EXPECT_EQ(row.at("mapping").rfind("apart: stitch_k0_global_stitch: 1024x1 x 264", 0), 0u)
+        << row.at("mapping");
+    EXPECT_NE(row.at("mapping").find("; stitch_k0_global_stitch_loop: "), std::string::npos)
+        << row.at("mapping");
+  }
+  EXPECT_GE(apart, 2) << r.out;
 }
 
 }  // namespace

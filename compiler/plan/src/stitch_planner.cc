@@ -5,6 +5,8 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
+#include <tuple>
 
 #include "stitch/plan/baseline_planner.h"
 #include "stitch/plan/cost_model.h"
@@ -42,6 +44,49 @@ struct Kernel {
   double seconds = 0;
 };
 
+// The name of phase `p` of global kernel `global`.
+std::string PhaseName(const KernelSpec& global, size_t p) {
+  return global.name + "_p" + std::to_string(p) + "_" +
+         std::string(KernelKindName(global.phases[p].kind));
+}
+
+// Each node's place in the graph's topological order.
+std::vector<int> TopologicalRanks(const Graph& g) {
+  std::vector<int> rank(g.nodes.size(), 0);
+  const std::vector<int> topo = TopologicalOrder(g);
+  for (size_t k = 0; k < topo.size(); ++k) rank[topo[k]] = static_cast<int>(k);
+  return rank;
+}
+
+// A global kernel running `phases` in order: its outputs are theirs, its inputs what no
+// earlier phase writes; its nodes and inputs in the order of `rank`.
+KernelSpec GlobalKernelOf(const std::vector<int>& rank, std::vector<KernelSpec> phases) {
+  const auto by_rank = [&](int x, int y) { return rank[x] < rank[y]; };
+  KernelSpec global;
+  global.kind = KernelKind::kGlobalStitch;
+  std::set<int> written, nodes;
+  std::set<int> inputs;
+  for (const KernelSpec& p : phases) {
+    for (int i : p.inputs) {
+      if (!written.count(i)) inputs.insert(i);
+    }
+    for (int o : p.outputs) {
+      written.insert(o);
+      global.outputs.push_back(o);
+    }
+    nodes.insert(p.nodes.begin(), p.nodes.end());
+  }
+  // A phase may recompute a value another kernel materialises and a later phase reads:
+  // the kernel then lists it as an input only.
+  for (int i : inputs) nodes.erase(i);
+  global.nodes.assign(nodes.begin(), nodes.end());
+  std::sort(global.nodes.begin(), global.nodes.end(), by_rank);
+  global.inputs.assign(inputs.begin(), inputs.end());
+  std::sort(global.inputs.begin(), global.inputs.end(), by_rank);
+  global.phases = std::move(phases);
+  return global;
+}
+
 struct State {
   std::vector<Kernel> kernels;
   double seconds = 0;
@@ -51,9 +96,7 @@ class Planner {
  public:
   Planner(const Graph& g, const GpuDevice& device, const FusionRules& rules)
       : g_(g), device_(device), rules_(rules), model_(NewPlanningCostModel(device)) {
-    std::vector<int> topo = TopologicalOrder(g);
-    rank_.assign(g.nodes.size(), 0);
-    for (size_t k = 0; k < topo.size(); ++k) rank_[topo[k]] = static_cast<int>(k);
+    rank_ = TopologicalRanks(g);
     graph_outputs_.insert(g.outputs.begin(), g.outputs.end());
   }
 
@@ -635,32 +678,8 @@ class Planner {
     return global;
   }
 
-  // A global kernel running `phases` in order: its outputs are theirs, its inputs what no
-  // earlier phase writes.
   KernelSpec GlobalOf(std::vector<KernelSpec> phases) const {
-    KernelSpec global;
-    global.kind = KernelKind::kGlobalStitch;
-    std::set<int> written, nodes;
-    std::set<int> inputs;
-    for (const KernelSpec& p : phases) {
-      for (int i : p.inputs) {
-        if (!written.count(i)) inputs.insert(i);
-      }
-      for (int o : p.outputs) {
-        written.insert(o);
-        global.outputs.push_back(o);
-      }
-      nodes.insert(p.nodes.begin(), p.nodes.end());
-    }
-    // A phase may recompute a value another kernel materialises and a later phase reads:
-    // the kernel then lists it as an input only.
-    for (int i : inputs) nodes.erase(i);
-    global.nodes.assign(nodes.begin(), nodes.end());
-    SortByRank(global.nodes);
-    global.inputs.assign(inputs.begin(), inputs.end());
-    SortByRank(global.inputs);
-    global.phases = std::move(phases);
-    return global;
+    return GlobalKernelOf(rank_, std::move(phases));
   }
 
   void RecordEdges(KernelSpec& spec) const {
@@ -698,8 +717,7 @@ class Planner {
     std::set<std::pair<int, int>> recorded;
     for (size_t p = 0; p < spec.phases.size(); ++p) {
       KernelSpec& phase = spec.phases[p];
-      phase.name =
-          spec.name + "_p" + std::to_string(p) + "_" + std::string(KernelKindName(phase.kind));
+      phase.name = PhaseName(spec, p);
       RecordEdges(phase);
       std::set<int> in_phase(phase.nodes.begin(), phase.nodes.end());
       for (int id : phase.nodes) {
@@ -784,6 +802,82 @@ StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
     if (options.rules.loop_columns_per_thread) KeepLoopColumnsPerThread(g, k, device);
   }
   return plan;
+}
+
+namespace {
+
+// A global kernel of `phases`, named `name`, scheduled as the planner schedules the global
+// kernels it forms; nullopt where the phases cannot share a launch on `device`.
+std::optional<KernelSpec> ScheduledGlobalKernel(const Graph& g, const std::vector<int>& rank,
+                                                std::vector<KernelSpec> phases,
+                                                const std::string& name, const GpuDevice& device) {
+  KernelSpec global = GlobalKernelOf(rank, std::move(phases));
+  global.name = name;
+  if (!ScheduleKernel(g, global, device).ok()) return std::nullopt;
+  SizeGridToWork(g, global, device);
+  for (size_t p = 0; p < global.phases.size(); ++p) global.phases[p].name = PhaseName(global, p);
+  return global;
+}
+
+// The mappings a loop kernel of its own could have: the one the planner gives it (the
+// scheduler's choice, then per-column values kept per thread), then each of
+// LoopMappingCandidates' that differs from every earlier one.
+std::vector<KernelSpec> LoopKernelsApart(const Graph& g, const KernelSpec& loop,
+                                         const GpuDevice& device) {
+  std::vector<KernelSpec> loops;
+  KernelSpec chosen = loop;
+  if (ScheduleKernel(g, chosen, device).ok()) {
+    KeepLoopColumnsPerThread(g, chosen, device);
+    loops.push_back(std::move(chosen));
+  }
+  for (KernelSpec& c : LoopMappingCandidates(g, loop, device)) loops.push_back(std::move(c));
+  const auto key = [](const KernelSpec& k) {
+    const ThreadMapping& m = k.mapping;
+    return std::make_tuple(m.launch.block, m.launch.grid, m.vector_width, m.column_period,
+                           m.transpose_tile);
+  };
+  std::vector<KernelSpec> distinct;
+  for (KernelSpec& k : loops) {
+    const bool seen = std::any_of(distinct.begin(), distinct.end(),
+                                  [&](const KernelSpec& d) { return key(d) == key(k); });
+    if (!seen) distinct.push_back(std::move(k));
+  }
+  return distinct;
+}
+
+}  // namespace
+
+std::vector<KernelRegrouping> PhaseRegroupings(const Graph& g, const FusionPlan& plan,
+                                               const GpuDevice& device) {
+  const std::vector<int> rank = TopologicalRanks(g);
+  std::vector<KernelRegrouping> out;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const KernelSpec& k = plan.kernels[i];
+    if (k.kind != KernelKind::kGlobalStitch) continue;
+    const int first = static_cast<int>(i);
+    if (k.phases.size() >= 2 && k.phases.back().kind == KernelKind::kLoop) {
+      std::vector<KernelSpec> head_phases(k.phases.begin(), k.phases.end() - 1);
+      std::optional<KernelSpec> head =
+          ScheduledGlobalKernel(g, rank, std::move(head_phases), k.name, device);
+      KernelSpec loop = k.phases.back();
+      loop.name = k.name + "_loop";
+      if (head) {
+        for (KernelSpec& apart : LoopKernelsApart(g, loop, device)) {
+          out.push_back({first, 1, {*head, std::move(apart)}});
+        }
+      }
+    }
+    if (i + 1 < plan.kernels.size() && plan.kernels[i + 1].kind == KernelKind::kLoop &&
+        plan.kernels[i + 1].mapping.transpose_tile < 0) {
+      std::vector<KernelSpec> phases = k.phases;
+      phases.push_back(plan.kernels[i + 1]);
+      if (std::optional<KernelSpec> joined =
+              ScheduledGlobalKernel(g, rank, std::move(phases), k.name, device)) {
+        out.push_back({first, 2, {std::move(*joined)}});
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace stitch

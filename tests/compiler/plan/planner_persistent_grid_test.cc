@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "stitch/ir/verifier.h"
 #include "stitch/plan/cost_model.h"
@@ -136,6 +138,102 @@ TEST(PersistentGrid, ColumnPhasesTakeAdjacentColumnsPerLane) {
     }
     EXPECT_GT(columns, 0) << Describe(g, *plan);
   }
+}
+
+// Batch norm's forward pass over x[rows, cols] in training: the statistics over the rows,
+// then every element normalized by its column's. The plan computes the statistics in a global
+// kernel's column phases and normalizes in a loop after them.
+Graph BatchNormForward(int64_t rows, int64_t cols) {
+  Graph g = BatchNormStatistics(rows, cols);
+  const int centred = g.outputs[0];
+  const int var = g.outputs[1];
+  const int eps = testing::Broadcast(g, testing::ConstScalar(g, DType::kF32, 1e-5), {cols}, {});
+  const int rstd = testing::Unary(g, OpCode::kRsqrt, testing::Binary(g, OpCode::kAdd, var, eps));
+  const int y =
+      testing::Binary(g, OpCode::kMul, centred, testing::Broadcast(g, rstd, {rows, cols}, {1}));
+  g.outputs = {y};
+  return g;
+}
+
+std::set<int> Outputs(const std::vector<KernelSpec>& kernels) {
+  std::set<int> out;
+  for (const KernelSpec& k : kernels) out.insert(k.outputs.begin(), k.outputs.end());
+  return out;
+}
+
+// gpu_bench --mappings times a global kernel's last loop phase apart, and a loop kernel
+// joined to the global kernel before it: the two regroupings undo each other.
+TEST(PhaseRegroupings, ALoopPhaseComesApartAndJoinsBackAsItWas) {
+  Graph g = BatchNormForward(1 << 16, 64);
+  ASSERT_TRUE(Verify(g).ok());
+  const GpuDevice& h100 = Target().device();
+  StatusOr<FusionPlan> plan = PlanStitched(g, h100);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->kernels.size(), 1u) << Describe(g, *plan);
+  const KernelSpec& global = plan->kernels[0];
+  ASSERT_EQ(global.kind, KernelKind::kGlobalStitch) << Describe(g, *plan);
+  ASSERT_GE(global.phases.size(), 2u);
+  ASSERT_EQ(global.phases.back().kind, KernelKind::kLoop) << Describe(g, *plan);
+
+  const std::vector<KernelRegrouping> apart = PhaseRegroupings(g, *plan, h100);
+  ASSERT_GE(apart.size(), 2u);
+  std::set<std::tuple<uint32_t, uint32_t, int, int64_t>> loop_mappings;
+  for (const KernelRegrouping& r : apart) {
+    EXPECT_EQ(r.first, 0);
+    EXPECT_EQ(r.span, 1);
+    ASSERT_EQ(r.kernels.size(), 2u);
+    const KernelSpec& head = r.kernels[0];
+    const KernelSpec& loop = r.kernels[1];
+    EXPECT_EQ(head.kind, KernelKind::kGlobalStitch);
+    EXPECT_EQ(head.phases.size(), global.phases.size() - 1);
+    EXPECT_EQ(head.name, global.name);
+    EXPECT_EQ(head.phases[0].name, global.phases[0].name);
+    EXPECT_EQ(loop.kind, KernelKind::kLoop);
+    EXPECT_TRUE(loop.phases.empty());
+    EXPECT_EQ(loop.name, global.name + "_loop");
+    EXPECT_GT(loop.mapping.launch.blocks(), 0u);
+    // What the global kernel wrote, the two write; the loop reads the statistics the head
+    // writes.
+    EXPECT_EQ(Outputs(r.kernels), Outputs({global}));
+    for (int in : loop.inputs) {
+      const bool parameter = g.nodes[in].op == OpCode::kParameter;
+      EXPECT_TRUE(parameter || Outputs({head}).count(in)) << "%" << in;
+    }
+    const ThreadMapping& m = loop.mapping;
+    EXPECT_TRUE(
+        loop_mappings.insert({m.launch.block[0], m.launch.grid[0], m.vector_width, m.column_period})
+            .second)
+        << "a loop mapping twice";
+  }
+
+  // The first apart, as a plan of two kernels, joins back into the global kernel it was.
+  FusionPlan two;
+  two.kernels = apart[0].kernels;
+  const std::vector<KernelRegrouping> joined = PhaseRegroupings(g, two, h100);
+  ASSERT_FALSE(joined.empty());
+  const KernelRegrouping& back = joined.back();
+  EXPECT_EQ(back.first, 0);
+  EXPECT_EQ(back.span, 2);
+  ASSERT_EQ(back.kernels.size(), 1u);
+  const KernelSpec& rejoined = back.kernels[0];
+  ASSERT_EQ(rejoined.phases.size(), global.phases.size());
+  EXPECT_EQ(rejoined.nodes, global.nodes);
+  EXPECT_EQ(rejoined.inputs, global.inputs);
+  EXPECT_EQ(rejoined.outputs, global.outputs);
+  EXPECT_EQ(rejoined.mapping.launch.grid, global.mapping.launch.grid);
+  for (size_t p = 0; p < global.phases.size(); ++p) {
+    EXPECT_EQ(rejoined.phases[p].name, global.phases[p].name);
+    EXPECT_EQ(rejoined.phases[p].kind, global.phases[p].kind);
+  }
+}
+
+// A plan without a global kernel has nothing to regroup: a softmax's row kernel.
+TEST(PhaseRegroupings, APlanWithoutGlobalKernelsHasNone) {
+  Graph g = testing::Softmax(4096, 1024);
+  StatusOr<FusionPlan> plan = PlanStitched(g, Target().device());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(GlobalKernel(*plan), nullptr) << Describe(g, *plan);
+  EXPECT_TRUE(PhaseRegroupings(g, *plan, Target().device()).empty());
 }
 
 }  // namespace

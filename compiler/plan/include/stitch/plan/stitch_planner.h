@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "stitch/base/status.h"
 #include "stitch/ir/graph.h"
@@ -96,5 +97,28 @@ struct StitchPlannerOptions {
 // `options.rules` allows.
 StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
                                   const StitchPlannerOptions& options = {});
+
+// Kernels [first, first + span) of a plan, regrouped into `kernels`, which run in their place.
+struct KernelRegrouping {
+  int first = 0;
+  int span = 1;
+  std::vector<KernelSpec> kernels;
+};
+
+// Returns the other ways to group a stitched plan's kernels into launches that the planner
+// chose between on a launch saved against a grid barrier added, for gpu_bench --mappings to
+// time beside the plan (the model prices the two within a percent of each other where suite
+// rows #17, #18 and #20 chose; the one measurement of such a choice, #20 on an H200, ran the
+// joined kernel slower than a baseline's kernels apart):
+// - each global kernel whose last phase is a loop, as a global kernel of its other phases
+//   followed by the loop as a kernel of its own, under the mapping the planner would give
+//   that loop and under each other of LoopMappingCandidates';
+// - each global kernel followed by a loop kernel (no transpose tile), joined as one global
+//   kernel with the loop as its last phase.
+// Every kernel comes scheduled for `device` as the planner schedules its own; a regrouping
+// whose kernels cannot be scheduled is left out. Split loops are named after their global
+// kernel with "_loop".
+std::vector<KernelRegrouping> PhaseRegroupings(const Graph& g, const FusionPlan& plan,
+                                               const GpuDevice& device);
 
 }  // namespace stitch
