@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 
+#include "stitch/ir/graph_proto.h"
 #include "stitch/ir/verifier.h"
 #include "stitch/plan/baseline_models.h"
 #include "stitch/plan/baseline_planner.h"
@@ -66,10 +67,41 @@ BaselineCompiler CompilerOf(PlannerKind planner) {
   return planner == PlannerKind::kInductor ? BaselineCompiler::kInductor : BaselineCompiler::kXla;
 }
 
+// Whether `a` and `b` are the same graph, node for node, but for names: a baseline model's
+// rewrites rebuild the graph, naming what they leave as it was anew.
+bool SameGraph(Graph a, Graph b) {
+  for (Graph* g : {&a, &b}) {
+    g->name.clear();
+    for (Node& n : g->nodes) n.name.clear();
+  }
+  return ToBinary(a) == ToBinary(b);
+}
+
+// Prices a baseline model's plan again where some of its kernels are the same code as the
+// shipped plan's (assembled) ones, with their assembler's registers: the same code runs
+// alike, so pricing one with the cubin's registers and the other with the scheduler's
+// estimate would show a difference that is not there.
+void RepriceSameCode(const CompileResult& result, const CostModel& model, BaselineEstimate& b) {
+  if (!b.plan) return;
+  FusionPlan priced = *b.plan;
+  bool same = false;
+  for (KernelSpec& k : priced.kernels) {
+    for (const KernelSpec& shipped : result.plan.kernels) {
+      if (shipped.mapping.assembled_registers > 0 && SameCode(k, shipped)) {
+        k.mapping.assembled_registers = shipped.mapping.assembled_registers;
+        same = true;
+        break;
+      }
+    }
+  }
+  if (same) b.cost = model.Estimate(result.graph, priced);
+}
+
 // Gives the shipped plan's kernels what the assembler reported and prices the plan again:
 // the plan was chosen on the scheduler's register estimates, and its cost now reads the
-// cubin's. The other plans were never assembled and keep their estimates. The instruction
-// count stays on the plan (the calibration prices it) but out of the bundle's prices: the
+// cubin's. The other plans were never assembled and keep their estimates, but for their
+// kernels that are the same code as shipped ones (RepriceSameCode). The instruction count
+// stays on the plan (the calibration prices it) but out of the bundle's prices: the
 // baselines have none, and an issue term on the stitched side alone would bias every saving.
 void RepriceAssembled(CompileResult& result, PlannerKind requested, const GpuDevice& device) {
   bool reported = false;
@@ -83,12 +115,19 @@ void RepriceAssembled(CompileResult& result, PlannerKind requested, const GpuDev
   if (!reported) return;
   FusionPlan priced = result.plan;
   for (KernelSpec& k : priced.kernels) k.mapping.assembled_instructions = 0;
-  result.cost = NewPricingCostModel(device)->Estimate(result.graph, priced);
+  const std::unique_ptr<CostModel> model = NewPricingCostModel(device);
+  result.cost = model->Estimate(result.graph, priced);
   // Under kXla and kInductor the shipped plan stands for both the stitched and the baseline
   // figure; under kStitch it is one or the other.
   const bool stitched = result.shipped == PlannerKind::kStitch;
   if (stitched || requested != PlannerKind::kStitch) result.stitched_cost = result.cost;
   if (!stitched) result.baseline_cost = result.cost;
+  // The better baseline, whose figure baseline_cost holds where the stitched plan ships.
+  const auto better = std::find_if(
+      result.baselines.begin(), result.baselines.end(),
+      [&](const BaselineEstimate& b) { return b.cost.seconds == result.baseline_cost.seconds; });
+  for (BaselineEstimate& b : result.baselines) RepriceSameCode(result, *model, b);
+  if (stitched && better != result.baselines.end()) result.baseline_cost = better->cost;
 }
 
 // The extent a shape class is planned at: odd (1 for the buckets {1} and {2}), so that no
@@ -211,7 +250,8 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
     }
     const PlanCost cost = model->Estimate(b->graph, b->plan);
     const double seconds = choice_seconds(b->graph, b->plan, cost);
-    result.baselines.push_back({compiler, cost});
+    result.baselines.push_back({compiler, cost, std::nullopt});
+    if (SameGraph(b->graph, g)) result.baselines.back().plan = b->plan;
     if (requested ||
         (options.planner == PlannerKind::kStitch && (!best || seconds < baseline_choice_seconds))) {
       result.baseline_cost = cost;
@@ -222,11 +262,17 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
   if (StatusOr<FusionPlan> eager = PlanEagerModel(g, device); eager.ok()) {
     result.eager_cost = model->Estimate(g, *eager);
   }
+  // Kernels of two plans are the same code only over the same graph.
+  const auto keep_plans_of = [&](const Graph& shipped) {
+    if (SameGraph(shipped, g)) return;
+    for (BaselineEstimate& b : result.baselines) b.plan.reset();
+  };
   if (options.planner != PlannerKind::kStitch) {
     result.shipped = options.planner;
     result.graph = std::move(best->graph);
     result.plan = std::move(best->plan);
     result.cost = result.stitched_cost = result.baseline_cost;
+    keep_plans_of(result.graph);
     return result;
   }
   STITCH_ASSIGN_OR_RETURN(FusionPlan stitched, PlanStitchedFor(g, options, device));
@@ -238,6 +284,7 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
     result.graph = std::move(best->graph);
     result.plan = std::move(best->plan);
     result.cost = result.baseline_cost;
+    keep_plans_of(result.graph);
     return result;
   }
   if (!best) result.baseline_cost = result.stitched_cost;

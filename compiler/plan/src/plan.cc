@@ -1,6 +1,7 @@
 #include "stitch/plan/plan.h"
 
 #include <sstream>
+#include <utility>
 
 #include "stitch/ir/aliasing.h"
 
@@ -76,6 +77,23 @@ void DescribeKernel(const Graph& g, const KernelSpec& k, const std::string& inde
 }
 
 }  // namespace
+
+namespace {
+
+// `k` without what SameCode leaves out of the comparison.
+KernelSpec CodeOf(KernelSpec k) {
+  k.name.clear();
+  k.edges.clear();
+  k.mapping.assembled_registers = 0;
+  k.mapping.assembled_instructions = 0;
+  k.mapping.estimated_instructions = 0;
+  for (KernelSpec& phase : k.phases) phase = CodeOf(std::move(phase));
+  return k;
+}
+
+}  // namespace
+
+bool SameCode(const KernelSpec& a, const KernelSpec& b) { return CodeOf(a) == CodeOf(b); }
 
 std::string Describe(const Graph& g, const FusionPlan& plan) {
   std::ostringstream out;

@@ -115,5 +115,59 @@ TEST(NeverSlower, WhereStitchingWinsTheStitchedPlanShips) {
   EXPECT_LE(r->cost.seconds, r->baseline_cost.seconds);
 }
 
+// RMSNorm over rows of bf16: x * rsqrt(mean(x^2) + eps) * w.
+Graph RmsNorm(int64_t rows, int64_t cols) {
+  Graph g;
+  const int x = Convert(g, Param(g, {DType::kBF16, {rows, cols}}, 0), DType::kF32);
+  const int w = Convert(g, Param(g, {DType::kBF16, {cols}}, 1), DType::kF32);
+  const int sum = Reduce(g, Binary(g, OpCode::kMul, x, x), ConstScalar(g, DType::kF32, 0), {1},
+                         ReduceKind::kSum);
+  const int mean = Binary(g, OpCode::kMul, sum,
+                          Broadcast(g, ConstScalar(g, DType::kF32, 1.0 / cols), {rows}, {}));
+  const int rstd = Unary(
+      g, OpCode::kRsqrt,
+      Binary(g, OpCode::kAdd, mean, Broadcast(g, ConstScalar(g, DType::kF32, 1e-6), {rows}, {})));
+  const int y =
+      Binary(g, OpCode::kMul, Binary(g, OpCode::kMul, x, Broadcast(g, rstd, {rows, cols}, {0})),
+             Broadcast(g, w, {rows, cols}, {1}));
+  Output(g, Convert(g, y, DType::kBF16));
+  return g;
+}
+
+// The three planners make the same row kernel of an RMSNorm (suite row #7's shape). Once the
+// shipped kernel is assembled, its cubin's registers price the baselines' kernels of the same
+// code too, so that one kernel is not modelled at two speeds (and a saving, or a loss, that
+// is not there reported).
+TEST(NeverSlower, ABaselinesKernelOfTheShippedCodeIsPricedAsAssembled) {
+  const Graph g = RmsNorm(2048, 4096);
+  CompileOptions options;
+  if (!CubinAvailable(options.codegen)) GTEST_SKIP() << "no nvJitLink and no ptxas in this build";
+  StatusOr<CompileResult> r = CompileGraph(g, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->shipped, PlannerKind::kStitch) << Describe(r->graph, r->plan);
+  ASSERT_EQ(r->plan.kernels.size(), 1u);
+  const ThreadMapping& shipped = r->plan.kernels[0].mapping;
+  ASSERT_GT(shipped.assembled_registers, 0);
+  // Otherwise the assembly would change no price and this test show nothing.
+  ASSERT_NE(shipped.assembled_registers, shipped.registers_per_thread);
+  ASSERT_EQ(r->baselines.size(), 2u);
+  for (const BaselineEstimate& b : r->baselines) {
+    ASSERT_TRUE(b.plan.has_value()) << BaselineCompilerName(b.compiler);
+    ASSERT_EQ(b.plan->kernels.size(), 1u);
+    EXPECT_TRUE(SameCode(b.plan->kernels[0], r->plan.kernels[0])) << Describe(g, *b.plan);
+    EXPECT_DOUBLE_EQ(b.cost.seconds, r->cost.seconds) << BaselineCompilerName(b.compiler);
+  }
+  EXPECT_DOUBLE_EQ(r->baseline_cost.seconds, r->cost.seconds);
+
+  // To PTX only, every plan keeps the scheduler's estimate, and they price alike too, at
+  // another figure: the one the assembled plans moved from.
+  CompileOptions ptx = options;
+  ptx.codegen.emit_cubin = false;
+  StatusOr<CompileResult> estimated = CompileGraph(g, ptx);
+  ASSERT_TRUE(estimated.ok()) << estimated.status().ToString();
+  EXPECT_DOUBLE_EQ(estimated->baseline_cost.seconds, estimated->cost.seconds);
+  EXPECT_NE(estimated->cost.seconds, r->cost.seconds);
+}
+
 }  // namespace
 }  // namespace stitch

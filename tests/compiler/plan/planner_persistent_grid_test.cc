@@ -236,5 +236,36 @@ TEST(PhaseRegroupings, APlanWithoutGlobalKernelsHasNone) {
   EXPECT_TRUE(PhaseRegroupings(g, *plan, Target().device()).empty());
 }
 
+// Kernels of the same code: names, edges and what the assembler reported are not the code;
+// a mapping's vector width, a grid, a phase's mapping and the nodes are.
+TEST(SameCode, NamesEdgesAndAssemblerFiguresAreNotTheCode) {
+  Graph g = BatchNormStatistics(1 << 16, 64);
+  StatusOr<FusionPlan> plan = PlanStitched(g, Target().device());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const KernelSpec* global = GlobalKernel(*plan);
+  ASSERT_NE(global, nullptr) << Describe(g, *plan);
+  ASSERT_FALSE(global->phases.empty());
+  ASSERT_FALSE(global->edges.empty());
+
+  KernelSpec renamed = *global;
+  renamed.name = "another_name";
+  renamed.phases[0].name = "another_phase";
+  renamed.edges.clear();
+  renamed.mapping.assembled_registers = 40;
+  renamed.phases[0].mapping.assembled_instructions = 700;
+  EXPECT_TRUE(SameCode(*global, renamed));
+  EXPECT_TRUE(SameCode(renamed, *global));
+
+  KernelSpec wider = *global;
+  wider.phases[0].mapping.vector_width *= 2;
+  EXPECT_FALSE(SameCode(*global, wider));
+  KernelSpec regridded = *global;
+  regridded.mapping.launch.grid[0] += 1;
+  EXPECT_FALSE(SameCode(*global, regridded));
+  KernelSpec fewer = *global;
+  fewer.nodes.pop_back();
+  EXPECT_FALSE(SameCode(*global, fewer));
+}
+
 }  // namespace
 }  // namespace stitch

@@ -68,6 +68,10 @@ struct CompileTimings {
 struct BaselineEstimate {
   BaselineCompiler compiler = BaselineCompiler::kXla;
   PlanCost cost;
+  // The plan itself where the model's rewrites left the graph as it was (it plans the graph
+  // the stitched plan does): once the shipped plan is assembled, its kernels that are the
+  // same code as shipped ones are priced with the assembler's registers too.
+  std::optional<FusionPlan> plan;
 };
 
 // The plans priced for a graph and the one that ships (see "Never slower" above).

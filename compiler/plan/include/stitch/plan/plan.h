@@ -56,6 +56,7 @@ struct LaunchDims {
   uint64_t blocks() const { return uint64_t{grid[0]} * grid[1] * grid[2]; }
   uint64_t block_threads() const { return uint64_t{block[0]} * block[1] * block[2]; }
   uint64_t threads() const { return blocks() * block_threads(); }
+  bool operator==(const LaunchDims&) const = default;
 };
 
 // The shape of the loop nest a kernel runs; codegen has one emitter per kind.
@@ -93,6 +94,7 @@ struct StitchEdge {
   int producer = -1;
   int consumer = -1;
   StitchScheme scheme = StitchScheme::kLocal;
+  bool operator==(const StitchEdge&) const = default;
 };
 
 // How a kernel's threads cover its work. The scheduler fills it from the kernel's shapes and
@@ -199,6 +201,8 @@ struct ThreadMapping {
   // before any is assembled (0 elsewhere: a shipped plan's prices read the cubin's count or
   // none, as the baselines' do).
   int estimated_instructions = 0;
+
+  bool operator==(const ThreadMapping&) const = default;
 };
 
 struct KernelSpec {
@@ -226,7 +230,15 @@ struct KernelSpec {
   // `inputs` the buffers no phase writes, and its `outputs` every phase's outputs (values
   // passed between phases are temporaries in global memory).
   std::vector<KernelSpec> phases;
+
+  bool operator==(const KernelSpec&) const = default;
 };
+
+// Whether `a` and `b` emit the same code for the same graph: equal but for their names (and
+// their phases'), their edges, and what the assembler reported and the scheduler estimated of
+// their instructions and registers after choosing. Two planners' kernels that are the same
+// code run alike, so the assembler's figures of one price the other.
+bool SameCode(const KernelSpec& a, const KernelSpec& b);
 
 struct FusionPlan {
   std::string planner;              // "baseline" or "stitch"
