@@ -87,6 +87,35 @@ KernelSpec GlobalKernelOf(const std::vector<int>& rank, std::vector<KernelSpec> 
   return global;
 }
 
+// A global kernel of `phases` scheduled for `device`; nullopt where they cannot share a
+// launch.
+std::optional<KernelSpec> ScheduledGlobalKernelOf(const Graph& g, const std::vector<int>& rank,
+                                                  std::vector<KernelSpec> phases,
+                                                  const GpuDevice& device) {
+  KernelSpec global = GlobalKernelOf(rank, std::move(phases));
+  if (!ScheduleKernel(g, global, device).ok()) return std::nullopt;
+  return global;
+}
+
+// `a`, then `b`, as one global kernel scheduled for `device` (a global kernel's phases join
+// as they are); nullopt where either is a transpose tile or they cannot share a launch.
+std::optional<KernelSpec> JoinKernels(const Graph& g, const std::vector<int>& rank,
+                                      const KernelSpec& a, const KernelSpec& b,
+                                      const GpuDevice& device) {
+  // A transpose tile needs a launch of its own: a global kernel's loop phase walks its
+  // elements in order.
+  if (a.mapping.transpose_tile >= 0 || b.mapping.transpose_tile >= 0) return std::nullopt;
+  std::vector<KernelSpec> phases;
+  for (const KernelSpec* k : {&a, &b}) {
+    if (k->kind == KernelKind::kGlobalStitch) {
+      phases.insert(phases.end(), k->phases.begin(), k->phases.end());
+    } else {
+      phases.push_back(*k);
+    }
+  }
+  return ScheduledGlobalKernelOf(g, rank, std::move(phases), device);
+}
+
 struct State {
   std::vector<Kernel> kernels;
   double seconds = 0;
@@ -662,20 +691,7 @@ class Planner {
   }
 
   std::optional<KernelSpec> Join(const KernelSpec& a, const KernelSpec& b) const {
-    // A transpose tile needs a launch of its own: a global kernel's loop phase walks its
-    // elements in order.
-    if (a.mapping.transpose_tile >= 0 || b.mapping.transpose_tile >= 0) return std::nullopt;
-    std::vector<KernelSpec> phases;
-    for (const KernelSpec* k : {&a, &b}) {
-      if (k->kind == KernelKind::kGlobalStitch) {
-        phases.insert(phases.end(), k->phases.begin(), k->phases.end());
-      } else {
-        phases.push_back(*k);
-      }
-    }
-    KernelSpec global = GlobalOf(std::move(phases));
-    if (!ScheduleKernel(g_, global, device_).ok()) return std::nullopt;
-    return global;
+    return JoinKernels(g_, rank_, a, b, device_);
   }
 
   KernelSpec GlobalOf(std::vector<KernelSpec> phases) const {
@@ -806,14 +822,11 @@ StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
 
 namespace {
 
-// A global kernel of `phases`, named `name`, scheduled as the planner schedules the global
-// kernels it forms; nullopt where the phases cannot share a launch on `device`.
-std::optional<KernelSpec> ScheduledGlobalKernel(const Graph& g, const std::vector<int>& rank,
-                                                std::vector<KernelSpec> phases,
-                                                const std::string& name, const GpuDevice& device) {
-  KernelSpec global = GlobalKernelOf(rank, std::move(phases));
+// `global` as the planner finishes the global kernels it forms: its grid sized to its work,
+// named `name`, its phases after it.
+KernelSpec FinishedGlobalKernel(const Graph& g, KernelSpec global, const std::string& name,
+                                const GpuDevice& device) {
   global.name = name;
-  if (!ScheduleKernel(g, global, device).ok()) return std::nullopt;
   SizeGridToWork(g, global, device);
   for (size_t p = 0; p < global.phases.size(); ++p) global.phases[p].name = PhaseName(global, p);
   return global;
@@ -858,22 +871,19 @@ std::vector<KernelRegrouping> PhaseRegroupings(const Graph& g, const FusionPlan&
     if (k.phases.size() >= 2 && k.phases.back().kind == KernelKind::kLoop) {
       std::vector<KernelSpec> head_phases(k.phases.begin(), k.phases.end() - 1);
       std::optional<KernelSpec> head =
-          ScheduledGlobalKernel(g, rank, std::move(head_phases), k.name, device);
+          ScheduledGlobalKernelOf(g, rank, std::move(head_phases), device);
       KernelSpec loop = k.phases.back();
       loop.name = k.name + "_loop";
       if (head) {
+        const KernelSpec finished = FinishedGlobalKernel(g, std::move(*head), k.name, device);
         for (KernelSpec& apart : LoopKernelsApart(g, loop, device)) {
-          out.push_back({first, 1, {*head, std::move(apart)}});
+          out.push_back({first, 1, {finished, std::move(apart)}});
         }
       }
     }
-    if (i + 1 < plan.kernels.size() && plan.kernels[i + 1].kind == KernelKind::kLoop &&
-        plan.kernels[i + 1].mapping.transpose_tile < 0) {
-      std::vector<KernelSpec> phases = k.phases;
-      phases.push_back(plan.kernels[i + 1]);
-      if (std::optional<KernelSpec> joined =
-              ScheduledGlobalKernel(g, rank, std::move(phases), k.name, device)) {
-        out.push_back({first, 2, {std::move(*joined)}});
+    if (i + 1 < plan.kernels.size() && plan.kernels[i + 1].kind == KernelKind::kLoop) {
+      if (std::optional<KernelSpec> joined = JoinKernels(g, rank, k, plan.kernels[i + 1], device)) {
+        out.push_back({first, 2, {FinishedGlobalKernel(g, std::move(*joined), k.name, device)}});
       }
     }
   }
