@@ -67,14 +67,13 @@ BaselineCompiler CompilerOf(PlannerKind planner) {
   return planner == PlannerKind::kInductor ? BaselineCompiler::kInductor : BaselineCompiler::kXla;
 }
 
-// Whether `a` and `b` are the same graph, node for node, but for names: a baseline model's
-// rewrites rebuild the graph, naming what they leave as it was anew.
-bool SameGraph(Graph a, Graph b) {
-  for (Graph* g : {&a, &b}) {
-    g->name.clear();
-    for (Node& n : g->nodes) n.name.clear();
-  }
-  return ToBinary(a) == ToBinary(b);
+// `g` serialised node for node without its names: two graphs with equal forms are the same
+// graph but for names (a baseline model's rewrites rebuild the graph, naming what they leave
+// as it was anew).
+std::string UnnamedForm(Graph g) {
+  g.name.clear();
+  for (Node& n : g.nodes) n.name.clear();
+  return ToBinary(g);
 }
 
 // Prices a baseline model's plan again where some of its kernels are the same code as the
@@ -239,6 +238,9 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
   XlaModelOptions xla;
   xla.triton_normalization_fusion = options.codegen.target.compute_capability() >= 80;
   std::optional<BaselinePlan> best;
+  // Kernels of two plans are the same code only over the same graph.
+  const std::string graph_form = UnnamedForm(g);
+  bool best_is_same_graph = false;
   for (BaselineCompiler compiler : {BaselineCompiler::kXla, BaselineCompiler::kInductor}) {
     StatusOr<BaselinePlan> b = PlanBaselineModel(compiler, g, device, xla);
     const bool requested =
@@ -251,20 +253,23 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
     const PlanCost cost = model->Estimate(b->graph, b->plan);
     const double seconds = choice_seconds(b->graph, b->plan, cost);
     result.baselines.push_back({compiler, cost, std::nullopt});
-    if (SameGraph(b->graph, g)) result.baselines.back().plan = b->plan;
+    const bool same_graph = UnnamedForm(b->graph) == graph_form;
+    if (same_graph) result.baselines.back().plan = b->plan;
     if (requested ||
         (options.planner == PlannerKind::kStitch && (!best || seconds < baseline_choice_seconds))) {
       result.baseline_cost = cost;
       baseline_choice_seconds = seconds;
       best = std::move(*b);
+      best_is_same_graph = same_graph;
     }
   }
   if (StatusOr<FusionPlan> eager = PlanEagerModel(g, device); eager.ok()) {
     result.eager_cost = model->Estimate(g, *eager);
   }
-  // Kernels of two plans are the same code only over the same graph.
-  const auto keep_plans_of = [&](const Graph& shipped) {
-    if (SameGraph(shipped, g)) return;
+  // A baseline plan of another graph than the compiled one ships: no other plan's kernel is
+  // its code.
+  const auto keep_plans_of_shipped_graph = [&] {
+    if (best_is_same_graph) return;
     for (BaselineEstimate& b : result.baselines) b.plan.reset();
   };
   if (options.planner != PlannerKind::kStitch) {
@@ -272,7 +277,7 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
     result.graph = std::move(best->graph);
     result.plan = std::move(best->plan);
     result.cost = result.stitched_cost = result.baseline_cost;
-    keep_plans_of(result.graph);
+    keep_plans_of_shipped_graph();
     return result;
   }
   STITCH_ASSIGN_OR_RETURN(FusionPlan stitched, PlanStitchedFor(g, options, device));
@@ -284,7 +289,7 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
     result.graph = std::move(best->graph);
     result.plan = std::move(best->plan);
     result.cost = result.baseline_cost;
-    keep_plans_of(result.graph);
+    keep_plans_of_shipped_graph();
     return result;
   }
   if (!best) result.baseline_cost = result.stitched_cost;
