@@ -17,6 +17,7 @@
 #include "bench/fake_cuda_driver.h"
 #include "bench/gpu_command.h"
 #include "gpu/gpu_runner.h"
+#include "stitch/plan/baseline_planner.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/gpu_device.h"
 #include "suite/suite.h"
@@ -125,6 +126,8 @@ TEST(GpuBenchTest, FakeDriverTimesBothPlansAndWritesTheRunDirectory) {
       EXPECT_NEAR(us - kernel_us, kernels * 1.0, 0.02) << plan << ": " << csv[i];
     }
     EXPECT_FALSE(f[column("kernel_speedup_over_better_baseline")].empty()) << csv[i];
+    // No statistic of #1, #12 or #24 spans a whole tensor: the goal's bytes are the bound's.
+    EXPECT_EQ(f[column("schedule_bound_bytes")], f[column("lower_bound_bytes")]) << csv[i];
   }
   EXPECT_NE(r.out.find("Kernel time (CUPTI activity records (" + FakeDriver() + ")) of 9 plans"),
             std::string::npos)
@@ -135,6 +138,35 @@ TEST(GpuBenchTest, FakeDriverTimesBothPlansAndWritesTheRunDirectory) {
   EXPECT_NE(device.find("\"slug\": \"fake_h100_host\""), std::string::npos) << device;
   EXPECT_NE(device.find("\"repeats\": 3"), std::string::npos) << device;
   EXPECT_TRUE(std::filesystem::exists(dir + "/graphs.json"));
+}
+
+// #20's per-channel statistics span its whole input, which its output reads again: the CSV's
+// schedule bound adds x's bytes past what the pricing device holds on chip, so an H200 (10 MiB
+// more L2 than an H100) gets a smaller one. No GPU: --list compiles and prices only.
+TEST(GpuBenchTest, ListCountsTheRereadAWholeBatchStatisticForces) {
+  ScratchDir scratch("bounds");
+  const std::string& dir = scratch.path();
+  StatusOr<suite::SuiteEntry> entry = suite::BuildSuiteEntry(20);
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  const int64_t x = entry->graph.nodes[entry->graph.Parameters()[0]].shape.bytes();
+  for (const char* device : {"H100", "H200"}) {
+    const std::string target = std::string(device) == "H100" ? "sm_90" : "sm_90/h200";
+    const std::string csv_path = dir + "/" + device + ".csv";
+    CommandResult r =
+        RunCommand(GpuBench() + " --list --only 20 --target " + target + " --csv " + csv_path);
+    ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+    const std::vector<std::string> csv = Lines(ReadFile(csv_path));
+    ASSERT_EQ(csv.size(), 2u);
+    const std::vector<std::string> header = CsvFields(csv[0]), f = CsvFields(csv[1]);
+    auto at = [&](const std::string& name) {
+      auto it = std::find(header.begin(), header.end(), name);
+      EXPECT_NE(it, header.end()) << name;
+      return static_cast<size_t>(it - header.begin());
+    };
+    const int64_t lower = std::stoll(f[at("lower_bound_bytes")]);
+    const int64_t schedule = std::stoll(f[at("schedule_bound_bytes")]);
+    EXPECT_EQ(schedule - lower, x - OnChipBytes(*FindDevice(device))) << csv[1];
+  }
 }
 
 // Records CUPTI lost leave the kernel time out and say why; the plans are still timed.

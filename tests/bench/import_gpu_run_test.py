@@ -101,6 +101,30 @@ def expect_refused(result: subprocess.CompletedProcess, message: str, data: path
         fail(f"a refused run filed {filed}")
 
 
+def check_schedule_bounds(tmp: pathlib.Path) -> None:
+    """gpu_table.py --bounds: a row whose schedule must move more than its lower bound is named
+    with those bytes, and the 80%-of-peak count uses them (the set predates the column)."""
+    bounds = tmp / "bounds.csv"
+    # #5 (76% of peak on its lower bound) as though it had to move 10% more: 83%.
+    lower = {5: 402653184, 9: 541065216}
+    bounds.write_text("id,lower_bound_bytes,schedule_bound_bytes\n"
+                      f"5,{lower[5]},{int(lower[5] * 1.1)}\n9,{lower[9]},{lower[9]}\n")
+    plain, bounded = (subprocess.run([sys.executable, str(TABLE), str(H200_SET), *extra],
+                                     capture_output=True, text=True, check=True).stdout
+                      for extra in ([], ["--bounds", str(bounds)]))
+    if "Rows above 64 MB at ≥ 80% of peak: 3 of 16." not in plain or "again" in plain:
+        fail(f"gpu_table.py without bounds: {plain[-400:]}")
+    if "Rows above 64 MB at ≥ 80% of peak: 4 of 16." not in bounded or \
+            "#5 442.9 MB (83% of peak)" not in bounded or "#9 " in bounded.split("again")[-1]:
+        fail(f"gpu_table.py --bounds: {bounded[-400:]}")
+    bad = tmp / "bad_bounds.csv"
+    bad.write_text("id,schedule_bound_bytes\n5,many\n")
+    refused = subprocess.run([sys.executable, str(TABLE), str(H200_SET), "--bounds", str(bad)],
+                             capture_output=True, text=True)
+    if refused.returncode != 1 or f"{bad}:2: expected an id" not in refused.stderr:
+        fail(f"gpu_table.py took a malformed --bounds file: {refused.stderr!r}")
+
+
 def main() -> int:
     no_ncu = b"id\tstitch_us\txla_model_plan_us\tinductor_model_plan_us\tstitch_kernels\n"
     with tempfile.TemporaryDirectory(prefix="import_gpu_run_test.") as tmp_name:
@@ -129,6 +153,7 @@ def main() -> int:
                                  text=True, check=True).stdout for d in (filed, H200_SET)]
         if tables[0] != tables[1] or "| 24 |" not in tables[0]:
             fail("gpu_table.py prints another table from the imported set")
+        check_schedule_bounds(tmp)
 
         # The same run again, and runs that cannot be filed: nothing is written.
         before = sorted((p.name, p.read_bytes()) for p in filed.iterdir())

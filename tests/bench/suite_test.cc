@@ -15,6 +15,8 @@
 #include "stitch/driver/compile.h"
 #include "stitch/emulator/emulated_run.h"
 #include "stitch/ir/verifier.h"
+#include "stitch/plan/baseline_planner.h"
+#include "stitch/plan/gpu_device.h"
 #include "stitch/reference/interpreter.h"
 #include "stitch/reference/shape_scaling.h"
 #include "stitch/reference/tensor_compare.h"
@@ -33,6 +35,28 @@ TEST(SuiteTest, HasThirtyEntriesInIdOrder) {
   }
   EXPECT_FALSE(BuildSuiteEntry(0).ok());
   EXPECT_FALSE(BuildSuiteEntry(kSuiteSize + 1).ok());
+}
+
+// The batch norms over a whole batch (#17 NCHW, #18 and #20 NHWC) are the rows whose
+// statistics span the whole of a tensor that their outputs read again; each such tensor is far
+// larger than a GPU holds, so every plan reads it twice but for what stays on chip. #20 reads
+// one (x), #18 three (x, the output gradient and the forward's output for the ReLU's mask)
+// and its per-channel mean, a few hundred bytes.
+TEST(SuiteTest, OnlyWholeBatchStatisticsForceARereadOfTheirInputs) {
+  for (const char* name : {"H100", "H200"}) {
+    const int64_t on_chip = OnChipBytes(*FindDevice(name));
+    for (const SuiteEntry& e : BuildSuite()) {
+      const int64_t forced = ForcedRereadBytes(e.graph, on_chip);
+      if (e.id != 17 && e.id != 18 && e.id != 20) {
+        EXPECT_EQ(forced, 0) << "#" << e.id << " on the " << name;
+        continue;
+      }
+      const int64_t x = e.graph.nodes[e.graph.Parameters()[0]].shape.bytes();
+      const int64_t tensors = (e.id == 18 ? 3 : 1) * x - on_chip;
+      EXPECT_GE(forced, tensors) << "#" << e.id << " on the " << name;
+      EXPECT_LE(forced, tensors + 1024) << "#" << e.id << " on the " << name;
+    }
+  }
 }
 
 // Compiles suite row `id` for `target` and checks its shipped kernels at full geometry and,

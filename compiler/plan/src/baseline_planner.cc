@@ -174,4 +174,58 @@ TrafficEstimate TrafficLowerBound(const Graph& g) {
   return t;
 }
 
+namespace {
+
+// Whether each value of the reduce `id` depends on elements spread over its whole input: it
+// reduces the outermost input dimension longer than one, so no value is complete before the
+// last of the input has been read.
+bool IsWholeTensorStatistic(const Graph& g, int id) {
+  const Node& n = g.nodes[id];
+  if (n.op != OpCode::kReduce) return false;
+  const std::vector<int64_t>& dims = g.nodes[n.operands[0]].shape.dims;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] == 1) continue;
+    return std::count(n.dimensions.begin(), n.dimensions.end(), static_cast<int64_t>(d)) > 0;
+  }
+  return false;
+}
+
+}  // namespace
+
+int64_t ForcedRereadBytes(const Graph& g, int64_t on_chip_bytes) {
+  const std::vector<int> order = TopologicalOrder(g);
+  // Per node: the parameters it depends on, those it reads element by element (through no
+  // reduce), and the whole-tensor statistics it depends on.
+  std::vector<std::set<int>> parameters(g.nodes.size()), elementwise(g.nodes.size()),
+      statistics(g.nodes.size());
+  for (int id : order) {
+    const Node& node = g.nodes[id];
+    if (node.op == OpCode::kParameter) {
+      parameters[id] = elementwise[id] = {id};
+      continue;
+    }
+    for (int o : node.operands) {
+      parameters[id].insert(parameters[o].begin(), parameters[o].end());
+      statistics[id].insert(statistics[o].begin(), statistics[o].end());
+      if (node.op != OpCode::kReduce)
+        elementwise[id].insert(elementwise[o].begin(), elementwise[o].end());
+    }
+    if (IsWholeTensorStatistic(g, id)) statistics[id].insert(id);
+  }
+  const std::vector<bool> live = LiveNodes(g);
+  std::set<int> reread;
+  for (int id : order) {
+    if (!live[id]) continue;
+    for (int p : elementwise[id]) {
+      if (g.nodes[p].shape.elements() > g.nodes[id].shape.elements()) continue;
+      for (int r : statistics[id]) {
+        if (parameters[r].count(p)) reread.insert(p);
+      }
+    }
+  }
+  int64_t bytes = 0;
+  for (int p : reread) bytes += g.nodes[p].shape.bytes();
+  return std::max<int64_t>(0, bytes - on_chip_bytes);
+}
+
 }  // namespace stitch

@@ -100,6 +100,55 @@ TEST(BaselinePlanner, ReshapesOfParametersAliasTheirInput) {
   EXPECT_EQ(bound.bytes_written, 8 * 4 * 4);
 }
 
+// A normalization by a statistic of `dims` over x[rows, cols]: y = x - sum(x), broadcast back.
+Graph CenteredBy(int64_t rows, int64_t cols, std::vector<int64_t> dims) {
+  Graph g;
+  const int x = testing::Param(g, {DType::kF32, {rows, cols}}, 0);
+  const int sum =
+      testing::Reduce(g, x, testing::ConstScalar(g, DType::kF32, 0), dims, ReduceKind::kSum);
+  const int64_t kept = dims == std::vector<int64_t>{0} ? 1 : 0;
+  const int back = testing::Broadcast(g, sum, {rows, cols}, {kept});
+  g.outputs = {testing::Binary(g, OpCode::kSub, x, back)};
+  return g;
+}
+
+// A per-column statistic (over the rows, as batch norm's over the batch) is complete only
+// once all of x is read, and the output needs x again: all of x past what stays on chip.
+TEST(ForcedRereads, AColumnStatisticReadsItsInputAgainPastWhatStaysOnChip) {
+  const Graph g = CenteredBy(1024, 64, {0});
+  const int64_t x = 1024 * 64 * 4;
+  EXPECT_EQ(ForcedRereadBytes(g, 0), x);
+  EXPECT_EQ(ForcedRereadBytes(g, x / 4), x - x / 4);
+  EXPECT_EQ(ForcedRereadBytes(g, x), 0);
+  // A leading dimension of one spans nothing: the rows are the outermost that counts.
+  Graph unit;
+  const int p = testing::Param(unit, {DType::kF32, {1, 1024, 64}}, 0);
+  const int sum = testing::Reduce(unit, p, testing::ConstScalar(unit, DType::kF32, 0), {0, 1},
+                                  ReduceKind::kSum);
+  const int back = testing::Broadcast(unit, sum, {1, 1024, 64}, {2});
+  unit.outputs = {testing::Binary(unit, OpCode::kSub, p, back)};
+  EXPECT_EQ(ForcedRereadBytes(unit, 0), x);
+}
+
+// A row's statistic is complete once its row is read; a statistic no output combines with
+// its input (a bias gradient), or one whose input the output does not read, forces nothing.
+TEST(ForcedRereads, RowStatisticsAndUnconsumedOnesForceNone) {
+  EXPECT_EQ(ForcedRereadBytes(CenteredBy(1024, 64, {1}), 0), 0);
+  Graph bias_grad;
+  const int dy = testing::Param(bias_grad, {DType::kF32, {1024, 64}}, 0);
+  bias_grad.outputs = {testing::Reduce(
+      bias_grad, dy, testing::ConstScalar(bias_grad, DType::kF32, 0), {0}, ReduceKind::kSum)};
+  EXPECT_EQ(ForcedRereadBytes(bias_grad, 0), 0);
+  Graph other;
+  const int a = testing::Param(other, {DType::kF32, {1024, 64}}, 0);
+  const int b = testing::Param(other, {DType::kF32, {1024, 64}}, 1);
+  const int sum =
+      testing::Reduce(other, a, testing::ConstScalar(other, DType::kF32, 0), {0}, ReduceKind::kSum);
+  other.outputs = {
+      testing::Binary(other, OpCode::kSub, b, testing::Broadcast(other, sum, {1024, 64}, {1}))};
+  EXPECT_EQ(ForcedRereadBytes(other, 0), 0);
+}
+
 TEST(GraphProto, RoundTripsThroughBinaryAndJson) {
   Graph g = testing::Softmax(4, 32, DType::kF16);
   StatusOr<Graph> binary = ParseGraphBinary(ToBinary(g));

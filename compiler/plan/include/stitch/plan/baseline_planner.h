@@ -46,4 +46,14 @@ TrafficEstimate EstimateTraffic(const Graph& g, const FusionPlan& plan);
 // which move nothing.
 TrafficEstimate TrafficLowerBound(const Graph& g);
 
+// Returns the bytes beyond TrafficLowerBound that every plan of `g` reads, on a device that
+// holds `on_chip_bytes` on chip (OnChipBytes), because a statistic over a whole tensor must be
+// complete before the values computed from it can be: a parameter read by such a statistic
+// (a reduce of its input's outermost dimension longer than one, as batch norm's per-channel
+// sums over the batch) and, through no reduce, by a node as large that reads the statistic's
+// result, is read in full before that node's first element, and again for it, but for what
+// stays on chip. The parameters' bytes past `on_chip_bytes` in all; 0 for every other graph.
+// Layouts are taken as the reduce sees them: a transpose before the reduce is not followed.
+int64_t ForcedRereadBytes(const Graph& g, int64_t on_chip_bytes);
+
 }  // namespace stitch

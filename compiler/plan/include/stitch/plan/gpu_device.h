@@ -81,6 +81,11 @@ const std::vector<GpuDevice>& KnownDevices();
 // Returns the device named `name` ("H100"), or nullptr when the table has none.
 const GpuDevice* FindDevice(std::string_view name);
 
+// Returns the bytes `device` can hold on chip at once: its L2 and every SM's registers and
+// shared memory. What a statistic over a larger tensor leaves behind must come from DRAM again
+// (ForcedRereadBytes).
+int64_t OnChipBytes(const GpuDevice& device);
+
 // Returns how many blocks of `mapping`'s launch can be resident on one SM at once, limited
 // by threads, block slots, registers and shared memory; 0 when one block does not fit.
 int ResidentBlocksPerSm(const GpuDevice& device, const ThreadMapping& mapping);
