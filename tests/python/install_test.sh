@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's install command in a fresh virtualenv: `pip install ./python` builds
 # libstitch_client.so with CMake (scikit-build-core comes from PyPI) and bundles it in the
-# package; then client_test.py runs with that virtualenv's interpreter against a real stitchd,
+# package, without stitch.torch's C++ launch path (the build environment has no PyTorch); then client_test.py runs with that virtualenv's interpreter against a real stitchd,
 # importing the installed package only.
 #
 #   install_test.sh --stitchd PATH
@@ -28,6 +28,12 @@ if ! (cd "$tmp" && "$tmp/venv/bin/python" -m pip install --disable-pip-version-c
   exit 1
 fi
 echo "PASS pip install took $(($(date +%s) - start)) s"
+# Built in pip's isolated environment, which has no PyTorch: the wheel holds the client library
+# alone, whatever PyTorch the checkout's own virtualenvs have (install_torch_test.sh: the other case).
+if ls "$tmp"/venv/lib/python3*/site-packages/stitch/libstitch_torch_launch.so >/dev/null 2>&1; then
+  echo "FAIL: an isolated build bundled libstitch_torch_launch.so" >&2
+  exit 1
+fi
 "$tmp/venv/bin/python" -c 'import stitch, stitch._lib; print("installed", stitch.__file__, stitch._lib.library_path())'
 (cd "$tmp" && "$tmp/venv/bin/python" -m stitch --help > /dev/null)
 "$tmp/venv/bin/python" "$source_dir/tests/python/client_test.py" --installed --stitchd "$stitchd"
