@@ -33,8 +33,13 @@ auto MappingKey(const KernelSpec& k) {
 std::vector<KernelSpec> Candidates(const Graph& g, const KernelSpec& kernel,
                                    const GpuDevice& device) {
   switch (kernel.kind) {
-    case KernelKind::kLoop:
-      return LoopMappingCandidates(g, kernel, device);
+    case KernelKind::kLoop: {
+      std::vector<KernelSpec> loops = LoopMappingCandidates(g, kernel, device);
+      for (KernelSpec& tile : TransposeTileMappingCandidates(g, kernel, device)) {
+        loops.push_back(std::move(tile));
+      }
+      return loops;
+    }
     case KernelKind::kRowStitch:
       return RowStitchMappingCandidates(g, kernel, device);
     case KernelKind::kGlobalStitch:

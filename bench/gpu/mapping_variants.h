@@ -1,5 +1,6 @@
 // Loop and row-stitched kernels under each mapping the scheduler chose among
-// (LoopMappingCandidates, RowStitchMappingCandidates: schedule.h), and global kernels with
+// (LoopMappingCandidates, RowStitchMappingCandidates: schedule.h), a loop's transpose tile at
+// other block sizes (TransposeTileMappingCandidates), and global kernels with
 // column phases under more bytes in flight per lane (GlobalStitchMappingCandidates), and
 // column reductions split over blocks at each block size (SplitColumnReduceCandidates): the
 // variants `gpu_bench --mappings` times, so that the choice, and the cost model's terms

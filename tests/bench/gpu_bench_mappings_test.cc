@@ -21,6 +21,7 @@
 #include "stitch/codegen/sass_summary.h"
 #include "stitch/emulator/emulated_run.h"
 #include "stitch/emulator/emulator.h"
+#include "stitch/plan/schedule.h"
 #include "stitch/reference/shape_scaling.h"
 #include "suite/suite.h"
 #include "support/emulator_compare.h"
@@ -130,6 +131,35 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
   EXPECT_TRUE(
       seen["1/0"].count("256x1 x 4096, vector 1, 256 threads per row, 3 values in registers"))
       << r.out;
+}
+
+// #24's transpose (one tile for each of 196 blocks) is swept at blocks of 64, 128, 256 (as
+// shipped) and 512 threads: each a tiled kernel with its tile in shared memory, at the vector
+// width that lets the block cover a tile in whole rows. #16's loop transposes nothing: no tile.
+TEST(GpuBenchMappingsTest, ATransposeTileIsSweptAtEachBlockSizeThatCoversATile) {
+  StatusOr<suite::SuiteEntry> entry = suite::BuildSuiteEntry(24);
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  StatusOr<CompileResult> full = CompileForEmulator(entry->graph);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  StatusOr<std::vector<MappingVariant>> variants = MappingVariants(*full, CodegenOptions{});
+  ASSERT_TRUE(variants.ok()) << variants.status().ToString();
+  std::map<uint32_t, int> tiles;  // block threads -> vector width
+  for (const MappingVariant& v : *variants) {
+    const KernelSpec& k = v.compiled.plan.kernels[static_cast<size_t>(v.kernel)];
+    if (k.mapping.transpose_tile < 0) continue;
+    EXPECT_EQ(k.mapping.launch.grid[0], 196u) << VariantText(v);
+    EXPECT_GT(v.compiled.kernels[static_cast<size_t>(v.kernel)].shared_bytes, 0u) << VariantText(v);
+    tiles[k.mapping.launch.block[0]] = k.mapping.vector_width;
+  }
+  EXPECT_EQ(tiles, (std::map<uint32_t, int>{{64, 4}, {128, 4}, {256, 4}, {512, 2}}));
+
+  StatusOr<suite::SuiteEntry> broadcast = suite::BuildSuiteEntry(16);
+  ASSERT_TRUE(broadcast.ok()) << broadcast.status().ToString();
+  StatusOr<CompileResult> loop = CompileForEmulator(broadcast->graph);
+  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  EXPECT_TRUE(TransposeTileMappingCandidates(loop->graph, loop->plan.kernels[0],
+                                             CodegenOptions{}.target.device())
+                  .empty());
 }
 
 // tools/fit_cost_model.py joins a sweep's measured times with cost_model_price --mappings on

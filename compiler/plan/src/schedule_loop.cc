@@ -87,18 +87,28 @@ int TileVectorWidth(const Graph& g, const KernelSpec& k, int transpose, const Tr
   return 1;
 }
 
-// A loop kernel that reads `transpose` through shared memory tiles: 256 threads a block, each
-// with TileVectorWidth's elements of a tile row per access. Both halves of a tile are
-// coalesced, so nothing is strided; two block barriers per tile.
-void ScheduleTransposeTile(const Graph& g, KernelSpec& k, const GpuDevice& d, int transpose) {
+// The threads of a transpose tile's block as ScheduleKernel plans it.
+constexpr int64_t kTransposeTileThreads = 256;
+
+// A loop kernel that reads `transpose` through shared memory tiles: `threads` a block (256
+// as scheduled), each with TileVectorWidth's elements of a tile row per access, and as many
+// such vectors of the tile as the block leaves it. Both halves of a tile are coalesced, so
+// nothing is strided; two block barriers per tile. False, with `k` unchanged, where the
+// block cannot cover a tile in whole rows of vectors both ways (the emitter's condition).
+bool ScheduleTransposeTile(const Graph& g, KernelSpec& k, const GpuDevice& d, int transpose,
+                           int64_t threads = kTransposeTileThreads) {
   const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+  const TransposeTiles tiles = TransposeTilesOf(g, transpose);
+  const int width = TileVectorWidth(g, k, transpose, tiles, threads);
+  if (threads % (tiles.p_side / width) != 0 || threads % (tiles.q_side / width) != 0 ||
+      kTransposeTileElements % (threads * width) != 0) {
+    return false;
+  }
   ThreadMapping& m = k.mapping;
   m = ThreadMapping{};
   m.transpose_tile = transpose;
-  const TransposeTiles tiles = TransposeTilesOf(g, transpose);
-  constexpr int64_t kThreads = 256;
-  m.vector_width = TileVectorWidth(g, k, transpose, tiles, kThreads);
-  m.launch.block = {static_cast<uint32_t>(kThreads), 1, 1};
+  m.vector_width = width;
+  m.launch.block = {static_cast<uint32_t>(threads), 1, 1};
   m.launch.grid = {CeilDivCapped(tiles.count(), 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
   m.work_items = tiles.count();
   m.block_barriers_per_item = 2;
@@ -109,7 +119,8 @@ void ScheduleTransposeTile(const Graph& g, KernelSpec& k, const GpuDevice& d, in
   SetTraffic(g, k, n);
   m.strided_input_bytes = m.strided_sector_bytes = m.strided_reuse_bytes = 0;
   // A thread loads its elements of the tile (one per warp-wide row it takes) together.
-  m.load_bytes_in_flight_per_thread *= kTransposeTileElements / kThreads;
+  m.load_bytes_in_flight_per_thread *= kTransposeTileElements / threads;
+  return true;
 }
 
 }  // namespace
@@ -254,6 +265,21 @@ std::vector<KernelSpec> LoopMappingCandidates(const Graph& g, const KernelSpec& 
     if (blocks > std::numeric_limits<int32_t>::max()) continue;
     trial.mapping.launch.grid = {static_cast<uint32_t>(std::max<int64_t>(blocks, 1)), 1, 1};
     candidates.push_back(std::move(trial));
+  }
+  return candidates;
+}
+
+std::vector<KernelSpec> TransposeTileMappingCandidates(const Graph& g, const KernelSpec& kernel,
+                                                       const GpuDevice& device) {
+  std::vector<KernelSpec> candidates;
+  const int transpose = internal::TileableTranspose(g, kernel);
+  if (kernel.kind != KernelKind::kLoop || transpose < 0) return candidates;
+  for (int64_t threads :
+       {int64_t{64}, int64_t{128}, internal::kTransposeTileThreads, int64_t{512}}) {
+    KernelSpec trial = kernel;
+    if (internal::ScheduleTransposeTile(g, trial, device, transpose, threads)) {
+      candidates.push_back(std::move(trial));
+    }
   }
   return candidates;
 }

@@ -91,6 +91,16 @@ bool MapRowTiles(const Graph& g, KernelSpec& kernel, const GpuDevice& device, in
 std::vector<KernelSpec> LoopMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                               const GpuDevice& device);
 
+// Returns the mappings gpu_bench --mappings times for a loop kernel that ScheduleKernel
+// stages through shared memory tiles (ThreadMapping::transpose_tile; none for other kernels):
+// the tile at blocks of 64, 128, 256 (as scheduled) and 512 threads, a thread taking as many
+// vectors of each tile as the block leaves it, where the block covers a tile in whole rows of
+// vectors. The model prices one tile a block alike at every size; suite row #24, one tile for
+// each of 196 blocks, ran at 0.70x torch.compile on the H200 with 256 threads of one vector
+// each, so these measure whether fewer threads with more loads each shorten such a kernel.
+std::vector<KernelSpec> TransposeTileMappingCandidates(const Graph& g, const KernelSpec& kernel,
+                                                       const GpuDevice& device);
+
 // Returns the mappings ScheduleKernel chooses a row-stitched kernel's among, for a kernel of
 // its own (one with column reduces runs only as a global kernel's phase: none), each filled
 // for `device` from `kernel`'s nodes: one per count of threads per row that fits, from a
