@@ -1,8 +1,10 @@
 #include "stitch/plan/baseline_planner.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "stitch/ir/aliasing.h"
 #include "stitch/plan/op_classes.h"
@@ -176,6 +178,27 @@ TrafficEstimate TrafficLowerBound(const Graph& g) {
 
 namespace {
 
+// One bit set per node, of `bits` bits each, kept in one array.
+class NodeBits {
+ public:
+  NodeBits(size_t nodes, size_t bits) : words_((bits + 63) / 64), data_(nodes * words_, 0) {}
+  void Set(int node, size_t bit) { data_[Word(node, bit)] |= Mask(bit); }
+  bool Test(int node, size_t bit) const { return (data_[Word(node, bit)] & Mask(bit)) != 0; }
+  // Adds node `from`'s bits to node `to`'s.
+  void OrInto(int to, int from) {
+    for (size_t w = 0; w < words_; ++w) {
+      data_[static_cast<size_t>(to) * words_ + w] |= data_[static_cast<size_t>(from) * words_ + w];
+    }
+  }
+
+ private:
+  size_t Word(int node, size_t bit) const { return static_cast<size_t>(node) * words_ + bit / 64; }
+  static uint64_t Mask(size_t bit) { return uint64_t{1} << (bit % 64); }
+
+  size_t words_;
+  std::vector<uint64_t> data_;
+};
+
 // Whether each value of the reduce `id` depends on elements spread over its whole input: it
 // reduces the outermost input dimension longer than one, so no value is complete before the
 // last of the input has been read.
@@ -193,38 +216,55 @@ bool IsWholeTensorStatistic(const Graph& g, int id) {
 }  // namespace
 
 int64_t ForcedRereadBytes(const Graph& g, int64_t on_chip_bytes) {
+  const std::vector<int> params = g.Parameters();
+  std::vector<int> statistic_nodes;
+  for (size_t id = 0; id < g.nodes.size(); ++id) {
+    if (IsWholeTensorStatistic(g, static_cast<int>(id))) {
+      statistic_nodes.push_back(static_cast<int>(id));
+    }
+  }
+  if (statistic_nodes.empty()) return 0;
+  // Per node, as bit sets: the parameters it depends on, those it reads element by element
+  // (through no reduce), and the whole-tensor statistics it depends on.
+  const size_t n = g.nodes.size();
+  NodeBits parameters(n, params.size()), elementwise(n, params.size()),
+      statistics(n, statistic_nodes.size());
+  std::vector<int> param_bit(n, -1), statistic_bit(n, -1);
+  for (size_t i = 0; i < params.size(); ++i) param_bit[params[i]] = static_cast<int>(i);
+  for (size_t i = 0; i < statistic_nodes.size(); ++i) {
+    statistic_bit[statistic_nodes[i]] = static_cast<int>(i);
+  }
   const std::vector<int> order = TopologicalOrder(g);
-  // Per node: the parameters it depends on, those it reads element by element (through no
-  // reduce), and the whole-tensor statistics it depends on.
-  std::vector<std::set<int>> parameters(g.nodes.size()), elementwise(g.nodes.size()),
-      statistics(g.nodes.size());
   for (int id : order) {
     const Node& node = g.nodes[id];
-    if (node.op == OpCode::kParameter) {
-      parameters[id] = elementwise[id] = {id};
-      continue;
+    if (param_bit[id] >= 0) {
+      parameters.Set(id, param_bit[id]);
+      elementwise.Set(id, param_bit[id]);
     }
     for (int o : node.operands) {
-      parameters[id].insert(parameters[o].begin(), parameters[o].end());
-      statistics[id].insert(statistics[o].begin(), statistics[o].end());
-      if (node.op != OpCode::kReduce)
-        elementwise[id].insert(elementwise[o].begin(), elementwise[o].end());
+      parameters.OrInto(id, o);
+      statistics.OrInto(id, o);
+      if (node.op != OpCode::kReduce) elementwise.OrInto(id, o);
     }
-    if (IsWholeTensorStatistic(g, id)) statistics[id].insert(id);
+    if (statistic_bit[id] >= 0) statistics.Set(id, statistic_bit[id]);
   }
   const std::vector<bool> live = LiveNodes(g);
-  std::set<int> reread;
+  std::vector<bool> reread(params.size(), false);
   for (int id : order) {
     if (!live[id]) continue;
-    for (int p : elementwise[id]) {
-      if (g.nodes[p].shape.elements() > g.nodes[id].shape.elements()) continue;
-      for (int r : statistics[id]) {
-        if (parameters[r].count(p)) reread.insert(p);
+    for (size_t s = 0; s < statistic_nodes.size(); ++s) {
+      if (!statistics.Test(id, s)) continue;
+      for (size_t p = 0; p < params.size(); ++p) {
+        reread[p] =
+            reread[p] || (elementwise.Test(id, p) && parameters.Test(statistic_nodes[s], p) &&
+                          g.nodes[params[p]].shape.elements() <= g.nodes[id].shape.elements());
       }
     }
   }
   int64_t bytes = 0;
-  for (int p : reread) bytes += g.nodes[p].shape.bytes();
+  for (size_t p = 0; p < params.size(); ++p) {
+    if (reread[p]) bytes += g.nodes[params[p]].shape.bytes();
+  }
   return std::max<int64_t>(0, bytes - on_chip_bytes);
 }
 
