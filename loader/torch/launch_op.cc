@@ -251,9 +251,18 @@ std::vector<int64_t> Counts(int64_t region_id) {
 
 }  // namespace
 
+// Inductor keeps the inputs' strides as traced, and captures no launch in a CUDA graph where
+// this PyTorch has the tag: a bundle's first launch on a stream allocates its temporaries,
+// which stream capture forbids, and a call the C++ path cannot serve runs Python. Inductor's
+// CUDA graphs then partition around the launches (python/stitch/torch/_inductor.py,
+// region_op_tags, tags stitch::region alike).
 TORCH_LIBRARY_FRAGMENT(stitch, m) {
   m.def("launch(int region, Tensor[] inputs, SymInt[] sizes) -> Tensor[]",
-        {at::Tag::needs_fixed_stride_order});
+        {at::Tag::needs_fixed_stride_order,
+#ifdef STITCH_TORCH_HAS_CUDAGRAPH_UNSAFE_TAG
+         at::Tag::cudagraph_unsafe
+#endif
+        });
   m.def("launch_region(str fallback) -> int", &AddRegion);
   m.def(
       "launch_variant(int region, Tensor[] inputs, SymInt[] sizes, Tensor[] outputs, "

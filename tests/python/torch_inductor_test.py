@@ -138,6 +138,10 @@ class InductorBackendTest(unittest.TestCase):
         # Each timed region ran both sides, once checked and once timed.
         self.assertEqual(len(timer.sides), 2 * len(report.choices))
         self.assertEqual(len(region_calls(backend)), len(report.choices))
+        # Inductor would capture no region in a CUDA graph (mode="reduce-overhead"): it
+        # partitions its graphs around them.
+        from torch._inductor.utils import is_cudagraph_unsafe_fx_node
+        self.assertTrue(all(is_cudagraph_unsafe_fx_node(n) for n in region_calls(backend)))
         # The step itself launched every region once, on top of the checks and the timings.
         self.assertEqual(len(executor.runs), 3 * len(report.choices))
         self.assertTrue(all(run["report"]["pass"] for run in executor.runs))

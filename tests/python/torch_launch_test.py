@@ -322,6 +322,10 @@ class CompiledTest(unittest.TestCase):
         print("\n[%s]\n%s" % (self.id(), backend.report.summary()))
         self.assertEqual(len(backend.report.replaced()), 1, backend.report.summary())
         self.assertEqual([str(n.target) for n in calls], ["stitch.launch.default"])
+        # Inductor would capture no launch in a CUDA graph (mode="reduce-overhead").
+        self.assertIn(torch.Tag.cudagraph_unsafe, torch.ops.stitch.launch.default.tags)
+        from torch._inductor.utils import is_cudagraph_unsafe_fx_node
+        self.assertTrue(is_cudagraph_unsafe_fx_node(calls[0]))
         self.assertEqual(backend.report.launch_paths, {"cpp": 1})
         recorded_launches = launches([first])
         expected = [l for l in recorded_launches if l["args"].startswith(self.on_x_and_y)]

@@ -202,6 +202,17 @@ def _output_dims(sub: torch.fx.GraphModule) -> List[Tuple[Any, ...]]:
     return [_shapes.symbolic_meta(o)[0] for o in items]
 
 
+def region_op_tags() -> Tuple[Any, ...]:
+    """The tags of ``stitch::region`` and ``stitch::launch``: Inductor keeps the tensors'
+    strides as traced, and, where this PyTorch has the tag, captures neither in a CUDA graph
+    (``cudagraph_unsafe``). A region's first launch on a stream allocates its temporaries
+    there, which stream capture forbids, and a call at new sizes runs Python; with the tag,
+    Inductor's CUDA graphs (``mode="reduce-overhead"``) leave the regions out: its graph
+    partitions around them, or, without partitions, runs without CUDA graphs."""
+    unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)
+    return (torch.Tag.needs_fixed_stride_order,) + ((unsafe,) if unsafe is not None else ())
+
+
 def _region_op() -> Any:
     """The ``stitch::region(str name, Tensor[] inputs, SymInt[] sizes) -> Tensor[]`` op,
     defined on first use: Inductor calls it as an extern kernel with the tensor inputs in the
@@ -211,8 +222,7 @@ def _region_op() -> Any:
         if _OP is not None:
             return _OP
 
-        @torch.library.custom_op("stitch::region", mutates_args=(),
-                                 tags=(torch.Tag.needs_fixed_stride_order,))
+        @torch.library.custom_op("stitch::region", mutates_args=(), tags=region_op_tags())
         def region(name: str, inputs: List[torch.Tensor],
                    sizes: List[int]) -> List[torch.Tensor]:
             return _REGIONS[name].run(inputs, sizes)
