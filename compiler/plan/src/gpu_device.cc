@@ -85,6 +85,12 @@ const GpuDevice* FindDevice(std::string_view name) {
   return nullptr;
 }
 
+// Registers are 4 bytes each.
+int64_t OnChipBytes(const GpuDevice& device) {
+  const int64_t per_sm = int64_t{device.registers_per_sm} * 4 + device.shared_bytes_per_sm;
+  return device.l2_bytes + int64_t{device.sms} * per_sm;
+}
+
 // The rules of CUDA's occupancy calculation (cuda_occupancy.h) for sm_80 and sm_90, each
 // limit computed alone and the smallest taken:
 //   * threads: blocks take whole warps, max_threads_per_sm / 32 warp slots in all;
@@ -98,11 +104,6 @@ const GpuDevice* FindDevice(std::string_view name) {
 //     rounded up to the allocation unit, out of the SM's shared memory (the largest carveout,
 //     the driver's choice when a kernel needs shared memory); the launch fails when the static
 //     part exceeds the per-block limit.
-int64_t OnChipBytes(const GpuDevice& device) {
-  const int64_t per_sm = int64_t{device.registers_per_sm} * 4 + device.shared_bytes_per_sm;
-  return device.l2_bytes + int64_t{device.sms} * per_sm;
-}
-
 int ResidentBlocksPerSm(const GpuDevice& device, const ThreadMapping& mapping) {
   const int64_t threads = static_cast<int64_t>(mapping.launch.block_threads());
   if (threads <= 0 || threads > device.max_threads_per_block) return 0;
