@@ -253,152 +253,189 @@ llvm::Value* ElementalEmitter::Clamp(llvm::Value* v, int64_t hi) {
 }
 
 Status ElementalEmitter::PrepareOperands(Frame& f) {
-  const Graph& g = kc_.graph;
-  const Node& n = g.nodes[f.node];
-  const std::vector<int64_t>& out_dims = n.shape.dims;
-  auto operand_dims = [&](size_t i) -> const std::vector<int64_t>& {
-    return g.nodes[n.operands[i]].shape.dims;
-  };
-  auto bad = [&](const std::string& what) {
-    return InvalidArgument(DescribeNode(g, f.node) + ": " + what);
-  };
+  const Node& n = kc_.graph.nodes[f.node];
   f.operand_index.clear();
   switch (ClassOf(n.op)) {
     case OpClass::kLeaf:
       return Status::Ok();
     case OpClass::kReduce:
-      return Unimplemented(DescribeNode(g, f.node) +
+      return Unimplemented(DescribeNode(kc_.graph, f.node) +
                            " is a reduce that is not the hero of kernel " + kc_.spec.name +
                            "; it must be materialised by an earlier kernel");
     case OpClass::kRng:
       f.operand_index.push_back(IrIndex{{}, kc_.Index(0)});
       return Status::Ok();
     case OpClass::kElementwise:
-      for (size_t i = 0; i < n.operands.size(); ++i) {
-        if (operand_dims(i).empty()) {
-          f.operand_index.push_back(IrIndex{{}, kc_.Index(0)});
-        } else if (operand_dims(i) != out_dims) {
-          return bad("operand " + std::to_string(i) + " has a different shape");
-        } else {
-          f.operand_index.push_back(f.index);
-        }
-      }
-      return Status::Ok();
+      return ElementwiseOperands(f);
     case OpClass::kDataMovement:
       break;
   }
-  const int rank = n.shape.rank();
   switch (n.op) {
-    case OpCode::kReshape: {
-      f.operand_index.push_back(IrIndex{{}, LinearOf(f.index, out_dims)});
+    case OpCode::kReshape:
+      f.operand_index.push_back(IrIndex{{}, LinearOf(f.index, n.shape.dims)});
       return Status::Ok();
-    }
-    case OpCode::kBroadcast: {
-      const auto& in = operand_dims(0);
-      if (n.dimensions.size() != in.size()) return bad("dimensions do not match the operand");
-      const auto& j = DimsOf(f.index, out_dims);
-      IrIndex k;
-      for (size_t i = 0; i < in.size(); ++i) {
-        int64_t d = n.dimensions[i];
-        if (d < 0 || d >= rank) return bad("broadcast dimension out of range");
-        k.dims.push_back(in[i] == 1 ? kc_.Index(0) : j[d]);
-      }
-      if (in.empty()) k.linear = kc_.Index(0);
-      f.operand_index.push_back(k);
-      return Status::Ok();
-    }
-    case OpCode::kTranspose: {
-      if (static_cast<int>(n.dimensions.size()) != rank) return bad("bad permutation");
-      const auto& j = DimsOf(f.index, out_dims);
-      IrIndex k;
-      k.dims.assign(rank, nullptr);
-      for (int i = 0; i < rank; ++i) {
-        int64_t d = n.dimensions[i];
-        if (d < 0 || d >= rank || k.dims[d]) return bad("bad permutation");
-        k.dims[d] = j[i];
-      }
-      f.operand_index.push_back(k);
-      return Status::Ok();
-    }
-    case OpCode::kSlice: {
-      if (static_cast<int>(n.slice_starts.size()) != rank ||
-          static_cast<int>(n.slice_strides.size()) != rank) {
-        return bad("slice attributes do not match the rank");
-      }
-      const auto& j = DimsOf(f.index, out_dims);
-      IrIndex k;
-      for (int i = 0; i < rank; ++i) {
-        llvm::Value* v = j[i];
-        if (n.slice_strides[i] != 1)
-          v = b_.CreateMul(v, kc_.Index(n.slice_strides[i]), "", true, true);
-        if (n.slice_starts[i] != 0)
-          v = b_.CreateAdd(v, kc_.Index(n.slice_starts[i]), "", true, true);
-        k.dims.push_back(v);
-      }
-      f.operand_index.push_back(k);
-      return Status::Ok();
-    }
-    case OpCode::kReverse: {
-      const auto& j = DimsOf(f.index, out_dims);
-      IrIndex k{j, nullptr};
-      for (int64_t d : n.dimensions) {
-        if (d < 0 || d >= rank) return bad("reverse dimension out of range");
-        k.dims[d] = b_.CreateSub(kc_.Index(out_dims[d] - 1), j[d]);
-      }
-      f.operand_index.push_back(k);
-      return Status::Ok();
-    }
-    case OpCode::kConcatenate: {
-      if (n.dimensions.size() != 1 || n.dimensions[0] < 0 || n.dimensions[0] >= rank) {
-        return bad("concatenate needs one valid dimension");
-      }
-      const int64_t cd = n.dimensions[0];
-      const auto& j = DimsOf(f.index, out_dims);
-      int64_t offset = 0;
-      for (size_t i = 0; i < n.operands.size(); ++i) {
-        const auto& in = operand_dims(i);
-        if (static_cast<int>(in.size()) != rank) return bad("operand rank differs");
-        IrIndex k{j, nullptr};
-        // Every operand is read (the result is a select), so keep each read in bounds.
-        k.dims[cd] =
-            Clamp(b_.CreateSub(j[cd], kc_.Index(offset)), std::max<int64_t>(in[cd] - 1, 0));
-        f.operand_index.push_back(k);
-        offset += in[cd];
-      }
-      return Status::Ok();
-    }
-    case OpCode::kPad: {
-      const auto& in = operand_dims(0);
-      if (static_cast<int>(in.size()) != rank || static_cast<int>(n.pad_low.size()) != rank ||
-          static_cast<int>(n.pad_interior.size()) != rank) {
-        return bad("pad attributes do not match the rank");
-      }
-      const auto& j = DimsOf(f.index, out_dims);
-      IrIndex k;
-      llvm::Value* inside = b_.getTrue();
-      for (int i = 0; i < rank; ++i) {
-        llvm::Value* t = b_.CreateSub(j[i], kc_.Index(n.pad_low[i]));
-        llvm::Value* q = t;
-        llvm::Value* ok = b_.CreateICmpSGE(t, kc_.Index(0));
-        if (n.pad_interior[i] > 0) {
-          llvm::Value* step = kc_.Index(n.pad_interior[i] + 1);
-          llvm::Value* tc = b_.CreateSelect(ok, t, kc_.Index(0));
-          q = b_.CreateUDiv(tc, step);
-          ok = b_.CreateAnd(ok, b_.CreateICmpEQ(b_.CreateURem(tc, step), kc_.Index(0)));
-        }
-        ok = b_.CreateAnd(ok, b_.CreateICmpSLT(q, kc_.Index(in[i])));
-        inside = b_.CreateAnd(inside, ok);
-        k.dims.push_back(Clamp(q, std::max<int64_t>(in[i] - 1, 0)));
-      }
-      f.aux = inside;
-      f.operand_index.push_back(k);
-      f.operand_index.push_back(IrIndex{{}, kc_.Index(0)});
-      return Status::Ok();
-    }
+    case OpCode::kBroadcast:
+      return BroadcastOperand(f);
+    case OpCode::kTranspose:
+      return TransposeOperand(f);
+    case OpCode::kSlice:
+      return SliceOperand(f);
+    case OpCode::kReverse:
+      return ReverseOperand(f);
+    case OpCode::kConcatenate:
+      return ConcatenateOperands(f);
+    case OpCode::kPad:
+      return PadOperands(f);
     default:
-      break;
+      return Unimplemented(DescribeNode(kc_.graph, f.node) +
+                           " is not supported by the elemental emitter");
   }
-  return Unimplemented(DescribeNode(g, f.node) + " is not supported by the elemental emitter");
+}
+
+Status ElementalEmitter::Malformed(const Frame& f, const std::string& what) const {
+  return InvalidArgument(DescribeNode(kc_.graph, f.node) + ": " + what);
+}
+
+const std::vector<int64_t>& ElementalEmitter::OperandDims(const Frame& f, size_t i) const {
+  const Graph& g = kc_.graph;
+  return g.nodes[g.nodes[f.node].operands[i]].shape.dims;
+}
+
+// A scalar operand is read at 0; any other must have the node's shape.
+Status ElementalEmitter::ElementwiseOperands(Frame& f) {
+  const Node& n = kc_.graph.nodes[f.node];
+  for (size_t i = 0; i < n.operands.size(); ++i) {
+    if (OperandDims(f, i).empty()) {
+      f.operand_index.push_back(IrIndex{{}, kc_.Index(0)});
+    } else if (OperandDims(f, i) != n.shape.dims) {
+      return Malformed(f, "operand " + std::to_string(i) + " has a different shape");
+    } else {
+      f.operand_index.push_back(f.index);
+    }
+  }
+  return Status::Ok();
+}
+
+// The operand's coordinates are the output's along the kept dimensions, 0 along its own
+// dimensions of size 1.
+Status ElementalEmitter::BroadcastOperand(Frame& f) {
+  const Node& n = kc_.graph.nodes[f.node];
+  const std::vector<int64_t>& in = OperandDims(f, 0);
+  if (n.dimensions.size() != in.size()) return Malformed(f, "dimensions do not match the operand");
+  const auto& j = DimsOf(f.index, n.shape.dims);
+  IrIndex k;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const int64_t d = n.dimensions[i];
+    if (d < 0 || d >= n.shape.rank()) return Malformed(f, "broadcast dimension out of range");
+    k.dims.push_back(in[i] == 1 ? kc_.Index(0) : j[d]);
+  }
+  if (in.empty()) k.linear = kc_.Index(0);
+  f.operand_index.push_back(k);
+  return Status::Ok();
+}
+
+Status ElementalEmitter::TransposeOperand(Frame& f) {
+  const Node& n = kc_.graph.nodes[f.node];
+  const int rank = n.shape.rank();
+  if (static_cast<int>(n.dimensions.size()) != rank) return Malformed(f, "bad permutation");
+  const auto& j = DimsOf(f.index, n.shape.dims);
+  IrIndex k;
+  k.dims.assign(rank, nullptr);
+  for (int i = 0; i < rank; ++i) {
+    const int64_t d = n.dimensions[i];
+    if (d < 0 || d >= rank || k.dims[d]) return Malformed(f, "bad permutation");
+    k.dims[d] = j[i];
+  }
+  f.operand_index.push_back(k);
+  return Status::Ok();
+}
+
+Status ElementalEmitter::SliceOperand(Frame& f) {
+  const Node& n = kc_.graph.nodes[f.node];
+  const int rank = n.shape.rank();
+  if (static_cast<int>(n.slice_starts.size()) != rank ||
+      static_cast<int>(n.slice_strides.size()) != rank) {
+    return Malformed(f, "slice attributes do not match the rank");
+  }
+  const auto& j = DimsOf(f.index, n.shape.dims);
+  IrIndex k;
+  for (int i = 0; i < rank; ++i) {
+    llvm::Value* v = j[i];
+    if (n.slice_strides[i] != 1) v = b_.CreateMul(v, kc_.Index(n.slice_strides[i]), "", true, true);
+    if (n.slice_starts[i] != 0) v = b_.CreateAdd(v, kc_.Index(n.slice_starts[i]), "", true, true);
+    k.dims.push_back(v);
+  }
+  f.operand_index.push_back(k);
+  return Status::Ok();
+}
+
+Status ElementalEmitter::ReverseOperand(Frame& f) {
+  const Node& n = kc_.graph.nodes[f.node];
+  const std::vector<int64_t>& out_dims = n.shape.dims;
+  const auto& j = DimsOf(f.index, out_dims);
+  IrIndex k{j, nullptr};
+  for (int64_t d : n.dimensions) {
+    if (d < 0 || d >= n.shape.rank()) return Malformed(f, "reverse dimension out of range");
+    k.dims[d] = b_.CreateSub(kc_.Index(out_dims[d] - 1), j[d]);
+  }
+  f.operand_index.push_back(k);
+  return Status::Ok();
+}
+
+// One index per operand, each at the output's coordinate less the operands before it along the
+// concatenated dimension. Every operand is read (the result is a select), so each read is kept
+// in bounds.
+Status ElementalEmitter::ConcatenateOperands(Frame& f) {
+  const Node& n = kc_.graph.nodes[f.node];
+  const int rank = n.shape.rank();
+  if (n.dimensions.size() != 1 || n.dimensions[0] < 0 || n.dimensions[0] >= rank) {
+    return Malformed(f, "concatenate needs one valid dimension");
+  }
+  const int64_t cd = n.dimensions[0];
+  const auto& j = DimsOf(f.index, n.shape.dims);
+  int64_t offset = 0;
+  for (size_t i = 0; i < n.operands.size(); ++i) {
+    const std::vector<int64_t>& in = OperandDims(f, i);
+    if (static_cast<int>(in.size()) != rank) return Malformed(f, "operand rank differs");
+    IrIndex k{j, nullptr};
+    k.dims[cd] = Clamp(b_.CreateSub(j[cd], kc_.Index(offset)), std::max<int64_t>(in[cd] - 1, 0));
+    f.operand_index.push_back(k);
+    offset += in[cd];
+  }
+  return Status::Ok();
+}
+
+// The operand's index (clamped in bounds) and the pad value's; f.aux holds whether the output
+// element falls on an operand element, past the low padding and on the interior stride.
+Status ElementalEmitter::PadOperands(Frame& f) {
+  const Node& n = kc_.graph.nodes[f.node];
+  const int rank = n.shape.rank();
+  const std::vector<int64_t>& in = OperandDims(f, 0);
+  if (static_cast<int>(in.size()) != rank || static_cast<int>(n.pad_low.size()) != rank ||
+      static_cast<int>(n.pad_interior.size()) != rank) {
+    return Malformed(f, "pad attributes do not match the rank");
+  }
+  const auto& j = DimsOf(f.index, n.shape.dims);
+  IrIndex k;
+  llvm::Value* inside = b_.getTrue();
+  for (int i = 0; i < rank; ++i) {
+    llvm::Value* t = b_.CreateSub(j[i], kc_.Index(n.pad_low[i]));
+    llvm::Value* q = t;
+    llvm::Value* ok = b_.CreateICmpSGE(t, kc_.Index(0));
+    if (n.pad_interior[i] > 0) {
+      llvm::Value* step = kc_.Index(n.pad_interior[i] + 1);
+      llvm::Value* tc = b_.CreateSelect(ok, t, kc_.Index(0));
+      q = b_.CreateUDiv(tc, step);
+      ok = b_.CreateAnd(ok, b_.CreateICmpEQ(b_.CreateURem(tc, step), kc_.Index(0)));
+    }
+    ok = b_.CreateAnd(ok, b_.CreateICmpSLT(q, kc_.Index(in[i])));
+    inside = b_.CreateAnd(inside, ok);
+    k.dims.push_back(Clamp(q, std::max<int64_t>(in[i] - 1, 0)));
+  }
+  f.aux = inside;
+  f.operand_index.push_back(k);
+  f.operand_index.push_back(IrIndex{{}, kc_.Index(0)});
+  return Status::Ok();
 }
 
 StatusOr<llvm::Value*> ElementalEmitter::Emit(int root, const IrIndex& root_index) {

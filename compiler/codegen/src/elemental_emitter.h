@@ -151,7 +151,18 @@ class ElementalEmitter {
                        llvm::Value* leading);
   llvm::Value* LinearOf(const IrIndex& index, const std::vector<int64_t>& shape);
   Status CheckNode(int node) const;
+  // Sets f.operand_index, each operand's index for node f.node at f.index, one step per kind
+  // of op; INVALID_ARGUMENT for a node whose attributes do not fit its shapes.
   Status PrepareOperands(Frame& f);
+  Status ElementwiseOperands(Frame& f);
+  Status BroadcastOperand(Frame& f);
+  Status TransposeOperand(Frame& f);
+  Status SliceOperand(Frame& f);
+  Status ReverseOperand(Frame& f);
+  Status ConcatenateOperands(Frame& f);
+  Status PadOperands(Frame& f);
+  Status Malformed(const Frame& f, const std::string& what) const;
+  const std::vector<int64_t>& OperandDims(const Frame& f, size_t i) const;
   StatusOr<llvm::Value*> Compute(Frame& f);
   StatusOr<llvm::Value*> ComputeElementwise(int id, const std::vector<llvm::Value*>& ops);
   llvm::Value* ComputeConstant(int id, const IrIndex& index);
