@@ -232,4 +232,24 @@ std::string ToText(const Graph& g) {
   return out.str();
 }
 
+Graph WithoutDeadNodes(Graph g) {
+  std::vector<int> roots = g.outputs;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    if (g.nodes[k].op == OpCode::kParameter) roots.push_back(static_cast<int>(k));
+  }
+  const std::vector<bool> live = ReachedFrom(g, std::move(roots));
+  Graph r;
+  r.name = std::move(g.name);
+  r.outer_parameters = std::move(g.outer_parameters);
+  std::vector<int> remap(g.nodes.size(), -1);
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    if (!live[k]) continue;
+    Node n = std::move(g.nodes[k]);
+    for (int& o : n.operands) o = remap[o];
+    remap[k] = r.Add(std::move(n));
+  }
+  for (int o : g.outputs) r.outputs.push_back(remap[o]);
+  return r;
+}
+
 }  // namespace stitch

@@ -139,7 +139,7 @@ class Rewriter {
       }
     }
     for (int o : g_.outputs) out_.outputs.push_back(map_[o]);
-    return Prune(std::move(out_));
+    return WithoutDeadNodes(std::move(out_));
   }
 
  private:
@@ -241,26 +241,6 @@ class Rewriter {
     const int m1_squared = Elementwise(OpCode::kMul, m1, m1, var, ".shift_square");
     const int spread = Elementwise(OpCode::kSub, m2, m1_squared, var, ".unclamped");
     return Elementwise(OpCode::kMax, spread, zeros, var, ".one_pass");
-  }
-
-  // Drops the nodes no output reads; parameters stay, as they are the signature.
-  static Graph Prune(Graph g) {
-    std::vector<int> roots = g.outputs;
-    for (size_t k = 0; k < g.nodes.size(); ++k) {
-      if (g.nodes[k].op == OpCode::kParameter) roots.push_back(static_cast<int>(k));
-    }
-    const std::vector<bool> live = ReachedFrom(g, std::move(roots));
-    Graph r;
-    r.name = g.name;
-    std::vector<int> remap(g.nodes.size(), -1);
-    for (size_t k = 0; k < g.nodes.size(); ++k) {
-      if (!live[k]) continue;
-      Node n = std::move(g.nodes[k]);
-      for (int& o : n.operands) o = remap[o];
-      remap[k] = r.Add(std::move(n));
-    }
-    for (int o : g.outputs) r.outputs.push_back(remap[o]);
-    return r;
   }
 
   const Graph& g_;

@@ -185,6 +185,11 @@ std::vector<bool> ReachedFrom(const Graph& g, std::vector<int> roots);
 // Returns one flag per node of `g`: true for the nodes some output depends on.
 std::vector<bool> LiveNodes(const Graph& g);
 
+// Returns `g` without the nodes that no output reads; parameters stay, as they are the
+// signature. Node order and outputs are kept. Requires every node's operands to come before it
+// in `g.nodes` (as a rewrite that appends in topological order leaves them).
+Graph WithoutDeadNodes(Graph g);
+
 // Returns a multi-line human-readable dump, HLO-like.
 std::string ToText(const Graph& g);
 
