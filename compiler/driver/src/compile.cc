@@ -11,6 +11,7 @@
 #include "stitch/plan/baseline_planner.h"
 #include "stitch/plan/cost_model.h"
 #include "stitch/plan/eager_model.h"
+#include "stitch/plan/layout_transposes.h"
 #include "stitch/plan/learned_residual.h"
 #include "stitch/plan/schedule.h"
 #include "stitch/plan/statistics_rewrite.h"
@@ -216,10 +217,13 @@ Status PlanAndEmitShapeClass(const Graph& g, const CompileOptions& options, Stop
 
 StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& options,
                                 const GpuDevice& device) {
+  // Values behind layout transposes computed in their inputs' stored order, for every
+  // planner: XLA assigns layouts before it fuses, and Inductor computes channels-last tensors
+  // in their storage order, so neither reads a stored NHWC tensor through a transpose.
   // Statistics in one pass, for every planner: XLA lowers batch norm to E[x^2] - E[x]^2
   // (batchnorm_expander.cc) and Inductor's var_mean is a Welford reduction, so neither reads
   // the input twice for a variance; the shifted sums give stitched plans the same single pass.
-  const Graph g = OnePassStatisticsRewrite(input);
+  const Graph g = OnePassStatisticsRewrite(FoldLayoutTransposes(input).graph);
   PlanChoice result;
   // The model stitchd prices with: the analytical model of kCurrentCostModel, with the learned
   // correction only where its table ships for this device (learned_residual.h).

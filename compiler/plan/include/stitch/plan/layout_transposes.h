@@ -1,0 +1,46 @@
+// Folding layout transposes: computing in the layout the tensors are stored in.
+//
+// A tensor stored in another order than its logical one (XLA's channels-last layouts, which
+// the HLO importer normalises into explicit transposes at the graph's edges; a channels-last
+// PyTorch tensor handed over as its dense NHWC storage) reaches the planner as
+//
+//   t = transpose(x, p)        x as stored, t in logical order
+//   ... elementwise ops, broadcasts of per-channel values, reductions over t ...
+//   y = transpose(r, q)        back to the storage order of an output
+//
+// Every op between is indifferent to the order its elements are stored in, so the graph can
+// compute in x's order instead: elementwise ops on permuted shapes, broadcasts and reductions
+// with their dimensions mapped through p, and the two transposes cancelled (or composed into
+// one). The planner then sees the access pattern memory really has: a batch norm over NHWC
+// storage is a column reduction over [N*H*W, C], where the transposed form looks like a row
+// reduction of a strided tensor and plans a transpose tile it does not need.
+//
+// A group of full-size values is folded only when it is closed: every value in it is an
+// elementwise op whose operands are in the group, transposes by the same p, broadcasts or
+// splat constants; and every use of a value in it is such an op, a reduction (whose kept
+// dimensions stay in order under p), or a transpose. A group with any other use (a graph
+// output in logical order, a slice, a reshape, a random-number op, whose values depend on the
+// element's index) is left as it is, so the rewrite never adds a transpose of a full-size
+// tensor. Broadcasts whose mapped dimensions fall out of order broadcast a transpose of their
+// (smaller) operand.
+//
+// Parameters, outputs (order, shapes, dtypes) and every computed value are unchanged; only a
+// reduction's order of accumulation may differ, within floating-point rounding.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include "stitch/ir/graph.h"
+
+namespace stitch {
+
+struct LayoutTransposeFold {
+  Graph graph;     // the rewritten graph (a copy of the input when nothing folded)
+  int folded = 0;  // transposes of inputs removed: the roots of the folded groups
+};
+
+// Returns the verified graph `g` with every closed group of values behind a layout transpose
+// computed in its operands' stored order, as described above. The result passes Verify.
+LayoutTransposeFold FoldLayoutTransposes(const Graph& g);
+
+}  // namespace stitch
