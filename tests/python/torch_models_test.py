@@ -205,23 +205,35 @@ class GroupNormOnInductorTest(unittest.TestCase):
 class GroupNormChannelsLastTest(unittest.TestCase):
     """The same block with Inductor's layout optimization on (its default; on the CPU it always
     applies): Inductor lays the convolutions' 4-d tensors, and what it computes from them,
-    out channels-last after the graph was traced row-major. Stitch's kernels read and write
-    row-major tensors, so every region with a 4-d tensor stays Inductor's (``layout``): no
-    copy is added, and the step matches eager."""
+    out channels-last after the graph was traced row-major. A region with 4-d tensors is
+    compiled again over that storage (``stitch.torch._stored``) and called through
+    ``stitch::region_stored``, which takes the tensors as Inductor laid them out: the residual
+    add's region launches those kernels on the channels-last storage, with no copy. GroupNorm's
+    regions read their input through as_strided, whose strides assume row-major storage, so
+    they stay Inductor's (``layout``). The step matches eager."""
 
-    def test_regions_with_4d_tensors_stay_inductors_and_nothing_is_copied(self):
+    def test_channels_last_regions_run_on_their_storage_and_as_strided_ones_stay(self):
         backend, executor, expected, got = groupnorm_on_inductor(True)
         (expected_out, expected_grads), (out, grads) = expected, got
         report = backend.report
         self.assertLessEqual(base.max_relative_error(expected_out, out), INDUCTOR_TOLERANCE)
         check_grads(self, "groupnorm_block", expected_grads, grads, INDUCTOR_TOLERANCE)
-        self.assertGreater(len(report.choices), 1)
-        self.assertEqual({(c.winner, c.reason) for c in report.choices},
-                         {("inductor", "layout")},
-                         [(c.region, c.reason, c.detail) for c in report.choices])
-        self.assertTrue(all("channels-last" in c.detail for c in report.choices))
+        choices = [(c.region, c.winner, c.reason, c.detail) for c in report.choices]
+        replaced = [c for c in report.choices if c.winner == "stitch"]
+        kept = [c for c in report.choices if c.winner != "stitch"]
+        self.assertEqual([c.reason for c in replaced], ["faster"], choices)
+        self.assertGreater(len(kept), 1, choices)
+        for c in kept:
+            self.assertEqual(c.reason, "layout", choices)
+            self.assertIn("as_strided", c.detail)
         self.assertEqual(report.layout_copies, 0)
-        self.assertEqual(region_calls(backend), [])
+        # The replaced region's key is its channels-last bundle's: the comparison with
+        # Inductor and the stand-in timer ran it once each, and every stitched call of the
+        # step launched it.
+        self.assertGreater(report.stitched_calls, 0)
+        launches = [r for r in executor.runs if r["key"] == replaced[0].key]
+        self.assertEqual(len(launches), 2 + report.stitched_calls)
+        self.assertEqual(len(region_calls(backend)), 1)
 
 
 # -- the benchmark's plumbing, on the CPU, with stand-in backends ---------------------------------

@@ -20,7 +20,9 @@ node, and Inductor compiles it exactly as it would have without stitch. The op i
 ``stitch::launch``, the C++ launch path (``_launch``), where its library is loaded and the
 region's executor has a native launch; else ``stitch::region``, which launches from Python.
 ``stitch::launch`` hands each call it cannot serve to ``stitch::region``, which launches it and
-registers the variant, so that later calls at those sizes stay in C++.
+registers the variant, so that later calls at those sizes stay in C++. A region whose 4-d
+tensors Inductor lays out channels-last is decided on its kernels over that storage
+(``_stored``) and called through ``stitch::region_stored``.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _launch, _shapes
+from . import _launch, _shapes, _stored
 from ._backend import StitchBackend, StitchedRegion
-from ._report import RegionChoice, Report
+from ._report import LAUNCH_ERROR, RegionChoice, Report
 
 LOG = logging.getLogger("stitch.torch")
 
@@ -60,6 +62,7 @@ _REGIONS: Dict[str, "_Replacement"] = {}
 _NATIVE: Dict[int, "_Replacement"] = {}  # by stitch::launch region number
 _REGIONS_LOCK = threading.Lock()
 _OP: Optional[Any] = None
+_STORED_OP: Optional[Any] = None
 _NATIVE_OP: Optional[Any] = None
 _BACKEND_IDS = itertools.count()
 
@@ -120,6 +123,8 @@ class _Replacement:
     backend: Optional[StitchBackend] = None
     #: The region on the C++ launch path, where the graph calls stitch::launch.
     native: Optional[_launch.NativeRegion] = None
+    #: Its kernels over channels-last storage, where the graph calls stitch::region_stored.
+    stored: Optional[_stored.StoredRegion] = None
 
     def run(self, inputs: Sequence[torch.Tensor], sizes: Sequence[int]) -> List[torch.Tensor]:
         dense = True
@@ -145,6 +150,35 @@ class _Replacement:
                 all(r.is_contiguous() for r in out):
             self._add_variant(inputs, sizes, out, kernels, executor)
         return out
+
+    def run_stored(self, inputs: Sequence[torch.Tensor],
+                   sizes: Sequence[int]) -> List[torch.Tensor]:
+        """``stitch::region_stored``: inputs whose 4-d tensors are all stored channels-last
+        run the stored kernels, on the storage as it is, and give 4-d outputs stored so; any
+        other call runs as :meth:`run` (its outputs row-major), as the fake kernel says."""
+        if self.stored is None or not _stored.all_channels_last(inputs):
+            return self.run(inputs, sizes)
+        executor = self.backend.executor_for(inputs[0].device) if self.backend else None
+        try:
+            if executor is None:
+                raise RuntimeError("no executor for %s tensors" % inputs[0].device.type)
+            out = self.stored.run(executor, inputs)
+        except Exception as e:  # the region's own code, laid out as the call promised
+            self.report.fallback(LAUNCH_ERROR, "%s: %s" % (self.region.info.name, e))
+            return [o.contiguous(memory_format=torch.channels_last) if o.dim() == 4 else o
+                    for o in self.run([x.contiguous() for x in inputs], sizes)]
+        self.report.count_stitched_call(path="python")
+        if self.backend is not None:
+            self.backend.record_invocation(self.stored.kernels.key)
+        return out
+
+    def fake_stored(self, inputs: Sequence[torch.Tensor],
+                    sizes: Sequence[Any]) -> List[torch.Tensor]:
+        """The outputs' metadata of :meth:`run_stored`."""
+        outputs = self.fake(inputs, sizes)
+        if self.stored is None or not _stored.all_channels_last(inputs):
+            return outputs
+        return [_stored.channels_last_like(o.shape, o.dtype, o.device) for o in outputs]
 
     def _add_variant(self, inputs: Sequence[torch.Tensor], sizes: Sequence[int],
                      outputs: Sequence[torch.Tensor], kernels: Any, executor: Any) -> None:
@@ -202,15 +236,17 @@ def _output_dims(sub: torch.fx.GraphModule) -> List[Tuple[Any, ...]]:
     return [_shapes.symbolic_meta(o)[0] for o in items]
 
 
-def region_op_tags() -> Tuple[Any, ...]:
+def region_op_tags(layout: Optional[Any] = None) -> Tuple[Any, ...]:
     """The tags of ``stitch::region`` and ``stitch::launch``: Inductor keeps the tensors'
-    strides as traced, and, where this PyTorch has the tag, captures neither in a CUDA graph
-    (``cudagraph_unsafe``). A region's first launch on a stream allocates its temporaries
+    strides as traced (``stitch::region_stored`` passes ``torch.Tag.flexible_layout``: the
+    tensors as Inductor laid them out), and, where this PyTorch has the tag, captures none in a
+    CUDA graph (``cudagraph_unsafe``). A region's first launch on a stream allocates its temporaries
     there, which stream capture forbids, and a call at new sizes runs Python; with the tag,
     Inductor's CUDA graphs (``mode="reduce-overhead"``) leave the regions out: its graph
     partitions around them, or, without partitions, runs without CUDA graphs."""
     unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)
-    return (torch.Tag.needs_fixed_stride_order,) + ((unsafe,) if unsafe is not None else ())
+    layout = torch.Tag.needs_fixed_stride_order if layout is None else layout
+    return (layout,) + ((unsafe,) if unsafe is not None else ())
 
 
 def _region_op() -> Any:
@@ -234,6 +270,31 @@ def _region_op() -> Any:
 
         _OP = torch.ops.stitch.region.default
         return _OP
+
+
+def _region_stored_op() -> Any:
+    """The ``stitch::region_stored(str name, Tensor[] inputs, SymInt[] sizes) -> Tensor[]``
+    op of regions with kernels over channels-last storage (``_stored``), defined on first use:
+    Inductor calls it with the tensors as it laid them out, and lays its outputs out as the
+    fake kernel gives them."""
+    global _STORED_OP
+    with _REGIONS_LOCK:
+        if _STORED_OP is not None:
+            return _STORED_OP
+
+        @torch.library.custom_op("stitch::region_stored", mutates_args=(),
+                                 tags=region_op_tags(torch.Tag.flexible_layout))
+        def region_stored(name: str, inputs: List[torch.Tensor],
+                          sizes: List[int]) -> List[torch.Tensor]:
+            return _REGIONS[name].run_stored(inputs, sizes)
+
+        @region_stored.register_fake
+        def _(name: str, inputs: List[torch.Tensor],
+              sizes: List[int]) -> List[torch.Tensor]:
+            return _REGIONS[name].fake_stored(inputs, sizes)
+
+        _STORED_OP = torch.ops.stitch.region_stored.default
+        return _STORED_OP
 
 
 def _native_op() -> Any:
@@ -311,10 +372,10 @@ class InductorStitchBackend:
                 continue
             module = getattr(fused, node.target)
             if isinstance(module, StitchedRegion):
-                choice = self._choose_region(module, node, channels_last)
+                choice, stored = self._choose_region(module, node, channels_last)
                 self.report.add_choice(choice)
                 if choice.winner == "stitch":
-                    _replace(fused, node, module, *self._register(module))
+                    _replace(fused, node, module, *self._register(module, stored))
                     continue
             _inline(fused, node, module.fallback if isinstance(module, StitchedRegion) else module)
         for name in [n for n, _ in fused.named_children() if n.startswith("region")]:
@@ -325,7 +386,8 @@ class InductorStitchBackend:
         fused.recompile()
         return fused
 
-    def _register(self, region: StitchedRegion) -> Tuple[Any, tuple]:
+    def _register(self, region: StitchedRegion,
+                  stored: Optional[_stored.StoredRegion] = None) -> Tuple[Any, tuple]:
         """Registers a replaced region; returns the op its call runs and the op's first
         arguments: ``stitch::launch`` and the region's number on the C++ launch path where its
         device's executor has one, else ``stitch::region`` and its name."""
@@ -333,9 +395,11 @@ class InductorStitchBackend:
         specs = [_OutputSpec(tuple(v.shape), tuple(v.stride()), v.dtype)
                  if not region.shapes.symbolic else _OutputSpec(None, None, v.dtype)
                  for v in _outputs(region.fallback)[0]]
-        replacement = _Replacement(region, specs, self.report, self.stitch)
+        replacement = _Replacement(region, specs, self.report, self.stitch, stored=stored)
         with _REGIONS_LOCK:
             _REGIONS[name] = replacement
+        if stored is not None:
+            return _region_stored_op(), (name,)
         executor = (self.stitch.executor_for(region.device) if region.device is not None
                     else None)
         if getattr(executor, "launch_path", "python") != "cpp" or not _launch.available():
@@ -349,19 +413,40 @@ class InductorStitchBackend:
 
     # -- one region --------------------------------------------------------------------------
     def _choose_region(self, region: StitchedRegion, node: torch.fx.Node,
-                       channels_last: bool = False) -> RegionChoice:
+                       channels_last: bool = False
+                       ) -> Tuple[RegionChoice, Optional[_stored.StoredRegion]]:
+        """The choice for one region, and its kernels over channels-last storage where those
+        are what would run."""
         choice = RegionChoice(region.info.name, region.kernels.key)
-        layout = _layout_problem(node, region.fallback) or (
-            _channels_last_problem(node, region.fallback) if channels_last else "")
+        layout = _layout_problem(node, region.fallback)
         if layout:
-            return choice.keep("layout", layout)
+            return choice.keep("layout", layout), None
+        if channels_last and _channels_last_problem(node, region.fallback):
+            return self._choose_stored(choice, region)
         if self._decide_from_daemon(choice, region):
-            return choice
+            return choice, None
         try:
             self._time(choice, region)
         except Exception as e:  # a region that cannot be run or timed stays Inductor's
-            return choice.keep("launch_error", str(e))
-        return choice
+            return choice.keep("launch_error", str(e)), None
+        return choice, None
+
+    def _choose_stored(self, choice: RegionChoice, region: StitchedRegion
+                       ) -> Tuple[RegionChoice, Optional[_stored.StoredRegion]]:
+        """A region whose 4-d tensors Inductor lays out channels-last: its kernels over that
+        storage, timed against Inductor's on channels-last inputs."""
+        stored = (_stored.compile_stored(region, self.stitch.client)
+                  if hasattr(torch.Tag, "flexible_layout")
+                  else "this PyTorch's ops cannot take tensors as Inductor lays them out")
+        if isinstance(stored, str):
+            return choice.keep("layout", "its 4-d tensors are stored channels-last here, and "
+                               "it has no kernels over that storage: %s" % stored), None
+        choice.key = stored.kernels.key
+        try:
+            self._time(choice, region, stored)
+        except Exception as e:
+            return choice.keep("launch_error", str(e)), None
+        return choice, stored
 
     def _decide_from_daemon(self, choice: RegionChoice, region: StitchedRegion) -> bool:
         runtimes = region.runtimes or {}
@@ -376,12 +461,13 @@ class InductorStitchBackend:
                      inductor["seconds_sum"] / inductor["samples"])
         return True
 
-    def _time(self, choice: RegionChoice, region: StitchedRegion) -> None:
+    def _time(self, choice: RegionChoice, region: StitchedRegion,
+              stored: Optional[_stored.StoredRegion] = None) -> None:
         # On a thread of its own: Inductor's compile of the region alone must not see the
         # tracing context, fake tensors and shape environment of the graph being compiled,
         # which are per thread.
         with concurrent.futures.ThreadPoolExecutor(1, "stitch-timing") as pool:
-            timings = pool.submit(self._run_both, region).result()
+            timings = pool.submit(self._run_both, region, stored).result()
         choice.decided_by = "timed"
         if isinstance(timings, str):
             choice.keep("mismatch", timings)
@@ -393,19 +479,24 @@ class InductorStitchBackend:
         client.record_time(choice.key, "stitched", stitched * samples, samples)
         client.record_time(choice.key, "fallback", inductor * samples, samples)
 
-    def _run_both(self, region: StitchedRegion) -> Any:
-        """Returns (stitched seconds, Inductor seconds) per call on random inputs, or why the
-        two sides' outputs disagree."""
+    def _run_both(self, region: StitchedRegion,
+                  stored: Optional[_stored.StoredRegion] = None) -> Any:
+        """Returns (stitched seconds, Inductor seconds) per call on random inputs (4-d ones
+        stored channels-last for ``stored``), or why the two sides' outputs disagree."""
         from torch._inductor.compile_fx import compile_fx
         device = region.device
         inputs = _random_inputs(region, device)
+        if stored is not None:
+            inputs = _stored.random_channels_last(inputs)
         compiled = compile_fx(_standalone(region.fallback), inputs)
 
         def run_inductor() -> Any:
             return compiled(*inputs)
 
         def run_stitched() -> Any:
-            return region.launch(inputs)
+            if stored is None:
+                return region.launch(inputs)
+            return stored.run(self.stitch.executor_for(device), inputs)
 
         disagreement = _disagreement(run_stitched(), run_inductor())
         if disagreement:

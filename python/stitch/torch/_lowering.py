@@ -1093,15 +1093,24 @@ def concrete_meta(node: torch.fx.Node, binding: Optional[Mapping[Any, int]] = No
         return None
 
 
+#: A 4-d tensor stored channels-last holds its NCHW value in NHWC order: the logical
+#: dimensions are this transpose of the stored ones, and the stored ones the inverse.
+NCHW_OF_NHWC = (0, 3, 1, 2)
+NHWC_OF_NCHW = (0, 2, 3, 1)
+
+
 def lower_region(graph_module: torch.fx.GraphModule, name: str,
                  binding: Optional[Mapping[Any, int]] = None,
-                 splits: Optional[Mapping[int, int]] = None) -> Lowered:
+                 splits: Optional[Mapping[int, int]] = None,
+                 channels_last: bool = False) -> Lowered:
     """Returns the HLO module of a fused region at ``binding`` (None for a region of static
     shapes): its tensor placeholders are parameters in order, its size placeholders the
     binding's values, its outputs the root tuple's elements in order. ``splits`` maps a
     parameter to k: it is declared with dimension 0 split into (d/k, k) and reshaped back (the
-    same bytes), so that its dimension 0 is an outer extent (``_shapes.OuterRule``). Raises
-    Unsupported naming the first node it cannot express."""
+    same bytes), so that its dimension 0 is an outer extent (``_shapes.OuterRule``). With
+    ``channels_last``, every 4-d parameter and output is declared as its channels-last storage
+    (NHWC) and transposed to and from NCHW in the module, which stitchd's compiler folds into
+    the ops between. Raises Unsupported naming the first node it cannot express."""
     e = Emitter()
     values: Dict[torch.fx.Node, Any] = {}
     inputs: List[Tuple[Tuple[int, ...], torch.dtype]] = []
@@ -1109,7 +1118,8 @@ def lower_region(graph_module: torch.fx.GraphModule, name: str,
     for node in graph_module.graph.nodes:
         if node.op == "placeholder":
             k = len(inputs)
-            values[node] = _lower_input(e, node, binding, k, (splits or {}).get(k, 1))
+            values[node] = _lower_input(e, node, binding, k, (splits or {}).get(k, 1),
+                                        channels_last)
             if isinstance(values[node], Value):
                 inputs.append(e.declared[-1])
         elif node.op == "call_function":
@@ -1121,17 +1131,25 @@ def lower_region(graph_module: torch.fx.GraphModule, name: str,
                 v = values.get(item)
                 if not isinstance(v, Value):
                     raise Unsupported("output %s is not a tensor of the region" % (item,))
-                outputs.append(v)
+                outputs.append(_stored(e, v, NHWC_OF_NCHW) if channels_last else v)
         else:
             raise Unsupported("%s node %s" % (node.op, node.name))
     return Lowered(e.module(name, outputs), tuple(inputs),
                    tuple((o.shape, o.dtype) for o in outputs), e.binding_specific)
 
 
+def _stored(e: Emitter, v: Value, perm: Tuple[int, ...]) -> Value:
+    """``v`` transposed by ``perm`` where it is 4-d; other values as they are."""
+    if len(v.shape) != 4:
+        return v
+    return e.emit(tuple(v.shape[d] for d in perm), v.dtype, "transpose", [v],
+                  "dimensions={%s}" % ",".join(str(d) for d in perm))
+
+
 def _lower_input(e: Emitter, node: torch.fx.Node, binding: Optional[Mapping[Any, int]],
-                 index: int, split: int = 1) -> Any:
+                 index: int, split: int = 1, channels_last: bool = False) -> Any:
     """A placeholder: parameter ``index`` for a tensor (declared with dimension 0 split by
-    ``split``), the Size it is bound to for a size."""
+    ``split``, or as its channels-last storage), the Size it is bound to for a size."""
     scalar = _shapes.symbolic_scalar(node) if binding is not None else None
     if scalar is not None:
         try:
@@ -1150,6 +1168,9 @@ def _lower_input(e: Emitter, node: torch.fx.Node, binding: Optional[Mapping[Any,
                               % (node.name, shape, split))
         declared = (shape[0] // split, split) + tuple(shape[1:])
         return e.reshape(e.parameter(index, declared, dtype), shape)
+    if channels_last and len(shape) == 4:
+        stored = tuple(shape[d] for d in NHWC_OF_NCHW)
+        return _stored(e, e.parameter(index, stored, dtype), NCHW_OF_NHWC)
     return e.parameter(index, shape, dtype)
 
 
