@@ -134,8 +134,8 @@ class GroupFinder {
     if (n.op == OpCode::kTranspose && n.dimensions == group_.perm) return AddRoot(o);
     const bool splat = n.op == OpCode::kConstant && n.literal.size() == 1;
     // A broadcast that adds no dimension reads a full-size value in logical order.
-    const bool broadcast = n.op == OpCode::kBroadcast &&
-                           g_.nodes[n.operands[0]].shape.elements() < n.shape.elements();
+    const bool broadcast =
+        n.op == OpCode::kBroadcast && g_.nodes[n.operands[0]].shape.elements() < n.shape.elements();
     if (!broadcast && !splat) return false;
     group_.roles[o] = Role::kSide;
     return true;

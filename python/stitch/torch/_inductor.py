@@ -61,8 +61,7 @@ AGREEMENT_16_BIT = 5e-2
 _REGIONS: Dict[str, "_Replacement"] = {}
 _NATIVE: Dict[int, "_Replacement"] = {}  # by stitch::launch region number
 _REGIONS_LOCK = threading.Lock()
-_OP: Optional[Any] = None
-_STORED_OP: Optional[Any] = None
+_OPS: Dict[str, Any] = {}  # stitch::region and stitch::region_stored, by name, once defined
 _NATIVE_OP: Optional[Any] = None
 _BACKEND_IDS = itertools.count()
 
@@ -249,52 +248,38 @@ def region_op_tags(layout: Optional[Any] = None) -> Tuple[Any, ...]:
     return (layout,) + ((unsafe,) if unsafe is not None else ())
 
 
-def _region_op() -> Any:
-    """The ``stitch::region(str name, Tensor[] inputs, SymInt[] sizes) -> Tensor[]`` op,
-    defined on first use: Inductor calls it as an extern kernel with the tensor inputs in the
-    strides the graph traced, and the region's size inputs (none for static sizes)."""
-    global _OP
+def _replacement_op(op: str, tags: Tuple[Any, ...], run: str, fake: str) -> Any:
+    """Defines ``stitch::<op>(str name, Tensor[] inputs, SymInt[] sizes) -> Tensor[]`` on first
+    use: a call runs the ``run`` method of the region registered as ``name``, and its ``fake``
+    method gives the outputs' metadata."""
     with _REGIONS_LOCK:
-        if _OP is not None:
-            return _OP
+        if op in _OPS:
+            return _OPS[op]
 
-        @torch.library.custom_op("stitch::region", mutates_args=(), tags=region_op_tags())
-        def region(name: str, inputs: List[torch.Tensor],
-                   sizes: List[int]) -> List[torch.Tensor]:
-            return _REGIONS[name].run(inputs, sizes)
+        @torch.library.custom_op("stitch::" + op, mutates_args=(), tags=tags)
+        def call(name: str, inputs: List[torch.Tensor], sizes: List[int]) -> List[torch.Tensor]:
+            return getattr(_REGIONS[name], run)(inputs, sizes)
 
-        @region.register_fake
-        def _(name: str, inputs: List[torch.Tensor],
-              sizes: List[int]) -> List[torch.Tensor]:
-            return _REGIONS[name].fake(inputs, sizes)
+        @call.register_fake
+        def _(name: str, inputs: List[torch.Tensor], sizes: List[int]) -> List[torch.Tensor]:
+            return getattr(_REGIONS[name], fake)(inputs, sizes)
 
-        _OP = torch.ops.stitch.region.default
-        return _OP
+        _OPS[op] = getattr(torch.ops.stitch, op).default
+        return _OPS[op]
+
+
+def _region_op() -> Any:
+    """The ``stitch::region`` op: Inductor calls it as an extern kernel with the tensor inputs
+    in the strides the graph traced, and the region's size inputs (none for static sizes)."""
+    return _replacement_op("region", region_op_tags(), "run", "fake")
 
 
 def _region_stored_op() -> Any:
-    """The ``stitch::region_stored(str name, Tensor[] inputs, SymInt[] sizes) -> Tensor[]``
-    op of regions with kernels over channels-last storage (``_stored``), defined on first use:
-    Inductor calls it with the tensors as it laid them out, and lays its outputs out as the
-    fake kernel gives them."""
-    global _STORED_OP
-    with _REGIONS_LOCK:
-        if _STORED_OP is not None:
-            return _STORED_OP
-
-        @torch.library.custom_op("stitch::region_stored", mutates_args=(),
-                                 tags=region_op_tags(torch.Tag.flexible_layout))
-        def region_stored(name: str, inputs: List[torch.Tensor],
-                          sizes: List[int]) -> List[torch.Tensor]:
-            return _REGIONS[name].run_stored(inputs, sizes)
-
-        @region_stored.register_fake
-        def _(name: str, inputs: List[torch.Tensor],
-              sizes: List[int]) -> List[torch.Tensor]:
-            return _REGIONS[name].fake_stored(inputs, sizes)
-
-        _STORED_OP = torch.ops.stitch.region_stored.default
-        return _STORED_OP
+    """The ``stitch::region_stored`` op of regions with kernels over channels-last storage
+    (``_stored``): Inductor calls it with the tensors as it laid them out, and lays its outputs
+    out as the fake kernel gives them."""
+    return _replacement_op("region_stored", region_op_tags(torch.Tag.flexible_layout),
+                           "run_stored", "fake_stored")
 
 
 def _native_op() -> Any:
