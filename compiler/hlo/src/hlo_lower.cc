@@ -295,7 +295,7 @@ StatusOr<Graph> Lowerer::Run(const HloComputation& comp, const std::string& grap
     return InvalidArgument(Where(opt_.source_name, root_ins.line) + ": entry root '" +
                            root_ins.name + "' has no array outputs");
   }
-  Graph pruned = Prune();
+  Graph pruned = WithoutDeadNodes(std::move(g_));
   if (static_cast<int64_t>(pruned.nodes.size()) > opt_.limits.max_nodes) {
     return ResourceExhausted(opt_.source_name + ": graph '" + graph_name + "' has " +
                              std::to_string(pruned.nodes.size()) + " nodes, over the limit of " +
@@ -348,26 +348,6 @@ Status Lowerer::AddOutputs(const Value& v, const HloShape* declared, const std::
   }
   g_.outputs.push_back(node);
   return Status::Ok();
-}
-
-// Drops nodes that reach no output (parameters stay: they are the signature).
-Graph Lowerer::Prune() {
-  std::vector<int> roots = g_.outputs;
-  for (size_t k = 0; k < g_.nodes.size(); ++k) {
-    if (g_.nodes[k].op == OpCode::kParameter) roots.push_back(static_cast<int>(k));
-  }
-  const std::vector<bool> live = ReachedFrom(g_, std::move(roots));
-  Graph r;
-  r.name = g_.name;
-  std::vector<int> remap(g_.nodes.size(), -1);
-  for (size_t k = 0; k < g_.nodes.size(); ++k) {
-    if (!live[k]) continue;
-    Node n = std::move(g_.nodes[k]);
-    for (int& o : n.operands) o = remap[o];
-    remap[k] = r.Add(std::move(n));
-  }
-  for (int o : g_.outputs) r.outputs.push_back(remap[o]);
-  return r;
 }
 
 StatusOr<Value> Lowerer::LowerComp(const HloComputation& c, const std::vector<Value>* args) {

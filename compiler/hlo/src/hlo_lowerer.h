@@ -125,8 +125,6 @@ class Lowerer {
   // Appends the arrays of root value `v` to the graph's outputs, in its declared layouts.
   Status AddOutputs(const Value& v, const HloShape* declared, const std::string& where,
                     const HloInstruction& root, int depth);
-  // Returns the graph without the nodes no output needs (parameters stay).
-  Graph Prune();
   // Returns the value of computation `c`'s root; `args` are the caller's operands, null at
   // the top level. INVALID_ARGUMENT for calls nested too deep or recursive.
   StatusOr<Value> LowerComp(const HloComputation& c, const std::vector<Value>* args);
