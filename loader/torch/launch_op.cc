@@ -4,24 +4,35 @@
 //   stitch::launch(int region, Tensor[] inputs, SymInt[] sizes) -> Tensor[]
 //
 // launches region `region` (a number from stitch::launch_region) on `inputs`: it finds the
-// variant registered for the inputs' devices, dtypes and sizes and the size arguments, checks
-// that the inputs are dense row-major, allocates the outputs with the variant's sizes, strides
-// and dtypes, and calls stitch_loader_launch_at_extent with the tensors' data pointers and
-// byte sizes on PyTorch's current stream of the inputs' device (the loader refuses a buffer
-// smaller than the bundle declares, before anything is enqueued). Where no variant matches,
-// an input is not dense, or the launch fails (the variant is then retired), the call goes to
-// the region's fallback operator, stitch::region(name, inputs, sizes), which the Python
-// package defines and which runs the region as the Python executor does; a region without a
-// fallback raises instead, with the loader's message.
+// variant registered for the inputs' devices, dtypes, sizes and layouts and the size
+// arguments, allocates the outputs with the variant's sizes, strides and dtypes, and calls
+// stitch_loader_launch_at_extent with the tensors' data pointers and byte sizes on PyTorch's
+// current stream of the inputs' device (the loader refuses a buffer smaller than the bundle
+// declares, before anything is enqueued). An input's layout is dense row-major, or, for a
+// 4-d tensor, dense channels-last: a bundle compiled over NHWC storage (stitch.torch's
+// `_stored`) takes such a tensor's data as it lies. Where no variant matches, an input is
+// laid out neither way, or the launch fails (the variant is then retired), the call goes to
+// the region's fallback operator, stitch::region(name, inputs, sizes) or
+// stitch::region_stored, which the Python package defines and which runs the region as the
+// Python executor does; a region without a fallback raises instead, with the loader's
+// message.
+//
+//   stitch::launch_stored(int region, Tensor[] inputs, SymInt[] sizes) -> Tensor[]
+//
+// is the same launch, for regions whose outputs follow their inputs' layout: Inductor hands
+// it tensors as it laid them out (the flexible_layout tag), where it hands stitch::launch the
+// strides it traced. It is defined where this PyTorch has that tag.
 //
 // The Python package registers what the launch needs once per region and variant:
 //
-//   stitch::launch_region(str fallback) -> int
+//   stitch::launch_region(str fallback, str fallback_op="region") -> int
 //   stitch::launch_variant(int region, Tensor[] inputs, SymInt[] sizes, Tensor[] outputs,
 //                          int[] loader) -> int
 //
-// launch_variant records the call's inputs and sizes as the variant's key and the outputs'
-// sizes, strides, dtypes and device as what each launch allocates; `loader` is
+// launch_region names the region's fallback: the stitch::<fallback_op> ("region" or
+// "region_stored") call that gets `fallback` as its region name. launch_variant records the
+// call's inputs (devices, dtypes, sizes and layouts) and sizes as the variant's key and the
+// outputs' sizes, strides, dtypes and device as what each launch allocates; `loader` is
 // [stitch_loader_launch_at_extent, stitch_free, the stitch_loader*, the stitch_program*, the
 // outer extent (0 for an exact bundle)], addresses taken from the libstitch_client.so the
 // package loaded, so that the handles and the functions come from the same library. The
@@ -52,6 +63,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -69,7 +81,25 @@ constexpr size_t kMaxVariants = 64;
 
 using Key = c10::SmallVector<int64_t, 64>;
 
-// What identifies a variant: per input its device, dtype and sizes, then the size arguments.
+// How a tensor's elements lie in memory, as a bundle reads or writes them.
+enum class Layout : int64_t {
+  kRowMajor = 0,
+  // A 4-d NCHW tensor stored NHWC that is not also row-major (one with a single channel or
+  // pixel is both, and counts as row-major, as stitch.torch._stored.is_channels_last).
+  kChannelsLast = 1,
+  kOther = 2,
+};
+
+Layout LayoutOf(const at::Tensor& t) {
+  if (t.is_contiguous()) return Layout::kRowMajor;
+  if (t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+    return Layout::kChannelsLast;
+  }
+  return Layout::kOther;
+}
+
+// What identifies a variant: per input its device, dtype, layout and sizes, then the size
+// arguments.
 void KeyOf(at::TensorList inputs, c10::SymIntArrayRef sizes, Key& key) {
   key.clear();
   key.push_back(static_cast<int64_t>(inputs.size()));
@@ -77,6 +107,7 @@ void KeyOf(at::TensorList inputs, c10::SymIntArrayRef sizes, Key& key) {
     key.push_back(static_cast<int64_t>(t.device().type()));
     key.push_back(t.device().index());
     key.push_back(static_cast<int64_t>(t.scalar_type()));
+    key.push_back(static_cast<int64_t>(LayoutOf(t)));
     key.push_back(t.dim());
     for (int64_t d : t.sizes()) key.push_back(d);
   }
@@ -103,7 +134,10 @@ struct Variant {
 };
 
 struct Region {
-  std::string fallback;  // the stitch::region name, "" for none
+  std::string fallback;     // the region's name for its fallback operator, "" for none
+  std::string fallback_op;  // "region" or "region_stored"
+  std::once_flag found_op;
+  std::optional<c10::OperatorHandle> op;  // set once, at the first fallback
   std::shared_mutex mu;
   std::vector<std::unique_ptr<Variant>> variants;  // only appended to; guarded by mu
   std::atomic<int64_t> fallbacks{0};
@@ -131,14 +165,19 @@ std::vector<at::Tensor> Fallback(Region& region, at::TensorList inputs, c10::Sym
                                  const std::string& why) {
   TORCH_CHECK(!region.fallback.empty(), "stitch::launch: ", why);
   region.fallbacks.fetch_add(1, std::memory_order_relaxed);
-  static const c10::OperatorHandle op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("stitch::region", "");
+  // Looked up at the first fallback: the Python package defines the operator when it first
+  // replaces a region with it, which may be after the region was registered here.
+  std::call_once(region.found_op, [&region] {
+    region.op = c10::Dispatcher::singleton().findSchemaOrThrow(
+        ("stitch::" + region.fallback_op).c_str(), "");
+  });
   std::vector<c10::IValue> stack;
   stack.emplace_back(region.fallback);
   stack.emplace_back(inputs.vec());
   stack.emplace_back(sizes.vec());
-  op.callBoxed(&stack);
-  TORCH_CHECK(stack.size() == 1, "stitch::region returned ", stack.size(), " values");
+  region.op->callBoxed(&stack);
+  TORCH_CHECK(stack.size() == 1, "stitch::", region.fallback_op, " returned ", stack.size(),
+              " values");
   return stack[0].toTensorVector();
 }
 
@@ -147,7 +186,9 @@ std::string Unlaunchable(at::TensorList inputs) {
   if (inputs.empty()) return "no inputs";
   if (inputs.size() > kInline) return "more than 16 inputs";
   for (const at::Tensor& t : inputs) {
-    if (!t.is_contiguous()) return "an input is not dense row-major";
+    if (LayoutOf(t) == Layout::kOther) {
+      return "an input is neither dense row-major nor dense channels-last";
+    }
     if (t.device() != inputs[0].device()) return "inputs on several devices";
   }
   return "";
@@ -205,9 +246,14 @@ std::vector<at::Tensor> Launch(int64_t region_id, at::TensorList inputs,
   return outputs;
 }
 
-int64_t AddRegion(c10::string_view fallback) {
+int64_t AddRegion(c10::string_view fallback, c10::string_view fallback_op) {
+  TORCH_CHECK(fallback_op == "region" || fallback_op == "region_stored",
+              "stitch::launch_region: the fallback operator is \"region\" or \"region_stored\", "
+              "not \"",
+              std::string(fallback_op), "\"");
   auto region = std::make_unique<Region>();
   region->fallback = std::string(fallback);
+  region->fallback_op = std::string(fallback_op);
   std::unique_lock<std::shared_mutex> lock(g_mu);
   g_regions.push_back(std::move(region));
   return static_cast<int64_t>(g_regions.size()) - 1;
@@ -224,8 +270,9 @@ int64_t AddVariant(int64_t region_id, at::TensorList inputs, c10::SymIntArrayRef
   auto v = std::make_unique<Variant>();
   KeyOf(inputs, sizes, v->key);
   for (const at::Tensor& t : outputs) {
-    TORCH_CHECK(t.is_contiguous() && t.device() == inputs[0].device(),
-                "stitch::launch_variant: outputs are dense row-major on the inputs' device");
+    TORCH_CHECK(LayoutOf(t) != Layout::kOther && t.device() == inputs[0].device(),
+                "stitch::launch_variant: outputs are dense row-major or channels-last on the "
+                "inputs' device");
     v->outputs.push_back(Output{t.sizes().vec(), t.strides().vec(), t.options()});
   }
   v->launch = reinterpret_cast<LaunchFn>(static_cast<uintptr_t>(loader[0]));
@@ -251,11 +298,12 @@ std::vector<int64_t> Counts(int64_t region_id) {
 
 }  // namespace
 
-// Inductor keeps the inputs' strides as traced, and captures no launch in a CUDA graph where
-// this PyTorch has the tag: a bundle's first launch on a stream allocates its temporaries,
-// which stream capture forbids, and a call the C++ path cannot serve runs Python. Inductor's
-// CUDA graphs then partition around the launches (python/stitch/torch/_inductor.py,
-// region_op_tags, tags stitch::region alike).
+// Inductor keeps stitch::launch's inputs' strides as traced (stitch::launch_stored's as it
+// laid them out), and captures no launch in a CUDA graph where this PyTorch has the tag: a
+// bundle's first launch on a stream allocates its temporaries, which stream capture forbids,
+// and a call the C++ path cannot serve runs Python. Inductor's CUDA graphs then partition
+// around the launches (python/stitch/torch/_inductor.py, region_op_tags, tags stitch::region
+// and stitch::region_stored alike).
 TORCH_LIBRARY_FRAGMENT(stitch, m) {
   m.def("launch(int region, Tensor[] inputs, SymInt[] sizes) -> Tensor[]",
         {at::Tag::needs_fixed_stride_order,
@@ -263,7 +311,15 @@ TORCH_LIBRARY_FRAGMENT(stitch, m) {
          at::Tag::cudagraph_unsafe
 #endif
         });
-  m.def("launch_region(str fallback) -> int", &AddRegion);
+#ifdef STITCH_TORCH_HAS_FLEXIBLE_LAYOUT_TAG
+  m.def("launch_stored(int region, Tensor[] inputs, SymInt[] sizes) -> Tensor[]",
+        {at::Tag::flexible_layout,
+#ifdef STITCH_TORCH_HAS_CUDAGRAPH_UNSAFE_TAG
+         at::Tag::cudagraph_unsafe
+#endif
+        });
+#endif
+  m.def("launch_region(str fallback, str fallback_op=\"region\") -> int", &AddRegion);
   m.def(
       "launch_variant(int region, Tensor[] inputs, SymInt[] sizes, Tensor[] outputs, "
       "int[] loader) -> int",
@@ -271,8 +327,18 @@ TORCH_LIBRARY_FRAGMENT(stitch, m) {
   m.def("launch_counts(int region) -> int[]", &Counts);
 }
 
-TORCH_LIBRARY_IMPL(stitch, CPU, m) { m.impl("launch", &Launch); }
+TORCH_LIBRARY_IMPL(stitch, CPU, m) {
+  m.impl("launch", &Launch);
+#ifdef STITCH_TORCH_HAS_FLEXIBLE_LAYOUT_TAG
+  m.impl("launch_stored", &Launch);
+#endif
+}
 
 #ifdef STITCH_TORCH_LAUNCH_CUDA
-TORCH_LIBRARY_IMPL(stitch, CUDA, m) { m.impl("launch", &Launch); }
+TORCH_LIBRARY_IMPL(stitch, CUDA, m) {
+  m.impl("launch", &Launch);
+#ifdef STITCH_TORCH_HAS_FLEXIBLE_LAYOUT_TAG
+  m.impl("launch_stored", &Launch);
+#endif
+}
 #endif

@@ -15,7 +15,10 @@ allocated once in the graph's strides and no copy; that a buffer smaller than th
 declares is refused with the loader's message; that CudaExecutor.run launches from C++ at
 sizes it launched before; and, with a real stitchd, that torch.compile's regions launch from
 C++ after their first call under backend="stitch" (the graph calls stitch::launch) and under
-stitch.torch's own backend, counted per path in the report and as invocations for the daemon.
+stitch.torch's own backend, counted per path in the report and as invocations for the daemon;
+that channels-last inputs launch the variant registered for that layout, on their storage;
+and that a region between two convolutions, which Inductor lays out channels-last, launches
+from C++ through stitch::launch_stored with no copy.
 They print the host time per launch of both paths (on this machine's CPU, against the
 stand-in driver, whose logging is part of both).
 """
@@ -226,13 +229,52 @@ class OperatorTest(unittest.TestCase):
 
     def test_calls_it_cannot_serve_are_refused_without_a_fallback(self):
         region = self.native_region(self.python_launch()[0])
-        cases = [([torch.randn(16), torch.randn(4, 4).t()], "not dense row-major"),
+        cases = [([torch.randn(16), torch.randn(4, 4).t()], "neither dense row-major"),
                  ([torch.randn(16), torch.randn(4, 5)], "no variant"),
                  ([torch.randn(16).double(), torch.randn(4, 4)], "no variant")]
         for inputs, message in cases:
             with self.assertRaises(RuntimeError) as caught:
                 region(inputs, [])
             self.assertIn(message, str(caught.exception))
+
+    def test_channels_last_inputs_launch_the_variant_registered_for_their_layout(self):
+        # A bundle compiled over NHWC storage (stitch.torch._stored) reads a channels-last
+        # tensor's data as it lies: the variant registered with channels-last inputs and
+        # outputs launches on such inputs with their own pointers, no copy, and allocates its
+        # outputs channels-last; the same sizes row-major launch the row-major variant.
+        from stitch.torch import _launch
+        _, expected = self.python_launch()
+        cl = torch.channels_last
+        stored_in = [self.inputs[0], torch.randn(1, 4, 2, 2).contiguous(memory_format=cl)]
+        rows_in = [self.inputs[0], stored_in[1].contiguous()]
+        region = _launch.NativeRegion("")
+        loader, program = self.executor.native(self.kernels)
+        self.assertTrue(region.add(rows_in, [], [torch.empty(1, 64, 2, 2)], loader, program, 0,
+                                   "rows"))
+        self.assertTrue(region.add(stored_in, [], [torch.empty(1, 64, 2, 2).contiguous(
+            memory_format=cl)], loader, program, 0, "stored"))
+        FAKE.stitch_fake_loader_reset()
+        counts = {}
+        with profiled_ops(counts):
+            outputs = region(stored_in, [])
+        got = launches(outputs)
+        self.assertEqual([dict(l, args="") for l in got], [dict(l, args="") for l in expected])
+        self.assertEqual(got[1]["args"].split(",")[0], str(stored_in[1].data_ptr()))
+        self.assertEqual(got[1]["args"].split(",")[2], "out0")
+        self.assertEqual(outputs[0].stride(), (256, 1, 128, 64))
+        self.assertEqual({n: counts.get(n, 0) for n in COPIES}, {n: 0 for n in COPIES})
+        self.assertEqual(region.counts(), (0, [("rows", 0), ("stored", 1)]))
+        outputs = region(rows_in, [])
+        self.assertEqual(outputs[0].stride(), (256, 4, 2, 1))
+        self.assertEqual(region.counts(), (0, [("rows", 1), ("stored", 0)]))
+        # Strides of neither layout are not launched; with no fallback, the call says why.
+        neither = torch.randn(1, 2, 2, 4).permute(0, 3, 2, 1)
+        with self.assertRaises(RuntimeError) as caught:
+            region([self.inputs[0], neither], [])
+        self.assertIn("neither dense row-major nor dense channels-last", str(caught.exception))
+        with self.assertRaises(RuntimeError) as caught:
+            _launch.NativeRegion("name", "elsewhere")
+        self.assertIn('"region" or "region_stored", not "elsewhere"', str(caught.exception))
 
     def test_host_time_per_launch(self):
         outputs, _ = self.python_launch()
@@ -386,6 +428,82 @@ class CompiledTest(unittest.TestCase):
         cpp = per_call_us(lambda: torch.ops.stitch.launch.default(native.id, inputs, []), 1000)
         print("host time per region call from the compiled graph (this CPU, stand-in driver): "
               "stitch::region (Python) %.1f us, stitch::launch (C++) %.1f us" % (python, cpp))
+
+
+def conv_function(x, w, scale, shift):
+    # shift is [1, C, 1, 1]: laid out the same row-major and channels-last.
+    y = torch.nn.functional.conv2d(x, w, padding=1)
+    z = torch.relu(y * scale[:, None, None] + shift) + y
+    return torch.nn.functional.conv2d(z, w, padding=1)
+
+
+class ChannelsLastCompiledTest(unittest.TestCase):
+    """A region between two convolutions, which Inductor lays out channels-last: under
+    backend="stitch" the graph calls stitch::launch_stored, which launches the region's
+    kernels over that storage from C++ after its first call, with no copy."""
+
+    def test_channels_last_regions_launch_from_cpp(self):
+        import stitch.torch
+        from stitch.torch import _inductor
+        from torch_inductor_test import StandInTimer
+        FAKE.stitch_fake_loader_set_cc(10, 0)
+        FAKE.stitch_fake_loader_set_context(1)
+        FAKE.stitch_fake_loader_reset()
+        executor = fake_executor()
+        stitch_backend, recorded = fake_backend(executor)
+        backend = stitch.torch.InductorStitchBackend(
+            stitch_backend, timer=StandInTimer(stitched=1.0, inductor=2.0))
+        g = torch.Generator().manual_seed(base.SEED)
+        args = (torch.randn(2, 8, 6, 6, generator=g), torch.randn(8, 8, 3, 3, generator=g),
+                torch.randn(8, generator=g), torch.randn(1, 8, 1, 1, generator=g))
+        # The stand-in driver computes nothing: the outputs cannot agree with Inductor's.
+        agree, _inductor._disagreement = _inductor._disagreement, lambda a, b: ""
+        try:
+            compiled = base.torch_compile(conv_function, backend)
+            compiled(*args)  # stitch::launch_stored has no variant yet: region_stored adds it
+        finally:
+            _inductor._disagreement = agree
+        print("\n[%s]\n%s" % (self.id(), backend.report.summary()))
+        calls = [n for _, gm in backend.stitch.graphs for n in gm.graph.nodes
+                 if n.op == "call_function" and "stitch." in str(n.target)]
+        self.assertEqual([str(n.target) for n in calls], ["stitch.launch_stored.default"])
+        op = torch.ops.stitch.launch_stored.default
+        self.assertIn(torch.Tag.flexible_layout, op.tags)
+        self.assertIn(torch.Tag.cudagraph_unsafe, op.tags)
+        replacement = _inductor._NATIVE[calls[0].args[0]]
+        key = replacement.stored.kernels.key
+        self.assertEqual(backend.report.replaced()[0].key, key)
+        FAKE.stitch_fake_loader_reset()
+        counts = {}
+        with profiled_ops(counts):
+            compiled(*args)
+        self.assertEqual({n: counts.get(n, 0) for n in COPIES}, {n: 0 for n in COPIES})
+        self.assertTrue(events("launch "))
+        compiled(*args)
+        self.assertEqual(backend.report.launch_paths, {"python": 1, "cpp": 2})
+        self.assertEqual(backend.report.layout_copies, 0)
+        self.assertTrue(stitch_backend.client.flush_usage())
+        self.assertEqual(sum(n for k, n in recorded if k == key), 3)
+
+        # The operator on the region's inputs: channels-last ones launch the stored kernels on
+        # their storage and give channels-last outputs; row-major ones go to
+        # stitch::region_stored, which runs the row-major kernels and gives row-major outputs.
+        cl = torch.channels_last
+        inputs = [torch.randn(a.meta["val"].shape) for a in calls[0].args[1]]
+        stored = [x.contiguous(memory_format=cl) if x.dim() == 4 else x for x in inputs]
+        self.assertEqual(sorted(tuple(x.shape) for x in stored if x.dim() == 4),
+                         [(1, 8, 1, 1), (2, 8, 6, 6)])
+        replacement.native.counts()
+        FAKE.stitch_fake_loader_reset()
+        out = op(replacement.native.id, stored, [])
+        pointers = {str(x.data_ptr()) for x in stored}
+        self.assertTrue(any(a in pointers for l in launches(out) for a in l["args"].split(",")))
+        self.assertTrue(all(o.is_contiguous(memory_format=cl) for o in out if o.dim() == 4))
+        self.assertEqual(replacement.native.counts(), (0, [(key, 1)]))
+        out = op(replacement.native.id, inputs, [])
+        self.assertTrue(all(o.is_contiguous() for o in out))
+        fallbacks, _ = replacement.native.counts()
+        self.assertEqual(fallbacks, 1)
 
 
 def main():

@@ -22,7 +22,8 @@ region's executor has a native launch; else ``stitch::region``, which launches f
 ``stitch::launch`` hands each call it cannot serve to ``stitch::region``, which launches it and
 registers the variant, so that later calls at those sizes stay in C++. A region whose 4-d
 tensors Inductor lays out channels-last is decided on its kernels over that storage
-(``_stored``) and called through ``stitch::region_stored``.
+(``_stored``) and called through ``stitch::launch_stored`` (C++) or ``stitch::region_stored``
+(Python), which take the tensors as Inductor laid them out.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ _REGIONS: Dict[str, "_Replacement"] = {}
 _NATIVE: Dict[int, "_Replacement"] = {}  # by stitch::launch region number
 _REGIONS_LOCK = threading.Lock()
 _OPS: Dict[str, Any] = {}  # stitch::region and stitch::region_stored, by name, once defined
-_NATIVE_OP: Optional[Any] = None
+_NATIVE_OPS: Dict[str, Any] = {}  # stitch::launch and stitch::launch_stored, once faked
 _BACKEND_IDS = itertools.count()
 
 
@@ -169,6 +170,8 @@ class _Replacement:
         self.report.count_stitched_call(path="python")
         if self.backend is not None:
             self.backend.record_invocation(self.stored.kernels.key)
+        if self.native is not None:
+            self._add_variant(inputs, sizes, out, self.stored.kernels, executor)
         return out
 
     def fake_stored(self, inputs: Sequence[torch.Tensor],
@@ -282,22 +285,26 @@ def _region_stored_op() -> Any:
                            "run_stored", "fake_stored")
 
 
-def _native_op() -> Any:
+def _native_op(stored: bool = False) -> Any:
     """The ``stitch::launch(int region, Tensor[] inputs, SymInt[] sizes) -> Tensor[]`` op of
-    the C++ launch path, with its fake kernel (the outputs' metadata) registered on first
-    use. Calls C++ cannot serve go to ``stitch::region``, defined here first."""
-    global _NATIVE_OP
-    _region_op()
+    the C++ launch path, or with ``stored`` ``stitch::launch_stored`` (the same launch, for
+    regions with kernels over channels-last storage), with its fake kernel (the outputs'
+    metadata) registered on first use. Calls C++ cannot serve go to ``stitch::region`` or
+    ``stitch::region_stored``, defined here first."""
+    fallback = _region_stored_op if stored else _region_op
+    fallback()
+    op = "launch_stored" if stored else "launch"
     with _REGIONS_LOCK:
-        if _NATIVE_OP is not None:
-            return _NATIVE_OP
+        if op in _NATIVE_OPS:
+            return _NATIVE_OPS[op]
+        fake = "fake_stored" if stored else "fake"
 
-        @torch.library.register_fake("stitch::launch")
+        @torch.library.register_fake("stitch::" + op)
         def _(region: int, inputs: List[torch.Tensor], sizes: List[Any]) -> List[torch.Tensor]:
-            return _NATIVE[region].fake(inputs, sizes)
+            return getattr(_NATIVE[region], fake)(inputs, sizes)
 
-        _NATIVE_OP = torch.ops.stitch.launch.default
-        return _NATIVE_OP
+        _NATIVE_OPS[op] = getattr(torch.ops.stitch, op).default
+        return _NATIVE_OPS[op]
 
 
 class InductorStitchBackend:
@@ -374,8 +381,9 @@ class InductorStitchBackend:
     def _register(self, region: StitchedRegion,
                   stored: Optional[_stored.StoredRegion] = None) -> Tuple[Any, tuple]:
         """Registers a replaced region; returns the op its call runs and the op's first
-        arguments: ``stitch::launch`` and the region's number on the C++ launch path where its
-        device's executor has one, else ``stitch::region`` and its name."""
+        arguments: ``stitch::launch`` (``stitch::launch_stored`` with ``stored``) and the
+        region's number on the C++ launch path where its device's executor has one, else
+        ``stitch::region`` (``stitch::region_stored``) and its name."""
         name = "%s.%s" % (self._id, region.info.name)
         specs = [_OutputSpec(tuple(v.shape), tuple(v.stride()), v.dtype)
                  if not region.shapes.symbolic else _OutputSpec(None, None, v.dtype)
@@ -383,14 +391,15 @@ class InductorStitchBackend:
         replacement = _Replacement(region, specs, self.report, self.stitch, stored=stored)
         with _REGIONS_LOCK:
             _REGIONS[name] = replacement
-        if stored is not None:
-            return _region_stored_op(), (name,)
         executor = (self.stitch.executor_for(region.device) if region.device is not None
                     else None)
-        if getattr(executor, "launch_path", "python") != "cpp" or not _launch.available():
-            return _region_op(), (name,)
-        op = _native_op()
-        replacement.native = _launch.NativeRegion(name)
+        native = getattr(executor, "launch_path", "python") == "cpp" and (
+            _launch.stored_available() if stored is not None else _launch.available())
+        if not native:
+            return (_region_stored_op() if stored is not None else _region_op()), (name,)
+        op = _native_op(stored=stored is not None)
+        replacement.native = _launch.NativeRegion(
+            name, "region_stored" if stored is not None else "region")
         with _REGIONS_LOCK:
             _NATIVE[replacement.native.id] = replacement
         self.report.add_source(replacement.sync, flush=self.stitch.client.flush_usage)

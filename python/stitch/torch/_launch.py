@@ -4,9 +4,10 @@ The library (``loader/torch/launch_op.cc``, built against the installed PyTorch)
 replaced region straight from the compiled graph: per call it matches the inputs to a variant
 registered once, allocates the outputs with the strides the graph expects, and calls the
 kernel loader's checked launch on PyTorch's current stream, with no Python on the way. Calls
-it cannot serve (sizes or dtypes never launched before, inputs that are not dense, a failed
-launch) go to the region's ``stitch::region`` operator, the Python path, which registers what
-it launched so that the next call at those sizes stays in C++.
+it cannot serve (sizes or dtypes never launched before, inputs laid out neither row-major nor
+channels-last, a failed launch) go to the region's ``stitch::region`` operator (or
+``stitch::region_stored``), the Python path, which registers what it launched so that the next
+call at those sizes and layouts stays in C++.
 
 The library is the one named by ``STITCH_TORCH_LAUNCH_LIBRARY``, else
 ``libstitch_torch_launch.so`` next to this package's ``libstitch_client.so`` when bundled
@@ -68,6 +69,12 @@ def available() -> bool:
     return status()[0]
 
 
+def stored_available() -> bool:
+    """True when ``stitch::launch_stored`` can be called: the library is loaded and was built
+    against a PyTorch with the ``flexible_layout`` tag."""
+    return available() and hasattr(torch.ops.stitch, "launch_stored")
+
+
 def _address(pointer: Any) -> int:
     return int(ctypes.cast(pointer, ctypes.c_void_p).value or 0)
 
@@ -76,20 +83,21 @@ class NativeRegion:
     """One region of the C++ launch path: its number for ``stitch::launch`` and the bundle
     key of each variant registered, in order. Thread-safe."""
 
-    def __init__(self, fallback: str) -> None:
-        """``fallback``: the ``stitch::region`` name calls go to when C++ cannot serve them
-        (``""``: they raise instead)."""
+    def __init__(self, fallback: str, fallback_op: str = "region") -> None:
+        """``fallback``: the region's name for ``stitch::<fallback_op>`` (``region`` or
+        ``region_stored``), which calls go to when C++ cannot serve them (``""``: they raise
+        instead)."""
         if not available():
             raise RuntimeError(status()[1])
-        self.id: int = int(torch.ops.stitch.launch_region(fallback))
+        self.id: int = int(torch.ops.stitch.launch_region(fallback, fallback_op))
         self.keys: List[str] = []
         self._lock = threading.Lock()
 
     def add(self, inputs: Sequence[torch.Tensor], sizes: Sequence[int],
             outputs: Sequence[torch.Tensor], loader: Any, program: Any, extent: int,
             key: str) -> bool:
-        """Registers a variant: calls with ``inputs``' devices, dtypes and sizes and these
-        ``sizes`` launch ``program`` (a ``stitch.cuda.Program``) on ``loader`` (a
+        """Registers a variant: calls with ``inputs``' devices, dtypes, sizes and layouts
+        (row-major, or channels-last for 4-d tensors) and these ``sizes`` launch ``program`` (a ``stitch.cuda.Program``) on ``loader`` (a
         ``stitch.cuda.Loader``) at ``extent`` (0 for an exact bundle) and return new tensors
         like ``outputs``. Both must outlive the region. False when the region holds as many
         variants as it may."""
@@ -119,4 +127,4 @@ class NativeRegion:
         return list(torch.ops.stitch.launch.default(self.id, list(inputs), list(sizes)))
 
 
-__all__ = ["LIBRARY_ENV", "NativeRegion", "available", "status"]
+__all__ = ["LIBRARY_ENV", "NativeRegion", "available", "status", "stored_available"]

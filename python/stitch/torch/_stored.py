@@ -30,9 +30,12 @@ def is_channels_last(x: Any) -> bool:
 
 
 def all_channels_last(inputs: Sequence[torch.Tensor]) -> bool:
-    """True when the call has 4-d inputs and every one is stored channels-last."""
+    """True when the call has a 4-d input stored channels-last and every other 4-d input is
+    stored so too, or lies the same either way (a single channel or pixel: a per-channel
+    scale of shape [1, C, 1, 1])."""
     four_d = [x for x in inputs if x.dim() == 4]
-    return bool(four_d) and all(is_channels_last(x) for x in four_d)
+    return any(is_channels_last(x) for x in four_d) and all(
+        x.is_contiguous(memory_format=torch.channels_last) for x in four_d)
 
 
 def channels_last_like(shape: Sequence[Any], dtype: torch.dtype,
