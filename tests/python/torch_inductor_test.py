@@ -43,6 +43,59 @@ class StandInTimer:
         return self.answers[side]
 
 
+class SimulatedCuda:
+    """torch.cuda's Event, _sleep and synchronize over a simulated timeline: the host's clock
+    advances by each call's host seconds, and the GPU runs what was issued in order, each item
+    from the later of its issue and the GPU's end of the previous one. An event completes when
+    the GPU reaches it."""
+
+    CYCLES_PER_MS = 1.5e6
+
+    def __init__(self):
+        self.host = 0.0
+        self.gpu_free = 0.0
+        self.sleeps = []
+
+    def issue(self, seconds):
+        self.gpu_free = max(self.host, self.gpu_free) + seconds
+
+    def call(self, host_seconds, device_seconds, waits=False):
+        """One launch: ``host_seconds`` on the CPU, then ``device_seconds`` on the GPU; with
+        ``waits``, the host then waits for the GPU (a synchronizing call)."""
+        self.host += host_seconds
+        self.issue(device_seconds)
+        if waits:
+            self.synchronize()
+
+    def _sleep(self, cycles):
+        self.sleeps.append(cycles)
+        self.host += 1e-6
+        self.issue(cycles / self.CYCLES_PER_MS / 1e3)
+
+    def synchronize(self, device=None):
+        self.host = max(self.host, self.gpu_free)
+
+    def Event(self, enable_timing=False):
+        return SimulatedEvent(self)
+
+
+class SimulatedEvent:
+    def __init__(self, cuda):
+        self.cuda, self.at = cuda, None
+
+    def record(self):
+        self.at = max(self.cuda.host, self.cuda.gpu_free)
+
+    def query(self):
+        return self.cuda.host >= self.at
+
+    def synchronize(self):
+        self.cuda.host = max(self.cuda.host, self.at)
+
+    def elapsed_time(self, end):
+        return (end.at - self.at) * 1e3
+
+
 class NoTimer:
     """Fails any timing: for a backend that must decide from the daemon's records alone."""
 
@@ -123,6 +176,27 @@ class InductorBackendTest(unittest.TestCase):
         self.assertEqual(len(calls), 7)
         self.assertGreater(seconds, 0)
         self.assertLess(seconds, 1)
+
+    def test_device_timer_times_the_gpu_not_the_host_issuing_the_calls(self):
+        # On a simulated timeline: a call of 150 us of host time for 5 us of GPU work is 5 us
+        # (the calls issued behind a sleep, which grows until the host gets ahead), one of 2 us
+        # for 40 us is 40 us, and a call that waits for the GPU is its host and GPU time (but
+        # for the first of each batch of 10, whose host time the sleep hides).
+        import stitch.torch
+        cuda = torch.device("cuda")
+        for host, device, expected in ((150e-6, 5e-6, 5e-6), (2e-6, 40e-6, 40e-6)):
+            sim = SimulatedCuda()
+            timer = stitch.torch.DeviceTimer(warmup=1, repeats=3, cuda=sim)
+            seconds = timer.seconds("stitched", lambda: sim.call(host, device), cuda)
+            self.assertAlmostEqual(seconds, expected, delta=1e-9)
+        sim = SimulatedCuda()
+        timer = stitch.torch.DeviceTimer(warmup=1, repeats=3, cuda=sim)
+        seconds = timer.seconds("inductor", lambda: sim.call(150e-6, 5e-6, waits=True), cuda)
+        self.assertAlmostEqual(seconds, (5e-6 + 9 * 155e-6) / 10, delta=1e-9)
+        # Two sleeps measure the sleep's clock; three rounds are lengthened, then the three
+        # rounds timed keep the longest sleep.
+        rounds = sim.sleeps[2:]
+        self.assertEqual([c / rounds[0] for c in rounds], [1, 4, 16, 64, 64, 64])
 
     def test_registered_as_stitch(self):
         import stitch.torch

@@ -77,30 +77,80 @@ class RegionTimer:
 
 
 class DeviceTimer(RegionTimer):
-    """The median of ``repeats`` timed calls after ``warmup`` untimed ones: CUDA events on the
-    current stream for CUDA tensors, the host clock after each call for others."""
+    """The seconds the device spends on one call. On CUDA: the median, over ``repeats``
+    rounds after ``warmup`` untimed calls, of CUDA events around ``batch`` calls issued back to
+    back while the GPU is kept busy by a sleep, so that the events time the GPU's work for the
+    calls and not the host's issuing them. Off CUDA: the median of the host clock around each
+    of ``repeats`` calls.
 
-    def __init__(self, warmup: int = 3, repeats: int = 20) -> None:
+    Device time is what a replaced region costs a compiled graph whose launches run ahead of
+    the GPU: there each side's launch overhead overlaps the GPU's work, and the Python around
+    the timed calls (Inductor's compile of the region alone, the executor's Python path) is
+    not what the graph calls. A round whose sleep ended before the host had issued its calls
+    is timed again behind a sleep four times as long (three times at most per side); a call
+    that waits for the GPU never gets ahead of it, and is then timed with its host time, a
+    bound from above. ``cuda`` stands in for ``torch.cuda`` (its ``Event``, ``_sleep`` and
+    ``synchronize``) in tests."""
+
+    #: The first sleep of a round, in milliseconds: 10 calls of 200 us of host time each.
+    SLEEP_MS = 2.0
+    #: How many times a sleep is lengthened (x4 each) before rounds are taken as they come.
+    LONGER_SLEEPS = 3
+
+    def __init__(self, warmup: int = 3, repeats: int = 20, batch: int = 10,
+                 cuda: Any = None) -> None:
         self.warmup = warmup
         self.repeats = repeats
+        self.batch = batch
+        self._cuda = cuda
+        self._cycles_per_ms: Optional[float] = None
 
     def seconds(self, side: str, run: Callable[[], Any], device: torch.device) -> float:
         for _ in range(self.warmup):
             run()
-        times = []
-        for _ in range(self.repeats):
-            if device.type == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1000.0)
-            else:
+        if device.type != "cuda":
+            times = []
+            for _ in range(self.repeats):
                 begin = time.perf_counter()
                 run()
                 times.append(time.perf_counter() - begin)
+            return statistics.median(times)
+        cuda = self._cuda if self._cuda is not None else torch.cuda
+        cuda.synchronize()
+        sleep_ms, longer, times = self.SLEEP_MS, 0, []
+        while len(times) < self.repeats:
+            seconds, ahead = self._round(cuda, run, sleep_ms)
+            if not ahead and longer < self.LONGER_SLEEPS:
+                sleep_ms, longer = sleep_ms * 4, longer + 1
+                continue
+            times.append(seconds)
         return statistics.median(times)
+
+    def _round(self, cuda: Any, run: Callable[[], Any], sleep_ms: float) -> Tuple[float, bool]:
+        """Seconds per call over one batch issued behind a sleep of ``sleep_ms``, and whether
+        the host issued the whole batch before the GPU woke."""
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        cuda._sleep(int(sleep_ms * self._cycles(cuda)))
+        start.record()
+        for _ in range(self.batch):
+            run()
+        end.record()
+        ahead = not start.query()  # the GPU was still asleep when the batch was issued
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0 / self.batch, ahead
+
+    def _cycles(self, cuda: Any) -> float:
+        """The sleep's cycles per millisecond, measured once per timer."""
+        if self._cycles_per_ms is None:
+            cycles = 10 ** 7
+            cuda._sleep(cycles // 10)  # loads the kernel
+            start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+            start.record()
+            cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            self._cycles_per_ms = cycles / max(start.elapsed_time(end), 1e-3)
+        return self._cycles_per_ms
 
 
 @dataclasses.dataclass(frozen=True)
