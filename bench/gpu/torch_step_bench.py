@@ -628,7 +628,8 @@ def format_row(row):
 
 
 def _notes(row):
-    """A line of what else a reader should know: Inductor off eager, fallbacks, copies."""
+    """A line of what else a reader should know: Inductor off eager, fallbacks, copies, and
+    how the stitched calls launched (from C++ or Python)."""
     notes = []
     if "inductor_error" in row and not row["inductor_error"] <= row["tolerance"]:
         notes.append("Inductor's %s is off eager's by %.3g" % (row["inductor_worst"],
@@ -637,7 +638,7 @@ def _notes(row):
         notes.append("stitch's step is off Inductor's by %.3g (its %s)" % (
             row["stitch_vs_inductor_error"], row["stitch_vs_inductor_worst"]))
     for key, name in (("fallbacks", "fallbacks"), ("fixed_fallbacks", "fixed-shape fallbacks"),
-                      ("new_sizes", "new sizes")):
+                      ("new_sizes", "new sizes"), ("launch_paths", "stitched calls by path")):
         counts = {k: v for k, v in row.get(key, {}).items() if v}
         if counts:
             notes.append("%s %s" % (name, counts))

@@ -276,6 +276,7 @@ def a_report():
     report.add_choice(stitch.torch.RegionChoice(
         "backward1.region0", "k2", decided_by="timed", stitched_seconds=30e-6,
         inductor_seconds=20e-6).keep("slower", "3e-05 s against Inductor's 2e-05 s"))
+    report.count_stitched_call(3, "cpp")  # the replaced region's calls, launched from C++
     return report
 
 
@@ -377,6 +378,7 @@ class BenchTest(unittest.TestCase):
         self.assertEqual(gpt2[0].split()[-2:], ["1", "1"], "replaced, kept")
         self.assertIn("  replaced (1, 5.0 us timed savings a step): forward0.region1 1.5x", lines)
         self.assertIn("  kept by Inductor (1): backward1.region0 slower 0.667x", lines)
+        self.assertIn("  stitched calls by path {'cpp': 3}", lines)
         self.assertAlmostEqual(rows[0]["choices"][0]["gain"], 1.5)
 
     def test_memory_a_released_model_still_holds_is_noted_under_its_row(self):
