@@ -29,6 +29,7 @@ tensors Inductor lays out channels-last is decided on its kernels over that stor
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -116,14 +117,18 @@ class DeviceTimer(RegionTimer):
                 times.append(time.perf_counter() - begin)
             return statistics.median(times)
         cuda = self._cuda if self._cuda is not None else torch.cuda
-        cuda.synchronize()
-        sleep_ms, longer, times = self.SLEEP_MS, 0, []
-        while len(times) < self.repeats:
-            seconds, ahead = self._round(cuda, run, sleep_ms)
-            if not ahead and longer < self.LONGER_SLEEPS:
-                sleep_ms, longer = sleep_ms * 4, longer + 1
-                continue
-            times.append(seconds)
+        # The sleep and the events go to the current stream of the region's device, where its
+        # calls launch.
+        on_device = torch.cuda.device(device) if self._cuda is None else contextlib.nullcontext()
+        with on_device:
+            cuda.synchronize()
+            sleep_ms, longer, times = self.SLEEP_MS, 0, []
+            while len(times) < self.repeats:
+                seconds, ahead = self._round(cuda, run, sleep_ms)
+                if not ahead and longer < self.LONGER_SLEEPS:
+                    sleep_ms, longer = sleep_ms * 4, longer + 1
+                    continue
+                times.append(seconds)
         return statistics.median(times)
 
     def _round(self, cuda: Any, run: Callable[[], Any], sleep_ms: float) -> Tuple[float, bool]:
