@@ -4,14 +4,15 @@
 //   stitch::launch(int region, Tensor[] inputs, SymInt[] sizes) -> Tensor[]
 //
 // launches region `region` (a number from stitch::launch_region) on `inputs`: it finds the
-// variant registered for the inputs' devices, dtypes, sizes and layouts and the size
+// variant registered for the inputs' devices, dtypes, sizes and storage orders and the size
 // arguments, allocates the outputs with the variant's sizes, strides and dtypes, and calls
 // stitch_loader_launch_at_extent with the tensors' data pointers and byte sizes on PyTorch's
 // current stream of the inputs' device (the loader refuses a buffer smaller than the bundle
-// declares, before anything is enqueued). An input's layout is dense row-major, or, for a
-// 4-d tensor, dense channels-last: a bundle compiled over NHWC storage (stitch.torch's
-// `_stored`) takes such a tensor's data as it lies. Where no variant matches, an input is
-// laid out neither way, or the launch fails (the variant is then retired), the call goes to
+// declares, before anything is enqueued). An input's elements are one dense block, its
+// dimensions laid out in some order (its storage order: row-major, or NHWC for a 4-d tensor
+// stored channels-last): a bundle compiled over that storage (stitch.torch's `_stored`) takes
+// such a tensor's data as it lies. Where no variant matches, an input's elements are not one
+// dense block, or the launch fails (the variant is then retired), the call goes to
 // the region's fallback operator, stitch::region(name, inputs, sizes) or
 // stitch::region_stored, which the Python package defines and which runs the region as the
 // Python executor does; a region without a fallback raises instead, with the loader's
@@ -31,7 +32,7 @@
 //
 // launch_region names the region's fallback: the stitch::<fallback_op> ("region" or
 // "region_stored") call that gets `fallback` as its region name. launch_variant records the
-// call's inputs (devices, dtypes, sizes and layouts) and sizes as the variant's key and the
+// call's inputs (devices, dtypes, sizes and storage orders) and sizes as the variant's key and the
 // outputs' sizes, strides, dtypes and device as what each launch allocates; `loader` is
 // [stitch_loader_launch_at_extent, stitch_free, the stitch_loader*, the stitch_program*, the
 // outer extent (0 for an exact bundle)], addresses taken from the libstitch_client.so the
@@ -59,6 +60,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -81,33 +83,47 @@ constexpr size_t kMaxVariants = 64;
 
 using Key = c10::SmallVector<int64_t, 64>;
 
-// How a tensor's elements lie in memory, as a bundle reads or writes them.
-enum class Layout : int64_t {
-  kRowMajor = 0,
-  // A 4-d NCHW tensor stored NHWC that is not also row-major (one with a single channel or
-  // pixel is both, and counts as row-major, as stitch.torch._stored.is_channels_last).
-  kChannelsLast = 1,
-  kOther = 2,
-};
+using Order = c10::SmallVector<int64_t, 8>;
 
-Layout LayoutOf(const at::Tensor& t) {
-  if (t.is_contiguous()) return Layout::kRowMajor;
-  if (t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast)) {
-    return Layout::kChannelsLast;
+// The order in which a tensor's dimensions of more than one element lie in memory, outermost
+// first (where a dimension of one element lies takes no room): 0, 1, ... for row-major; 0, 2,
+// 3, 1 for a 4-d tensor stored channels-last. False where its elements are not one dense
+// block. Tensors of one order and sizes hold their elements at the same offsets, which is
+// what a bundle compiled over that storage reads.
+bool StorageOrder(const at::Tensor& t, Order& order) {
+  order.clear();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) != 1) order.push_back(d);
   }
-  return Layout::kOther;
+  if (t.is_contiguous()) return true;
+  std::stable_sort(order.begin(), order.end(),
+                   [&t](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  int64_t step = 1;
+  for (auto d = order.rbegin(); d != order.rend(); ++d) {
+    if (t.stride(*d) != step) return false;
+    step *= t.size(*d);
+  }
+  return true;
 }
 
-// What identifies a variant: per input its device, dtype, layout and sizes, then the size
-// arguments.
+bool Dense(const at::Tensor& t) {
+  Order order;
+  return StorageOrder(t, order);
+}
+
+// What identifies a variant: per input its device, dtype, storage order and sizes, then the
+// size arguments.
 void KeyOf(at::TensorList inputs, c10::SymIntArrayRef sizes, Key& key) {
   key.clear();
   key.push_back(static_cast<int64_t>(inputs.size()));
+  Order order;
   for (const at::Tensor& t : inputs) {
     key.push_back(static_cast<int64_t>(t.device().type()));
     key.push_back(t.device().index());
     key.push_back(static_cast<int64_t>(t.scalar_type()));
-    key.push_back(static_cast<int64_t>(LayoutOf(t)));
+    StorageOrder(t, order);  // Unlaunchable refused a tensor with none
+    key.push_back(static_cast<int64_t>(order.size()));
+    for (int64_t d : order) key.push_back(d);
     key.push_back(t.dim());
     for (int64_t d : t.sizes()) key.push_back(d);
   }
@@ -186,9 +202,7 @@ std::string Unlaunchable(at::TensorList inputs) {
   if (inputs.empty()) return "no inputs";
   if (inputs.size() > kInline) return "more than 16 inputs";
   for (const at::Tensor& t : inputs) {
-    if (LayoutOf(t) == Layout::kOther) {
-      return "an input is neither dense row-major nor dense channels-last";
-    }
+    if (!Dense(t)) return "an input's elements are not one dense block";
     if (t.device() != inputs[0].device()) return "inputs on several devices";
   }
   return "";
@@ -270,9 +284,8 @@ int64_t AddVariant(int64_t region_id, at::TensorList inputs, c10::SymIntArrayRef
   auto v = std::make_unique<Variant>();
   KeyOf(inputs, sizes, v->key);
   for (const at::Tensor& t : outputs) {
-    TORCH_CHECK(LayoutOf(t) != Layout::kOther && t.device() == inputs[0].device(),
-                "stitch::launch_variant: outputs are dense row-major or channels-last on the "
-                "inputs' device");
+    TORCH_CHECK(Dense(t) && t.device() == inputs[0].device(),
+                "stitch::launch_variant: outputs are dense blocks on the inputs' device");
     v->outputs.push_back(Output{t.sizes().vec(), t.strides().vec(), t.options()});
   }
   v->launch = reinterpret_cast<LaunchFn>(static_cast<uintptr_t>(loader[0]));

@@ -229,7 +229,8 @@ class OperatorTest(unittest.TestCase):
 
     def test_calls_it_cannot_serve_are_refused_without_a_fallback(self):
         region = self.native_region(self.python_launch()[0])
-        cases = [([torch.randn(16), torch.randn(4, 4).t()], "neither dense row-major"),
+        cases = [([torch.randn(16), torch.randn(4, 8)[:, ::2]], "not one dense block"),
+                 ([torch.randn(16), torch.randn(4, 4).t()], "no variant"),
                  ([torch.randn(16), torch.randn(4, 5)], "no variant"),
                  ([torch.randn(16).double(), torch.randn(4, 4)], "no variant")]
         for inputs, message in cases:
@@ -267,11 +268,24 @@ class OperatorTest(unittest.TestCase):
         outputs = region(rows_in, [])
         self.assertEqual(outputs[0].stride(), (256, 4, 2, 1))
         self.assertEqual(region.counts(), (0, [("rows", 1), ("stored", 0)]))
-        # Strides of neither layout are not launched; with no fallback, the call says why.
-        neither = torch.randn(1, 2, 2, 4).permute(0, 3, 2, 1)
-        with self.assertRaises(RuntimeError) as caught:
-            region([self.inputs[0], neither], [])
-        self.assertIn("neither dense row-major nor dense channels-last", str(caught.exception))
+        # Any storage order of dense tensors (a reshape of a channels-last tensor stores its
+        # dimensions in neither order above) keys a variant of its own, whose outputs are
+        # allocated in the order registered.
+        other_in = [self.inputs[0], torch.randn(1, 2, 2, 4).permute(0, 3, 2, 1)]
+        self.assertTrue(region.add(other_in, [], [torch.empty(1, 2, 64, 2).permute(0, 2, 1, 3)],
+                                   loader, program, 0, "other"))
+        outputs = region(other_in, [])
+        self.assertEqual(outputs[0].stride(), (256, 2, 128, 1))
+        self.assertEqual(region.counts(), (0, [("rows", 0), ("stored", 0), ("other", 1)]))
+        # A fourth order of the same sizes has no variant, and strides that are no dense block
+        # are not launched; with no fallback, the call says why.
+        fourth = torch.randn(1, 2, 4, 2).permute(0, 2, 1, 3)
+        for inputs, message in [([self.inputs[0], fourth], "no variant"),
+                                ([self.inputs[0], torch.randn(1, 4, 2, 4)[..., ::2]],
+                                 "not one dense block")]:
+            with self.assertRaises(RuntimeError) as caught:
+                region(inputs, [])
+            self.assertIn(message, str(caught.exception))
         with self.assertRaises(RuntimeError) as caught:
             _launch.NativeRegion("name", "elsewhere")
         self.assertIn('"region" or "region_stored", not "elsewhere"', str(caught.exception))
@@ -437,12 +451,22 @@ def conv_function(x, w, scale, shift):
     return torch.nn.functional.conv2d(z, w, padding=1)
 
 
+def group_norm_function(x, w, gamma, beta):
+    # GroupNorm reads the convolution's output through a view into groups, [2, 8, 6, 6] to
+    # [2, 4, 2, 36]: on channels-last storage, a tensor stored in neither order.
+    y = torch.nn.functional.conv2d(x, w, padding=1)
+    z = torch.nn.functional.silu(torch.nn.functional.group_norm(y, 4, gamma, beta))
+    return torch.nn.functional.conv2d(z, w, padding=1)
+
+
 class ChannelsLastCompiledTest(unittest.TestCase):
-    """A region between two convolutions, which Inductor lays out channels-last: under
+    """Regions between convolutions, which Inductor lays out channels-last: under
     backend="stitch" the graph calls stitch::launch_stored, which launches the region's
     kernels over that storage from C++ after its first call, with no copy."""
 
-    def test_channels_last_regions_launch_from_cpp(self):
+    def compile_and_call(self, function, args):
+        """(the backend, the daemon's recorded invocations, the compiled function, the graphs'
+        stitch calls) after one call, with every region chosen for stitch."""
         import stitch.torch
         from stitch.torch import _inductor
         from torch_inductor_test import StandInTimer
@@ -453,19 +477,49 @@ class ChannelsLastCompiledTest(unittest.TestCase):
         stitch_backend, recorded = fake_backend(executor)
         backend = stitch.torch.InductorStitchBackend(
             stitch_backend, timer=StandInTimer(stitched=1.0, inductor=2.0))
-        g = torch.Generator().manual_seed(base.SEED)
-        args = (torch.randn(2, 8, 6, 6, generator=g), torch.randn(8, 8, 3, 3, generator=g),
-                torch.randn(8, generator=g), torch.randn(1, 8, 1, 1, generator=g))
         # The stand-in driver computes nothing: the outputs cannot agree with Inductor's.
         agree, _inductor._disagreement = _inductor._disagreement, lambda a, b: ""
         try:
-            compiled = base.torch_compile(conv_function, backend)
+            compiled = base.torch_compile(function, backend)
             compiled(*args)  # stitch::launch_stored has no variant yet: region_stored adds it
         finally:
             _inductor._disagreement = agree
         print("\n[%s]\n%s" % (self.id(), backend.report.summary()))
         calls = [n for _, gm in backend.stitch.graphs for n in gm.graph.nodes
                  if n.op == "call_function" and "stitch." in str(n.target)]
+        return backend, recorded, compiled, calls
+
+    def test_a_group_norms_regions_launch_from_cpp_on_the_convolutions_storage(self):
+        from stitch.torch import _inductor
+        g = torch.Generator().manual_seed(base.SEED)
+        args = (torch.randn(2, 8, 6, 6, generator=g), torch.randn(8, 8, 3, 3, generator=g),
+                torch.randn(8, generator=g), torch.randn(8, generator=g))
+        backend, _, compiled, calls = self.compile_and_call(group_norm_function, args)
+        self.assertGreater(len(calls), 0)
+        self.assertEqual({str(n.target) for n in calls}, {"stitch.launch_stored.default"})
+        for call in calls:  # the view into groups moved inside: the call takes the tensor
+            self.assertTrue(all(t.meta["val"].dim() != 4 or tuple(t.meta["val"].shape) ==
+                                (2, 8, 6, 6) for t in call.args[1]),
+                            [tuple(t.meta["val"].shape) for t in call.args[1]])
+        FAKE.stitch_fake_loader_reset()
+        counts = {}
+        with profiled_ops(counts):
+            compiled(*args)
+        self.assertEqual({n: counts.get(n, 0) for n in COPIES}, {n: 0 for n in COPIES})
+        self.assertTrue(events("launch "))
+        self.assertEqual(backend.report.launch_paths, {"python": len(calls),
+                                                       "cpp": len(calls)})
+        self.assertEqual(backend.report.layout_copies, 0)
+        stored = [_inductor._NATIVE[c.args[0]].stored for c in calls]
+        self.assertTrue(all(s is not None and not s.takes_region_inputs for s in stored))
+
+    def test_channels_last_regions_launch_from_cpp(self):
+        from stitch.torch import _inductor
+        g = torch.Generator().manual_seed(base.SEED)
+        args = (torch.randn(2, 8, 6, 6, generator=g), torch.randn(8, 8, 3, 3, generator=g),
+                torch.randn(8, generator=g), torch.randn(1, 8, 1, 1, generator=g))
+        backend, recorded, compiled, calls = self.compile_and_call(conv_function, args)
+        stitch_backend = backend.stitch
         self.assertEqual([str(n.target) for n in calls], ["stitch.launch_stored.default"])
         op = torch.ops.stitch.launch_stored.default
         self.assertIn(torch.Tag.flexible_layout, op.tags)

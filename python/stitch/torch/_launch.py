@@ -4,8 +4,8 @@ The library (``loader/torch/launch_op.cc``, built against the installed PyTorch)
 replaced region straight from the compiled graph: per call it matches the inputs to a variant
 registered once, allocates the outputs with the strides the graph expects, and calls the
 kernel loader's checked launch on PyTorch's current stream, with no Python on the way. Calls
-it cannot serve (sizes or dtypes never launched before, inputs laid out neither row-major nor
-channels-last, a failed launch) go to the region's ``stitch::region`` operator (or
+it cannot serve (sizes, dtypes or storage orders never launched before, inputs whose elements
+are not one dense block, a failed launch) go to the region's ``stitch::region`` operator (or
 ``stitch::region_stored``), the Python path, which registers what it launched so that the next
 call at those sizes and layouts stays in C++.
 
