@@ -307,5 +307,75 @@ class InductorBackendTest(unittest.TestCase):
         self.assertEqual(region_calls(backend), [])
 
 
+class StorageOrderTest(unittest.TestCase):
+    """Tensors stored in any order of their dimensions (``stitch.torch._stored``): their
+    order read from sizes and strides, and a region lowered over such storage, on random
+    orders from the logged seed, against the same graph run eagerly."""
+
+    @staticmethod
+    def stored(shape, order, g):
+        """A random tensor of ``shape`` whose storage lays its dimensions out in ``order``."""
+        from stitch.torch import _lowering
+        stored = torch.randn([shape[d] for d in order], generator=g)
+        return stored.permute(*_lowering.inverse(order))
+
+    def test_the_order_of_a_dense_tensor_is_read_from_its_strides(self):
+        from stitch.torch import _stored
+        g = torch.Generator().manual_seed(base.SEED + 21)
+        for _ in range(200):
+            rank = int(torch.randint(1, 6, (), generator=g))
+            shape = [int(d) for d in torch.randint(1, 5, (rank,), generator=g)]
+            order = tuple(int(d) for d in torch.randperm(rank, generator=g))
+            x = self.stored(shape, order, g)
+            found = _stored.storage_order(x.shape, x.stride())
+            self.assertIsNotNone(found, (shape, order))
+            self.assertTrue(x.permute(*found).is_contiguous(), (shape, order, found))
+            wide = [d for d in order if shape[d] > 1]
+            self.assertEqual([d for d in found if shape[d] > 1], wide, (shape, order))
+            if wide:  # every other element of a dimension: no dense block
+                step = [slice(None)] * rank
+                step[wide[-1]] = slice(None, None, 2)
+                gaps = self.stored([d * 2 if i == wide[-1] else d for i, d in enumerate(shape)],
+                                   order, g)[tuple(step)]
+                self.assertIsNone(_stored.storage_order(gaps.shape, gaps.stride()),
+                                  (shape, order, gaps.stride()))
+
+    def test_a_region_lowered_over_stored_tensors_reads_and_writes_them_as_they_lie(self):
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from stitch.torch import _lowering
+        from stitch.torch._executor import RegionKernels
+
+        def f(x, w):
+            y = x * w + 1.0
+            return y, y.sum(dim=1)
+
+        g = torch.Generator().manual_seed(base.SEED + 22)
+        stitch_backend, executor = base.make_backend()
+        shape = (2, 6, 3, 4)
+        for case in range(4):
+            x_order = tuple(int(d) for d in torch.randperm(4, generator=g))
+            y_order = tuple(int(d) for d in torch.randperm(4, generator=g))
+            x, w = self.stored(shape, x_order, g), torch.randn(1, 6, 1, 4, generator=g)
+            gm = make_fx(f, tracing_mode="fake")(x, w)
+            lowered = _lowering.lower_region(gm, "stored%d" % case,
+                                             input_orders=[x_order, None],
+                                             output_orders=[y_order, None])
+            result = stitch_backend.client.compile(lowered.hlo, "sm_90")
+            self.assertTrue(result.ok, result.reason)
+            kernels = RegionKernels(result.key, "sm_90", result.bundle, lowered.hlo,
+                                    lowered.outputs, inputs=lowered.inputs)
+            y_stored, total = executor.run(kernels, [x.permute(*x_order), w])
+            self.assertEqual(tuple(y_stored.shape), tuple(shape[d] for d in y_order))
+            y = y_stored.permute(*_lowering.inverse(y_order))
+            expected_y, expected_total = f(x, w)
+            seed = "seed %d, orders %s %s" % (base.SEED, x_order, y_order)
+            self.assertLessEqual(base.max_relative_error(expected_y, y), base.F32_TOLERANCE,
+                                 seed)
+            self.assertLessEqual(base.max_relative_error(expected_total, total),
+                                 base.F32_TOLERANCE, seed)
+        for run in executor.runs:
+            self.assertTrue(run["report"]["pass"], run)
+
+
 if __name__ == "__main__":
     base.main()

@@ -207,33 +207,51 @@ class GroupNormChannelsLastTest(unittest.TestCase):
     applies): Inductor lays the convolutions' 4-d tensors, and what it computes from them,
     out channels-last after the graph was traced row-major. A region with 4-d tensors is
     compiled again over that storage (``stitch.torch._stored``) and called through
-    ``stitch::region_stored``, which takes the tensors as Inductor laid them out: the residual
-    add's region launches those kernels on the channels-last storage, with no copy. GroupNorm's
-    regions read their input through as_strided, whose strides assume row-major storage, so
-    they stay Inductor's (``layout``). The step matches eager."""
+    ``stitch::region_stored``, which takes the tensors as Inductor laid them out. GroupNorm's
+    regions read their input through a view into groups (``[2, 32, 8, 8]`` to ``[2, 8, 4,
+    64]``), whose strides on channels-last storage are neither row-major nor channels-last, and
+    their weights through views to ``[1, 8, 4, 1]``: their calls take the viewed tensors, the
+    views move inside, and the backward's grouped gradient is stored so that its view back to
+    ``[2, 32, 8, 8]`` is channels-last. Every region is replaced, each call launches its
+    channels-last kernels on the storage with no copy, every launch matches the interpreter on
+    the emulator, and the step matches eager."""
 
-    def test_channels_last_regions_run_on_their_storage_and_as_strided_ones_stay(self):
+    def test_every_region_runs_on_the_storage_inductor_lays_out(self):
+        from stitch.torch import _inductor, _lowering
         backend, executor, expected, got = groupnorm_on_inductor(True)
         (expected_out, expected_grads), (out, grads) = expected, got
         report = backend.report
         self.assertLessEqual(base.max_relative_error(expected_out, out), INDUCTOR_TOLERANCE)
         check_grads(self, "groupnorm_block", expected_grads, grads, INDUCTOR_TOLERANCE)
         choices = [(c.region, c.winner, c.reason, c.detail) for c in report.choices]
-        replaced = [c for c in report.choices if c.winner == "stitch"]
-        kept = [c for c in report.choices if c.winner != "stitch"]
-        self.assertEqual([c.reason for c in replaced], ["faster"], choices)
-        self.assertGreater(len(kept), 1, choices)
-        for c in kept:
-            self.assertEqual(c.reason, "layout", choices)
-            self.assertIn("as_strided", c.detail)
+        self.assertEqual(len(report.choices), 5, choices)
+        self.assertEqual({(c.winner, c.reason) for c in report.choices}, {("stitch", "faster")},
+                         choices)
+        self.assertEqual(dict(report.fallbacks), {}, report.details)
         self.assertEqual(report.layout_copies, 0)
-        # The replaced region's key is its channels-last bundle's: the comparison with
-        # Inductor and the stand-in timer ran it once each, and every stitched call of the
-        # step launched it.
-        self.assertGreater(report.stitched_calls, 0)
-        launches = [r for r in executor.runs if r["key"] == replaced[0].key]
-        self.assertEqual(len(launches), 2 + report.stitched_calls)
-        self.assertEqual(len(region_calls(backend)), 1)
+        calls = region_calls(backend)
+        self.assertEqual(len(calls), 5)
+        strides = {}
+        for call in calls:
+            self.assertEqual(str(call.target), "stitch.region_stored.default")
+            for t in call.args[1]:  # the views into groups and of the weights moved inside
+                self.assertNotIn(t.target, _lowering.RESHAPES, (call.args[0], t.name))
+            stored = _inductor._REGIONS[call.args[0]].stored
+            values, _ = _inductor._outputs(stored.graph)
+            for v, s in zip(values, stored.output_strides):
+                strides.setdefault(tuple(v.shape), set()).add(s)
+        # GroupNorm's output channels-last, and its grouped gradient stored so that the view
+        # back to [2, 32, 8, 8] is channels-last:
+        self.assertEqual(strides[(2, 32, 8, 8)], {(2048, 1, 256, 32)}, strides)
+        self.assertEqual(strides[(2, 8, 4, 64)], {(2048, 4, 1, 32)}, strides)
+        # Each replaced region's channels-last kernels ran twice while it was chosen (compared
+        # with Inductor's, then under the stand-in timer) and once for each stitched call.
+        keys = {c.key for c in report.choices}
+        launches = [r for r in executor.runs if r["key"] in keys]
+        self.assertEqual(report.stitched_calls, 5)
+        self.assertEqual(len(launches), 2 * 5 + report.stitched_calls)
+        for run in executor.runs:
+            self.assertTrue(run["report"]["pass"], run)
 
 
 # -- the benchmark's plumbing, on the CPU, with stand-in backends ---------------------------------

@@ -181,7 +181,11 @@ class _Replacement:
     #: Its kernels over channels-last storage, where the graph calls stitch::region_stored.
     stored: Optional[_stored.StoredRegion] = None
 
-    def run(self, inputs: Sequence[torch.Tensor], sizes: Sequence[int]) -> List[torch.Tensor]:
+    def run(self, inputs: Sequence[torch.Tensor], sizes: Sequence[int],
+            register: bool = True) -> List[torch.Tensor]:
+        """``stitch::region``: the region on its inputs, its outputs with the traced strides.
+        ``register``: hand the call's sizes to the C++ launch path (only where ``inputs`` are
+        the op's own arguments)."""
         dense = True
         for x in inputs:
             if not x.is_contiguous():  # the executor reads a dense copy
@@ -201,27 +205,34 @@ class _Replacement:
                 self.report.count_layout_copy()
                 dense = False
             out.append(r)
-        if self.native is not None and kernels is not None and dense and \
+        if register and self.native is not None and kernels is not None and dense and \
                 all(r.is_contiguous() for r in out):
             self._add_variant(inputs, sizes, out, kernels, executor)
         return out
 
     def run_stored(self, inputs: Sequence[torch.Tensor],
                    sizes: Sequence[int]) -> List[torch.Tensor]:
-        """``stitch::region_stored``: inputs whose 4-d tensors are all stored channels-last
-        run the stored kernels, on the storage as it is, and give 4-d outputs stored so; any
-        other call runs as :meth:`run` (its outputs row-major), as the fake kernel says."""
-        if self.stored is None or not _stored.all_channels_last(inputs):
+        """``stitch::region_stored``, on the stored region's arguments
+        (``_stored.call_arguments``): arguments whose 4-d tensors are all stored channels-last
+        run the stored kernels, on the storage as it is, and give outputs stored as
+        ``stored.output_strides`` say; any other call runs as :meth:`run` on the region's
+        inputs made from them (its outputs row-major), as the fake kernel says."""
+        stored = self.stored
+        if stored is None:
             return self.run(inputs, sizes)
+        if not stored.matches(inputs):
+            return self.run(stored.region_inputs(inputs), sizes,
+                            register=stored.takes_region_inputs)
         executor = self.backend.executor_for(inputs[0].device) if self.backend else None
         try:
             if executor is None:
                 raise RuntimeError("no executor for %s tensors" % inputs[0].device.type)
-            out = self.stored.run(executor, inputs)
+            out = stored.run(executor, inputs)
         except Exception as e:  # the region's own code, laid out as the call promised
             self.report.fallback(LAUNCH_ERROR, "%s: %s" % (self.region.info.name, e))
-            return [o.contiguous(memory_format=torch.channels_last) if o.dim() == 4 else o
-                    for o in self.run([x.contiguous() for x in inputs], sizes)]
+            rows = self.run([x.contiguous() for x in stored.region_inputs(inputs)], sizes,
+                            register=False)
+            return [f.copy_(r) for r, f in zip(rows, stored.fake_outputs(rows))]
         self.report.count_stitched_call(path="python")
         if self.backend is not None:
             self.backend.record_invocation(self.stored.kernels.key)
@@ -233,9 +244,9 @@ class _Replacement:
                     sizes: Sequence[Any]) -> List[torch.Tensor]:
         """The outputs' metadata of :meth:`run_stored`."""
         outputs = self.fake(inputs, sizes)
-        if self.stored is None or not _stored.all_channels_last(inputs):
+        if self.stored is None or not self.stored.matches(inputs):
             return outputs
-        return [_stored.channels_last_like(o.shape, o.dtype, o.device) for o in outputs]
+        return self.stored.fake_outputs(outputs)
 
     def _add_variant(self, inputs: Sequence[torch.Tensor], sizes: Sequence[int],
                      outputs: Sequence[torch.Tensor], kernels: Any, executor: Any) -> None:
@@ -422,7 +433,8 @@ class InductorStitchBackend:
                 choice, stored = self._choose_region(module, node, channels_last)
                 self.report.add_choice(choice)
                 if choice.winner == "stitch":
-                    _replace(fused, node, module, *self._register(module, stored))
+                    _replace(fused, node, module, *self._register(module, stored),
+                             tensors=_stored.call_arguments(node) if stored else None)
                     continue
             _inline(fused, node, module.fallback if isinstance(module, StitchedRegion) else module)
         for name in [n for n, _ in fused.named_children() if n.startswith("region")]:
@@ -471,7 +483,7 @@ class InductorStitchBackend:
         if layout:
             return choice.keep("layout", layout), None
         if channels_last and _channels_last_problem(node, region.fallback):
-            return self._choose_stored(choice, region)
+            return self._choose_stored(choice, region, node)
         if self._decide_from_daemon(choice, region):
             return choice, None
         try:
@@ -480,11 +492,11 @@ class InductorStitchBackend:
             return choice.keep("launch_error", str(e)), None
         return choice, None
 
-    def _choose_stored(self, choice: RegionChoice, region: StitchedRegion
+    def _choose_stored(self, choice: RegionChoice, region: StitchedRegion, node: torch.fx.Node
                        ) -> Tuple[RegionChoice, Optional[_stored.StoredRegion]]:
         """A region whose 4-d tensors Inductor lays out channels-last: its kernels over that
         storage, timed against Inductor's on channels-last inputs."""
-        stored = (_stored.compile_stored(region, self.stitch.client)
+        stored = (_stored.compile_stored(region, node, self.stitch.client)
                   if hasattr(torch.Tag, "flexible_layout")
                   else "this PyTorch's ops cannot take tensors as Inductor lays them out")
         if isinstance(stored, str):
@@ -530,14 +542,17 @@ class InductorStitchBackend:
 
     def _run_both(self, region: StitchedRegion,
                   stored: Optional[_stored.StoredRegion] = None) -> Any:
-        """Returns (stitched seconds, Inductor seconds) per call on random inputs (4-d ones
-        stored channels-last for ``stored``), or why the two sides' outputs disagree."""
+        """Returns (stitched seconds, Inductor seconds) per call on random inputs, or why the
+        two sides' outputs disagree. For ``stored``, the inputs are its call's arguments, 4-d
+        ones stored channels-last, and Inductor compiles its graph, which takes them."""
         from torch._inductor.compile_fx import compile_fx
         device = region.device
-        inputs = _random_inputs(region, device)
-        if stored is not None:
-            inputs = _stored.random_channels_last(inputs)
-        compiled = compile_fx(_standalone(region.fallback), inputs)
+        if stored is None:
+            graph, inputs = region.fallback, _random_inputs(region.input_specs, device)
+        else:
+            graph = stored.graph
+            inputs = stored.laid_out(_random_inputs(stored.input_specs(), device))
+        compiled = compile_fx(_standalone(graph), inputs)
 
         def run_inductor() -> Any:
             return compiled(*inputs)
@@ -618,11 +633,13 @@ def _channels_last_problem(node: torch.fx.Node, sub: torch.fx.GraphModule) -> st
 
 
 def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, region: StitchedRegion,
-             op: Any, first: tuple) -> None:
+             op: Any, first: tuple, tensors: Optional[List[Any]] = None) -> None:
     """Replaces the region's call_module by one call of ``op`` (``stitch::launch`` or
-    ``stitch::region``) with the arguments ``first`` and the region's tensors and sizes."""
+    ``stitch::region``) with the arguments ``first`` and the region's tensors (or
+    ``tensors``, a stored region's arguments) and sizes."""
     vals, returns_tuple = _outputs(region.fallback)
-    tensors = [node.args[k] for k in region.shapes.tensor_positions]
+    if tensors is None:
+        tensors = [node.args[k] for k in region.shapes.tensor_positions]
     sizes = [node.args[k] for k in region.shapes.size_positions]
     with gm.graph.inserting_before(node):
         call = gm.graph.call_function(op, first + (tensors, sizes))
@@ -663,10 +680,11 @@ def _standalone(sub: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(sub, graph)
 
 
-def _random_inputs(region: StitchedRegion, device: torch.device) -> List[torch.Tensor]:
+def _random_inputs(specs: Sequence[Any], device: torch.device) -> List[Any]:
+    """Random tensors for ``specs`` (each a tensor's dims then dtype; a size as it is)."""
     g = torch.Generator(device="cpu").manual_seed(0)
     inputs = []
-    for spec in region.input_specs:
+    for spec in specs:
         if not isinstance(spec, tuple):  # a size
             inputs.append(spec)
             continue

@@ -533,11 +533,17 @@ def _result_meta(node: Any, shapes: Sequence[Any], dtypes: Sequence[Any], *indic
     return next(iter(metas))
 
 
-@_register(_op(_maybe(aten, "view")), _op(_maybe(aten, "_unsafe_view")),
-           _op(_maybe(aten, "reshape")), _op(_maybe(prims, "reshape")),
-           _op(_maybe(aten, "unsqueeze")), _op(_maybe(aten, "squeeze"), "dim"),
-           _op(_maybe(aten, "squeeze")), _op(_maybe(prims, "squeeze")),
-           _op(_maybe(aten, "squeeze"), "dims"), _op(_maybe(aten, "_reshape_alias")))
+#: The ops that give their one tensor operand another shape, its elements in the same logical
+#: order, whatever its strides: a view of a tensor stored in any order reads the same values.
+RESHAPES = tuple(op for op in (
+    _op(_maybe(aten, "view")), _op(_maybe(aten, "_unsafe_view")), _op(_maybe(aten, "reshape")),
+    _op(_maybe(prims, "reshape")), _op(_maybe(aten, "unsqueeze")),
+    _op(_maybe(aten, "squeeze"), "dim"), _op(_maybe(aten, "squeeze")),
+    _op(_maybe(prims, "squeeze")), _op(_maybe(aten, "squeeze"), "dims")) if op is not None)
+
+
+# _reshape_alias names the view's strides, which hold for a row-major operand only.
+@_register(*RESHAPES, _op(_maybe(aten, "_reshape_alias")))
 def _reshape(e: Emitter, node: Any, arg: Callable, shape: Any, dtype: torch.dtype) -> Value:
     return e.reshape(_value(e, arg(0), arg(0).shape, dtype), shape)
 
@@ -1093,24 +1099,26 @@ def concrete_meta(node: torch.fx.Node, binding: Optional[Mapping[Any, int]] = No
         return None
 
 
-#: A 4-d tensor stored channels-last holds its NCHW value in NHWC order: the logical
-#: dimensions are this transpose of the stored ones, and the stored ones the inverse.
-NCHW_OF_NHWC = (0, 3, 1, 2)
-NHWC_OF_NCHW = (0, 2, 3, 1)
+#: A storage order: a tensor's logical dimensions in the order its storage lays them out,
+#: outermost first. A 4-d NCHW tensor stored channels-last is stored in order NHWC_OF_NCHW.
+Order = Tuple[int, ...]
+NHWC_OF_NCHW: Order = (0, 2, 3, 1)
 
 
 def lower_region(graph_module: torch.fx.GraphModule, name: str,
                  binding: Optional[Mapping[Any, int]] = None,
                  splits: Optional[Mapping[int, int]] = None,
-                 channels_last: bool = False) -> Lowered:
+                 input_orders: Sequence[Optional[Order]] = (),
+                 output_orders: Sequence[Optional[Order]] = ()) -> Lowered:
     """Returns the HLO module of a fused region at ``binding`` (None for a region of static
     shapes): its tensor placeholders are parameters in order, its size placeholders the
     binding's values, its outputs the root tuple's elements in order. ``splits`` maps a
     parameter to k: it is declared with dimension 0 split into (d/k, k) and reshaped back (the
-    same bytes), so that its dimension 0 is an outer extent (``_shapes.OuterRule``). With
-    ``channels_last``, every 4-d parameter and output is declared as its channels-last storage
-    (NHWC) and transposed to and from NCHW in the module, which stitchd's compiler folds into
-    the ops between. Raises Unsupported naming the first node it cannot express."""
+    same bytes), so that its dimension 0 is an outer extent (``_shapes.OuterRule``). An input
+    or output with an order in ``input_orders`` or ``output_orders`` (by position; None or
+    absent: row-major) is declared as its storage in that order and transposed to and from its
+    logical value in the module, which stitchd's compiler folds into the ops between. Raises
+    Unsupported naming the first node it cannot express."""
     e = Emitter()
     values: Dict[torch.fx.Node, Any] = {}
     inputs: List[Tuple[Tuple[int, ...], torch.dtype]] = []
@@ -1119,7 +1127,7 @@ def lower_region(graph_module: torch.fx.GraphModule, name: str,
         if node.op == "placeholder":
             k = len(inputs)
             values[node] = _lower_input(e, node, binding, k, (splits or {}).get(k, 1),
-                                        channels_last)
+                                        _at(input_orders, k))
             if isinstance(values[node], Value):
                 inputs.append(e.declared[-1])
         elif node.op == "call_function":
@@ -1131,25 +1139,39 @@ def lower_region(graph_module: torch.fx.GraphModule, name: str,
                 v = values.get(item)
                 if not isinstance(v, Value):
                     raise Unsupported("output %s is not a tensor of the region" % (item,))
-                outputs.append(_stored(e, v, NHWC_OF_NCHW) if channels_last else v)
+                outputs.append(_stored(e, v, _at(output_orders, len(outputs))))
         else:
             raise Unsupported("%s node %s" % (node.op, node.name))
     return Lowered(e.module(name, outputs), tuple(inputs),
                    tuple((o.shape, o.dtype) for o in outputs), e.binding_specific)
 
 
-def _stored(e: Emitter, v: Value, perm: Tuple[int, ...]) -> Value:
-    """``v`` transposed by ``perm`` where it is 4-d; other values as they are."""
-    if len(v.shape) != 4:
+def _at(orders: Sequence[Optional[Order]], k: int) -> Optional[Order]:
+    return orders[k] if k < len(orders) else None
+
+
+def inverse(order: Order) -> Order:
+    """The permutation that undoes ``order``: a stored tensor's logical dimensions."""
+    result = [0] * len(order)
+    for i, d in enumerate(order):
+        result[d] = i
+    return tuple(result)
+
+
+def _stored(e: Emitter, v: Value, order: Optional[Order]) -> Value:
+    """``v`` transposed into its storage ``order``; as it is where that is row-major."""
+    if order is None or tuple(order) == tuple(range(len(v.shape))):
         return v
-    return e.emit(tuple(v.shape[d] for d in perm), v.dtype, "transpose", [v],
-                  "dimensions={%s}" % ",".join(str(d) for d in perm))
+    if sorted(order) != list(range(len(v.shape))):
+        raise Unsupported("storage order %s for a value of shape %s" % (tuple(order), v.shape))
+    return e.emit(tuple(v.shape[d] for d in order), v.dtype, "transpose", [v],
+                  "dimensions={%s}" % ",".join(str(d) for d in order))
 
 
 def _lower_input(e: Emitter, node: torch.fx.Node, binding: Optional[Mapping[Any, int]],
-                 index: int, split: int = 1, channels_last: bool = False) -> Any:
+                 index: int, split: int = 1, order: Optional[Order] = None) -> Any:
     """A placeholder: parameter ``index`` for a tensor (declared with dimension 0 split by
-    ``split``, or as its channels-last storage), the Size it is bound to for a size."""
+    ``split``, or as its storage in ``order``), the Size it is bound to for a size."""
     scalar = _shapes.symbolic_scalar(node) if binding is not None else None
     if scalar is not None:
         try:
@@ -1168,9 +1190,11 @@ def _lower_input(e: Emitter, node: torch.fx.Node, binding: Optional[Mapping[Any,
                               % (node.name, shape, split))
         declared = (shape[0] // split, split) + tuple(shape[1:])
         return e.reshape(e.parameter(index, declared, dtype), shape)
-    if channels_last and len(shape) == 4:
-        stored = tuple(shape[d] for d in NHWC_OF_NCHW)
-        return _stored(e, e.parameter(index, stored, dtype), NCHW_OF_NHWC)
+    if order is not None and tuple(order) != tuple(range(len(shape))):
+        if sorted(order) != list(range(len(shape))):
+            raise Unsupported("input %s %s: storage order %s" % (node.name, shape, tuple(order)))
+        stored = tuple(shape[d] for d in order)
+        return _stored(e, e.parameter(index, stored, dtype), inverse(order))
     return e.parameter(index, shape, dtype)
 
 

@@ -3,18 +3,29 @@
 Inductor lays a graph's convolutions out channels-last after the graph was traced row-major
 (its layout optimization, on by default), and the pointwise and normalization work around
 them follows: a region's 4-d NCHW tensors then arrive as NHWC storage. Such a region is
-compiled a second time, with each 4-d parameter and output declared as that storage and
-transposed to and from NCHW in its HLO (``_lowering.lower_region(channels_last=True)``);
-stitchd's compiler folds the transposes into the ops between (``layout_transposes.h``), so the
-kernels read and write the storage as it is. A call whose 4-d inputs are all stored so
-launches those kernels on the storage (no copy) and returns its 4-d outputs stored so too;
-any other call takes the region's row-major kernels.
+compiled a second time over that storage (``_lowering.lower_region`` with storage orders):
+each 4-d input is declared as its NHWC storage and transposed to NCHW in its HLO, each output
+is declared in the order it will be stored in and transposed into it; stitchd's compiler folds
+the transposes into the ops between (``layout_transposes.h``), so the kernels read and write
+the storage as it is.
+
+An input the region reads through a reshape of another tensor (GroupNorm's ``view`` of its
+input into groups, a weight's ``view`` to ``[1, C, 1, 1]``) is taken at its base instead, and
+the reshape moves into the region: a reshape of a channels-last tensor has strides neither
+row-major nor channels-last, while its base is one or the other. An output is stored so that
+the reshapes that read it find channels-last strides (GroupNorm's backward gives its grouped
+gradient back to ``[N, C, H, W]``); other 4-d outputs are stored channels-last.
+
+Each argument is expected in one storage order: a backward graph's tangents as traced (AOTAutograd
+gives them the traced strides), every other 4-d tensor channels-last. A call whose arguments all
+lie so launches those kernels on the storage (no copy); any other call takes the region's
+row-major kernels on its inputs made from the arguments.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -22,69 +33,223 @@ from . import _lowering
 from ._executor import RegionKernels
 
 
-def is_channels_last(x: Any) -> bool:
-    """True for a 4-d tensor stored channels-last and not also row-major (a tensor with a
-    single channel or pixel is both; it counts as row-major)."""
-    return (isinstance(x, torch.Tensor) and x.dim() == 4 and not x.is_contiguous()
-            and x.is_contiguous(memory_format=torch.channels_last))
+def storage_order(shape: Sequence[int], strides: Sequence[int]) -> Optional[_lowering.Order]:
+    """The order in which a tensor of ``shape`` and ``strides`` lays out its dimensions,
+    outermost first, where its elements are one dense block; None where they are not."""
+    order = _order(strides)
+    step = 1
+    for d in reversed(order):
+        if shape[d] != 1 and strides[d] != step:
+            return None
+        step *= shape[d]
+    return order
 
 
-def all_channels_last(inputs: Sequence[torch.Tensor]) -> bool:
-    """True when the call has a 4-d input stored channels-last and every other 4-d input is
-    stored so too, or lies the same either way (a single channel or pixel: a per-channel
-    scale of shape [1, C, 1, 1])."""
-    four_d = [x for x in inputs if x.dim() == 4]
-    return any(is_channels_last(x) for x in four_d) and all(
-        x.is_contiguous(memory_format=torch.channels_last) for x in four_d)
+def _argument_order(base: torch.fx.Node) -> Optional[_lowering.Order]:
+    """The storage order a call argument arrives in: a backward graph's tangents as traced
+    (AOTAutograd gives them the traced strides), every other 4-d tensor channels-last (as
+    Inductor lays them out), anything else row-major (None)."""
+    val = base.meta["val"]
+    if base.op == "placeholder" and base.name.startswith("tangents"):
+        order = storage_order(tuple(val.shape), tuple(val.stride()))
+        return None if order == tuple(range(val.dim())) else order
+    return _lowering.NHWC_OF_NCHW if val.dim() == 4 else None
 
 
-def channels_last_like(shape: Sequence[Any], dtype: torch.dtype,
-                       device: torch.device) -> torch.Tensor:
-    """An empty tensor of ``shape``: stored channels-last where it is 4-d."""
-    x = torch.empty(tuple(shape), dtype=dtype, device=device)
-    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+def channels_last_strides(shape: Sequence[int]) -> Tuple[int, ...]:
+    """A 4-d tensor's strides stored channels-last; another's row-major."""
+    x = torch.empty(tuple(shape), device="meta")
+    return tuple(x.contiguous(memory_format=torch.channels_last).stride() if x.dim() == 4
+                 else x.stride())
+
+
+# -- the region with its inputs' reshapes folded in -------------------------------------------
+def _base(arg: Any) -> Tuple[Any, Optional[Tuple[int, ...]]]:
+    """The tensor a region input reshapes, and the input's shape where it is a reshape (the
+    reshapes keep the elements' logical order, so one reshape of the base gives the input)."""
+    shape = tuple(arg.meta["val"].shape) if isinstance(arg, torch.fx.Node) else None
+    reshaped = False
+    while isinstance(arg, torch.fx.Node) and arg.op == "call_function" and \
+            arg.target in _lowering.RESHAPES and arg.args and \
+            isinstance(arg.args[0], torch.fx.Node):
+        arg, reshaped = arg.args[0], True
+    return arg, shape if reshaped else None
+
+
+def call_arguments(node: torch.fx.Node) -> List[Any]:
+    """The tensors a stored region's call takes: each input's base, once each, in order of
+    first use."""
+    bases: List[Any] = []
+    for a in node.args:
+        base = _base(a)[0]
+        if base not in bases:
+            bases.append(base)
+    return bases
+
+
+Source = Tuple[int, Optional[Tuple[int, ...]]]  # an argument, and the shape it is reshaped to
+
+
+def _folded(region_graph: torch.fx.GraphModule, node: torch.fx.Node
+            ) -> Tuple[torch.fx.GraphModule, Tuple[Source, ...]]:
+    """The region's graph taking :func:`call_arguments`, with each input's reshape inside;
+    and per region input, the argument it comes from and the shape it is reshaped to."""
+    bases = call_arguments(node)
+    graph = torch.fx.Graph()
+    placeholders = []
+    for i, base in enumerate(bases):
+        p = graph.placeholder("base%d" % i)
+        p.meta["val"] = base.meta["val"]
+        placeholders.append(p)
+    env, sources = {}, []
+    inputs = [n for n in region_graph.graph.nodes if n.op == "placeholder"]
+    for p, a in zip(inputs, node.args):
+        base, shape = _base(a)
+        x = placeholders[bases.index(base)]
+        if shape is not None:
+            x = graph.call_function(torch.ops.aten.reshape.default, (x, list(shape)))
+            x.meta["val"] = a.meta["val"]
+        env[p] = x
+        sources.append((bases.index(base), shape))
+    for n in region_graph.graph.nodes:
+        if n.op != "placeholder":
+            env[n] = graph.node_copy(n, lambda x: env[x])
+    return torch.fx.GraphModule(region_graph, graph), tuple(sources)
+
+
+def _output_users(node: torch.fx.Node, k: int, several: bool) -> List[torch.fx.Node]:
+    if not several:
+        return list(node.users)
+    return [u for g in node.users if g.args[1:2] == (k,) for u in g.users]
+
+
+def _output_strides(node: torch.fx.Node, k: int, several: bool,
+                    shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    """Output ``k``'s strides: where every op that reads it reshapes it to one 4-d shape,
+    those of a reshape of that shape stored channels-last, when such a reshape is dense; else
+    stored channels-last if it is 4-d, row-major if not."""
+    users = _output_users(node, k, several)
+    shapes = {tuple(u.meta["val"].shape) for u in users
+              if u.target in _lowering.RESHAPES and "val" in u.meta}
+    if users and len(shapes) == 1 and all(u.target in _lowering.RESHAPES for u in users):
+        (target,) = shapes
+        if len(target) == 4:
+            try:
+                x = torch.empty(target, device="meta").contiguous(
+                    memory_format=torch.channels_last).view(shape)
+                if storage_order(shape, x.stride()) is not None:
+                    return tuple(x.stride())
+            except RuntimeError:  # no such view: the reshape would copy
+                pass
+    return channels_last_strides(shape)
 
 
 @dataclasses.dataclass
 class StoredRegion:
-    """A region's kernels over channels-last storage: ``kernels`` take each 4-d input as its
-    NHWC storage and write each 4-d output so."""
+    """A region's kernels over the storage Inductor gives it: ``kernels`` take each argument
+    stored in its order of ``input_orders`` (None: row-major) and write each output with
+    ``output_strides``.
+
+    ``graph`` is the region taking the call's arguments (the bases of its inputs' reshapes,
+    :func:`call_arguments`), as the kernels do; ``sources`` gives, per input of the region's
+    own graph, the argument it is made from and the reshapes that make it."""
 
     kernels: RegionKernels
+    graph: torch.fx.GraphModule
+    sources: Tuple[Source, ...]
+    input_orders: Tuple[Optional[_lowering.Order], ...]
+    output_strides: Tuple[Tuple[int, ...], ...]
 
-    def run(self, executor: Any, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-        """Launches the kernels on channels-last ``inputs`` (all_channels_last); returns the
-        outputs, 4-d ones as NCHW views of their channels-last storage."""
-        stored = [x.permute(*_lowering.NHWC_OF_NCHW) if x.dim() == 4 else x.contiguous()
-                  for x in inputs]
+    def matches(self, arguments: Sequence[torch.Tensor]) -> bool:
+        """True when each argument is stored in its order of ``input_orders``."""
+        return len(arguments) == len(self.input_orders) and all(
+            x.is_contiguous() if order is None else x.permute(*order).is_contiguous()
+            for x, order in zip(arguments, self.input_orders))
+
+    @property
+    def takes_region_inputs(self) -> bool:
+        """True when the call's arguments are the region's own inputs, in order."""
+        return all(shape is None and i == k for k, (i, shape) in enumerate(self.sources))
+
+    def region_inputs(self, arguments: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """The inputs of the region's own graph, made from the call's arguments (a reshape
+        that cannot view its argument's storage copies it)."""
+        return [arguments[i] if shape is None else arguments[i].reshape(shape)
+                for i, shape in self.sources]
+
+    def input_specs(self) -> List[Tuple[Any, ...]]:
+        """(dims..., dtype) of each argument, as ``_random_inputs`` takes them."""
+        return [tuple(n.meta["val"].shape) + (n.meta["val"].dtype,)
+                for n in self.graph.graph.nodes if n.op == "placeholder"]
+
+    def laid_out(self, arguments: Sequence[Any]) -> List[Any]:
+        """``arguments`` (their values) stored in the orders the kernels take."""
+        return [x if order is None else
+                x.permute(*order).contiguous().permute(*_lowering.inverse(order))
+                for x, order in zip(arguments, self.input_orders)]
+
+    def run(self, executor: Any, arguments: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """Launches the kernels on ``arguments`` that :meth:`matches`; returns the outputs,
+        each a view of its storage with ``output_strides``."""
+        stored = [x.contiguous() if order is None else x.permute(*order)
+                  for x, order in zip(arguments, self.input_orders)]
         outputs = executor.run(self.kernels, stored)
-        return [o.permute(*_lowering.NCHW_OF_NHWC) if o.dim() == 4 else o for o in outputs]
+        return [o.permute(*_lowering.inverse(_order(s))) if o.dim() > 1 else o
+                for o, s in zip(outputs, self.output_strides)]
+
+    def fake_outputs(self, outputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """Empty tensors like ``outputs``, with ``output_strides``."""
+        return [torch.empty_strided(tuple(o.shape), s, dtype=o.dtype, device=o.device)
+                for o, s in zip(outputs, self.output_strides)]
 
 
-def compile_stored(region: Any, client: Any) -> Union[StoredRegion, str]:
-    """The channels-last variant of a StitchedRegion of static sizes, compiled by ``client``'s
-    daemon for the region's target; or why there is none."""
+def _order(strides: Sequence[int]) -> _lowering.Order:
+    """Dimensions by stride, largest first (a stable sort: ties keep their logical order)."""
+    return tuple(sorted(range(len(strides)), key=lambda d: -strides[d]))
+
+
+def compile_stored(region: Any, node: torch.fx.Node,
+                   client: Any) -> Union[StoredRegion, str]:
+    """The channels-last variant of a StitchedRegion of static sizes, called at ``node`` of
+    the graph being compiled, compiled by ``client``'s daemon for the region's target; or why
+    there is none."""
     if region.shapes.symbolic or region.shapes.size_positions:
         return "its sizes are symbolic"
-    strided = [op for op in region.info.ops if "as_strided" in op]
-    if strided:
-        # as_strided reads its input's storage at strides traced for row-major storage.
-        return "%s reads storage at row-major strides" % strided[0]
+    graph, sources = _folded(region.fallback, node)
+    orders = tuple(_argument_order(base) for base in call_arguments(node))
+    arguments = {n for n in graph.graph.nodes if n.op == "placeholder"}
+    for n in graph.graph.nodes:
+        if n.op == "call_function" and "as_strided" in str(n.target) and \
+                _reads_storage_of(n.args[0], arguments):
+            # as_strided reads its input's storage at strides traced for row-major storage.
+            return "%s reads storage at row-major strides" % n.target
+    outputs, several = _outputs_of(region.fallback)
+    strides = tuple(_output_strides(node, k, several, shape) for k, shape in enumerate(outputs))
     name = region.info.name.replace(".", "_") + "_channels_last"
     try:
-        lowered = _lowering.lower_region(region.fallback, name, channels_last=True)
+        lowered = _lowering.lower_region(graph, name, input_orders=orders,
+                                         output_orders=[_order(s) for s in strides])
     except _lowering.Unsupported as e:
         return str(e)
     target = region.kernels.target
     result = client.compile(lowered.hlo, target)
     if not result.ok:
         return "stitchd: %s" % result.reason
-    return StoredRegion(RegionKernels(result.key, target, result.bundle, lowered.hlo,
-                                      lowered.outputs, inputs=lowered.inputs))
+    kernels = RegionKernels(result.key, target, result.bundle, lowered.hlo, lowered.outputs,
+                            inputs=lowered.inputs)
+    return StoredRegion(kernels, graph, sources, orders, strides)
 
 
-def random_channels_last(inputs: Sequence[Any]) -> List[Any]:
-    """``inputs`` with every 4-d tensor stored channels-last, as Inductor hands them over."""
-    return [x.contiguous(memory_format=torch.channels_last)
-            if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in inputs]
+def _reads_storage_of(x: Any, arguments: set) -> bool:
+    """True when ``x`` is a call argument or a reshape of one: a tensor whose storage is the
+    argument's."""
+    while isinstance(x, torch.fx.Node) and x not in arguments and \
+            x.op == "call_function" and x.target in _lowering.RESHAPES:
+        x = x.args[0]
+    return x in arguments
 
+
+def _outputs_of(sub: torch.fx.GraphModule) -> Tuple[List[Tuple[int, ...]], bool]:
+    out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    return [tuple(o.meta["val"].shape) for o in items], isinstance(out, (tuple, list))
