@@ -213,21 +213,21 @@ class _Replacement:
     def run_stored(self, inputs: Sequence[torch.Tensor],
                    sizes: Sequence[int]) -> List[torch.Tensor]:
         """``stitch::region_stored``, on the stored region's arguments
-        (``_stored.call_arguments``): arguments whose 4-d tensors are all stored channels-last
-        run the stored kernels, on the storage as it is, and give outputs stored as
-        ``stored.output_strides`` say; any other call runs as :meth:`run` on the region's
-        inputs made from them (its outputs row-major), as the fake kernel says."""
+        (``_stored.call_arguments``): dense arguments run the stored kernels for their storage
+        orders, on the storage as it is, and give outputs stored as ``stored.output_strides``
+        say; any other call runs as :meth:`run` on the region's inputs made from them (its
+        outputs row-major), as the fake kernel says."""
         stored = self.stored
         if stored is None:
             return self.run(inputs, sizes)
-        if not stored.matches(inputs):
+        if not stored.dense(inputs):
             return self.run(stored.region_inputs(inputs), sizes,
                             register=stored.takes_region_inputs)
         executor = self.backend.executor_for(inputs[0].device) if self.backend else None
         try:
             if executor is None:
                 raise RuntimeError("no executor for %s tensors" % inputs[0].device.type)
-            out = stored.run(executor, inputs)
+            out, kernels = stored.run(executor, inputs)
         except Exception as e:  # the region's own code, laid out as the call promised
             self.report.fallback(LAUNCH_ERROR, "%s: %s" % (self.region.info.name, e))
             rows = self.run([x.contiguous() for x in stored.region_inputs(inputs)], sizes,
@@ -235,16 +235,16 @@ class _Replacement:
             return [f.copy_(r) for r, f in zip(rows, stored.fake_outputs(rows))]
         self.report.count_stitched_call(path="python")
         if self.backend is not None:
-            self.backend.record_invocation(self.stored.kernels.key)
+            self.backend.record_invocation(kernels.key)
         if self.native is not None:
-            self._add_variant(inputs, sizes, out, self.stored.kernels, executor)
+            self._add_variant(inputs, sizes, out, kernels, executor)
         return out
 
     def fake_stored(self, inputs: Sequence[torch.Tensor],
                     sizes: Sequence[Any]) -> List[torch.Tensor]:
         """The outputs' metadata of :meth:`run_stored`."""
         outputs = self.fake(inputs, sizes)
-        if self.stored is None or not self.stored.matches(inputs):
+        if self.stored is None or not self.stored.dense(inputs):
             return outputs
         return self.stored.fake_outputs(outputs)
 
@@ -560,7 +560,7 @@ class InductorStitchBackend:
         def run_stitched() -> Any:
             if stored is None:
                 return region.launch(inputs)
-            return stored.run(self.stitch.executor_for(device), inputs)
+            return stored.run(self.stitch.executor_for(device), inputs)[0]
 
         disagreement = _disagreement(run_stitched(), run_inductor())
         if disagreement:

@@ -24,8 +24,8 @@ row-major kernels on its inputs made from the arguments.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, List, Optional, Sequence, Tuple, Union
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -46,13 +46,12 @@ def storage_order(shape: Sequence[int], strides: Sequence[int]) -> Optional[_low
 
 
 def _argument_order(base: torch.fx.Node) -> Optional[_lowering.Order]:
-    """The storage order a call argument arrives in: a backward graph's tangents as traced
-    (AOTAutograd gives them the traced strides), every other 4-d tensor channels-last (as
-    Inductor lays them out), anything else row-major (None)."""
+    """The storage order a call argument is predicted to arrive in: a backward graph's
+    tangents as traced (AOTAutograd gives them the traced strides), every other 4-d tensor
+    channels-last (as Inductor lays them out), anything else row-major (None)."""
     val = base.meta["val"]
     if base.op == "placeholder" and base.name.startswith("tangents"):
-        order = storage_order(tuple(val.shape), tuple(val.stride()))
-        return None if order == tuple(range(val.dim())) else order
+        return _row_major_none(storage_order(tuple(val.shape), tuple(val.stride())))
     return _lowering.NHWC_OF_NCHW if val.dim() == 4 else None
 
 
@@ -144,27 +143,45 @@ def _output_strides(node: torch.fx.Node, k: int, several: bool,
     return channels_last_strides(shape)
 
 
-@dataclasses.dataclass
+Orders = Tuple[Optional[_lowering.Order], ...]  # per argument; None: row-major
+
+
 class StoredRegion:
     """A region's kernels over the storage Inductor gives it: ``kernels`` take each argument
-    stored in its order of ``input_orders`` (None: row-major) and write each output with
-    ``output_strides``.
+    stored in its order of ``input_orders`` (the predicted orders, None for row-major) and
+    write each output with ``output_strides``. A call whose arguments are dense in other
+    orders gets kernels for those, compiled by ``compile_for`` at its first call (the same
+    region over that storage, writing the same outputs). Thread-safe.
 
     ``graph`` is the region taking the call's arguments (the bases of its inputs' reshapes,
     :func:`call_arguments`), as the kernels do; ``sources`` gives, per input of the region's
-    own graph, the argument it is made from and the reshapes that make it."""
+    own graph, the argument it is made from and the shape it is reshaped to."""
 
-    kernels: RegionKernels
-    graph: torch.fx.GraphModule
-    sources: Tuple[Source, ...]
-    input_orders: Tuple[Optional[_lowering.Order], ...]
-    output_strides: Tuple[Tuple[int, ...], ...]
+    def __init__(self, graph: torch.fx.GraphModule, sources: Tuple[Source, ...],
+                 input_orders: Orders, output_strides: Tuple[Tuple[int, ...], ...],
+                 compile_for: Callable[[Orders], RegionKernels]) -> None:
+        self.graph, self.sources = graph, sources
+        self.input_orders, self.output_strides = input_orders, output_strides
+        self._compile_for = compile_for
+        self._lock = threading.Lock()
+        shapes = [tuple(v.shape) for v in self._arguments()]
+        self._variants: Dict[tuple, Union[RegionKernels, Exception]] = {}
+        self.kernels = compile_for(input_orders)
+        self._variants[_layout_key(input_orders, shapes)] = self.kernels
 
-    def matches(self, arguments: Sequence[torch.Tensor]) -> bool:
-        """True when each argument is stored in its order of ``input_orders``."""
-        return len(arguments) == len(self.input_orders) and all(
-            x.is_contiguous() if order is None else x.permute(*order).is_contiguous()
-            for x, order in zip(arguments, self.input_orders))
+    def _arguments(self) -> List[Any]:
+        return [n.meta["val"] for n in self.graph.graph.nodes if n.op == "placeholder"]
+
+    @property
+    def variants(self) -> int:
+        """How many storage orders of the arguments have kernels."""
+        with self._lock:
+            return sum(not isinstance(v, Exception) for v in self._variants.values())
+
+    @staticmethod
+    def dense(arguments: Sequence[torch.Tensor]) -> bool:
+        """True when every argument's elements are one dense block, in any order."""
+        return all(storage_order(x.shape, x.stride()) is not None for x in arguments)
 
     @property
     def takes_region_inputs(self) -> bool:
@@ -179,28 +196,59 @@ class StoredRegion:
 
     def input_specs(self) -> List[Tuple[Any, ...]]:
         """(dims..., dtype) of each argument, as ``_random_inputs`` takes them."""
-        return [tuple(n.meta["val"].shape) + (n.meta["val"].dtype,)
-                for n in self.graph.graph.nodes if n.op == "placeholder"]
+        return [tuple(v.shape) + (v.dtype,) for v in self._arguments()]
 
     def laid_out(self, arguments: Sequence[Any]) -> List[Any]:
-        """``arguments`` (their values) stored in the orders the kernels take."""
+        """``arguments`` (their values) stored in the predicted orders."""
         return [x if order is None else
                 x.permute(*order).contiguous().permute(*_lowering.inverse(order))
                 for x, order in zip(arguments, self.input_orders)]
 
-    def run(self, executor: Any, arguments: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-        """Launches the kernels on ``arguments`` that :meth:`matches`; returns the outputs,
-        each a view of its storage with ``output_strides``."""
+    def run(self, executor: Any, arguments: Sequence[torch.Tensor]
+            ) -> Tuple[List[torch.Tensor], RegionKernels]:
+        """Launches the kernels for the storage orders of ``arguments`` (all :meth:`dense`);
+        returns the outputs, each a view of its storage with ``output_strides``, and the
+        kernels launched."""
+        orders = tuple(_row_major_none(storage_order(x.shape, x.stride())) for x in arguments)
+        kernels = self._kernels_for(orders, [tuple(x.shape) for x in arguments])
         stored = [x.contiguous() if order is None else x.permute(*order)
-                  for x, order in zip(arguments, self.input_orders)]
-        outputs = executor.run(self.kernels, stored)
+                  for x, order in zip(arguments, orders)]
+        outputs = executor.run(kernels, stored)
         return [o.permute(*_lowering.inverse(_order(s))) if o.dim() > 1 else o
-                for o, s in zip(outputs, self.output_strides)]
+                for o, s in zip(outputs, self.output_strides)], kernels
+
+    def _kernels_for(self, orders: Orders, shapes: List[Tuple[int, ...]]) -> RegionKernels:
+        """The kernels for ``orders``, compiled at the first call in them; raises (at every
+        call) where they could not be compiled, and the call falls back."""
+        key = _layout_key(orders, shapes)
+        with self._lock:
+            found = self._variants.get(key)
+        if found is None:
+            try:
+                found = self._compile_for(orders)
+            except Exception as e:  # kept, so that later calls do not compile again
+                found = RuntimeError("no kernels over this storage: %s" % e)
+            with self._lock:
+                found = self._variants.setdefault(key, found)
+        if isinstance(found, Exception):
+            raise found
+        return found
 
     def fake_outputs(self, outputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """Empty tensors like ``outputs``, with ``output_strides``."""
         return [torch.empty_strided(tuple(o.shape), s, dtype=o.dtype, device=o.device)
                 for o, s in zip(outputs, self.output_strides)]
+
+
+def _row_major_none(order: Optional[_lowering.Order]) -> Optional[_lowering.Order]:
+    return None if order is None or order == tuple(range(len(order))) else order
+
+
+def _layout_key(orders: Orders, shapes: Sequence[Tuple[int, ...]]) -> tuple:
+    """What tells two calls' storage apart: each argument's dimensions of more than one
+    element in their storage order (where a dimension of one element lies takes no room)."""
+    return tuple(tuple(d for d in (o if o is not None else range(len(s))) if s[d] != 1)
+                 for o, s in zip(orders, shapes))
 
 
 def _order(strides: Sequence[int]) -> _lowering.Order:
@@ -216,7 +264,6 @@ def compile_stored(region: Any, node: torch.fx.Node,
     if region.shapes.symbolic or region.shapes.size_positions:
         return "its sizes are symbolic"
     graph, sources = _folded(region.fallback, node)
-    orders = tuple(_argument_order(base) for base in call_arguments(node))
     arguments = {n for n in graph.graph.nodes if n.op == "placeholder"}
     for n in graph.graph.nodes:
         if n.op == "call_function" and "as_strided" in str(n.target) and \
@@ -225,19 +272,25 @@ def compile_stored(region: Any, node: torch.fx.Node,
             return "%s reads storage at row-major strides" % n.target
     outputs, several = _outputs_of(region.fallback)
     strides = tuple(_output_strides(node, k, several, shape) for k, shape in enumerate(outputs))
-    name = region.info.name.replace(".", "_") + "_channels_last"
-    try:
-        lowered = _lowering.lower_region(graph, name, input_orders=orders,
-                                         output_orders=[_order(s) for s in strides])
-    except _lowering.Unsupported as e:
-        return str(e)
+    output_orders = [_order(s) for s in strides]
+    name = region.info.name.replace(".", "_") + "_stored"
     target = region.kernels.target
-    result = client.compile(lowered.hlo, target)
-    if not result.ok:
-        return "stitchd: %s" % result.reason
-    kernels = RegionKernels(result.key, target, result.bundle, lowered.hlo, lowered.outputs,
-                            inputs=lowered.inputs)
-    return StoredRegion(kernels, graph, sources, orders, strides)
+
+    def compile_for(orders: Orders) -> RegionKernels:
+        lowered = _lowering.lower_region(graph, name, input_orders=orders,
+                                         output_orders=output_orders)
+        result = client.compile(lowered.hlo, target)
+        if not result.ok:
+            raise RuntimeError("stitchd: %s" % result.reason)
+        return RegionKernels(result.key, target, result.bundle, lowered.hlo, lowered.outputs,
+                             inputs=lowered.inputs)
+
+    try:
+        return StoredRegion(graph, sources,
+                            tuple(_argument_order(base) for base in call_arguments(node)),
+                            strides, compile_for)
+    except (_lowering.Unsupported, RuntimeError) as e:
+        return str(e)
 
 
 def _reads_storage_of(x: Any, arguments: set) -> bool:
