@@ -540,8 +540,7 @@ class ChannelsLastCompiledTest(unittest.TestCase):
         self.assertEqual(sum(n for k, n in recorded if k == key), 3)
 
         # The operator on the region's inputs: channels-last ones launch the stored kernels on
-        # their storage and give channels-last outputs; row-major ones go to
-        # stitch::region_stored, which runs the row-major kernels and gives row-major outputs.
+        # their storage and give channels-last outputs.
         cl = torch.channels_last
         inputs = [torch.randn(a.meta["val"].shape) for a in calls[0].args[1]]
         stored = [x.contiguous(memory_format=cl) if x.dim() == 4 else x for x in inputs]
@@ -554,10 +553,18 @@ class ChannelsLastCompiledTest(unittest.TestCase):
         self.assertTrue(any(a in pointers for l in launches(out) for a in l["args"].split(",")))
         self.assertTrue(all(o.is_contiguous(memory_format=cl) for o in out if o.dim() == 4))
         self.assertEqual(replacement.native.counts(), (0, [(key, 1)]))
+        # Row-major arguments have no variant yet: stitch::region_stored compiles kernels over
+        # that storage, launches them with the outputs in the same strides, and registers
+        # them, so the next such call launches from C++.
         out = op(replacement.native.id, inputs, [])
-        self.assertTrue(all(o.is_contiguous() for o in out))
+        self.assertTrue(all(o.is_contiguous(memory_format=cl) for o in out if o.dim() == 4))
+        self.assertEqual(replacement.stored.variants, 2)
         fallbacks, _ = replacement.native.counts()
         self.assertEqual(fallbacks, 1)
+        op(replacement.native.id, inputs, [])
+        fallbacks, launched = replacement.native.counts()
+        self.assertEqual(fallbacks, 0)
+        self.assertEqual([n for k, n in launched if k != key], [1])
 
 
 def main():

@@ -16,10 +16,12 @@ row-major nor channels-last, while its base is one or the other. An output is st
 the reshapes that read it find channels-last strides (GroupNorm's backward gives its grouped
 gradient back to ``[N, C, H, W]``); other 4-d outputs are stored channels-last.
 
-Each argument is expected in one storage order: a backward graph's tangents as traced (AOTAutograd
-gives them the traced strides), every other 4-d tensor channels-last. A call whose arguments all
-lie so launches those kernels on the storage (no copy); any other call takes the region's
-row-major kernels on its inputs made from the arguments.
+The kernels timed against Inductor's take each argument in its predicted storage order: a
+backward graph's tangents as traced (AOTAutograd gives them the traced strides), every other
+4-d tensor channels-last. A call whose arguments are dense launches the kernels for their
+orders on the storage (no copy), compiling them at the first call in orders other than the
+predicted ones; a call with an argument that is no dense block takes the region's row-major
+kernels on its inputs made from the arguments.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def _argument_order(base: torch.fx.Node) -> Optional[_lowering.Order]:
     return _lowering.NHWC_OF_NCHW if val.dim() == 4 else None
 
 
-def channels_last_strides(shape: Sequence[int]) -> Tuple[int, ...]:
+def _channels_last_strides(shape: Sequence[int]) -> Tuple[int, ...]:
     """A 4-d tensor's strides stored channels-last; another's row-major."""
     x = torch.empty(tuple(shape), device="meta")
     return tuple(x.contiguous(memory_format=torch.channels_last).stride() if x.dim() == 4
@@ -140,7 +142,7 @@ def _output_strides(node: torch.fx.Node, k: int, several: bool,
                     return tuple(x.stride())
             except RuntimeError:  # no such view: the reshape would copy
                 pass
-    return channels_last_strides(shape)
+    return _channels_last_strides(shape)
 
 
 Orders = Tuple[Optional[_lowering.Order], ...]  # per argument; None: row-major
