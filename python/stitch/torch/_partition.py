@@ -74,6 +74,13 @@ def why_not_supported(node: torch.fx.Node) -> Optional[Tuple[str, str]]:
     name = _packet_name(node)
     if name in FRAMEWORK_OPS:
         return ("framework", _lowering.op_name(node))
+    if name == "copy_" and isinstance(node.args[0], torch.fx.Node) and \
+            node.args[0].op == "placeholder":
+        # A region's kernels write fresh tensors: the write of a value a region computes into
+        # the graph's input (a module buffer's update, batch norm's running statistics in
+        # training) is left to the framework, as the functionalized graph asks.
+        return ("framework", "%s writes input %s" % (_lowering.op_name(node),
+                                                     node.args[0].name))
     if _lowering.lowering_for(node) is None:
         return ("unsupported_op", "unsupported op %s" % _lowering.op_name(node))
     form = _lowering.unsupported_form(node)
