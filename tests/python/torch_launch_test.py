@@ -489,6 +489,15 @@ class ChannelsLastCompiledTest(unittest.TestCase):
                  if n.op == "call_function" and "stitch." in str(n.target)]
         return backend, recorded, compiled, calls
 
+    def call_without_copies(self, compiled, args):
+        """Calls ``compiled``: it launches kernels and copies no tensor."""
+        FAKE.stitch_fake_loader_reset()
+        counts = {}
+        with profiled_ops(counts):
+            compiled(*args)
+        self.assertEqual({n: counts.get(n, 0) for n in COPIES}, {n: 0 for n in COPIES})
+        self.assertTrue(events("launch "))
+
     def test_a_group_norms_regions_launch_from_cpp_on_the_convolutions_storage(self):
         from stitch.torch import _inductor
         g = torch.Generator().manual_seed(base.SEED)
@@ -501,12 +510,7 @@ class ChannelsLastCompiledTest(unittest.TestCase):
             self.assertTrue(all(t.meta["val"].dim() != 4 or tuple(t.meta["val"].shape) ==
                                 (2, 8, 6, 6) for t in call.args[1]),
                             [tuple(t.meta["val"].shape) for t in call.args[1]])
-        FAKE.stitch_fake_loader_reset()
-        counts = {}
-        with profiled_ops(counts):
-            compiled(*args)
-        self.assertEqual({n: counts.get(n, 0) for n in COPIES}, {n: 0 for n in COPIES})
-        self.assertTrue(events("launch "))
+        self.call_without_copies(compiled, args)
         self.assertEqual(backend.report.launch_paths, {"python": len(calls),
                                                        "cpp": len(calls)})
         self.assertEqual(backend.report.layout_copies, 0)
@@ -527,12 +531,7 @@ class ChannelsLastCompiledTest(unittest.TestCase):
         replacement = _inductor._NATIVE[calls[0].args[0]]
         key = replacement.stored.kernels.key
         self.assertEqual(backend.report.replaced()[0].key, key)
-        FAKE.stitch_fake_loader_reset()
-        counts = {}
-        with profiled_ops(counts):
-            compiled(*args)
-        self.assertEqual({n: counts.get(n, 0) for n in COPIES}, {n: 0 for n in COPIES})
-        self.assertTrue(events("launch "))
+        self.call_without_copies(compiled, args)
         compiled(*args)
         self.assertEqual(backend.report.launch_paths, {"python": 1, "cpp": 2})
         self.assertEqual(backend.report.layout_copies, 0)

@@ -148,13 +148,13 @@ class ModelsTest(unittest.TestCase):
             self.assertTrue(run["report"]["pass"], run)
 
 
-def groupnorm_on_inductor(layout_optimization):
-    """One step of the GroupNorm block under backend="stitch", stitch timed faster, with
-    Inductor's layout optimization on or off; returns (backend, executor, eager's (output,
-    gradients), the step's)."""
+def on_inductor(name, layout_optimization):
+    """One step of the benchmark's model ``name`` under backend="stitch", stitch timed
+    faster, with Inductor's layout optimization on or off; returns (backend, executor, eager's
+    (output, gradients), the step's)."""
     import stitch.torch
     from torch._inductor import config
-    module, inputs = small("groupnorm_block")
+    module, inputs = small(name)
     eager = copy.deepcopy(module)
     stitch_backend, executor = base.make_backend()
     backend = stitch.torch.InductorStitchBackend(
@@ -162,9 +162,28 @@ def groupnorm_on_inductor(layout_optimization):
     with config.patch(layout_optimization=layout_optimization):
         compiled = base.torch_compile(module, backend)
         got = base.run_step(compiled, inputs)
-    print("\n[groupnorm_block on Inductor, layout optimization %s] seed %d\n%s" % (
-        layout_optimization, base.SEED, backend.report.summary()))
+    print("\n[%s on Inductor, layout optimization %s] seed %d\n%s" % (
+        name, layout_optimization, base.SEED, backend.report.summary()))
     return backend, executor, base.run_step(eager, inputs), got
+
+
+def check_every_region_replaced(test, name, result):
+    """Checks an ``on_inductor`` step: its results match eager's, every region was replaced
+    as faster, nothing was left out, no call copied, and every launch matched the interpreter
+    on the emulator. Returns the report."""
+    backend, executor, (expected_out, expected_grads), (out, grads) = result
+    report = backend.report
+    test.assertLessEqual(base.max_relative_error(expected_out, out), INDUCTOR_TOLERANCE)
+    check_grads(test, name, expected_grads, grads, INDUCTOR_TOLERANCE)
+    choices = [(c.region, c.winner, c.reason, c.detail) for c in report.choices]
+    test.assertGreater(len(report.choices), 3, choices)
+    test.assertEqual({(c.winner, c.reason) for c in report.choices}, {("stitch", "faster")},
+                     choices)
+    test.assertEqual(dict(report.fallbacks), {}, report.details)
+    test.assertEqual(report.layout_copies, 0)
+    for run in executor.runs:
+        test.assertTrue(run["report"]["pass"], run)
+    return report
 
 
 class GroupNormOnInductorTest(unittest.TestCase):
@@ -176,7 +195,7 @@ class GroupNormOnInductorTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.backend, cls.executor, cls.expected, cls.got = groupnorm_on_inductor(False)
+        cls.backend, cls.executor, cls.expected, cls.got = on_inductor("groupnorm_block", False)
 
     def test_every_region_replaced_and_the_step_matches_eager(self):
         (expected_out, expected_grads), (out, grads) = self.expected, self.got
@@ -218,17 +237,10 @@ class GroupNormChannelsLastTest(unittest.TestCase):
 
     def test_every_region_runs_on_the_storage_inductor_lays_out(self):
         from stitch.torch import _inductor, _lowering
-        backend, executor, expected, got = groupnorm_on_inductor(True)
-        (expected_out, expected_grads), (out, grads) = expected, got
-        report = backend.report
-        self.assertLessEqual(base.max_relative_error(expected_out, out), INDUCTOR_TOLERANCE)
-        check_grads(self, "groupnorm_block", expected_grads, grads, INDUCTOR_TOLERANCE)
-        choices = [(c.region, c.winner, c.reason, c.detail) for c in report.choices]
-        self.assertEqual(len(report.choices), 5, choices)
-        self.assertEqual({(c.winner, c.reason) for c in report.choices}, {("stitch", "faster")},
-                         choices)
-        self.assertEqual(dict(report.fallbacks), {}, report.details)
-        self.assertEqual(report.layout_copies, 0)
+        result = on_inductor("groupnorm_block", True)
+        backend, executor = result[:2]
+        report = check_every_region_replaced(self, "groupnorm_block", result)
+        self.assertEqual(len(report.choices), 5)
         calls = region_calls(backend)
         self.assertEqual(len(calls), 5)
         strides = {}
@@ -278,38 +290,17 @@ class ResNetChannelsLastTest(unittest.TestCase):
     step matches eager."""
 
     def test_every_region_runs_on_its_arguments_storage_without_a_copy(self):
-        import stitch.torch
         from stitch.torch import _inductor
-        from torch._inductor import config
-        module, inputs = small("resnet_basic_block")
-        eager = copy.deepcopy(module)
-        stitch_backend, executor = base.make_backend()
-        backend = stitch.torch.InductorStitchBackend(
-            stitch_backend, timer=StandInTimer(stitched=1e-6, inductor=2e-6))
-        with config.patch(layout_optimization=True):
-            compiled = base.torch_compile(module, backend)
-            out, grads = base.run_step(compiled, inputs)
-        expected_out, expected_grads = base.run_step(eager, inputs)
-        report = backend.report
-        print("\n[resnet_basic_block on Inductor, layout optimization on] seed %d\n%s" % (
-            base.SEED, report.summary()))
-        self.assertLessEqual(base.max_relative_error(expected_out, out), INDUCTOR_TOLERANCE)
-        check_grads(self, "resnet_basic_block", expected_grads, grads, INDUCTOR_TOLERANCE)
-        choices = [(c.region, c.winner, c.reason, c.detail) for c in report.choices]
-        self.assertGreater(len(report.choices), 3, choices)
-        self.assertEqual({(c.winner, c.reason) for c in report.choices}, {("stitch", "faster")},
-                         choices)
-        self.assertEqual(report.layout_copies, 0)
+        result = on_inductor("resnet_basic_block", True)
+        backend = result[0]
         # Nothing is left out: the running statistics' writes into the module's buffers are
         # Inductor's by design, not fallbacks.
-        self.assertEqual(dict(report.fallbacks), {}, report.details)
+        report = check_every_region_replaced(self, "resnet_basic_block", result)
         self.assertEqual(report.stitched_calls, len(report.choices))
         calls = region_calls(backend)
         stored = [_inductor._REGIONS[c.args[0]].stored for c in calls]
         self.assertTrue(all(s is not None for s in stored))
         self.assertEqual([s.variants for s in stored], [1] * len(stored))
-        for run in executor.runs:
-            self.assertTrue(run["report"]["pass"], run)
 
 
 # -- the benchmark's plumbing, on the CPU, with stand-in backends ---------------------------------
