@@ -495,7 +495,7 @@ class InductorStitchBackend:
     def _choose_stored(self, choice: RegionChoice, region: StitchedRegion, node: torch.fx.Node
                        ) -> Tuple[RegionChoice, Optional[_stored.StoredRegion]]:
         """A region whose 4-d tensors Inductor lays out channels-last: its kernels over that
-        storage, timed against Inductor's on channels-last inputs."""
+        storage, timed against Inductor's on inputs stored so."""
         stored = (_stored.compile_stored(region, node, self.stitch.client)
                   if hasattr(torch.Tag, "flexible_layout")
                   else "this PyTorch's ops cannot take tensors as Inductor lays them out")
@@ -543,8 +543,8 @@ class InductorStitchBackend:
     def _run_both(self, region: StitchedRegion,
                   stored: Optional[_stored.StoredRegion] = None) -> Any:
         """Returns (stitched seconds, Inductor seconds) per call on random inputs, or why the
-        two sides' outputs disagree. For ``stored``, the inputs are its call's arguments, 4-d
-        ones stored channels-last, and Inductor compiles its graph, which takes them."""
+        two sides' outputs disagree. For ``stored``, the inputs are its call's arguments, stored
+        in their predicted orders, and Inductor compiles its graph, which takes them."""
         from torch._inductor.compile_fx import compile_fx
         device = region.device
         if stored is None:
