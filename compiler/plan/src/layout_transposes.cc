@@ -65,6 +65,7 @@ class GroupFinder {
     logical_ = g_.nodes[root].shape.dims;
     queue_.clear();
     roots_.clear();
+    deferred_.clear();
     if (!AddRoot(root)) return std::nullopt;
     while (!queue_.empty()) {
       const int m = queue_.back();
@@ -73,6 +74,10 @@ class GroupFinder {
       for (int u : users_[m]) {
         if (!AdmitUser(m, u)) return std::nullopt;
       }
+    }
+    // An op deferred for an operand that never joined reads a group value in logical order.
+    for (int u : deferred_) {
+      if (!Has(u, Role::kInner)) return std::nullopt;
     }
     return std::move(group_);
   }
@@ -120,10 +125,24 @@ class GroupFinder {
     group_.roles[u] = Role::kInner;
     for (int o : n.operands) {
       if (Has(o, Role::kRoot) || Has(o, Role::kInner) || Has(o, Role::kSide)) continue;
-      if (group_.roles.count(o) || !AdmitOperand(o)) return false;
+      if (group_.roles.count(o)) return false;
+      if (MayJoinLater(o)) {
+        // An op that joins two paths of the group (x / (1 + exp(-x))) is reached from the
+        // shorter one first: it is admitted when its other operand joins, or the group fails.
+        group_.roles.erase(u);
+        deferred_.push_back(u);
+        return true;
+      }
+      if (!AdmitOperand(o)) return false;
     }
     queue_.push_back(u);
     return true;
+  }
+
+  // A full-size elementwise op not yet in the group, which a later step may admit.
+  bool MayJoinLater(int o) const {
+    const Node& n = g_.nodes[o];
+    return !claimed_[o] && ClassOf(n.op) == OpClass::kElementwise && n.shape.dims == logical_;
   }
 
   // An operand of an inner op not yet in the group: another transpose by the same p, or a
@@ -149,6 +168,7 @@ class GroupFinder {
   Dims logical_;
   std::vector<int> queue_;
   std::vector<int> roots_;
+  std::vector<int> deferred_;
 };
 
 // Copies the graph in topological order, computing each group's values in stored order.

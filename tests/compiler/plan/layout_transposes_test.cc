@@ -143,6 +143,31 @@ TEST(FoldLayoutTransposes, TransposesAroundElementwiseOpsComposeIntoOne) {
   EXPECT_TRUE(ComputesTheSame(g, fold.graph, 3));
 }
 
+// An op that joins two paths of a group, of different lengths (SiLU's x / (1 + exp(-x)) after
+// batch norm over channels-last storage), is reached from the shorter path before its other
+// operand has joined: it waits for it, and the group still closes.
+TEST(FoldLayoutTransposes, AnOpJoiningTwoPathsOfTheGroupWaitsForTheLongerOne) {
+  Graph g;
+  const int x = Transpose(g, Param(g, {DType::kF32, {2, 4, 5, 6}}, 0, "x"), kNchwOfNhwc);
+  const int scale = Param(g, {DType::kF32, {6}}, 1, "scale");
+  const int y = Binary(g, OpCode::kMul, x, Broadcast(g, scale, {2, 6, 4, 5}, {1}));
+  const int one = Broadcast(g, ConstScalar(g, DType::kF32, 1), {2, 6, 4, 5}, {});
+  const int e = Unary(g, OpCode::kExp, Unary(g, OpCode::kNeg, y));
+  g.outputs = {Transpose(g, Binary(g, OpCode::kDiv, y, Binary(g, OpCode::kAdd, e, one)), kToNhwc)};
+  ASSERT_TRUE(Verify(g).ok()) << Verify(g).ToString();
+  const LayoutTransposeFold fold = FoldLayoutTransposes(g);
+  EXPECT_EQ(fold.folded, 1);
+  EXPECT_EQ(CountLiveOps(fold.graph, OpCode::kTranspose), 0) << ToText(fold.graph);
+  EXPECT_TRUE(ComputesTheSame(g, fold.graph, 13));
+  // The same join where the longer path leaves the group (its value is also an output, read
+  // in logical order): the group stays open, and the graph as it was.
+  Graph open = g;
+  open.outputs.push_back(e);
+  const LayoutTransposeFold left = FoldLayoutTransposes(open);
+  EXPECT_EQ(left.folded, 0);
+  EXPECT_EQ(ToText(left.graph), ToText(open));
+}
+
 // Groups that are not closed come back unchanged: folding them would move a full-size
 // transpose elsewhere, not remove it.
 TEST(FoldLayoutTransposes, LeavesOpenGroupsAlone) {
