@@ -220,14 +220,15 @@ class _Replacement:
         stored = self.stored
         if stored is None:
             return self.run(inputs, sizes)
-        if not stored.dense(inputs):
+        orders = stored.orders_of(inputs)
+        if orders is None:
             return self.run(stored.region_inputs(inputs), sizes,
                             register=stored.takes_region_inputs)
         executor = self.backend.executor_for(inputs[0].device) if self.backend else None
         try:
             if executor is None:
                 raise RuntimeError("no executor for %s tensors" % inputs[0].device.type)
-            out, kernels = stored.run(executor, inputs)
+            out, kernels = stored.run(executor, inputs, orders)
         except Exception as e:  # the region's own code, laid out as the call promised
             self.report.fallback(LAUNCH_ERROR, "%s: %s" % (self.region.info.name, e))
             rows = self.run([x.contiguous() for x in stored.region_inputs(inputs)], sizes,
@@ -244,7 +245,7 @@ class _Replacement:
                     sizes: Sequence[Any]) -> List[torch.Tensor]:
         """The outputs' metadata of :meth:`run_stored`."""
         outputs = self.fake(inputs, sizes)
-        if self.stored is None or not self.stored.dense(inputs):
+        if self.stored is None or self.stored.orders_of(inputs) is None:
             return outputs
         return self.stored.fake_outputs(outputs)
 
@@ -560,7 +561,8 @@ class InductorStitchBackend:
         def run_stitched() -> Any:
             if stored is None:
                 return region.launch(inputs)
-            return stored.run(self.stitch.executor_for(device), inputs)[0]
+            return stored.run(self.stitch.executor_for(device), inputs,
+                              stored.orders_of(inputs))[0]
 
         disagreement = _disagreement(run_stitched(), run_inductor())
         if disagreement:

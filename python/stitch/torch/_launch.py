@@ -96,11 +96,11 @@ class NativeRegion:
     def add(self, inputs: Sequence[torch.Tensor], sizes: Sequence[int],
             outputs: Sequence[torch.Tensor], loader: Any, program: Any, extent: int,
             key: str) -> bool:
-        """Registers a variant: calls with ``inputs``' devices, dtypes, sizes and layouts
-        (row-major, or channels-last for 4-d tensors) and these ``sizes`` launch ``program`` (a ``stitch.cuda.Program``) on ``loader`` (a
-        ``stitch.cuda.Loader``) at ``extent`` (0 for an exact bundle) and return new tensors
-        like ``outputs``. Both must outlive the region. False when the region holds as many
-        variants as it may."""
+        """Registers a variant: calls with ``inputs``' devices, dtypes, sizes and storage orders
+        (the order a dense tensor's dimensions lie in memory) and these ``sizes`` launch
+        ``program`` (a ``stitch.cuda.Program``) on ``loader`` (a ``stitch.cuda.Loader``) at
+        ``extent`` (0 for an exact bundle) and return new tensors like ``outputs``. Both must
+        outlive the region. False when the region holds as many variants as it may."""
         from .. import _lib
         lib = _lib.lib()
         handles = [_address(lib.stitch_loader_launch_at_extent), _address(lib.stitch_free),

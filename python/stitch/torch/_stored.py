@@ -181,9 +181,13 @@ class StoredRegion:
             return sum(not isinstance(v, Exception) for v in self._variants.values())
 
     @staticmethod
-    def dense(arguments: Sequence[torch.Tensor]) -> bool:
-        """True when every argument's elements are one dense block, in any order."""
-        return all(storage_order(x.shape, x.stride()) is not None for x in arguments)
+    def orders_of(arguments: Sequence[torch.Tensor]) -> Optional[Orders]:
+        """Each argument's storage order (None for row-major), or None where an argument's
+        elements are not one dense block."""
+        orders = [storage_order(x.shape, x.stride()) for x in arguments]
+        if any(o is None for o in orders):
+            return None
+        return tuple(_row_major_none(o) for o in orders)
 
     @property
     def takes_region_inputs(self) -> bool:
@@ -206,12 +210,11 @@ class StoredRegion:
                 x.permute(*order).contiguous().permute(*_lowering.inverse(order))
                 for x, order in zip(arguments, self.input_orders)]
 
-    def run(self, executor: Any, arguments: Sequence[torch.Tensor]
+    def run(self, executor: Any, arguments: Sequence[torch.Tensor], orders: Orders
             ) -> Tuple[List[torch.Tensor], RegionKernels]:
-        """Launches the kernels for the storage orders of ``arguments`` (all :meth:`dense`);
-        returns the outputs, each a view of its storage with ``output_strides``, and the
-        kernels launched."""
-        orders = tuple(_row_major_none(storage_order(x.shape, x.stride())) for x in arguments)
+        """Launches the kernels for ``orders``, the storage orders of ``arguments``
+        (:meth:`orders_of`); returns the outputs, each a view of its storage with
+        ``output_strides``, and the kernels launched."""
         kernels = self._kernels_for(orders, [tuple(x.shape) for x in arguments])
         stored = [x.contiguous() if order is None else x.permute(*order)
                   for x, order in zip(arguments, orders)]
