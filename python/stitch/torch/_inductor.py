@@ -300,9 +300,7 @@ def _dense_strides(shape: Sequence[int]) -> Tuple[int, ...]:
 
 
 def _output_dims(sub: torch.fx.GraphModule) -> List[Tuple[Any, ...]]:
-    out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
-    items = out if isinstance(out, (tuple, list)) else [out]
-    return [_shapes.symbolic_meta(o)[0] for o in items]
+    return [_shapes.symbolic_meta(o)[0] for o in _shapes.output_nodes(sub)[0]]
 
 
 def region_op_tags(layout: Optional[Any] = None) -> Tuple[Any, ...]:
@@ -580,10 +578,8 @@ class InductorStitchBackend:
 
 def _outputs(sub: torch.fx.GraphModule) -> Tuple[List[torch.Tensor], bool]:
     """The traced values of a region's outputs, in order, and whether it returns a tuple."""
-    out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
-    if isinstance(out, (tuple, list)):
-        return [o.meta["val"] for o in out], True
-    return [out.meta["val"]], False
+    nodes, returns_tuple = _shapes.output_nodes(sub)
+    return [o.meta["val"] for o in nodes], returns_tuple
 
 
 def _layout_problem(node: torch.fx.Node, sub: torch.fx.GraphModule) -> str:

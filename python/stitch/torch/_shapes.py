@@ -41,6 +41,14 @@ def _hint(size: Any) -> Optional[int]:
     return int(hint) if hint is not None else None
 
 
+def output_nodes(gm: torch.fx.GraphModule) -> Tuple[List[torch.fx.Node], bool]:
+    """A graph's outputs, in order, and whether it returns a tuple of them."""
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    if isinstance(out, (tuple, list)):
+        return list(out), True
+    return [out], False
+
+
 def symbolic_meta(node: torch.fx.Node) -> Optional[Tuple[Tuple[Dim, ...], torch.dtype]]:
     """The node's (dims, dtype) when it is one tensor: each dim an int or a sympy expression."""
     val = node.meta.get("val")

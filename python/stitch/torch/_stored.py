@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _lowering
+from . import _lowering, _shapes
 from ._executor import RegionKernels
 
 
@@ -275,8 +275,9 @@ def compile_stored(region: Any, node: torch.fx.Node,
                 _reads_storage_of(n.args[0], arguments):
             # as_strided reads its input's storage at strides traced for row-major storage.
             return "%s reads storage at row-major strides" % n.target
-    outputs, several = _outputs_of(region.fallback)
-    strides = tuple(_output_strides(node, k, several, shape) for k, shape in enumerate(outputs))
+    outputs, several = _shapes.output_nodes(region.fallback)
+    strides = tuple(_output_strides(node, k, several, tuple(o.meta["val"].shape))
+                    for k, o in enumerate(outputs))
     output_orders = [_order(s) for s in strides]
     name = region.info.name.replace(".", "_") + "_stored"
     target = region.kernels.target
@@ -305,9 +306,3 @@ def _reads_storage_of(x: Any, arguments: set) -> bool:
             x.op == "call_function" and x.target in _lowering.RESHAPES:
         x = x.args[0]
     return x in arguments
-
-
-def _outputs_of(sub: torch.fx.GraphModule) -> Tuple[List[Tuple[int, ...]], bool]:
-    out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
-    items = list(out) if isinstance(out, (tuple, list)) else [out]
-    return [tuple(o.meta["val"].shape) for o in items], isinstance(out, (tuple, list))
