@@ -18,6 +18,8 @@ enum class Role {
   kSide,           // a broadcast or splat constant an inner op reads, re-laid for the group
   kReduceExit,     // a reduction of a group value: its dimensions map through p
   kTransposeExit,  // a transpose of a group value: composed with p, or cancelled
+  kReshapeExit,    // a reshape of a group value that is a reshape of its storage: a transpose
+                   // of that reshape, which the next round folds
 };
 
 // One closed group: the values that move to the stored order of its roots' operands.
@@ -49,6 +51,95 @@ bool KeepsOrder(const Dims& perm, const Dims& reduced) {
   return StrictlyIncreasing(kept);
 }
 
+// A run of a reshape's operand dimensions that becomes a run of its result dimensions
+// (merged, split or kept), with the reshape's dimensions of one element riding along.
+struct ReshapeRun {
+  Dims operand;  // logical operand dimensions of more than one element
+  int64_t result_begin = 0, result_end = 0;
+  int64_t stored_rank = 0;  // where the run starts among the stored dimensions
+};
+
+// The runs of reshape(transpose(x, perm), result), or nullopt when one run is not a run of
+// consecutive stored dimensions of x in order: only then is the reshape one of x's storage.
+std::optional<std::vector<ReshapeRun>> StoredRuns(const Dims& stored, const Dims& perm,
+                                                  const Dims& result) {
+  Dims rank_of(stored.size(), -1);  // rank among the stored dimensions of more than one element
+  for (size_t d = 0, r = 0; d < stored.size(); ++d) {
+    if (stored[d] != 1) rank_of[d] = static_cast<int64_t>(r++);
+  }
+  std::vector<ReshapeRun> runs;
+  size_t i = 0, j = 0;
+  auto next_operand = [&] {
+    while (i < perm.size() && stored[perm[i]] == 1) ++i;
+    return i < perm.size();
+  };
+  auto next_result = [&] {
+    while (j < result.size() && result[j] == 1) ++j;
+    return j < result.size();
+  };
+  while (next_operand() && next_result()) {
+    ReshapeRun run;
+    run.result_begin = runs.empty() ? 0 : static_cast<int64_t>(j);
+    int64_t in = stored[perm[i]], out = result[j];
+    run.operand.push_back(static_cast<int64_t>(i++));
+    ++j;
+    while (in != out) {
+      if (in < out ? !next_operand() : !next_result()) return std::nullopt;
+      if (in < out) {
+        in *= stored[perm[i]];
+        run.operand.push_back(static_cast<int64_t>(i++));
+      } else {
+        out *= result[j++];
+      }
+    }
+    run.stored_rank = rank_of[perm[run.operand[0]]];
+    for (size_t k = 1; k < run.operand.size(); ++k) {
+      if (rank_of[perm[run.operand[k]]] != run.stored_rank + static_cast<int64_t>(k)) {
+        return std::nullopt;
+      }
+    }
+    runs.push_back(std::move(run));
+  }
+  if (runs.empty()) runs.emplace_back();  // one element: every reshape is one of storage
+  for (size_t k = 0; k + 1 < runs.size(); ++k) runs[k].result_end = runs[k + 1].result_begin;
+  runs.back().result_end = static_cast<int64_t>(result.size());
+  return runs;
+}
+
+// reshape(transpose(x, p), result) is transpose(reshape(x, shape), perm) where every run of
+// dimensions the reshape merges or splits lies in x's storage in order and side by side:
+// GroupNorm's view of channels-last storage into groups, [N,C,H,W] to [N,G,C/G,H*W], is the
+// transpose of x's view [N,H*W,G,C/G].
+struct StoredReshape {
+  Dims shape;  // of the reshape of x
+  Dims perm;   // of the transpose that gives `result`; the identity when none is needed
+};
+
+std::optional<StoredReshape> ReshapeOfStorage(const Dims& stored, const Dims& perm,
+                                              const Dims& result) {
+  std::optional<std::vector<ReshapeRun>> runs = StoredRuns(stored, perm, result);
+  if (!runs) return std::nullopt;
+  std::stable_sort(runs->begin(), runs->end(), [](const ReshapeRun& a, const ReshapeRun& b) {
+    return a.stored_rank < b.stored_rank;
+  });
+  StoredReshape r;
+  r.perm.resize(result.size());
+  for (const ReshapeRun& run : *runs) {
+    for (int64_t d = run.result_begin; d < run.result_end; ++d) {
+      r.perm[d] = static_cast<int64_t>(r.shape.size());
+      r.shape.push_back(result[d]);
+    }
+  }
+  return r;
+}
+
+// The shape in stored order of a value of `logical` shape behind the transpose by `perm`.
+Dims StoredDims(const Dims& perm, const Dims& logical) {
+  Dims stored(logical.size());
+  for (size_t i = 0; i < logical.size(); ++i) stored[perm[i]] = logical[i];
+  return stored;
+}
+
 // Grows the group of the layout transpose `root`, or returns nullopt when it is not closed.
 class GroupFinder {
  public:
@@ -65,7 +156,7 @@ class GroupFinder {
     logical_ = g_.nodes[root].shape.dims;
     queue_.clear();
     roots_.clear();
-    deferred_.clear();
+    joinable_.clear();
     if (!AddRoot(root)) return std::nullopt;
     while (!queue_.empty()) {
       const int m = queue_.back();
@@ -74,10 +165,6 @@ class GroupFinder {
       for (int u : users_[m]) {
         if (!AdmitUser(m, u)) return std::nullopt;
       }
-    }
-    // An op deferred for an operand that never joined reads a group value in logical order.
-    for (int u : deferred_) {
-      if (!Has(u, Role::kInner)) return std::nullopt;
     }
     return std::move(group_);
   }
@@ -103,7 +190,7 @@ class GroupFinder {
       // Already seen from another operand: fine as an op of the group, not as a root or a
       // side value, which would read m in logical order.
       return it->second == Role::kInner || it->second == Role::kReduceExit ||
-             it->second == Role::kTransposeExit;
+             it->second == Role::kTransposeExit || it->second == Role::kReshapeExit;
     }
     if (claimed_[u]) return false;
     switch (n.op) {
@@ -114,50 +201,73 @@ class GroupFinder {
         if (n.operands[0] != m || !KeepsOrder(group_.perm, n.dimensions)) return false;
         group_.roles[u] = Role::kReduceExit;
         return true;
+      case OpCode::kReshape:
+        if (!ReshapeOfStorage(StoredDims(group_.perm, logical_), group_.perm, n.shape.dims)) {
+          return false;
+        }
+        group_.roles[u] = Role::kReshapeExit;
+        return true;
       default:
         return ClassOf(n.op) == OpClass::kElementwise && AdmitInner(u);
     }
   }
 
+  // Admits the elementwise op `u` with whichever of its operands are not in the group yet.
+  // An op that joins two paths of the group (x / (1 + exp(-x))) is reached from one of them
+  // first; the op on the other path joins from above.
   bool AdmitInner(int u) {
-    const Node& n = g_.nodes[u];
-    if (n.shape.dims != logical_) return false;
-    group_.roles[u] = Role::kInner;
-    for (int o : n.operands) {
-      if (Has(o, Role::kRoot) || Has(o, Role::kInner) || Has(o, Role::kSide)) continue;
-      if (group_.roles.count(o)) return false;
-      if (MayJoinLater(o)) {
-        // An op that joins two paths of the group (x / (1 + exp(-x))) is reached from the
-        // shorter one first: it is admitted when its other operand joins, or the group fails.
-        group_.roles.erase(u);
-        deferred_.push_back(u);
-        return true;
-      }
-      if (!AdmitOperand(o)) return false;
-    }
-    queue_.push_back(u);
+    if (!CanJoin(u)) return false;
+    Join(u);
     return true;
   }
 
-  // A full-size elementwise op not yet in the group, which a later step may admit.
-  bool MayJoinLater(int o) const {
-    const Node& n = g_.nodes[o];
-    return !claimed_[o] && ClassOf(n.op) == OpClass::kElementwise && n.shape.dims == logical_;
-  }
+  enum class Operand { kNone, kRoot, kSide };
 
-  // An operand of an inner op not yet in the group: another transpose by the same p, or a
+  // An operand that can enter the group as it is: another transpose by the same p, or a
   // value that is the same in any order of its dimensions' storage once re-laid.
-  bool AdmitOperand(int o) {
+  Operand OperandKind(int o) const {
     const Node& n = g_.nodes[o];
-    if (n.shape.dims != logical_) return false;
-    if (n.op == OpCode::kTranspose && n.dimensions == group_.perm) return AddRoot(o);
+    if (n.shape.dims != logical_ || claimed_[o]) return Operand::kNone;
+    if (n.op == OpCode::kTranspose && n.dimensions == group_.perm) return Operand::kRoot;
     const bool splat = n.op == OpCode::kConstant && n.literal.size() == 1;
     // A broadcast that adds no dimension reads a full-size value in logical order.
     const bool broadcast =
         n.op == OpCode::kBroadcast && g_.nodes[n.operands[0]].shape.elements() < n.shape.elements();
-    if (!broadcast && !splat) return false;
-    group_.roles[o] = Role::kSide;
-    return true;
+    return broadcast || splat ? Operand::kSide : Operand::kNone;
+  }
+
+  // Whether `u` can be computed in stored order: a full-size elementwise op whose operands
+  // are in the group as roots, inner ops or side values, or can enter it.
+  bool CanJoin(int u) {
+    if (auto it = joinable_.find(u); it != joinable_.end()) return it->second;
+    const Node& n = g_.nodes[u];
+    bool ok = !claimed_[u] && ClassOf(n.op) == OpClass::kElementwise && n.shape.dims == logical_;
+    for (size_t k = 0; ok && k < n.operands.size(); ++k) {
+      const int o = n.operands[k];
+      ok = Has(o, Role::kRoot) || Has(o, Role::kInner) || Has(o, Role::kSide) ||
+           (!group_.roles.count(o) && (OperandKind(o) != Operand::kNone || CanJoin(o)));
+    }
+    return joinable_[u] = ok;
+  }
+
+  // Adds `u`, which CanJoin accepted, and the operands it needs.
+  void Join(int u) {
+    group_.roles[u] = Role::kInner;
+    for (int o : g_.nodes[u].operands) {
+      if (group_.roles.count(o)) continue;
+      switch (OperandKind(o)) {
+        case Operand::kRoot:
+          AddRoot(o);
+          break;
+        case Operand::kSide:
+          group_.roles[o] = Role::kSide;
+          break;
+        case Operand::kNone:
+          Join(o);
+          break;
+      }
+    }
+    queue_.push_back(u);
   }
 
   const Graph& g_;
@@ -168,7 +278,7 @@ class GroupFinder {
   Dims logical_;
   std::vector<int> queue_;
   std::vector<int> roots_;
-  std::vector<int> deferred_;
+  std::map<int, bool> joinable_;  // CanJoin's answers in this growth
 };
 
 // Copies the graph in topological order, computing each group's values in stored order.
@@ -214,6 +324,8 @@ class Rewriter {
         for (int64_t& d : t.dimensions) d = group.perm[d];
         return IsIdentity(t.dimensions) ? t.operands[0] : out_.Add(std::move(t));
       }
+      case Role::kReshapeExit:
+        return EmitReshapeExit(group, n);
       case Role::kSide:
         break;
     }
@@ -228,15 +340,24 @@ class Rewriter {
 
   int Copy(const Node& n) { return out_.Add(Remapped(n)); }
 
-  Dims Stored(const Group& group, const Dims& logical) const {
-    Dims stored(logical.size());
-    for (size_t i = 0; i < logical.size(); ++i) stored[group.perm[i]] = logical[i];
-    return stored;
+  int EmitReshapeExit(const Group& group, const Node& n) {
+    Node reshape = Remapped(n);
+    const Dims& stored = out_.nodes[reshape.operands[0]].shape.dims;
+    const StoredReshape r = *ReshapeOfStorage(stored, group.perm, n.shape.dims);
+    reshape.name = n.name + ".of_storage";
+    reshape.shape.dims = r.shape;
+    const int id = out_.Add(std::move(reshape));
+    if (IsIdentity(r.perm)) return id;
+    Node t = n;
+    t.op = OpCode::kTranspose;
+    t.operands = {id};
+    t.dimensions = r.perm;
+    return out_.Add(std::move(t));
   }
 
   int EmitInner(int k, const Node& n) {
     Node c = n;
-    c.shape.dims = Stored(groups_[k], n.shape.dims);
+    c.shape.dims = StoredDims(groups_[k].perm, n.shape.dims);
     for (int& o : c.operands) {
       const auto it = groups_[k].roles.find(o);
       o = it != groups_[k].roles.end() && it->second == Role::kSide ? Side(k, o) : map_[o];
@@ -251,7 +372,7 @@ class Rewriter {
     const Group& group = groups_[k];
     const Node& n = g_.nodes[id];
     Node c = n;
-    c.shape.dims = Stored(group, n.shape.dims);
+    c.shape.dims = StoredDims(group.perm, n.shape.dims);
     if (n.op == OpCode::kBroadcast) {
       Dims mapped;
       for (int64_t d : n.dimensions) mapped.push_back(group.perm[d]);
@@ -288,9 +409,20 @@ class Rewriter {
   Graph out_;
 };
 
-}  // namespace
+// Elements moved by the graph's transposes: what a fold saves.
+int64_t TransposedElements(const Graph& g) {
+  int64_t elements = 0;
+  const std::vector<bool> live = LiveNodes(g);
+  for (size_t id = 0; id < g.nodes.size(); ++id) {
+    const Node& n = g.nodes[id];
+    if (live[id] && n.op == OpCode::kTranspose && !IsIdentity(n.dimensions)) {
+      elements += n.shape.elements();
+    }
+  }
+  return elements;
+}
 
-LayoutTransposeFold FoldLayoutTransposes(const Graph& g) {
+LayoutTransposeFold FoldGroups(const Graph& g) {
   std::vector<std::vector<int>> users = g.Users();
   for (std::vector<int>& u : users) {
     std::sort(u.begin(), u.end());
@@ -325,6 +457,28 @@ LayoutTransposeFold FoldLayoutTransposes(const Graph& g) {
   }
   if (groups.empty()) return {g, 0};
   return {Rewriter(g, std::move(groups)).Run(), folded};
+}
+
+}  // namespace
+
+LayoutTransposeFold FoldLayoutTransposes(const Graph& g) {
+  // A round's reshape exits leave transposes of reshaped storage for the next round to fold.
+  // Of the rounds' graphs, the one whose transposes move the fewest elements is kept (the
+  // first among equals, the input first of all).
+  constexpr int kMaxRounds = 4;
+  LayoutTransposeFold best{g, 0};
+  int64_t least = TransposedElements(g);
+  LayoutTransposeFold current = best;
+  for (int round = 0; round < kMaxRounds; ++round) {
+    LayoutTransposeFold next = FoldGroups(current.graph);
+    if (next.folded == 0) break;
+    current = {std::move(next.graph), current.folded + next.folded};
+    if (const int64_t moved = TransposedElements(current.graph); moved < least) {
+      least = moved;
+      best = current;
+    }
+  }
+  return best;
 }
 
 }  // namespace stitch

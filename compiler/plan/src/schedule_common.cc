@@ -23,8 +23,8 @@ int64_t Sectors(int64_t bytes) { return (bytes + 31) / 32 * 32; }
 namespace {
 
 // Elements of `node` the kernel reads when it reads them only through slices (a statistic's
-// shift, say), possibly after unary elementwise ops such as a convert; -1 when it reads
-// them all.
+// shift, say), possibly after unary elementwise ops such as a convert or reshapes; -1 when
+// it reads them all.
 int64_t SlicedElements(const Graph& g, const KernelSpec& k, int node) {
   if (std::find(k.outputs.begin(), k.outputs.end(), node) != k.outputs.end()) return -1;
   int64_t sliced = 0;
@@ -32,7 +32,8 @@ int64_t SlicedElements(const Graph& g, const KernelSpec& k, int node) {
     const Node& n = g.nodes[id];
     if (std::find(n.operands.begin(), n.operands.end(), node) == n.operands.end()) continue;
     int64_t read = n.op == OpCode::kSlice ? n.shape.elements() : -1;
-    if (ClassOf(n.op) == OpClass::kElementwise && n.operands.size() == 1) {
+    if ((ClassOf(n.op) == OpClass::kElementwise && n.operands.size() == 1) ||
+        n.op == OpCode::kReshape) {
       read = SlicedElements(g, k, id);
     }
     if (read < 0) return -1;

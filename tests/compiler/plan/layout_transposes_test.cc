@@ -1,13 +1,15 @@
 // Folding layout transposes: a graph that reads channels-last storage through transposes
-// computes in the stored order, with the plan of the graph written for that order; what is
-// not a closed group stays as it is; and the folded graph computes what the original does, on
-// hand-written graphs and on random graphs from a logged seed (e2e_layout_transposes_test:
+// computes in the stored order, with the plan of the graph written for that order, also
+// through reshapes of the storage (GroupNorm's view into groups); what is not a closed group
+// stays as it is; and the folded graph computes what the original does, on hand-written
+// graphs and on random graphs and reshapes from a logged seed (e2e_layout_transposes_test:
 // on the emulator).
 #include "stitch/plan/layout_transposes.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -74,6 +76,69 @@ std::string SeedTrace(uint64_t seed) {
     if (!c.pass) return ::testing::AssertionFailure() << "output " << k << ": " << c.message;
   }
   return ::testing::AssertionSuccess();
+}
+
+// The offsets in x's storage of the elements of reshape(transpose(x, perm), ...), in order:
+// the logical tensor's elements in row-major order.
+std::vector<int64_t> StorageOffsets(const Dims& stored, const Dims& perm) {
+  Dims strides(stored.size(), 1);
+  for (size_t d = stored.size(); d-- > 1;) strides[d - 1] = strides[d] * stored[d];
+  const int64_t elements =
+      std::accumulate(stored.begin(), stored.end(), int64_t{1}, std::multiplies<int64_t>());
+  std::vector<int64_t> offsets;
+  for (int64_t k = 0; k < elements; ++k) {
+    int64_t rest = k, offset = 0;
+    for (size_t i = perm.size(); i-- > 0;) {
+      offset += rest % stored[perm[i]] * strides[perm[i]];
+      rest /= stored[perm[i]];
+    }
+    offsets.push_back(offset);
+  }
+  return offsets;
+}
+
+// Whether some transpose(reshape(x, shape), q) of result shape `result` reads x's storage at
+// `offsets`, tried over every q.
+bool IsATransposedReshapeOfStorage(const std::vector<int64_t>& offsets, const Dims& result) {
+  Dims q(result.size());
+  std::iota(q.begin(), q.end(), 0);
+  do {
+    Dims shape(result.size()), strides(result.size(), 1);
+    for (size_t j = 0; j < result.size(); ++j) shape[q[j]] = result[j];
+    for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
+    bool same = true;
+    for (size_t k = 0; same && k < offsets.size(); ++k) {
+      int64_t rest = static_cast<int64_t>(k), offset = 0;
+      for (size_t j = result.size(); j-- > 0;) {
+        offset += rest % result[j] * strides[q[j]];
+        rest /= result[j];
+      }
+      same = offset == offsets[k];
+    }
+    if (same) return true;
+  } while (std::next_permutation(q.begin(), q.end()));
+  return false;
+}
+
+// A random reshape of `dims`: neighbours merged, dimensions split in two, ones inserted.
+Dims RandomReshape(const Dims& dims, std::mt19937_64& rng) {
+  auto chance = [&](int percent) { return static_cast<int>(rng() % 100) < percent; };
+  Dims out;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (chance(15)) out.push_back(1);
+    int64_t d = dims[i];
+    while (i + 1 < dims.size() && chance(35)) d *= dims[++i];
+    int64_t factor = 1;
+    for (int64_t f = 2; f < d; ++f) {
+      if (d % f == 0 && chance(50)) {
+        factor = f;
+        break;
+      }
+    }
+    if (factor > 1) out.push_back(factor);
+    out.push_back(d / factor);
+  }
+  return out;
 }
 
 std::vector<KernelKind> KernelKinds(const Graph& g) {
@@ -145,8 +210,8 @@ TEST(FoldLayoutTransposes, TransposesAroundElementwiseOpsComposeIntoOne) {
 
 // An op that joins two paths of a group, of different lengths (SiLU's x / (1 + exp(-x)) after
 // batch norm over channels-last storage), is reached from the shorter path before its other
-// operand has joined: it waits for it, and the group still closes.
-TEST(FoldLayoutTransposes, AnOpJoiningTwoPathsOfTheGroupWaitsForTheLongerOne) {
+// operand has joined: the longer path joins from above, and the group still closes.
+TEST(FoldLayoutTransposes, AnOpJoiningTwoPathsOfTheGroupTakesTheLongerOneFromAbove) {
   Graph g;
   const int x = Transpose(g, Param(g, {DType::kF32, {2, 4, 5, 6}}, 0, "x"), kNchwOfNhwc);
   const int scale = Param(g, {DType::kF32, {6}}, 1, "scale");
@@ -166,6 +231,48 @@ TEST(FoldLayoutTransposes, AnOpJoiningTwoPathsOfTheGroupWaitsForTheLongerOne) {
   const LayoutTransposeFold left = FoldLayoutTransposes(open);
   EXPECT_EQ(left.folded, 0);
   EXPECT_EQ(ToText(left.graph), ToText(open));
+}
+
+// An op of the group whose other operand is computed from another transpose by the same
+// permutation, which nothing in the group reads otherwise (GroupNorm's backward adds the
+// normalized gradient to a product of the stored input): that operand joins from above,
+// with its transpose as a second root.
+TEST(FoldLayoutTransposes, AnOperandFromAnotherStoredTensorJoinsFromAbove) {
+  Graph g;
+  const Dims nchw = {2, 6, 4, 5};
+  const int x = Transpose(g, Param(g, {DType::kF32, {2, 4, 5, 6}}, 0, "x"), kNchwOfNhwc);
+  const int dy = Transpose(g, Param(g, {DType::kF32, {2, 4, 5, 6}}, 1, "dy"), kNchwOfNhwc);
+  const int scale = Param(g, {DType::kF32, {6}}, 2, "scale");
+  const int scaled = Binary(g, OpCode::kMul, dy, Broadcast(g, scale, nchw, {1}));
+  const int sum = Binary(g, OpCode::kAdd, Unary(g, OpCode::kExp, x), scaled);
+  g.outputs = {Transpose(g, sum, kToNhwc)};
+  ASSERT_TRUE(Verify(g).ok()) << Verify(g).ToString();
+  const LayoutTransposeFold fold = FoldLayoutTransposes(g);
+  EXPECT_EQ(fold.folded, 2);
+  EXPECT_EQ(CountLiveOps(fold.graph, OpCode::kTranspose), 0) << ToText(fold.graph);
+  EXPECT_TRUE(ComputesTheSame(g, fold.graph, 19));
+}
+
+// GroupNorm + swish over NCHW read from NHWC storage: its view into groups ([N, C, H, W] to
+// [N, G, C/G, H, W]) and the view back are reshapes of the storage ([N, H, W, G, C/G] and
+// [N, H, W, C]), each left as a transpose of the reshaped storage that the next round folds,
+// until no transpose is left.
+TEST(FoldLayoutTransposes, GroupNormOverChannelsLastStorageFoldsThroughItsViews) {
+  for (DType t : {DType::kF32, DType::kF16}) {
+    SCOPED_TRACE(std::string(DTypeName(t)));
+    const Graph nchw = GroupNormSwish(t, 2, 320, 64, 64, 32);
+    const Graph stored = StoredPermuted(nchw, kNchwOfNhwc);
+    const LayoutTransposeFold fold = FoldLayoutTransposes(stored);
+    EXPECT_GE(fold.folded, 3);  // the input's transpose and one per view
+    EXPECT_EQ(CountLiveOps(fold.graph, OpCode::kTranspose), 0) << ToText(fold.graph);
+    EXPECT_TRUE(ComputesTheSame(stored, fold.graph, 17));
+    // One kernel, as over row-major storage (a global stitch: a group's elements are not one
+    // row of the stored tensor); the unfolded graph transposes the tensor in a kernel of its
+    // own first.
+    const size_t row_major = KernelKinds(OnePassStatisticsRewrite(nchw)).size();
+    EXPECT_EQ(KernelKinds(OnePassStatisticsRewrite(fold.graph)).size(), row_major);
+    EXPECT_GT(KernelKinds(OnePassStatisticsRewrite(stored)).size(), row_major);
+  }
 }
 
 // Groups that are not closed come back unchanged: folding them would move a full-size
@@ -239,6 +346,47 @@ TEST(FoldLayoutTransposes, RandomGraphsInAnotherStoredOrderComputeTheSame) {
   }
   ASSERT_GT(graphs, 0);
   EXPECT_GT(folded, 0) << "of " << graphs;
+}
+
+// Random tensors stored in a random order, reshaped at random after an elementwise op and
+// reduced whole: the fold removes every transpose exactly when the reshape is, by brute
+// force over every permutation, a transpose of a reshape of the storage; and the folded
+// graph computes the same.
+TEST(FoldLayoutTransposes, RandomReshapesFoldExactlyWhenTheyReshapeTheStorage) {
+  const uint64_t seed = RandomGraphBaseSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const std::vector<int64_t> sizes = {1, 2, 3, 4, 6};
+  int through = 0, kept = 0;
+  for (int i = 0; i < 300; ++i) {
+    Dims stored(2 + rng() % 3);
+    for (int64_t& d : stored) d = sizes[rng() % sizes.size()];
+    Dims perm(stored.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    while (std::is_sorted(perm.begin(), perm.end())) std::shuffle(perm.begin(), perm.end(), rng);
+    Dims logical;
+    for (int64_t p : perm) logical.push_back(stored[p]);
+    Dims result;
+    do {  // at most rank 6: the brute force tries every permutation of the result
+      result = RandomReshape(logical, rng);
+    } while (result.size() > 6);
+    Graph g;
+    const int x = Transpose(g, Param(g, {DType::kF32, stored}, 0, "x"), perm);
+    const int r = Reshape(g, Unary(g, OpCode::kExp, x), result);
+    Dims all(result.size());
+    std::iota(all.begin(), all.end(), 0);
+    g.outputs = {Reduce(g, Unary(g, OpCode::kTanh, r), ConstScalar(g, DType::kF32, 0), all,
+                        ReduceKind::kSum)};
+    SCOPED_TRACE("graph " + std::to_string(i) + "\n" + ToText(g));
+    ASSERT_TRUE(Verify(g).ok()) << Verify(g).ToString();
+    const LayoutTransposeFold fold = FoldLayoutTransposes(g);
+    const bool of_storage = IsATransposedReshapeOfStorage(StorageOffsets(stored, perm), result);
+    EXPECT_EQ(CountLiveOps(fold.graph, OpCode::kTranspose) == 0, of_storage) << ToText(fold.graph);
+    EXPECT_TRUE(ComputesTheSame(g, fold.graph, seed + static_cast<uint64_t>(i)));
+    (of_storage ? through : kept) += 1;
+  }
+  EXPECT_GT(through, 0);
+  EXPECT_GT(kept, 0);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The loop kernels' schedule (plan/src/schedule_loop.cc): the block size, vector width and
-// grid a loop kernel of its own gets.
+// grid a loop kernel of its own gets, and the bytes it is modelled to load.
 #include <gtest/gtest.h>
 
 #include "stitch/plan/gpu_device.h"
@@ -68,6 +68,38 @@ TEST(ScheduleLoop, AGridOfFewerBlocksThanSmsKeepsItsDefaultBlock) {
   ASSERT_TRUE(ScheduleKernel(l.graph, l.kernel, H100()).ok());
   EXPECT_EQ(l.kernel.mapping.launch.block_threads(), 256u);
   EXPECT_EQ(l.kernel.mapping.vector_width, 4);
+}
+
+TEST(ScheduleLoop, AnInputReadThroughAReshapedSliceCostsTheSlicesBytes) {
+  // A statistic's shift: one sample per group of a [64, 16384, 32, 4] view of a stored
+  // tensor, the first element of each group. The kernel over the [64, 32] samples reads 2,048
+  // elements of the 32 MiB input, whether it slices the input or a reshape of it.
+  for (bool through_reshape : {false, true}) {
+    SCOPED_TRACE(through_reshape ? "reshape, then slice" : "slice");
+    Graph g;
+    const int x = testing::Param(g, {DType::kF32, {64, 16384, 128}}, 0, "x");
+    KernelSpec k;
+    k.name = "shift";
+    k.kind = KernelKind::kLoop;
+    k.inputs = {x};
+    int sample = -1;
+    if (through_reshape) {
+      const int view = testing::Reshape(g, x, {64, 16384, 32, 4});
+      sample = testing::Slice(g, view, {0, 0, 0, 0}, {64, 1, 32, 1});
+      k.nodes = {view, sample};
+    } else {
+      sample = testing::Slice(g, x, {0, 0, 0}, {64, 1, 128}, {1, 1, 4});
+      k.nodes = {sample};
+    }
+    const int shift = testing::Reshape(g, sample, {64, 32});
+    const int y = testing::Unary(g, OpCode::kExp, shift);
+    k.nodes.push_back(shift);
+    k.nodes.push_back(y);
+    k.outputs = {y};
+    g.outputs = {y};
+    ASSERT_TRUE(ScheduleKernel(g, k, H100()).ok());
+    EXPECT_EQ(k.mapping.bytes_loaded, 2048 * 4);
+  }
 }
 
 }  // namespace

@@ -16,13 +16,21 @@
 // reduction of a strided tensor and plans a transpose tile it does not need.
 //
 // A group of full-size values is folded only when it is closed: every value in it is an
-// elementwise op whose operands are in the group, transposes by the same p, broadcasts or
-// splat constants; and every use of a value in it is such an op, a reduction (whose kept
-// dimensions stay in order under p), or a transpose. A group with any other use (a graph
-// output in logical order, a slice, a reshape, a random-number op, whose values depend on the
-// element's index) is left as it is, so the rewrite never adds a transpose of a full-size
-// tensor. Broadcasts whose mapped dimensions fall out of order broadcast a transpose of their
-// (smaller) operand.
+// elementwise op whose operands are in the group, transposes by the same p, broadcasts,
+// splat constants, or elementwise ops of those (which join the group from above); and every
+// use of a value in it is such an op, a reduction (whose kept dimensions stay in order under
+// p), a transpose, or a reshape of its storage. A group with any other use (a graph output in
+// logical order, a slice, another reshape, a random-number op, whose values depend on the
+// element's index) is left as it is. Broadcasts whose mapped dimensions fall out of order
+// broadcast a transpose of their (smaller) operand.
+//
+// A reshape of a group value is one of its storage when every run of dimensions it merges or
+// splits lies in the stored order side by side and in order: GroupNorm's view of NCHW into
+// groups, [N,C,H,W] to [N,G,C/G,H*W], is over NHWC storage the transpose of the view
+// [N,H*W,G,C/G] of the storage. The fold leaves it as that transpose of the reshaped
+// storage, and folds again: a round per view, a few rounds at most. Of the rounds' graphs,
+// the one whose transposes move the fewest elements is returned, so the rewrite never moves
+// more elements through transposes than the graph did.
 //
 // Parameters, outputs (order, shapes, dtypes) and every computed value are unchanged; only a
 // reduction's order of accumulation may differ, within floating-point rounding.
@@ -36,11 +44,12 @@ namespace stitch {
 
 struct LayoutTransposeFold {
   Graph graph;     // the rewritten graph (a copy of the input when nothing folded)
-  int folded = 0;  // transposes of inputs removed: the roots of the folded groups
+  int folded = 0;  // the roots of the folded groups, over every round kept
 };
 
 // Returns the verified graph `g` with every closed group of values behind a layout transpose
-// computed in its operands' stored order, as described above. The result passes Verify.
+// computed in its operands' stored order, round after round, as described above. The result
+// passes Verify.
 LayoutTransposeFold FoldLayoutTransposes(const Graph& g);
 
 }  // namespace stitch
