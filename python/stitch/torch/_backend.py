@@ -102,8 +102,7 @@ class StitchedRegion(torch.nn.Module):
         self.runtimes = runtimes  # what jobs measured for the key, as the daemon answered
         self._binding = dict(binding)
         self._backend = backend
-        out = [n for n in fallback.graph.nodes if n.op == "output"][0]
-        self._tuple_output = isinstance(out.args[0], (tuple, list))
+        _, self._tuple_output = _shapes.output_nodes(fallback)
         self._device_checks: Dict[torch.device, Optional[str]] = {}
         self._lock = threading.Lock()
         self._by_binding: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()

@@ -222,18 +222,18 @@ def _carry_metadata(gm: torch.fx.GraphModule) -> None:
             for placeholder, arg in zip(placeholders, node.args):
                 if isinstance(arg, torch.fx.Node) and not _has_meta(placeholder):
                     placeholder.meta.update(arg.meta)
-            out = [n for n in sub.graph.nodes if n.op == "output"][0].args[0]
-            if not isinstance(out, (tuple, list)) and isinstance(out, torch.fx.Node):
-                node.meta.update(out.meta)
+            outs, several = _shapes.output_nodes(sub)
+            if not several and isinstance(outs[0], torch.fx.Node):
+                node.meta.update(outs[0].meta)
         elif (node.op == "call_function" and node.target is operator.getitem
               and isinstance(node.args[0], torch.fx.Node)
               and node.args[0].op == "call_module" and not _has_meta(node)):
             sub = getattr(gm, node.args[0].target, None)
             if sub is None:
                 continue
-            out = [n for n in sub.graph.nodes if n.op == "output"][0].args[0]
-            if isinstance(out, (tuple, list)) and isinstance(out[node.args[1]], torch.fx.Node):
-                node.meta.update(out[node.args[1]].meta)
+            outs, several = _shapes.output_nodes(sub)
+            if several and isinstance(outs[node.args[1]], torch.fx.Node):
+                node.meta.update(outs[node.args[1]].meta)
 
 
 def _has_meta(node: torch.fx.Node) -> bool:
