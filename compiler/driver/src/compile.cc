@@ -213,17 +213,10 @@ Status PlanAndEmitShapeClass(const Graph& g, const CompileOptions& options, Stop
   return EmitPlanned(options, clock, result);
 }
 
-}  // namespace
-
-StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& options,
-                                const GpuDevice& device) {
-  // Values behind layout transposes computed in their inputs' stored order, for every
-  // planner: XLA assigns layouts before it fuses, and Inductor computes channels-last tensors
-  // in their storage order, so neither reads a stored NHWC tensor through a transpose.
-  // Statistics in one pass, for every planner: XLA lowers batch norm to E[x^2] - E[x]^2
-  // (batchnorm_expander.cc) and Inductor's var_mean is a Welford reduction, so neither reads
-  // the input twice for a variance; the shifted sums give stitched plans the same single pass.
-  const Graph g = OnePassStatisticsRewrite(FoldLayoutTransposes(input).graph);
+// Plans `g`, as rewritten before planning, with the planners `options` names: see
+// ChoosePlan.
+StatusOr<PlanChoice> ChooseAmongPlanners(const Graph& g, const CompileOptions& options,
+                                         const GpuDevice& device) {
   PlanChoice result;
   // The model stitchd prices with: the analytical model of kCurrentCostModel, with the learned
   // correction only where its table ships for this device (learned_residual.h).
@@ -301,6 +294,32 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
   result.plan = std::move(stitched);
   result.cost = result.stitched_cost;
   return result;
+}
+
+}  // namespace
+
+StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& options,
+                                const GpuDevice& device) {
+  // Values behind layout transposes computed in their inputs' stored order, for every
+  // planner: XLA assigns layouts before it fuses, and Inductor computes channels-last tensors
+  // in their storage order, so neither reads a stored NHWC tensor through a transpose.
+  // Statistics in one pass, for every planner: XLA lowers batch norm to E[x^2] - E[x]^2
+  // (batchnorm_expander.cc) and Inductor's var_mean is a Welford reduction, so neither reads
+  // the input twice for a variance; the shifted sums give stitched plans the same single pass.
+  const LayoutTransposeFold fold = FoldLayoutTransposes(input);
+  StatusOr<PlanChoice> folded =
+      ChooseAmongPlanners(OnePassStatisticsRewrite(fold.graph), options, device);
+  if (fold.folded == 0 || options.planner != PlannerKind::kStitch || !folded.ok()) {
+    return folded;
+  }
+  // The fold is a choice of the graph to plan, not always the cheaper one: where the plans
+  // of the graph as it came price lower (a backward that also reads a tensor in the other
+  // order, a region small enough to be bound by its launches), those ship, so that folding
+  // never makes what ships slower.
+  StatusOr<PlanChoice> as_given =
+      ChooseAmongPlanners(OnePassStatisticsRewrite(input), options, device);
+  if (as_given.ok() && as_given->cost.seconds < folded->cost.seconds) return as_given;
+  return folded;
 }
 
 std::string_view PlannerKindName(PlannerKind planner) {
