@@ -352,6 +352,38 @@ def bench_args(*argv):
                              "2", "--budget-s", "0", "--seed", str(base.SEED), *argv])
 
 
+class DumpRegionsToolTest(unittest.TestCase):
+    """tools/dump_torch_regions.py, which wrote testdata/torch_regions/, on the GroupNorm
+    block at its small size against the test's daemon: it writes every region it compiled,
+    row-major and over channels-last storage, each HLO module that stitchctl compiles, and the
+    step runs Inductor's kernels alone."""
+
+    def test_writes_every_compiled_region(self):
+        import importlib.util
+        import subprocess
+        path = pathlib.Path(__file__).resolve().parents[2] / "tools" / "dump_torch_regions.py"
+        spec = importlib.util.spec_from_file_location("dump_torch_regions", path)
+        tool = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tool)
+        with tempfile.TemporaryDirectory() as out:
+            stderr = io.StringIO()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+                self.assertEqual(tool.main(["--daemon", base.DAEMON.socket, "--model",
+                                            "groupnorm_block", "--out", out, "--small"]), 0)
+            files = sorted(pathlib.Path(out).glob("*.hlo"))
+            names = [f.name.split("_", 1)[1] for f in files]
+            self.assertIn("forward0_region0.hlo", names)
+            self.assertIn("forward0_region0_stored.hlo", names)
+            self.assertIn("backward1_region0_stored.hlo", names)
+            self.assertIn("(launch_error)", stderr.getvalue())
+            for f in files:
+                self.assertTrue(f.read_text().startswith("HloModule " + f.stem.split("_", 1)[1]))
+                done = subprocess.run([base.ARGS.stitchctl, "compile", "--no-cubin", str(f)],
+                                      capture_output=True, text=True, timeout=600)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertIn("modeled", done.stdout)
+
+
 class BenchTest(unittest.TestCase):
     """torch_step_bench.py's parts that run without a GPU."""
 
