@@ -129,7 +129,9 @@ StatusOr<CompileResult> CompileGraph(const Graph& g, const CompileOptions& optio
 // Plans a verified graph with the planner `options` names, priced on `device` (the
 // target's device when compiling; benchmarks price other devices too). The plan that ships is
 // chosen on PlanningDevice(device)'s prices (cost_model.h), the device the plans were searched
-// for. Returns the planners' errors.
+// for. Every planner plans the graph with its layout transposes folded (layout_transposes.h);
+// under PlannerKind::kStitch, where that fold changed the graph, the graph as it came is
+// planned too, and its choice ships where it prices lower. Returns the planners' errors.
 StatusOr<PlanChoice> ChoosePlan(const Graph& g, const CompileOptions& options,
                                 const GpuDevice& device);
 
