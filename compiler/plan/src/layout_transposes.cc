@@ -237,15 +237,19 @@ class GroupFinder {
   }
 
   // Whether `u` can be computed in stored order: a full-size elementwise op whose operands
-  // are in the group as roots, inner ops or side values, or can enter it.
-  bool CanJoin(int u) {
+  // are in the group as roots, inner ops or side values, or can enter it. A chain of ops
+  // entering from above is at most kMaxJoinDepth long (the search recurses, and a longer
+  // chain leaves the group open), so that Join's recursion is as shallow.
+  static constexpr int kMaxJoinDepth = 64;
+  bool CanJoin(int u, int depth = 0) {
     if (auto it = joinable_.find(u); it != joinable_.end()) return it->second;
+    if (depth > kMaxJoinDepth) return false;
     const Node& n = g_.nodes[u];
     bool ok = !claimed_[u] && ClassOf(n.op) == OpClass::kElementwise && n.shape.dims == logical_;
     for (size_t k = 0; ok && k < n.operands.size(); ++k) {
       const int o = n.operands[k];
       ok = Has(o, Role::kRoot) || Has(o, Role::kInner) || Has(o, Role::kSide) ||
-           (!group_.roles.count(o) && (OperandKind(o) != Operand::kNone || CanJoin(o)));
+           (!group_.roles.count(o) && (OperandKind(o) != Operand::kNone || CanJoin(o, depth + 1)));
     }
     return joinable_[u] = ok;
   }

@@ -253,6 +253,40 @@ TEST(FoldLayoutTransposes, AnOperandFromAnotherStoredTensorJoinsFromAbove) {
   EXPECT_TRUE(ComputesTheSame(g, fold.graph, 19));
 }
 
+// An operand that would join from above through a long chain of ops (a thousand negations
+// of a broadcast): the search stops at a bounded depth and leaves the group open, where a
+// chain from another stored tensor joins from below, however long.
+TEST(FoldLayoutTransposes, ALongChainJoinsFromBelowNotFromAbove) {
+  const Dims nchw = {2, 6, 4, 5};
+  auto chain = [](Graph& g, int x, int length) {
+    for (int k = 0; k < length; ++k) x = Unary(g, OpCode::kNeg, x);
+    return x;
+  };
+  {
+    Graph g;
+    const int x = Transpose(g, Param(g, {DType::kF32, {2, 4, 5, 6}}, 0, "x"), kNchwOfNhwc);
+    const int scale = Param(g, {DType::kF32, {6}}, 1, "scale");
+    const int above = chain(g, Broadcast(g, scale, nchw, {1}), 1000);
+    g.outputs = {Transpose(g, Binary(g, OpCode::kAdd, Unary(g, OpCode::kExp, x), above), kToNhwc)};
+    ASSERT_TRUE(Verify(g).ok()) << Verify(g).ToString();
+    const LayoutTransposeFold fold = FoldLayoutTransposes(g);
+    EXPECT_EQ(fold.folded, 0);
+    EXPECT_EQ(ToText(fold.graph), ToText(g));
+  }
+  {
+    Graph g;
+    const int x = Transpose(g, Param(g, {DType::kF32, {2, 4, 5, 6}}, 0, "x"), kNchwOfNhwc);
+    const int y = Transpose(g, Param(g, {DType::kF32, {2, 4, 5, 6}}, 1, "y"), kNchwOfNhwc);
+    const int below = chain(g, y, 1000);
+    g.outputs = {Transpose(g, Binary(g, OpCode::kAdd, Unary(g, OpCode::kExp, x), below), kToNhwc)};
+    ASSERT_TRUE(Verify(g).ok()) << Verify(g).ToString();
+    const LayoutTransposeFold fold = FoldLayoutTransposes(g);
+    EXPECT_EQ(fold.folded, 2);
+    EXPECT_EQ(CountLiveOps(fold.graph, OpCode::kTranspose), 0);
+    EXPECT_TRUE(ComputesTheSame(g, fold.graph, 23));
+  }
+}
+
 // GroupNorm + swish over NCHW read from NHWC storage: its view into groups ([N, C, H, W] to
 // [N, G, C/G, H, W]) and the view back are reshapes of the storage ([N, H, W, G, C/G] and
 // [N, H, W, C]), each left as a transpose of the reshaped storage that the next round folds,
