@@ -1,17 +1,24 @@
 // The GPU step bench's GroupNorm block as stitch.torch lowers it at the benchmark's size
 // (testdata/torch_regions/groupnorm_block/): each region over the channels-last storage
 // Inductor lays out is modelled within 10% of the same region over row-major storage, the
-// forward computing in the stored order; and what ships is never priced above the plans of
-// the graph with its layout transposes folded.
+// forward computing in the stored order; what ships is never priced above the plans of the
+// graph with its layout transposes folded; and the shipped kernels' sector efficiency and
+// re-reads, measured on the emulator, with the regions that fetch more than they use listed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 
 #include "stitch/driver/compile.h"
+#include "stitch/emulator/emulated_run.h"
 #include "stitch/hlo/hlo_import.h"
+#include "stitch/plan/gpu_device.h"
 #include "stitch/plan/layout_transposes.h"
+#include "support/known_gaps.h"
 #include "support/stored_order.h"
 
 namespace stitch {
@@ -85,6 +92,59 @@ TEST(TorchRegions, WhatShipsIsNeverPricedAboveTheFoldedGraphsPlans) {
     if (std::string(pair.stored) == "10_backward1_region1_stored.hlo") {
       EXPECT_LT(shipped.cost.seconds, folded.cost.seconds);
       EXPECT_GT(CountLiveOps(shipped.graph, OpCode::kTranspose), 0) << ToText(shipped.graph);
+    }
+  }
+}
+
+// The regions whose shipped kernels fetch more than 1.25 bytes per byte used (the suite's
+// bound, suite_memory_checks_test), each with its cause. A region that starts passing fails
+// the test too, so the list only shrinks.
+struct SectorGap {
+  const char* file;
+  const char* why;
+};
+constexpr SectorGap kSectorGaps[] = {
+    {"04_forward0_region0_stored.hlo",
+     "1.30: the statistics' phase reads each group's 4 channels, 16 bytes of each 512-byte "
+     "NHWC row, apart from the next group's, so its warps use half of every sector"},
+    {"05_forward0_region1_stored.hlo", "1.30: as 04"},
+    {"09_backward1_region0_stored.hlo",
+     "1.84: its phases read the grouped NHWC tensors a group at a time, as 04's statistics"},
+    {"10_backward1_region1_stored.hlo",
+     "7.88 in the Inductor model's row-stitched kernel of the unfolded graph, which reads "
+     "NHWC storage along NCHW rows (folded, 3.15: the row-major gradient read in NHWC order)"},
+};
+
+// Every shipped kernel of every region, measured on the emulator at its full geometry
+// (MeasureSectorTraffic, as suite_memory_checks_test measures the suite): DRAM bytes per
+// distinct byte within 1.1, and bytes fetched per byte used within 1.25 but for the regions
+// listed above. The cost model does not price sector efficiency; these figures say where the
+// GPU may find these kernels slower than their model.
+TEST(TorchRegions, ShippedKernelsFetchWhatTheyUse) {
+  const SectorTrafficOptions options = SectorTrafficOptionsFor(*FindDevice("H100"));
+  for (const RegionPair& pair : kRegions) {
+    for (const char* file : {pair.row_major, pair.stored}) {
+      SCOPED_TRACE(file);
+      StatusOr<CompileResult> r = CompileGraph(ImportRegion(file), testing::Sm90Compile());
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      StatusOr<SampledRun> run = MeasureSectorTraffic(r->graph, r->plan, r->kernels, options);
+      ASSERT_TRUE(run.ok()) << run.status().ToString();
+      double worst = 0;
+      for (const SampledLaunch& l : run->launches) {
+        std::printf("%s %-28s fetched/used %.2f, DRAM/distinct %.2f\n", file, l.kernel.c_str(),
+                    FetchedPerUsed(l.stats), DramPerDistinct(l.stats));
+        worst = std::max(worst, FetchedPerUsed(l.stats));
+        EXPECT_LE(DramPerDistinct(l.stats), 1.1) << l.kernel;
+      }
+      const auto gap =
+          std::find_if(std::begin(kSectorGaps), std::end(kSectorGaps),
+                       [&](const SectorGap& g) { return std::string(g.file) == file; });
+      if (gap != std::end(kSectorGaps)) {
+        EXPECT_GT(worst, 1.25) << "known gap closed: remove it from kSectorGaps (" << gap->why
+                               << ")";
+      } else {
+        EXPECT_LE(worst, 1.25);
+      }
     }
   }
 }
