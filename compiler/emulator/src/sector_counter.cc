@@ -103,13 +103,17 @@ void SectorCounter::Touch(uint64_t sector, bool store) {
 }
 
 void SectorCounter::Compact() {
-  std::vector<std::pair<uint64_t, Line*>> live;
+  // The live lines, most recent first: the i-th has i distinct sectors touched after it.
+  // Their times are distinct, so they are bucketed by time rather than sorted: Compact runs
+  // on an emulated thread's fiber, whose stack a sort's recursion can overflow (under ASan).
+  std::vector<Line*> by_time(now_ + 1, nullptr);
   for (auto& [sector, line] : lines_) {
-    if (line.time != 0) live.emplace_back(line.time, &line);
+    if (line.time != 0) by_time[line.time] = &line;
   }
-  // Most recent first: the i-th has i distinct sectors touched after it.
-  std::sort(live.begin(), live.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<Line*> live;
+  for (uint64_t t = now_; t > 0; --t) {
+    if (by_time[t] != nullptr) live.push_back(by_time[t]);
+  }
   size_t keep = live.size();
   for (size_t i = 0; i < live.size(); ++i) {
     if (i * kSectorBytes > window_bytes_) {
@@ -118,13 +122,13 @@ void SectorCounter::Compact() {
     }
   }
   for (size_t i = keep; i < live.size(); ++i) {
-    live[i].second->time = 0;
-    live[i].second->dirty = false;
+    live[i]->time = 0;
+    live[i]->dirty = false;
   }
   tree_.assign(std::max<uint64_t>(kMinTreeTimes, 2 * uint64_t{keep}) + 1, 0);
   now_ = 0;
   for (size_t i = keep; i-- > 0;) {
-    live[i].second->time = ++now_;
+    live[i]->time = ++now_;
     TreeAdd(now_, 1);
   }
 }

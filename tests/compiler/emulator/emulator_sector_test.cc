@@ -203,6 +203,35 @@ TEST(EmulatorSectorTest, ReReadsBeyondTheWindowAreDramTraffic) {
   }
 }
 
+TEST(EmulatorSectorTest, ReReadsAreCountedAcrossTheCountersCompaction) {
+  // x (32,768 sectors of f32) read twice in a row: between two touches of a sector lie the
+  // rest of x and the stores of a pass, 65,535 sectors, about 2 MiB. The 131,072 touches
+  // overflow the counter's table of recent touches, which it compacts to the window's sectors
+  // while the kernel's threads run: a re-read within the window stays an L2 hit across that,
+  // one beyond it goes to DRAM.
+  constexpr uint64_t kSectors = 32768;
+  constexpr uint64_t kElementsOfX = kSectors * 8;
+  constexpr uint32_t kBlockThreads = 256;
+  const uint32_t blocks = static_cast<uint32_t>(2 * kElementsOfX / kBlockThreads);
+  const CompiledKernel k = Gather("float", "  %src = urem i32 %i, " + std::to_string(kElementsOfX),
+                                  "src", blocks, kBlockThreads);
+  Buffer x(kElementsOfX * 4), y(2 * kElementsOfX * 4);
+  const uint64_t between = (2 * kSectors - 1) * 32;
+  for (const uint64_t window : {between / 2, 2 * between}) {
+    SCOPED_TRACE(window);
+    auto emu = SectorEmulator(window);
+    ASSERT_NE(emu, nullptr);
+    auto stats = emu->Launch(k, {x.data(), y.data()});
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    Print(("window " + std::to_string(window)).c_str(), *stats);
+    const SectorTraffic& loads = stats->sector_loads;
+    EXPECT_EQ(loads.distinct_bytes, kElementsOfX * 4);
+    const uint64_t rereads = window < between ? kElementsOfX * 4 : 0;
+    EXPECT_EQ(loads.reread_bytes, rereads);
+    EXPECT_EQ(loads.dram_bytes, kElementsOfX * 4 + rereads);
+  }
+}
+
 TEST(EmulatorSectorTest, StoresAreWrittenBackOnceUnlessEvicted) {
   // Every block stores to the same region of y (y[tid] = x[i]): within the window the
   // region is written back once, beyond it once per block.
