@@ -94,9 +94,9 @@ def main(argv: Any = None) -> int:
         path = out_dir / ("%02d_%s.hlo" % (k, module_name(hlo)))
         path.write_text(hlo)
         print(path)
-    kept = {c.reason for c in backend.report.choices}
-    print("%d modules; every region kept Inductor's kernels (%s)" % (
-        len(client.modules), ", ".join(sorted(kept))), file=sys.stderr)
+    reasons = {"%s (%s)" % (c.winner, c.reason) for c in backend.report.choices}
+    print("%d modules; the regions' choices: %s" % (
+        len(client.modules), ", ".join(sorted(reasons))), file=sys.stderr)
     return 0
 
 

@@ -375,7 +375,7 @@ class DumpRegionsToolTest(unittest.TestCase):
             self.assertIn("forward0_region0.hlo", names)
             self.assertIn("forward0_region0_stored.hlo", names)
             self.assertIn("backward1_region0_stored.hlo", names)
-            self.assertIn("(launch_error)", stderr.getvalue())
+            self.assertIn("inductor (launch_error)", stderr.getvalue())
             for f in files:
                 self.assertTrue(f.read_text().startswith("HloModule " + f.stem.split("_", 1)[1]))
                 done = subprocess.run([base.ARGS.stitchctl, "compile", "--no-cubin", str(f)],
