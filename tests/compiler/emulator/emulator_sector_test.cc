@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,19 @@ void Print(const char* what, const LaunchStats& s) {
   line("stores", s.sector_stores);
 }
 
+// Launches the gather `k` on (x, y) under an L2 window of `window` bytes; prints and returns
+// its stats (none, with the failure recorded, where it could not run).
+std::optional<LaunchStats> LaunchInWindow(const CompiledKernel& k, uint64_t window, void* x,
+                                          void* y) {
+  auto emu = SectorEmulator(window);
+  if (emu == nullptr) return std::nullopt;
+  auto stats = emu->Launch(k, {x, y});
+  EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+  if (!stats.ok()) return std::nullopt;
+  Print(("window " + std::to_string(window)).c_str(), *stats);
+  return *std::move(stats);
+}
+
 constexpr uint32_t kBlocks = 16;
 constexpr uint32_t kThreads = 128;
 constexpr uint64_t kElements = uint64_t{kBlocks} * kThreads;
@@ -186,11 +200,8 @@ TEST(EmulatorSectorTest, ReReadsBeyondTheWindowAreDramTraffic) {
   Buffer x(kCycle * region), y(kElements * 4);
   for (const uint64_t window : {between - 32, between}) {
     SCOPED_TRACE(window);
-    auto emu = SectorEmulator(window);
-    ASSERT_NE(emu, nullptr);
-    auto stats = emu->Launch(k, {x.data(), y.data()});
-    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-    Print(("window " + std::to_string(window)).c_str(), *stats);
+    const std::optional<LaunchStats> stats = LaunchInWindow(k, window, x.data(), y.data());
+    ASSERT_TRUE(stats.has_value());
     const SectorTraffic& loads = stats->sector_loads;
     EXPECT_EQ(loads.used_bytes, kElements * 4);
     EXPECT_EQ(loads.fetched_bytes, kElements * 4);
@@ -219,11 +230,8 @@ TEST(EmulatorSectorTest, ReReadsAreCountedAcrossTheCountersCompaction) {
   const uint64_t between = (2 * kSectors - 1) * 32;
   for (const uint64_t window : {between / 2, 2 * between}) {
     SCOPED_TRACE(window);
-    auto emu = SectorEmulator(window);
-    ASSERT_NE(emu, nullptr);
-    auto stats = emu->Launch(k, {x.data(), y.data()});
-    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-    Print(("window " + std::to_string(window)).c_str(), *stats);
+    const std::optional<LaunchStats> stats = LaunchInWindow(k, window, x.data(), y.data());
+    ASSERT_TRUE(stats.has_value());
     const SectorTraffic& loads = stats->sector_loads;
     EXPECT_EQ(loads.distinct_bytes, kElementsOfX * 4);
     const uint64_t rereads = window < between ? kElementsOfX * 4 : 0;
@@ -247,11 +255,8 @@ TEST(EmulatorSectorTest, StoresAreWrittenBackOnceUnlessEvicted) {
   const uint64_t region = kThreads * 4;
   for (const uint64_t window : {uint64_t{1} << 20, uint64_t{256}}) {
     SCOPED_TRACE(window);
-    auto emu = SectorEmulator(window);
-    ASSERT_NE(emu, nullptr);
-    auto stats = emu->Launch(k, {x.data(), y.data()});
-    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-    Print(("window " + std::to_string(window)).c_str(), *stats);
+    const std::optional<LaunchStats> stats = LaunchInWindow(k, window, x.data(), y.data());
+    ASSERT_TRUE(stats.has_value());
     const SectorTraffic& stores = stats->sector_stores;
     EXPECT_EQ(stores.distinct_bytes, region);
     EXPECT_EQ(stores.dram_bytes, window > kElements * 8 ? region : kBlocks * region);
