@@ -111,9 +111,12 @@ bool Dense(const at::Tensor& t) {
   return StorageOrder(t, order);
 }
 
+constexpr char kNotDense[] = "an input's elements are not one dense block";
+
 // What identifies a variant: per input its device, dtype, storage order and sizes, then the
-// size arguments.
-void KeyOf(at::TensorList inputs, c10::SymIntArrayRef sizes, Key& key) {
+// size arguments. False, with `key` unfinished, where an input's elements are not one dense
+// block: the one place a call's storage orders are read.
+bool KeyOf(at::TensorList inputs, c10::SymIntArrayRef sizes, Key& key) {
   key.clear();
   key.push_back(static_cast<int64_t>(inputs.size()));
   Order order;
@@ -121,7 +124,7 @@ void KeyOf(at::TensorList inputs, c10::SymIntArrayRef sizes, Key& key) {
     key.push_back(static_cast<int64_t>(t.device().type()));
     key.push_back(t.device().index());
     key.push_back(static_cast<int64_t>(t.scalar_type()));
-    StorageOrder(t, order);  // Unlaunchable refused a tensor with none
+    if (!StorageOrder(t, order)) return false;
     key.push_back(static_cast<int64_t>(order.size()));
     for (int64_t d : order) key.push_back(d);
     key.push_back(t.dim());
@@ -129,6 +132,7 @@ void KeyOf(at::TensorList inputs, c10::SymIntArrayRef sizes, Key& key) {
   }
   key.push_back(static_cast<int64_t>(sizes.size()));
   for (const c10::SymInt& s : sizes) key.push_back(s.guard_int(__FILE__, __LINE__));
+  return true;
 }
 
 struct Output {
@@ -197,12 +201,12 @@ std::vector<at::Tensor> Fallback(Region& region, at::TensorList inputs, c10::Sym
   return stack[0].toTensorVector();
 }
 
-// Why `inputs` cannot be launched as they are, or "" when they can.
+// Why `inputs` cannot be launched as they are, or "" when they can, but for their storage,
+// which KeyOf reads.
 std::string Unlaunchable(at::TensorList inputs) {
   if (inputs.empty()) return "no inputs";
   if (inputs.size() > kInline) return "more than 16 inputs";
   for (const at::Tensor& t : inputs) {
-    if (!Dense(t)) return "an input's elements are not one dense block";
     if (t.device() != inputs[0].device()) return "inputs on several devices";
   }
   return "";
@@ -223,7 +227,7 @@ std::vector<at::Tensor> Launch(int64_t region_id, at::TensorList inputs,
   std::string why = Unlaunchable(inputs);
   if (!why.empty()) return Fallback(region, inputs, sizes, why);
   Key key;
-  KeyOf(inputs, sizes, key);
+  if (!KeyOf(inputs, sizes, key)) return Fallback(region, inputs, sizes, kNotDense);
   Variant* v = Find(region, key);
   if (v == nullptr) {
     return Fallback(region, inputs, sizes, "no variant for the inputs' sizes and dtypes");
@@ -282,7 +286,7 @@ int64_t AddVariant(int64_t region_id, at::TensorList inputs, c10::SymIntArrayRef
               "stitch::launch_variant: a null function or handle");
   TORCH_CHECK(Unlaunchable(inputs).empty(), "stitch::launch_variant: ", Unlaunchable(inputs));
   auto v = std::make_unique<Variant>();
-  KeyOf(inputs, sizes, v->key);
+  TORCH_CHECK(KeyOf(inputs, sizes, v->key), "stitch::launch_variant: ", kNotDense);
   for (const at::Tensor& t : outputs) {
     TORCH_CHECK(Dense(t) && t.device() == inputs[0].device(),
                 "stitch::launch_variant: outputs are dense blocks on the inputs' device");
