@@ -1158,14 +1158,25 @@ def inverse(order: Order) -> Order:
     return tuple(result)
 
 
+def _permutation(order: Optional[Order], shape: Sequence[Any],
+                 what: str = "a value") -> Optional[Order]:
+    """``order`` where it lays ``what``, of ``shape``, out other than row-major, else None;
+    raises Unsupported where it is no permutation of the value's dimensions."""
+    if order is None or tuple(order) == tuple(range(len(shape))):
+        return None
+    if sorted(order) != list(range(len(shape))):
+        raise Unsupported("storage order %s for %s of shape %s" % (tuple(order), what,
+                                                                  tuple(shape)))
+    return tuple(order)
+
+
 def _stored(e: Emitter, v: Value, order: Optional[Order]) -> Value:
     """``v`` transposed into its storage ``order``; as it is where that is row-major."""
-    if order is None or tuple(order) == tuple(range(len(v.shape))):
+    perm = _permutation(order, v.shape)
+    if perm is None:
         return v
-    if sorted(order) != list(range(len(v.shape))):
-        raise Unsupported("storage order %s for a value of shape %s" % (tuple(order), v.shape))
-    return e.emit(tuple(v.shape[d] for d in order), v.dtype, "transpose", [v],
-                  "dimensions={%s}" % ",".join(str(d) for d in order))
+    return e.emit(tuple(v.shape[d] for d in perm), v.dtype, "transpose", [v],
+                  "dimensions={%s}" % ",".join(str(d) for d in perm))
 
 
 def _lower_input(e: Emitter, node: torch.fx.Node, binding: Optional[Mapping[Any, int]],
@@ -1190,11 +1201,10 @@ def _lower_input(e: Emitter, node: torch.fx.Node, binding: Optional[Mapping[Any,
                               % (node.name, shape, split))
         declared = (shape[0] // split, split) + tuple(shape[1:])
         return e.reshape(e.parameter(index, declared, dtype), shape)
-    if order is not None and tuple(order) != tuple(range(len(shape))):
-        if sorted(order) != list(range(len(shape))):
-            raise Unsupported("input %s %s: storage order %s" % (node.name, shape, tuple(order)))
-        stored = tuple(shape[d] for d in order)
-        return _stored(e, e.parameter(index, stored, dtype), inverse(order))
+    perm = _permutation(order, shape, "input %s" % node.name)
+    if perm is not None:
+        stored = tuple(shape[d] for d in perm)
+        return _stored(e, e.parameter(index, stored, dtype), inverse(perm))
     return e.parameter(index, shape, dtype)
 
 
