@@ -174,6 +174,7 @@ StatusOr<CostModelParameters> Override(CostModelParameters p, const nlohmann::js
                     : name == "issue_seconds"            ? &p.issue_seconds
                     : name == "dependent_issue_seconds"  ? &p.dependent_issue_seconds
                     : name == "block_dispatch_seconds"   ? &p.block_dispatch_seconds
+                    : name == "l2_bytes_per_second"      ? &p.l2_bytes_per_second
                                                          : nullptr;
     if (field == nullptr) return InvalidArgument(where + ": unknown field '" + name + "'");
     if (!value.is_number() || value.get<double>() < 0) {

@@ -115,6 +115,7 @@ CostModelParameters H200Fit3(const GpuDevice& h200) {
   p.row_pass_seconds = 2.09e-6;
   p.issue_seconds = 0.60e-9;
   p.dependent_issue_seconds = 2.02e-9;
+  p.l2_bytes_per_second = h200.l2_bytes_per_second;
   return p;
 }
 
@@ -171,6 +172,20 @@ int64_t MissedRereadBytes(KernelKind kind, const ThreadMapping& m, const CostMod
     missed += m.strided_sector_bytes - m.strided_input_bytes;
   }
   return missed;
+}
+
+// The time L2 takes to serve a kernel's bytes: every byte it loads or stores, and for a strided
+// read the rest of each element's sector, which crosses L2 whether its other bytes are used
+// later from L2 or fetched again from DRAM. Only the busy SMs' share of L2 serves them, as
+// for DRAM. Coalesced kernels reach DRAM's bandwidth long before L2's, so this binds only a
+// kernel whose strided sectors outweigh its bytes by L2's margin over DRAM (about 3x).
+double L2Seconds(int64_t global_bytes, const ThreadMapping& m, const CostModelParameters& p,
+                 double imbalance, int64_t busy_sms, int64_t sms) {
+  if (p.l2_bytes_per_second <= 0) return 0;
+  const int64_t strided_rest = std::max<int64_t>(m.strided_sector_bytes - m.strided_input_bytes, 0);
+  const double bandwidth = p.l2_bytes_per_second * static_cast<double>(busy_sms) /
+                           static_cast<double>(std::max<int64_t>(sms, 1));
+  return static_cast<double>(global_bytes + strided_rest) * imbalance / bandwidth;
 }
 
 class AnalyticalCostModel : public CostModel {
@@ -284,6 +299,8 @@ class AnalyticalCostModel : public CostModel {
             ? PartialRoundsSeconds(static_cast<double>(c.dram_bytes), passes, busy, parallel,
                                    critical, bandwidth_cap, in_flight_bandwidth)
             : static_cast<double>(c.dram_bytes) * imbalance / bandwidth;
+    c.memory_seconds =
+        std::max(c.memory_seconds, L2Seconds(c.global_bytes, m, p_, imbalance, busy_sms, sms));
     // A row kernel's pass is a chain: load the row, reduce it across the row's threads,
     // compute and store; the next pass of the block starts after it. Few resident blocks
     // leave the chain exposed, so the busiest slot takes at least its passes times the
@@ -504,6 +521,8 @@ CostModelParameters CostModelParametersFor(const GpuDevice& device, CostModelVer
       p.dependent_issue_seconds = kFit2DependentIssueSeconds;
     }
   }
+  // fit-3 prices L2's bandwidth too (L2Seconds); the versions before it keep their prices.
+  if (version == CostModelVersion::kFit3) p.l2_bytes_per_second = device.l2_bytes_per_second;
   return p;
 }
 

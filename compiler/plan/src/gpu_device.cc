@@ -23,6 +23,11 @@ const std::vector<GpuDevice>& KnownDevices() {
     h100.launch_seconds = 2.5e-6;
     h100.shared_bytes_per_sm = 228 * 1024;
     h100.l2_bytes = 50LL << 20;
+    // L2 bandwidth: [GB] gpu-l2-cache reads L2-resident sets of 20-37 MB at 9.5-9.9 TB/s on
+    // the H200 (h200.txt) and 6.8-7.0 TB/s on the H100 PCIe's 114 SMs (h100_pcie.txt). The
+    // H100 SXM has the H200's die, SM count and clocks, and L2 is on the die: it takes the
+    // H200's figure.
+    h100.l2_bytes_per_second = 9.5e12;
     // H200: 4.8 TB/s (NVIDIA's H200 page). SMs as H100's: the same GH100 die, and NVIDIA
     // lists none; gpu-benches' H200 runs show 132 SMs [GB]. L2: 60 MiB, the driver's
     // l2CacheSize on the H200 of testdata/gpu/h200/2026-11-28_afdf996 (device.json), where
@@ -42,6 +47,7 @@ const std::vector<GpuDevice>& KnownDevices() {
     a100.launch_seconds = 2.5e-6;
     a100.shared_bytes_per_sm = 164 * 1024;
     a100.l2_bytes = 40LL << 20;
+    a100.l2_bytes_per_second = 5.3e12;  // [GB] gpu-l2-cache/a100_80.txt: 5.3-5.5 TB/s, 3-25 MB
     // sm_86 and sm_89 keep 1536 threads per SM; GDDR6 parts. Per-SM limits: [CG], [CCCL].
     // A10: 600 GB/s (datasheet); 72 SMs and 6 MB L2 from third-party listings [TPU].
     GpuDevice a10 = a100;
@@ -52,6 +58,7 @@ const std::vector<GpuDevice>& KnownDevices() {
     a10.max_blocks_per_sm = 16;
     a10.shared_bytes_per_sm = 100 * 1024;
     a10.l2_bytes = 6LL << 20;
+    a10.l2_bytes_per_second = 0;  // no measurement of A10, L4 or T4 found
     // L4: 300 GB/s (datasheet); 58 SMs (7,424 cores) and 48 MB L2 from third-party listings
     // [TPU], which disagree on the SM count (some say 60).
     GpuDevice l4 = a10;

@@ -86,7 +86,9 @@ enum class CostModelVersion {
   kH100Fit2,
   // h100-fit-2's terms with each measured device's own constants: the H100's are
   // h100-fit-2's, the H200's fitted to testdata/gpu/h200/2026-11-28_afdf996
-  // (COST_MODEL_SOURCES.md, section 6). Other devices price as under h100-fit-2.
+  // (COST_MODEL_SOURCES.md, section 6). Other devices price as under h100-fit-2. Since
+  // added, unfitted: L2's bandwidth (the device table's) bounds a kernel whose strided
+  // reads move a sector per element through L2, which changes no plan the sets measured.
   kFit3,
   // fit-3's constants with two terms read off its sets' kernels, not refitted: the blocks
   // each SM starts one after another (an SM takes a new block only so often, which bounds
@@ -155,6 +157,11 @@ struct CostModelParameters {
   // kernel takes at least its blocks per SM times this, however few bytes each block moves.
   // 0 leaves the term out (before fit-4).
   double block_dispatch_seconds = 0;
+  // What L2 serves the SMs, bytes per second (GpuDevice::l2_bytes_per_second): a kernel moves
+  // every byte it loads or stores through L2, and a strided read a whole sector per element
+  // whether or not the rest of the sector is used later from L2. 0 leaves the term out (the
+  // versions before fit-3, and devices without a measurement).
+  double l2_bytes_per_second = 0;
   // Whether the rounds of passes that keep only some slots busy (a last, partial wave) draw
   // what their own loads in flight allow, up to the bandwidth (fit-4), or take as long as a
   // round with every slot busy (before fit-4).

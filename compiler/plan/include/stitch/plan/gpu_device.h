@@ -46,9 +46,13 @@ struct GpuDevice {
   // flight to reach full bandwidth. No published loaded figure; derived from [GB]: 375-406 ns
   // unloaded (H100 PCIe, A100), 550-1000 ns under load by Little's law (H200, H100, A100).
   double dram_latency_seconds = 700e-9;
-  // L2 size: NVIDIA whitepapers, or third-party listings where NVIDIA gives none. The cost
-  // model does not read it.
+  // L2 size: NVIDIA whitepapers, or third-party listings where NVIDIA gives none. The fitted
+  // cost model versions take a share of it as their re-use window.
   int64_t l2_bytes = 0;
+  // What L2 serves the SMs, bytes per second, for data resident in it. NVIDIA publishes none:
+  // [GB]'s reads of L2-resident sets (COST_MODEL_SOURCES.md, section 2). 0 where no device of
+  // the kind was measured: the cost model then leaves L2's bandwidth out.
+  double l2_bytes_per_second = 0;
   // Allocation rules of the occupancy calculation (CUDA's cuda_occupancy.h and the
   // programming guide's table of compute capabilities; the same for sm_80 and sm_90).
   // 1024 threads per block: [CG], [CCCL].
