@@ -272,8 +272,7 @@ Status ElementalEmitter::PrepareOperands(Frame& f) {
   }
   switch (n.op) {
     case OpCode::kReshape:
-      f.operand_index.push_back(IrIndex{{}, LinearOf(f.index, n.shape.dims)});
-      return Status::Ok();
+      return ReshapeOperand(f);
     case OpCode::kBroadcast:
       return BroadcastOperand(f);
     case OpCode::kTranspose:
@@ -318,6 +317,49 @@ Status ElementalEmitter::ElementwiseOperands(Frame& f) {
 
 // The operand's coordinates are the output's along the kept dimensions, 0 along its own
 // dimensions of size 1.
+// A reshape keeps the element's linear index. Where the index's coordinates are known and the
+// operand shares its trailing dimensions with the reshape, those and the leading dimensions
+// they share keep their coordinates, and only the dimensions between are delinearised again, from
+// the linear index of the reshape's coordinates there: an operand broadcast along the images and
+// channels of a tensor whose pixels are merged, `[N, H, W, C]` as `[N, H·W, C]`, then reads the
+// image and the channel the kernel already has (loop-invariant in a column reduction over the
+// pixels), not quotients and remainders of the element's linear index.
+Status ElementalEmitter::ReshapeOperand(Frame& f) {
+  const std::vector<int64_t>& out = kc_.graph.nodes[f.node].shape.dims;
+  const std::vector<int64_t>& in = OperandDims(f, 0);
+  IrIndex k{{}, LinearOf(f.index, out)};
+  if (f.index.dims.size() == out.size()) {
+    const size_t shared = std::min(in.size(), out.size());
+    size_t suffix = 0;
+    while (suffix < shared && in[in.size() - 1 - suffix] == out[out.size() - 1 - suffix]) {
+      ++suffix;
+    }
+    size_t prefix = 0;
+    while (prefix + suffix < shared && in[prefix] == out[prefix]) ++prefix;
+    // Only where trailing dimensions are shared: the others keep the code the GPU measured.
+    if (suffix > 0) {
+      const auto middle = [&](const std::vector<int64_t>& dims) {
+        return std::vector<int64_t>(dims.begin() + static_cast<int64_t>(prefix),
+                                    dims.end() - static_cast<int64_t>(suffix));
+      };
+      const std::vector<int64_t> in_middle = middle(in);
+      const std::vector<llvm::Value*> out_coords(
+          f.index.dims.begin() + static_cast<int64_t>(prefix),
+          f.index.dims.end() - static_cast<int64_t>(suffix));
+      k.dims.assign(f.index.dims.begin(), f.index.dims.begin() + static_cast<int64_t>(prefix));
+      if (!in_middle.empty()) {
+        const std::vector<llvm::Value*> coords =
+            Delinearize(Linearize(out_coords, middle(out)), in_middle);
+        k.dims.insert(k.dims.end(), coords.begin(), coords.end());
+      }
+      k.dims.insert(k.dims.end(), f.index.dims.end() - static_cast<int64_t>(suffix),
+                    f.index.dims.end());
+    }
+  }
+  f.operand_index.push_back(k);
+  return Status::Ok();
+}
+
 Status ElementalEmitter::BroadcastOperand(Frame& f) {
   const Node& n = kc_.graph.nodes[f.node];
   const std::vector<int64_t>& in = OperandDims(f, 0);

@@ -155,6 +155,7 @@ class ElementalEmitter {
   // of op; INVALID_ARGUMENT for a node whose attributes do not fit its shapes.
   Status PrepareOperands(Frame& f);
   Status ElementwiseOperands(Frame& f);
+  Status ReshapeOperand(Frame& f);
   Status BroadcastOperand(Frame& f);
   Status TransposeOperand(Frame& f);
   Status SliceOperand(Frame& f);

@@ -248,12 +248,49 @@ void CombineElements(KernelContext& kc, const ReducePlan& plan,
   }
 }
 
+// Whether `columns` are consecutive kept columns (k, k + 1, ...) whose elements are
+// consecutive elements of the input too, though the reduced dimensions are not the input's
+// leading ones: the input's minor-most dimension is kept and the lane's width divides it, so
+// the lane's columns share every other coordinate (a reduction over the pixels of NHWC
+// storage, [N, H·W, C] reduced over H·W, whose lanes each take a few channels).
+bool ConsecutiveInMinorDimension(const std::vector<AccumulatedColumn>& columns) {
+  const ReduceGeometry& geo = columns[0].plan->geometry;
+  const int64_t width = static_cast<int64_t>(columns.size());
+  if (width < 2 || geo.reduced_is_prefix || geo.reduced_is_suffix || geo.kept_pos.empty() ||
+      geo.kept_pos.back() != static_cast<int>(geo.input_dims.size()) - 1 ||
+      geo.input_dims.back() % width != 0) {
+    return false;
+  }
+  for (size_t c = 1; c < columns.size(); ++c) {
+    if (ConstantDistance(columns[c].k, columns[0].k) != static_cast<int64_t>(c)) return false;
+  }
+  return true;
+}
+
 // The index of element `r` of every column. Where the kept columns are the input's trailing
 // dimensions, a later column's element is the first column's plus their distance, formed so
 // in the IR: the vectoriser merges accesses only where their addresses differ by constants
-// it can see.
+// it can see. Where they share the input's minor-most dimension only, the first column's
+// element is linearised and the others are its vector lanes (ElementalEmitter::VectorLanes),
+// each lane's coordinates the first's with the minor-most one moved on.
 std::vector<IrIndex> ColumnIndices(KernelContext& kc, ElementalEmitter& em,
                                    const std::vector<AccumulatedColumn>& columns, llvm::Value* r) {
+  if (ConsecutiveInMinorDimension(columns)) {
+    const ReduceGeometry& geo = columns[0].plan->geometry;
+    const IrIndex first = InputIndex(kc, em, geo, columns[0].k, r);
+    const std::vector<llvm::Value*> lanes = em.VectorLanes(em.Linearize(first.dims, geo.input_dims),
+                                                           static_cast<int64_t>(columns.size()));
+    std::vector<IrIndex> indices;
+    for (size_t c = 0; c < lanes.size(); ++c) {
+      IrIndex lane{first.dims, lanes[c]};
+      if (c > 0) {
+        lane.dims.back() =
+            kc.b.CreateAdd(first.dims.back(), kc.Index(static_cast<int64_t>(c)), "", true, true);
+      }
+      indices.push_back(std::move(lane));
+    }
+    return indices;
+  }
   std::vector<IrIndex> indices;
   for (size_t c = 0; c < columns.size(); ++c) {
     const std::optional<int64_t> distance =

@@ -132,32 +132,33 @@ TEST(TorchRegions, AKernelReadingTheStorageAcrossItsOrderIsPricedForItsSectors) 
 }
 
 // The regions whose shipped kernels fetch more than 1.25 bytes per byte used (the suite's
-// bound, suite_memory_checks_test), each with its cause. A region that starts passing fails
-// the test too, so the list only shrinks.
+// bound, suite_memory_checks_test), each with its cause and the most it fetches today. A
+// region that starts passing fails the test too, so the list only shrinks, and one that
+// fetches more than its bound fails it.
 struct SectorGap {
   const char* file;
+  double bound;
   const char* why;
 };
 constexpr SectorGap kSectorGaps[] = {
-    {"04_forward0_region0_stored.hlo",
+    {"04_forward0_region0_stored.hlo", 1.31,
      "1.30: the statistics' phase reads each group's 4 channels, 16 bytes of each 512-byte "
      "NHWC row, apart from the next group's, so its warps use half of every sector"},
-    {"05_forward0_region1_stored.hlo", "1.30: as 04"},
-    {"09_backward1_region0_stored.hlo",
-     "1.84: its phases read the grouped NHWC tensors a group at a time, as 04's statistics"},
-    {"10_backward1_region1_stored.hlo",
-     "3.15 in the folded graph's global kernel: its column phase loads a lane's 4 channels of "
-     "the NHWC tensors as one 16-byte vector, but the per-channel and per-group operands a "
-     "channel at a time in every row's iteration, so a warp's load of them spans 512 bytes for "
-     "the 128 it uses (L1 hits: the operands are 512 bytes)"},
+    {"05_forward0_region1_stored.hlo", 1.31, "1.30: as 04"},
+    {"09_backward1_region0_stored.hlo", 1.29,
+     "1.28: its phases read the grouped NHWC tensors a group at a time, as 04's statistics"},
+    {"10_backward1_region1_stored.hlo", 1.76,
+     "1.75: its column phase over the NHWC tensors reads whole sectors (a lane's 4 channels "
+     "as one 16-byte vector, 512-byte rows a warp; 3.15 when it loaded them a channel at a "
+     "time); the rest is in the kernel's other phases, not yet traced"},
 };
 
 // Every shipped kernel of every region, measured on the emulator at its full geometry
 // (MeasureSectorTraffic, as suite_memory_checks_test measures the suite): DRAM bytes per
 // distinct byte within 1.1, and bytes fetched per byte used within 1.25 but for the regions
-// listed above. The cost model prices the sectors of reads through a transpose, not those of
-// short runs in the stored order (04's, 09's) nor of operands read in L1; these figures say
-// where the GPU may find these kernels slower than their model.
+// listed above, within their bounds. The cost model prices the sectors of reads through a
+// transpose, not those of short runs in the stored order (04's, 09's); these figures say where
+// the GPU may find these kernels slower than their model.
 TEST(TorchRegions, ShippedKernelsFetchWhatTheyUse) {
   const SectorTrafficOptions options = SectorTrafficOptionsFor(*FindDevice("H100"));
   for (const RegionPair& pair : kRegions) {
@@ -180,6 +181,7 @@ TEST(TorchRegions, ShippedKernelsFetchWhatTheyUse) {
       if (gap != std::end(kSectorGaps)) {
         EXPECT_GT(worst, 1.25) << "known gap closed: remove it from kSectorGaps (" << gap->why
                                << ")";
+        EXPECT_LE(worst, gap->bound) << gap->why;
       } else {
         EXPECT_LE(worst, 1.25);
       }

@@ -1,0 +1,81 @@
+// Column reductions whose reduced dimensions lie between kept ones, with the input's
+// minor-most dimension kept: a reduction over the pixels of NHWC storage, `[N, H·W, C]` over
+// H·W, as channels-last GroupNorm's and batch norm's backward make. A lane takes a few
+// consecutive channels, which are consecutive elements of the input, so it loads them as one
+// vector (ColumnIndices in codegen's reduction.cc); operands broadcast along the channels of a
+// reshaped tensor read the lane's channels as they are (ElementalEmitter's ReshapeOperand), so
+// they are loaded once per lane, not once per row. Measured on the emulator (every warp
+// access fetches whole sectors) and checked against the interpreter, in f32, f16 and bf16.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "stitch/driver/compile.h"
+#include "stitch/emulator/emulated_run.h"
+#include "stitch/ir/verifier.h"
+#include "stitch/plan/gpu_device.h"
+#include "support/emulator_check.h"
+#include "support/known_gaps.h"
+#include "support/normalization_graphs.h"
+
+namespace stitch {
+namespace {
+
+using testing::Binary;
+using testing::Broadcast;
+using testing::ConstScalar;
+using testing::Param;
+using testing::Reduce;
+using testing::Reshape;
+using testing::ToF32;
+
+// Per-channel sums over the pixels of x `[n, h, w, c]` (stored NHWC) scaled by a per-channel
+// gamma and a per-image, per-channel scale, as a GroupNorm backward's gradient sums: the
+// product is formed over `[n, h, w, c]` and reshaped to `[n, h·w, c]` for the reduction.
+Graph PixelSums(DType t, int64_t n, int64_t h, int64_t w, int64_t c) {
+  Graph g;
+  g.name = "pixel_sums";
+  const int x = ToF32(g, Param(g, {t, {n, h, w, c}}, 0, "x"));
+  const int gamma = Param(g, {DType::kF32, {c}}, 1, "gamma");
+  const int scale = Param(g, {DType::kF32, {n, c}}, 2, "scale");
+  const int scaled = Binary(g, OpCode::kMul, x, Broadcast(g, gamma, {n, h, w, c}, {3}));
+  const int y = Binary(g, OpCode::kMul, scaled, Broadcast(g, scale, {n, h, w, c}, {0, 3}));
+  const int pixels = Reshape(g, y, {n, h * w, c});
+  g.outputs = {Reduce(g, pixels, ConstScalar(g, DType::kF32, 0), {1}, ReduceKind::kSum)};
+  return g;
+}
+
+TEST(ColumnLanes, ALanesChannelsOfNhwcPixelsAreOneVectorAndWholeSectors) {
+  const SectorTrafficOptions options = SectorTrafficOptionsFor(*FindDevice("H100"));
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(t)));
+    const Graph g = PixelSums(t, 8, 64, 64, 128);
+    ASSERT_TRUE(Verify(g).ok());
+    StatusOr<CompileResult> r = CompileGraph(g, testing::Sm90Compile());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->plan.kernels.size(), 1u) << Describe(r->graph, r->plan);
+    const KernelSpec& k = r->plan.kernels[0];
+    ASSERT_EQ(k.kind, KernelKind::kColumnReduce) << Describe(r->graph, r->plan);
+    ASSERT_GE(k.mapping.vector_width, 2) << Describe(r->graph, r->plan);
+
+    StatusOr<SampledRun> run = MeasureSectorTraffic(r->graph, r->plan, r->kernels, options);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    ASSERT_EQ(run->launches.size(), 1u);
+    const LaunchStats& stats = run->launches[0].stats;
+    std::printf("%s: %d channels a lane, fetched/used %.2f, %llu warp loads\n",
+                std::string(DTypeName(t)).c_str(), k.mapping.vector_width, FetchedPerUsed(stats),
+                static_cast<unsigned long long>(stats.sector_loads.warp_accesses));
+    // Loaded a channel at a time, a warp's load of x spans width x 32 elements for 32 used,
+    // and the per-image scale loaded in every row's iteration likewise. What remains is read
+    // once per work item: the lane's two channels of the scale, 4-byte loads a channel apart,
+    // and the split's partials.
+    EXPECT_LE(FetchedPerUsed(stats), 1.2);
+
+    testing::EmulatorCheck check;
+    EXPECT_TRUE(testing::CheckOnEmulator(g, 31, /*random_order=*/true, &check));
+  }
+}
+
+}  // namespace
+}  // namespace stitch
