@@ -22,13 +22,7 @@
 namespace stitch {
 namespace {
 
-using testing::Binary;
-using testing::Broadcast;
-using testing::ConstScalar;
-using testing::Param;
-using testing::Reduce;
-using testing::Reshape;
-using testing::ToF32;
+using namespace stitch::testing;
 
 // Per-channel sums over the pixels of x `[n, h, w, c]` (stored NHWC) scaled by a per-channel
 // gamma and a per-image, per-channel scale, as a GroupNorm backward's gradient sums: the
@@ -52,7 +46,7 @@ TEST(ColumnLanes, ALanesChannelsOfNhwcPixelsAreOneVectorAndWholeSectors) {
     SCOPED_TRACE(std::string(DTypeName(t)));
     const Graph g = PixelSums(t, 8, 64, 64, 128);
     ASSERT_TRUE(Verify(g).ok());
-    StatusOr<CompileResult> r = CompileGraph(g, testing::Sm90Compile());
+    StatusOr<CompileResult> r = CompileGraph(g, Sm90Compile());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ASSERT_EQ(r->plan.kernels.size(), 1u) << Describe(r->graph, r->plan);
     const KernelSpec& k = r->plan.kernels[0];
@@ -72,8 +66,8 @@ TEST(ColumnLanes, ALanesChannelsOfNhwcPixelsAreOneVectorAndWholeSectors) {
     // and the split's partials.
     EXPECT_LE(FetchedPerUsed(stats), 1.2);
 
-    testing::EmulatorCheck check;
-    EXPECT_TRUE(testing::CheckOnEmulator(g, 31, /*random_order=*/true, &check));
+    EmulatorCheck check;
+    EXPECT_TRUE(CheckOnEmulator(g, 31, /*random_order=*/true, &check));
   }
 }
 
