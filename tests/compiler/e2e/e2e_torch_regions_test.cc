@@ -148,9 +148,11 @@ constexpr SectorGap kSectorGaps[] = {
     {"09_backward1_region0_stored.hlo", 1.29,
      "1.28: its phases read the grouped NHWC tensors a group at a time, as 04's statistics"},
     {"10_backward1_region1_stored.hlo", 1.76,
-     "1.75: its column phase over the NHWC tensors reads whole sectors (a lane's 4 channels "
-     "as one 16-byte vector, 512-byte rows a warp; 3.15 when it loaded them a channel at a "
-     "time); the rest is in the kernel's other phases, not yet traced"},
+     "1.75, all in its column phase over the NHWC tensors, whose PTX loads a lane's 4 "
+     "channels as one 16-byte vector, 512-byte rows a warp (3.15 when it loaded them a "
+     "channel at a time); not yet traced whether another access fetches the rest or the "
+     "emulator, which groups a thread's loads as the vectorizer would from the IR, keeps "
+     "some of those lanes apart"},
 };
 
 // Every shipped kernel of every region, measured on the emulator at its full geometry
