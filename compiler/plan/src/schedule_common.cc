@@ -67,16 +67,23 @@ void OneToOneInputs(const Graph& g, const KernelSpec& k, int id, std::set<int>& 
   }
 }
 
-int StageableTranspose(const Graph& g, const KernelSpec& k, int64_t elements) {
+int StageableTranspose(const Graph& g, const KernelSpec& k, int64_t elements, bool alike) {
   int found = -1;
+  std::set<int> through;
   for (int id : k.nodes) {
     if (!MovesMinorDimension(g, id)) continue;
-    if (found >= 0) return -1;
-    found = id;
+    if (found >= 0) {
+      const Node& first = g.nodes[found];
+      const Node& t = g.nodes[id];
+      if (!alike || t.dimensions != first.dimensions || t.shape.dims != first.shape.dims) {
+        return -1;
+      }
+    } else {
+      found = id;
+    }
+    OneToOneInputs(g, k, g.nodes[id].operands[0], through);
   }
   if (found < 0 || g.nodes[found].shape.elements() != elements) return -1;
-  std::set<int> through;
-  OneToOneInputs(g, k, g.nodes[found].operands[0], through);
   if (through.empty()) return -1;
   for (int i : k.inputs) {
     if (g.nodes[i].shape.elements() == elements && !through.count(i)) return -1;

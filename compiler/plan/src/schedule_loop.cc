@@ -19,13 +19,14 @@ namespace internal {
 namespace {
 
 // The transpose a loop kernel can stage through shared memory tiles (ThreadMapping::
-// transpose_tile), or -1: its only transpose that moves the minor-most dimension, with float
-// outputs of the transpose's element count (shared memory holds their compute type), side
-// lengths that fill most of a tile, and every full-size input read through it. An input read
-// in output order would be strided instead while the tile is computed.
+// transpose_tile), or -1: its transpose that moves the minor-most dimension (or the first of
+// several alike, whose outputs the tile's threads compute along the same operand order), with
+// float outputs of the transpose's element count (shared memory holds their compute type),
+// side lengths that fill most of a tile, and every full-size input read through one of them.
+// An input read in output order would be strided instead while the tile is computed.
 int TileableTranspose(const Graph& g, const KernelSpec& k) {
   const int64_t n = g.nodes[k.outputs[0]].shape.elements();
-  const int found = StageableTranspose(g, k, n);
+  const int found = StageableTranspose(g, k, n, /*alike=*/true);
   if (found < 0) return -1;
   const TransposeTiles tiles = TransposeTilesOf(g, found);
   if (tiles.p < 8 || tiles.q < 16) return -1;

@@ -11,11 +11,14 @@
 #include <string>
 
 #include "stitch/driver/compile.h"
+#include "stitch/emulator/emulated_run.h"
 #include "stitch/plan/baseline_models.h"
+#include "stitch/plan/gpu_device.h"
 #include "stitch/plan/op_classes.h"
 #include "stitch/plan/schedule.h"
 #include "support/emulator_check.h"
 #include "support/graph_builder.h"
+#include "support/known_gaps.h"
 
 namespace stitch {
 namespace {
@@ -102,6 +105,61 @@ TEST(TransposeTile, EveryOutputOfTheKernelGoesThroughTheTile) {
   const KernelSpec& k = OnlyKernel(check);
   EXPECT_GE(k.mapping.transpose_tile, 0) << Describe(check.compiled.graph, check.compiled.plan);
   EXPECT_EQ(k.outputs.size(), 2u);
+}
+
+// A batch norm's backward over NHWC outputs from NCHW values, as the ResNet blocks' regions
+// write it: two outputs, each a transpose of the same permutation of values computed in
+// the operands' order from two inputs. One tile stages both; every load and store is
+// coalesced, in f32, f16 and bf16.
+Graph TwoAlikeTransposes(DType t) {
+  Graph g;
+  g.name = "two_alike_transposes";
+  const std::vector<int64_t> dims = {2, 64, 12, 20};
+  const std::vector<int64_t> to_nhwc = {0, 2, 3, 1};
+  const int x = Convert(g, Param(g, {t, dims}, 0, "x"), DType::kF32);
+  const int dy = Convert(g, Param(g, {t, dims}, 1, "dy"), DType::kF32);
+  const int product = Binary(g, OpCode::kMul, x, dy);
+  const int sum = Binary(g, OpCode::kAdd, x, dy);
+  g.outputs = {Convert(g, Transpose(g, product, to_nhwc), t),
+               Convert(g, Transpose(g, sum, to_nhwc), t)};
+  return g;
+}
+
+TEST(TransposeTile, TransposesOfOnePermutationShareATile) {
+  const SectorTrafficOptions options = SectorTrafficOptionsFor(*FindDevice("H100"));
+  uint64_t seed = kSeed + 10;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(t)));
+    const Graph g = TwoAlikeTransposes(t);
+    testing::EmulatorCheck check;
+    ASSERT_TRUE(testing::CheckOnEmulator(g, seed++, /*random_order=*/true, &check));
+    const KernelSpec& k = OnlyKernel(check);
+    EXPECT_GE(k.mapping.transpose_tile, 0) << Describe(check.compiled.graph, check.compiled.plan);
+    EXPECT_EQ(k.mapping.strided_input_bytes, 0);
+
+    StatusOr<CompileResult> r = CompileGraph(g, testing::Sm90Compile());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    StatusOr<SampledRun> run = MeasureSectorTraffic(r->graph, r->plan, r->kernels, options);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    ASSERT_EQ(run->launches.size(), 1u);
+    // Read across its order, each input would fetch a sector per element.
+    EXPECT_LE(FetchedPerUsed(run->launches[0].stats), 1.1);
+  }
+}
+
+// Transposes of two permutations cannot share one tile's geometry: the loop stays plain.
+TEST(TransposeTile, TransposesOfTwoPermutationsKeepThePlainLoop) {
+  Graph g;
+  g.name = "two_unlike_transposes";
+  const int x = Param(g, {DType::kF32, {8, 64, 96}}, 0, "x");
+  const int y = Param(g, {DType::kF32, {8, 64, 96}}, 1, "y");
+  g.outputs = {Transpose(g, Binary(g, OpCode::kMul, x, y), {0, 2, 1}),
+               Transpose(g, Binary(g, OpCode::kAdd, x, y), {2, 0, 1})};
+  testing::EmulatorCheck check;
+  ASSERT_TRUE(testing::CheckOnEmulator(g, kSeed + 20, /*random_order=*/true, &check));
+  for (const KernelSpec& k : check.compiled.plan.kernels) {
+    EXPECT_EQ(k.mapping.transpose_tile, -1) << Describe(check.compiled.graph, check.compiled.plan);
+  }
 }
 
 TEST(TransposeTile, AnInputReadInOutputOrderKeepsThePlainLoop) {
