@@ -56,16 +56,30 @@ void SectorCounter::Record(uint32_t warp, uint32_t lane, uint32_t site, bool sto
   }
 }
 
+namespace {
+
+// `order` stably sorted by `key` (below `keys`), by counting: no recursion, since Flush runs
+// on an emulated thread's fiber, whose stack a sort's recursion overflows under ASan.
+template <typename Key>
+std::vector<uint32_t> CountingSorted(const std::vector<uint32_t>& order, size_t keys, Key key) {
+  std::vector<uint32_t> start(keys + 1, 0);
+  for (uint32_t i : order) ++start[key(i) + 1];
+  for (size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
+  std::vector<uint32_t> sorted(order.size());
+  for (uint32_t i : order) sorted[start[key(i)]++] = i;
+  return sorted;
+}
+
+}  // namespace
+
 void SectorCounter::Flush() {
+  // By execution, then warp, then arrival: sorted by warp, then stably by execution.
   std::vector<uint32_t> order(pending_.size());
   std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    const Pending& x = pending_[a];
-    const Pending& y = pending_[b];
-    if (x.execution != y.execution) return x.execution < y.execution;
-    if (x.warp != y.warp) return x.warp < y.warp;
-    return a < b;
-  });
+  uint32_t executions = 0;
+  for (const Pending& p : pending_) executions = std::max(executions, p.execution + 1);
+  order = CountingSorted(order, warps_, [&](uint32_t i) { return pending_[i].warp; });
+  order = CountingSorted(order, executions, [&](uint32_t i) { return pending_[i].execution; });
   for (uint32_t i : order) {
     const Pending& p = pending_[i];
     traffic_[p.store ? 1 : 0].fetched_bytes += pool_[i].size() * kSectorBytes;
