@@ -315,8 +315,6 @@ Status ElementalEmitter::ElementwiseOperands(Frame& f) {
   return Status::Ok();
 }
 
-// The operand's coordinates are the output's along the kept dimensions, 0 along its own
-// dimensions of size 1.
 // A reshape keeps the element's linear index. Where the index's coordinates are known and the
 // operand shares its trailing dimensions with the reshape, those and the leading dimensions
 // they share keep their coordinates, and only the dimensions between are delinearised again, from
@@ -360,6 +358,8 @@ Status ElementalEmitter::ReshapeOperand(Frame& f) {
   return Status::Ok();
 }
 
+// The operand's coordinates are the output's along the kept dimensions, 0 along its own
+// dimensions of size 1.
 Status ElementalEmitter::BroadcastOperand(Frame& f) {
   const Node& n = kc_.graph.nodes[f.node];
   const std::vector<int64_t>& in = OperandDims(f, 0);
