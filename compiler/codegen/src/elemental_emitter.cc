@@ -326,34 +326,27 @@ Status ElementalEmitter::ReshapeOperand(Frame& f) {
   const std::vector<int64_t>& out = kc_.graph.nodes[f.node].shape.dims;
   const std::vector<int64_t>& in = OperandDims(f, 0);
   IrIndex k{{}, LinearOf(f.index, out)};
-  if (f.index.dims.size() == out.size()) {
-    const size_t shared = std::min(in.size(), out.size());
-    size_t suffix = 0;
-    while (suffix < shared && in[in.size() - 1 - suffix] == out[out.size() - 1 - suffix]) {
-      ++suffix;
-    }
-    size_t prefix = 0;
-    while (prefix + suffix < shared && in[prefix] == out[prefix]) ++prefix;
-    // Only where trailing dimensions are shared: the others keep the code the GPU measured.
-    if (suffix > 0) {
-      const auto middle = [&](const std::vector<int64_t>& dims) {
-        return std::vector<int64_t>(dims.begin() + static_cast<int64_t>(prefix),
-                                    dims.end() - static_cast<int64_t>(suffix));
-      };
-      const std::vector<int64_t> in_middle = middle(in);
-      const std::vector<llvm::Value*> out_coords(
-          f.index.dims.begin() + static_cast<int64_t>(prefix),
-          f.index.dims.end() - static_cast<int64_t>(suffix));
-      k.dims.assign(f.index.dims.begin(), f.index.dims.begin() + static_cast<int64_t>(prefix));
-      if (!in_middle.empty()) {
-        const std::vector<llvm::Value*> coords =
-            Delinearize(Linearize(out_coords, middle(out)), in_middle);
-        k.dims.insert(k.dims.end(), coords.begin(), coords.end());
-      }
-      k.dims.insert(k.dims.end(), f.index.dims.end() - static_cast<int64_t>(suffix),
-                    f.index.dims.end());
-    }
+  const auto shared = static_cast<int64_t>(std::min(in.size(), out.size()));
+  int64_t suffix = 0;
+  while (suffix < shared && in.rbegin()[suffix] == out.rbegin()[suffix]) ++suffix;
+  // Only where trailing dimensions are shared: the others keep the code the GPU measured.
+  if (f.index.dims.size() != out.size() || suffix == 0) {
+    f.operand_index.push_back(k);
+    return Status::Ok();
   }
+  int64_t prefix = 0;
+  while (prefix + suffix < shared && in[prefix] == out[prefix]) ++prefix;
+  const auto& coords = f.index.dims;
+  const std::vector<int64_t> in_middle(in.begin() + prefix, in.end() - suffix);
+  k.dims.assign(coords.begin(), coords.begin() + prefix);
+  if (!in_middle.empty()) {
+    const std::vector<llvm::Value*> middle =
+        Delinearize(Linearize({coords.begin() + prefix, coords.end() - suffix},
+                              {out.begin() + prefix, out.end() - suffix}),
+                    in_middle);
+    k.dims.insert(k.dims.end(), middle.begin(), middle.end());
+  }
+  k.dims.insert(k.dims.end(), coords.end() - suffix, coords.end());
   f.operand_index.push_back(k);
   return Status::Ok();
 }
