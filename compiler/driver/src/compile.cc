@@ -313,9 +313,9 @@ StatusOr<PlanChoice> ChoosePlan(const Graph& input, const CompileOptions& option
     return folded;
   }
   // The fold is a choice of the graph to plan, not always the cheaper one: where the plans
-  // of the graph as it came price lower (a backward that also reads a tensor in the other
-  // order, a region small enough to be bound by its launches), those ship, so that folding
-  // never makes what ships slower.
+  // of the graph as it came price lower (a region small enough to be bound by its launches,
+  // where the folded graph plans a kernel more), those ship, so that folding never makes
+  // what ships slower.
   StatusOr<PlanChoice> as_given =
       ChooseAmongPlanners(OnePassStatisticsRewrite(input), options, device);
   if (as_given.ok() && as_given->cost.seconds < folded->cost.seconds) return as_given;
