@@ -683,8 +683,14 @@ llvm::Value* ElementalEmitter::CallMath(const char* name, const std::vector<llvm
   std::vector<llvm::Type*> params(args.size(), ty);
   auto callee = kc_.module.getOrInsertFunction(full, llvm::FunctionType::get(ty, params, false));
   if (auto* fn = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
+    // Pure and always returning, as libdevice's definitions are: a loop's loads after the call
+    // are then known to run whenever the loop does, so LLVM may hoist them. NVPTX inlines the
+    // definitions first; the emulator's host copy calls these declarations.
     fn->setDoesNotAccessMemory();
     fn->setDoesNotThrow();
+    fn->setWillReturn();
+    fn->addFnAttr(llvm::Attribute::NoSync);
+    fn->addFnAttr(llvm::Attribute::NoFree);
   }
   return b_.CreateCall(callee, args);
 }

@@ -145,22 +145,13 @@ constexpr SectorGap kSectorGaps[] = {
      "1.30: the statistics' phase reads each group's 4 channels, 16 bytes of each 512-byte "
      "NHWC row, apart from the next group's, so its warps use half of every sector"},
     {"05_forward0_region1_stored.hlo", 1.31, "1.30: as 04"},
-    {"09_backward1_region0_stored.hlo", 1.29,
-     "1.28: its phases read the grouped NHWC tensors a group at a time, as 04's statistics"},
-    {"10_backward1_region1_stored.hlo", 1.76,
-     "1.75, all in its column phase over the NHWC tensors. Its loop over the pixels loads a "
-     "lane's 4 channels as one 16-byte vector, 512-byte rows a warp (3.15 when it loaded "
-     "them a channel at a time), and in the PTX nothing else; the emulator runs the host's "
-     "optimised copy of the IR, which keeps the loads of the per-channel and per-image "
-     "operands in that loop (4 and 8 bytes a lane, 16 apart) where NVPTX's pipeline hoists "
-     "them out of it"},
 };
 
 // Every shipped kernel of every region, measured on the emulator at its full geometry
 // (MeasureSectorTraffic, as suite_memory_checks_test measures the suite): DRAM bytes per
 // distinct byte within 1.1, and bytes fetched per byte used within 1.25 but for the regions
 // listed above, within their bounds. The cost model prices the sectors of reads through a
-// transpose, not those of short runs in the stored order (04's, 09's); these figures say where
+// transpose, not those of short runs in the stored order (04's and 05's); these figures say where
 // the GPU may find these kernels slower than their model.
 TEST(TorchRegions, ShippedKernelsFetchWhatTheyUse) {
   const SectorTrafficOptions options = SectorTrafficOptionsFor(*FindDevice("H100"));
