@@ -91,11 +91,11 @@ def call_arguments(node: torch.fx.Node) -> List[Any]:
 Source = Tuple[int, Optional[Tuple[int, ...]]]  # an argument, and the shape it is reshaped to
 
 
-def _folded(region_graph: torch.fx.GraphModule, node: torch.fx.Node
+def _folded(region_graph: torch.fx.GraphModule, node: torch.fx.Node, bases: List[Any]
             ) -> Tuple[torch.fx.GraphModule, Tuple[Source, ...]]:
-    """The region's graph taking :func:`call_arguments`, with each input's reshape inside;
-    and per region input, the argument it comes from and the shape it is reshaped to."""
-    bases = call_arguments(node)
+    """The region's graph taking ``bases``, the :func:`call_arguments` of ``node``, with each
+    input's reshape inside; and per region input, the argument it comes from and the shape it
+    is reshaped to."""
     graph = torch.fx.Graph()
     placeholders = []
     for i, base in enumerate(bases):
@@ -268,7 +268,8 @@ def compile_stored(region: Any, node: torch.fx.Node,
     there is none."""
     if region.shapes.symbolic or region.shapes.size_positions:
         return "its sizes are symbolic"
-    graph, sources = _folded(region.fallback, node)
+    bases = call_arguments(node)
+    graph, sources = _folded(region.fallback, node, bases)
     arguments = {n for n in graph.graph.nodes if n.op == "placeholder"}
     for n in graph.graph.nodes:
         if n.op == "call_function" and "as_strided" in str(n.target) and \
@@ -293,7 +294,7 @@ def compile_stored(region: Any, node: torch.fx.Node,
 
     try:
         return StoredRegion(graph, sources,
-                            tuple(_argument_order(base) for base in call_arguments(node)),
+                            tuple(_argument_order(base) for base in bases),
                             strides, compile_for)
     except (_lowering.Unsupported, RuntimeError) as e:
         return str(e)
