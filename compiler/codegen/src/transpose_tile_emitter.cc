@@ -92,7 +92,11 @@ class TransposeTileEmitter {
         linears.push_back(linear);
       }
     }
+    // A later lane's operand index is the first lane's plus its offset, added last, so
+    // NVPTX's vectorizer (and the emulator's count of warp accesses) sees one vector.
+    em_.SetLaneOffsetsLast(true);
     em_.EmitLoads(kc_.spec.outputs, linears);
+    em_.SetLaneOffsetsLast(false);
     for (size_t i = 0; i < kc_.spec.outputs.size(); ++i) {
       for (size_t k = 0; k < linears.size(); ++k) {
         STITCH_ASSIGN_OR_RETURN(llvm::Value * v,

@@ -21,9 +21,9 @@ namespace {
 // The transpose a loop kernel can stage through shared memory tiles (ThreadMapping::
 // transpose_tile), or -1: its transpose that moves the minor-most dimension (or the first of
 // several alike, whose outputs the tile's threads compute along the same operand order), with
-// float outputs of the transpose's element count (shared memory holds their compute type),
-// side lengths that fill most of a tile, and every full-size input read through one of them.
-// An input read in output order would be strided instead while the tile is computed.
+// outputs of the transpose's element count, of any type (shared memory holds their compute
+// type), side lengths that fill most of a tile, and every full-size input read through one
+// of them. An input read in output order would be strided instead while the tile is computed.
 int TileableTranspose(const Graph& g, const KernelSpec& k) {
   const int64_t n = g.nodes[k.outputs[0]].shape.elements();
   const int found = StageableTranspose(g, k, n, /*alike=*/true);
@@ -31,8 +31,7 @@ int TileableTranspose(const Graph& g, const KernelSpec& k) {
   const TransposeTiles tiles = TransposeTilesOf(g, found);
   if (tiles.p < 8 || tiles.q < 16) return -1;
   for (int o : k.outputs) {
-    const DType t = g.nodes[o].shape.dtype;
-    if (!IsFloat(t) || g.nodes[o].shape.elements() != n) return -1;
+    if (g.nodes[o].shape.elements() != n) return -1;
   }
   return found;
 }
@@ -114,7 +113,8 @@ bool ScheduleTransposeTile(const Graph& g, KernelSpec& k, const GpuDevice& d, in
   m.work_items = tiles.count();
   m.block_barriers_per_item = 2;
   for (int o : k.outputs) {
-    const int64_t bytes = g.nodes[o].shape.dtype == DType::kF64 ? 8 : 4;
+    // A slot holds the output's compute type: f32 for the half types, and at most 8 bytes.
+    const int64_t bytes = DTypeBytes(g.nodes[o].shape.dtype) == 8 ? 8 : 4;
     m.shared_bytes += static_cast<uint32_t>(tiles.q_side * (tiles.p_side + 1) * bytes);
   }
   SetTraffic(g, k, n);
