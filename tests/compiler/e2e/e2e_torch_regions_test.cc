@@ -183,5 +183,30 @@ TEST(TorchRegions, ShippedKernelsFetchWhatTheyUse) {
   }
 }
 
+// The ResNet BasicBlock's batch norm backward over channels-last storage reads the gradient
+// row-major beside the input and the ReLU's mask (pred) stored NHWC, and writes NHWC. Every
+// shipped kernel reads its inputs in their stored order: the mask and the input go through
+// transpose tiles (integer and predicate ones too), none is read a sector per element.
+TEST(TorchRegions, AChannelsLastBatchNormBackwardReadsEveryInputInItsStoredOrder) {
+  const Graph g = ImportRegion("07_backward1_region0_stored.hlo", "resnet_basic_block");
+  StatusOr<CompileResult> r = CompileGraph(g, testing::Sm90Compile());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  int tiles = 0;
+  for (const KernelSpec& k : r->plan.kernels) {
+    EXPECT_EQ(k.mapping.strided_input_bytes, 0) << k.name << "\n" << Describe(r->graph, r->plan);
+    if (k.mapping.transpose_tile >= 0) ++tiles;
+  }
+  EXPECT_GE(tiles, 1) << Describe(r->graph, r->plan);
+  const SectorTrafficOptions options = SectorTrafficOptionsFor(*FindDevice("H100"));
+  StatusOr<SampledRun> run = MeasureSectorTraffic(r->graph, r->plan, r->kernels, options);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  for (const SampledLaunch& l : run->launches) {
+    std::printf("%-28s fetched/used %.2f, DRAM/distinct %.2f\n", l.kernel.c_str(),
+                FetchedPerUsed(l.stats), DramPerDistinct(l.stats));
+    EXPECT_LE(FetchedPerUsed(l.stats), 1.25) << l.kernel;
+    EXPECT_LE(DramPerDistinct(l.stats), 1.1) << l.kernel;
+  }
+}
+
 }  // namespace
 }  // namespace stitch
