@@ -8,6 +8,9 @@
 // the operand's minor-most coordinate, which the width divides, so their loads are visibly
 // adjacent and aligned (index_alignment.h) and merge into one access. Any elementwise work
 // before or after the transpose happens in the first half, through the elemental emitter.
+// A side output (IsTileSideOutput), computed without the transpose, is computed in the first
+// half too, at the operand's linear indices of the tile's elements, and stored at once: its
+// lanes are adjacent there as well.
 #include "dtype_lowering.h"
 #include "elemental_emitter.h"
 #include "emitters.h"
@@ -44,7 +47,13 @@ class TransposeTileEmitter {
     EmittedNest nest;
     nest.launch = kc_.spec.mapping.launch;
     const auto& dl = kc_.module.getDataLayout();
-    for (int out : kc_.spec.outputs) {
+    for (size_t i = 0; i < kc_.spec.outputs.size(); ++i) {
+      const int out = kc_.spec.outputs[i];
+      if (IsTileSideOutput(kc_.graph, kc_.spec, out)) {
+        side_.push_back(i);
+        continue;
+      }
+      staged_.push_back(i);
       llvm::Type* ty = ComputeType(kc_.ctx, kc_.graph.nodes[out].shape.dtype);
       const uint64_t slots = static_cast<uint64_t>(tiles_.q_side * (tiles_.p_side + 1));
       tiles_smem_.push_back(SharedArray(kc_, ty, slots, "transpose_tile"));
@@ -95,17 +104,49 @@ class TransposeTileEmitter {
     // A later lane's operand index is the first lane's plus its offset, added last, so
     // NVPTX's vectorizer (and the emulator's count of warp accesses) sees one vector.
     em_.SetLaneOffsetsLast(true);
-    em_.EmitLoads(kc_.spec.outputs, linears);
+    std::vector<llvm::Value*> operand_linears;
+    if (!side_.empty()) {
+      for (llvm::Value* linear : linears) operand_linears.push_back(OperandLinear(linear));
+    }
+    em_.EmitLoads(Outputs(staged_), linears);
+    if (!side_.empty()) em_.EmitLoads(Outputs(side_), operand_linears);
     em_.SetLaneOffsetsLast(false);
-    for (size_t i = 0; i < kc_.spec.outputs.size(); ++i) {
+    for (size_t s = 0; s < staged_.size(); ++s) {
       for (size_t k = 0; k < linears.size(); ++k) {
         STITCH_ASSIGN_OR_RETURN(llvm::Value * v,
-                                em_.Emit(kc_.spec.outputs[i], IrIndex{{}, linears[k]}));
+                                em_.Emit(kc_.spec.outputs[staged_[s]], IrIndex{{}, linears[k]}));
         llvm::Value* p_at = b_.CreateAdd(p_local, kc_.Index(slots[k].second), "", true, true);
-        b_.CreateStore(v, Slot(i, slots[k].first, p_at));
+        b_.CreateStore(v, Slot(s, slots[k].first, p_at));
       }
     }
+    // Edge tiles' clamped lanes store some elements twice, with the same values.
+    std::vector<ElementStore> stores;
+    for (size_t i : side_) {
+      const int out = kc_.spec.outputs[i];
+      for (llvm::Value* at : operand_linears) {
+        STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(out, IrIndex{{}, at}));
+        stores.push_back({kc_.graph.nodes[out].shape.dtype, v, kc_.output_buffers[i], at});
+      }
+    }
+    StoreElements(b_, stores);
     return Status::Ok();
+  }
+
+  std::vector<int> Outputs(const std::vector<size_t>& which) const {
+    std::vector<int> nodes;
+    for (size_t i : which) nodes.push_back(kc_.spec.outputs[i]);
+    return nodes;
+  }
+
+  // The linear index in the transposed operand of the element at `linear` in the
+  // transpose's output, from its coordinates (seeded by AdjacentInOperand): a later lane's is
+  // the first lane's plus its offset, as ElementalEmitter::Linearize finds it.
+  llvm::Value* OperandLinear(llvm::Value* linear) {
+    const Node& t = kc_.graph.nodes[kc_.spec.mapping.transpose_tile];
+    const std::vector<llvm::Value*> out = em_.Delinearize(linear, shape_.dims);
+    std::vector<llvm::Value*> in(out.size());
+    for (size_t d = 0; d < out.size(); ++d) in[static_cast<size_t>(t.dimensions[d])] = out[d];
+    return em_.Linearize(in, kc_.graph.nodes[t.operands[0]].shape.dims);
   }
 
   // Lanes along q_dim, q_side / width of them per row, each storing a vector of `width`
@@ -125,10 +166,11 @@ class TransposeTileEmitter {
       llvm::Value* in = b_.CreateAnd(q_in, b_.CreateICmpSLT(m, kc_.Index(tiles_.p)));
       llvm::Value* first = index_.LinearOf(o, index_.CoordinatesOf(o, m, q));
       std::vector<ElementStore> stores;
-      for (size_t i = 0; i < kc_.spec.outputs.size(); ++i) {
+      for (size_t s = 0; s < staged_.size(); ++s) {
+        const size_t i = staged_[s];
         for (int64_t e = 0; e < width_; ++e) {
           llvm::Value* q_at = b_.CreateAdd(q_local, kc_.Index(e), "", true, true);
-          llvm::Value* v = b_.CreateLoad(types_[i], Slot(i, q_at, p_local));
+          llvm::Value* v = b_.CreateLoad(types_[s], Slot(s, q_at, p_local));
           llvm::Value* at = e == 0 ? first : b_.CreateAdd(first, kc_.Index(e), "", true, true);
           stores.push_back(
               {kc_.graph.nodes[kc_.spec.outputs[i]].shape.dtype, v, kc_.output_buffers[i], at});
@@ -142,8 +184,9 @@ class TransposeTileEmitter {
     return Status::Ok();
   }
 
-  // Element (q_local, p_local) of output i's tile. Rows of p_side elements are padded by one,
-  // an odd stride, so that threads along p and threads along q both fall in different banks.
+  // Element (q_local, p_local) of the tile of staged output i (staged_[i]). Rows of p_side elements
+  // are padded by one, an odd stride, so that threads along p and threads along q both fall in
+  // different banks.
   llvm::Value* Slot(size_t i, llvm::Value* q_local, llvm::Value* p_local) {
     llvm::Value* at = b_.CreateAdd(b_.CreateMul(q_local, kc_.Index(tiles_.p_side + 1)), p_local);
     return b_.CreateInBoundsGEP(types_[i], tiles_smem_[i], {at});
@@ -156,7 +199,9 @@ class TransposeTileEmitter {
   const TransposeTiles tiles_;
   const int64_t width_;
   TransposeTileIndex index_;
-  std::vector<llvm::GlobalVariable*> tiles_smem_;
+  std::vector<size_t> staged_;  // outputs written through the tile, as spec.outputs indices
+  std::vector<size_t> side_;    // side outputs, stored as computed
+  std::vector<llvm::GlobalVariable*> tiles_smem_;  // per staged output
   std::vector<llvm::Type*> types_;
   int64_t threads_ = 0;
   llvm::Value* tid_ = nullptr;

@@ -1,9 +1,11 @@
 // Grid sizing and modelled traffic, shared by every kernel kind's scheduler.
 #include <algorithm>
 #include <set>
+#include <vector>
 
 #include "schedule_internal.h"
 #include "stitch/plan/op_classes.h"
+#include "stitch/plan/schedule.h"
 
 namespace stitch::internal {
 
@@ -53,16 +55,23 @@ int64_t InputBytes(const Graph& g, const KernelSpec& k, int input) {
 }  // namespace
 
 void OneToOneInputs(const Graph& g, const KernelSpec& k, int id, std::set<int>& found) {
-  if (std::find(k.inputs.begin(), k.inputs.end(), id) != k.inputs.end()) {
-    found.insert(id);
-    return;
-  }
-  if (std::find(k.nodes.begin(), k.nodes.end(), id) == k.nodes.end()) return;
-  const Node& n = g.nodes[id];
-  if (ClassOf(n.op) != OpClass::kElementwise && n.op != OpCode::kReshape) return;
-  for (int operand : n.operands) {
-    if (g.nodes[operand].shape.elements() == n.shape.elements()) {
-      OneToOneInputs(g, k, operand, found);
+  // Each node once: the kernel's graph is a DAG whose shared operands (Threefry's rounds)
+  // would be walked once per path.
+  std::vector<int> pending = {id};
+  std::set<int> seen;
+  while (!pending.empty()) {
+    const int at = pending.back();
+    pending.pop_back();
+    if (!seen.insert(at).second) continue;
+    if (std::find(k.inputs.begin(), k.inputs.end(), at) != k.inputs.end()) {
+      found.insert(at);
+      continue;
+    }
+    if (std::find(k.nodes.begin(), k.nodes.end(), at) == k.nodes.end()) continue;
+    const Node& n = g.nodes[at];
+    if (ClassOf(n.op) != OpClass::kElementwise && n.op != OpCode::kReshape) continue;
+    for (int operand : n.operands) {
+      if (g.nodes[operand].shape.elements() == n.shape.elements()) pending.push_back(operand);
     }
   }
 }
@@ -70,6 +79,18 @@ void OneToOneInputs(const Graph& g, const KernelSpec& k, int id, std::set<int>& 
 int StageableTranspose(const Graph& g, const KernelSpec& k, int64_t elements, bool alike) {
   int found = -1;
   std::set<int> through;
+  if (alike) {
+    // A loop tile computes its side outputs in the transposed operand's order too.
+    bool transposed_output = false;
+    for (int o : k.outputs) {
+      if (IsTileSideOutput(g, k, o)) {
+        OneToOneInputs(g, k, o, through);
+      } else {
+        transposed_output = true;
+      }
+    }
+    if (!transposed_output) return -1;
+  }
   for (int id : k.nodes) {
     if (!MovesMinorDimension(g, id)) continue;
     if (found >= 0) {

@@ -42,7 +42,8 @@ void OneToOneInputs(const Graph& g, const KernelSpec& k, int id, std::set<int>& 
 // input of that many elements reaches it one to one (an input read in the output's order
 // would be strided while the tile is staged). With `alike`, the kernel may hold several such
 // transposes, all of one permutation of one shape (a loop writing two outputs transposed the
-// same way), each input reaching one of them; the first is returned.
+// same way), each input reaching one of them or a side output (IsTileSideOutput; at least
+// one output must not be one); the first is returned.
 int StageableTranspose(const Graph& g, const KernelSpec& k, int64_t elements, bool alike = false);
 
 // Sets `k`'s footprint traffic (bytes loaded and stored, loads in flight per thread over an

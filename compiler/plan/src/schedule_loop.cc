@@ -23,7 +23,9 @@ namespace {
 // several alike, whose outputs the tile's threads compute along the same operand order), with
 // outputs of the transpose's element count, of any type (shared memory holds their compute
 // type), side lengths that fill most of a tile, and every full-size input read through one
-// of them. An input read in output order would be strided instead while the tile is computed.
+// of them or by a side output (IsTileSideOutput), which the tile computes in the operand's
+// order too. An input read in output order would be strided instead while the tile is
+// computed.
 int TileableTranspose(const Graph& g, const KernelSpec& k) {
   const int64_t n = g.nodes[k.outputs[0]].shape.elements();
   const int found = StageableTranspose(g, k, n, /*alike=*/true);
@@ -113,6 +115,7 @@ bool ScheduleTransposeTile(const Graph& g, KernelSpec& k, const GpuDevice& d, in
   m.work_items = tiles.count();
   m.block_barriers_per_item = 2;
   for (int o : k.outputs) {
+    if (IsTileSideOutput(g, k, o)) continue;  // written as computed, not through the tile
     // A slot holds the output's compute type: f32 for the half types, and at most 8 bytes.
     const int64_t bytes = DTypeBytes(g.nodes[o].shape.dtype) == 8 ? 8 : 4;
     m.shared_bytes += static_cast<uint32_t>(tiles.q_side * (tiles.p_side + 1) * bytes);
@@ -328,6 +331,20 @@ void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevic
     kernel = std::move(*best);
     kernel.mapping.estimated_instructions = 0;  // a shipped plan's prices read the cubin's
   }
+}
+
+bool IsTileSideOutput(const Graph& g, const KernelSpec& k, int output) {
+  std::vector<int> pending = {output};
+  std::set<int> seen;
+  while (!pending.empty()) {
+    const int id = pending.back();
+    pending.pop_back();
+    if (!seen.insert(id).second) continue;
+    if (std::find(k.nodes.begin(), k.nodes.end(), id) == k.nodes.end()) continue;
+    if (MovesMinorDimension(g, id)) return false;
+    for (int operand : g.nodes[id].operands) pending.push_back(operand);
+  }
+  return true;
 }
 
 TransposeTiles TransposeTilesOf(const Graph& g, int transpose) {

@@ -173,6 +173,12 @@ struct TransposeTiles {
 };
 TransposeTiles TransposeTilesOf(const Graph& g, int transpose);
 
+// Whether `output` of loop kernel `k`, whose mapping stages a transpose tile, is a side
+// output: computed from the kernel's inputs without any transpose that moves a minor-most
+// dimension, so the tile writes it as it computes the transposed operand's elements, at the
+// same linear indices of its own, rather than through shared memory.
+bool IsTileSideOutput(const Graph& g, const KernelSpec& k, int output);
+
 // How a row-stitched kernel with a transpose tile brings its rows into registers. A block
 // takes rows_per_block rows that are consecutive along the transpose's p run (a row tile;
 // the transpose's output is the row space, its minor-most dimension along the rows) and
