@@ -57,6 +57,27 @@ const KernelSpec& OnlyKernel(const testing::EmulatorCheck& check) {
   return r.plan.kernels[0];
 }
 
+// Checks `g` against the interpreter on the emulator (threads in random order from `seed`),
+// that its one kernel stages a transpose tile and reads no input strided, and sets `fetched`
+// to that kernel's bytes fetched per byte used on the emulator at its full geometry.
+void CheckTiledKernel(const Graph& g, uint64_t seed, testing::EmulatorCheck& check,
+                      double& fetched) {
+  ASSERT_TRUE(testing::CheckOnEmulator(g, seed, /*random_order=*/true, &check));
+  const KernelSpec& k = OnlyKernel(check);
+  ASSERT_GE(k.mapping.transpose_tile, 0) << Describe(check.compiled.graph, check.compiled.plan);
+  EXPECT_EQ(k.mapping.strided_input_bytes, 0);
+
+  StatusOr<CompileResult> r = CompileGraph(g, testing::Sm90Compile());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const SectorTrafficOptions options = SectorTrafficOptionsFor(*FindDevice("H100"));
+  StatusOr<SampledRun> run = MeasureSectorTraffic(r->graph, r->plan, r->kernels, options);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  ASSERT_EQ(run->launches.size(), 1u);
+  fetched = FetchedPerUsed(run->launches[0].stats);
+  std::printf("%s: %d per access, fetched/used %.2f\n",
+              g.nodes[g.outputs[0]].shape.ToString().c_str(), k.mapping.vector_width, fetched);
+}
+
 TEST(TransposeTile, LoopKernelsStageTransposedReadsAndMatchTheInterpreter) {
   struct Case {
     std::vector<int64_t> dims, perm;
@@ -128,24 +149,14 @@ Graph TwoAlikeTransposes(DType t) {
 }
 
 TEST(TransposeTile, TransposesOfOnePermutationShareATile) {
-  const SectorTrafficOptions options = SectorTrafficOptionsFor(*FindDevice("H100"));
   uint64_t seed = kSeed + 10;
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
     SCOPED_TRACE(std::string(DTypeName(t)));
-    const Graph g = TwoAlikeTransposes(t);
     testing::EmulatorCheck check;
-    ASSERT_TRUE(testing::CheckOnEmulator(g, seed++, /*random_order=*/true, &check));
-    const KernelSpec& k = OnlyKernel(check);
-    EXPECT_GE(k.mapping.transpose_tile, 0) << Describe(check.compiled.graph, check.compiled.plan);
-    EXPECT_EQ(k.mapping.strided_input_bytes, 0);
-
-    StatusOr<CompileResult> r = CompileGraph(g, testing::Sm90Compile());
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    StatusOr<SampledRun> run = MeasureSectorTraffic(r->graph, r->plan, r->kernels, options);
-    ASSERT_TRUE(run.ok()) << run.status().ToString();
-    ASSERT_EQ(run->launches.size(), 1u);
+    double fetched = 0;
+    CheckTiledKernel(TwoAlikeTransposes(t), seed++, check, fetched);
     // Read across its order, each input would fetch a sector per element.
-    EXPECT_LE(FetchedPerUsed(run->launches[0].stats), 1.1);
+    EXPECT_LE(fetched, 1.1);
   }
 }
 
@@ -153,7 +164,6 @@ TEST(TransposeTile, TransposesOfOnePermutationShareATile) {
 // each output's compute type (u8 and s8 as bytes, s64 in 8-byte slots, a predicate as a
 // byte), and every load and store is coalesced.
 TEST(TransposeTile, IntegerAndPredicateTransposesAreTiled) {
-  const SectorTrafficOptions options = SectorTrafficOptionsFor(*FindDevice("H100"));
   uint64_t seed = kSeed + 30;
   std::vector<Graph> graphs;
   graphs.push_back(BiasedTranspose({64, 3136}, {1, 0}, DType::kU8));
@@ -170,22 +180,10 @@ TEST(TransposeTile, IntegerAndPredicateTransposesAreTiled) {
     graphs.push_back(std::move(g));
   }
   for (const Graph& g : graphs) {
-    const Shape& out = g.nodes[g.outputs[0]].shape;
-    SCOPED_TRACE(out.ToString() + ", seed " + std::to_string(seed));
+    SCOPED_TRACE(g.nodes[g.outputs[0]].shape.ToString() + ", seed " + std::to_string(seed));
     testing::EmulatorCheck check;
-    ASSERT_TRUE(testing::CheckOnEmulator(g, seed++, /*random_order=*/true, &check));
-    const KernelSpec& k = OnlyKernel(check);
-    ASSERT_GE(k.mapping.transpose_tile, 0) << Describe(check.compiled.graph, check.compiled.plan);
-    EXPECT_EQ(k.mapping.strided_input_bytes, 0);
-
-    StatusOr<CompileResult> r = CompileGraph(g, testing::Sm90Compile());
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    StatusOr<SampledRun> run = MeasureSectorTraffic(r->graph, r->plan, r->kernels, options);
-    ASSERT_TRUE(run.ok()) << run.status().ToString();
-    ASSERT_EQ(run->launches.size(), 1u);
-    const double fetched = FetchedPerUsed(run->launches[0].stats);
-    std::printf("%s: %d per access, fetched/used %.2f\n", out.ToString().c_str(),
-                k.mapping.vector_width, fetched);
+    double fetched = 0;
+    CheckTiledKernel(g, seed++, check, fetched);
     // Read across its order, the input would fetch a sector per element (8 to 32 bytes per
     // byte used for these types).
     EXPECT_LE(fetched, 1.25);
@@ -208,30 +206,17 @@ Graph TransposeWithSideOutputs(DType t) {
 }
 
 TEST(TransposeTile, SideOutputsAreWrittenAsTheTileComputesThem) {
-  const SectorTrafficOptions options = SectorTrafficOptionsFor(*FindDevice("H100"));
   uint64_t seed = kSeed + 40;
   for (DType t : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(std::string(DTypeName(t)) + ", seed " + std::to_string(seed));
-    const Graph g = TransposeWithSideOutputs(t);
     testing::EmulatorCheck check;
-    ASSERT_TRUE(testing::CheckOnEmulator(g, seed++, /*random_order=*/true, &check));
-    const KernelSpec& k = OnlyKernel(check);
-    const Graph& planned = check.compiled.graph;
-    ASSERT_GE(k.mapping.transpose_tile, 0) << Describe(planned, check.compiled.plan);
-    EXPECT_EQ(k.mapping.strided_input_bytes, 0);
-    int side = 0;
-    for (int o : k.outputs) side += IsTileSideOutput(planned, k, o) ? 1 : 0;
-    EXPECT_EQ(side, 2) << Describe(planned, check.compiled.plan);
-
-    StatusOr<CompileResult> r = CompileGraph(g, testing::Sm90Compile());
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    StatusOr<SampledRun> run = MeasureSectorTraffic(r->graph, r->plan, r->kernels, options);
-    ASSERT_TRUE(run.ok()) << run.status().ToString();
-    ASSERT_EQ(run->launches.size(), 1u);
-    const double fetched = FetchedPerUsed(run->launches[0].stats);
-    std::printf("%s: %d per access, fetched/used %.2f\n", std::string(DTypeName(t)).c_str(),
-                k.mapping.vector_width, fetched);
+    double fetched = 0;
+    CheckTiledKernel(TransposeWithSideOutputs(t), seed++, check, fetched);
     EXPECT_LE(fetched, 1.1);
+    const KernelSpec& k = OnlyKernel(check);
+    int side = 0;
+    for (int o : k.outputs) side += IsTileSideOutput(check.compiled.graph, k, o) ? 1 : 0;
+    EXPECT_EQ(side, 2) << Describe(check.compiled.graph, check.compiled.plan);
   }
 }
 
