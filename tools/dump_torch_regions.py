@@ -13,7 +13,7 @@ NN_<module name>.hlo, in the order compiled. No stitched kernel runs: the execut
 every launch, so every region keeps Inductor's kernels and the step runs as Inductor compiled
 it. `stitchctl compile --no-cubin --target TARGET FILE` then prints a region's plan and the
 cost model's times; testdata/torch_regions/ holds what this wrote for the GroupNorm block and
-the ResNet BasicBlock.
+the ResNet BasicBlock and Bottleneck.
 
 Needs PyTorch 2.x with Inductor (.venv-torch2/, tools/requirements-torch2.txt) and the stitch
 package: installed (`pip install ./python`), or this repository's python/ with

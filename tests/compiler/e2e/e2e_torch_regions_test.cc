@@ -4,8 +4,8 @@
 // forward computing in the stored order; what ships is never priced above the plans of the
 // graph with its layout transposes folded; and the shipped kernels' sector efficiency and
 // re-reads, measured on the emulator, with the regions that fetch more than they use listed.
-// The ResNet BasicBlock's channels-last batch norm backward (testdata/torch_regions/
-// resnet_basic_block/) reads every input in its stored order.
+// The ResNet blocks' channels-last batch norm backward regions (testdata/torch_regions/
+// resnet_basic_block/ and resnet50_bottleneck/) read every input in its stored order.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "stitch/driver/compile.h"
 #include "stitch/emulator/emulated_run.h"
@@ -185,28 +186,33 @@ TEST(TorchRegions, ShippedKernelsFetchWhatTheyUse) {
   }
 }
 
-// The ResNet BasicBlock's batch norm backward over channels-last storage reads the gradient
+// The ResNet blocks' batch norm backward over channels-last storage reads the gradient
 // row-major beside the input and the ReLU's mask (pred) stored NHWC, and writes NHWC. Every
 // shipped kernel reads its inputs in their stored order: the mask and the input go through
-// transpose tiles (integer and predicate ones too), none is read a sector per element.
+// transpose tiles (integer and predicate ones too), none is read a sector per element. The
+// BasicBlock's has 64 channels, the Bottleneck's 256.
 TEST(TorchRegions, AChannelsLastBatchNormBackwardReadsEveryInputInItsStoredOrder) {
-  const Graph g = ImportRegion("07_backward1_region0_stored.hlo", "resnet_basic_block");
-  StatusOr<CompileResult> r = CompileGraph(g, testing::Sm90Compile());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  int tiles = 0;
-  for (const KernelSpec& k : r->plan.kernels) {
-    EXPECT_EQ(k.mapping.strided_input_bytes, 0) << k.name << "\n" << Describe(r->graph, r->plan);
-    if (k.mapping.transpose_tile >= 0) ++tiles;
-  }
-  EXPECT_GE(tiles, 1) << Describe(r->graph, r->plan);
   const SectorTrafficOptions options = SectorTrafficOptionsFor(*FindDevice("H100"));
-  StatusOr<SampledRun> run = MeasureSectorTraffic(r->graph, r->plan, r->kernels, options);
-  ASSERT_TRUE(run.ok()) << run.status().ToString();
-  for (const SampledLaunch& l : run->launches) {
-    std::printf("%-28s fetched/used %.2f, DRAM/distinct %.2f\n", l.kernel.c_str(),
-                FetchedPerUsed(l.stats), DramPerDistinct(l.stats));
-    EXPECT_LE(FetchedPerUsed(l.stats), 1.25) << l.kernel;
-    EXPECT_LE(DramPerDistinct(l.stats), 1.1) << l.kernel;
+  for (const auto& [folder, file] :
+       {std::pair{"resnet_basic_block", "07_backward1_region0_stored.hlo"},
+        std::pair{"resnet50_bottleneck", "10_backward1_region0_stored.hlo"}}) {
+    SCOPED_TRACE(std::string(folder) + "/" + file);
+    StatusOr<CompileResult> r = CompileGraph(ImportRegion(file, folder), testing::Sm90Compile());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    int tiles = 0;
+    for (const KernelSpec& k : r->plan.kernels) {
+      EXPECT_EQ(k.mapping.strided_input_bytes, 0) << k.name << "\n" << Describe(r->graph, r->plan);
+      if (k.mapping.transpose_tile >= 0) ++tiles;
+    }
+    EXPECT_GE(tiles, 1) << Describe(r->graph, r->plan);
+    StatusOr<SampledRun> run = MeasureSectorTraffic(r->graph, r->plan, r->kernels, options);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    for (const SampledLaunch& l : run->launches) {
+      std::printf("%s %-28s fetched/used %.2f, DRAM/distinct %.2f\n", folder, l.kernel.c_str(),
+                  FetchedPerUsed(l.stats), DramPerDistinct(l.stats));
+      EXPECT_LE(FetchedPerUsed(l.stats), 1.25) << l.kernel;
+      EXPECT_LE(DramPerDistinct(l.stats), 1.1) << l.kernel;
+    }
   }
 }
 
