@@ -16,6 +16,8 @@ enum class Role {
   kRoot,           // transpose(x, p): the group reads x as stored
   kInner,          // an elementwise op computed in x's order
   kSide,           // a broadcast or splat constant an inner op reads, re-laid for the group
+  kForeign,        // a full-size value in logical order an inner op reads: transposed into
+                   // stored order for the group, where the fold saves more than it moves
   kReduceExit,     // a reduction of a group value: its dimensions map through p
   kTransposeExit,  // a transpose of a group value: composed with p, or cancelled
   kReshapeExit,    // a reshape of a group value that is a reshape of its storage: a transpose
@@ -157,6 +159,7 @@ class GroupFinder {
     queue_.clear();
     roots_.clear();
     joinable_.clear();
+    foreign_ = 0;
     if (!AddRoot(root)) return std::nullopt;
     while (!queue_.empty()) {
       const int m = queue_.back();
@@ -166,6 +169,7 @@ class GroupFinder {
         if (!AdmitUser(m, u)) return std::nullopt;
       }
     }
+    if (foreign_ > 0 && foreign_ >= TransposesRemoved()) return std::nullopt;
     return std::move(group_);
   }
 
@@ -173,6 +177,22 @@ class GroupFinder {
   bool Has(int id, Role r) const {
     auto it = group_.roles.find(id);
     return it != group_.roles.end() && it->second == r;
+  }
+
+  // The transposes of the group's size the fold removes: its roots, and the transpose exits
+  // that undo p.
+  int TransposesRemoved() const {
+    int removed = static_cast<int>(roots_.size());
+    for (const auto& [id, role] : group_.roles) {
+      if (role != Role::kTransposeExit || g_.nodes[id].shape.dims.size() != group_.perm.size()) {
+        continue;
+      }
+      const Dims& t = g_.nodes[id].dimensions;
+      bool undoes = true;
+      for (size_t i = 0; i < t.size(); ++i) undoes &= group_.perm[t[i]] == static_cast<int64_t>(i);
+      removed += undoes ? 1 : 0;
+    }
+    return removed;
   }
 
   bool AddRoot(int id) {
@@ -236,8 +256,16 @@ class GroupFinder {
     return broadcast || splat ? Operand::kSide : Operand::kNone;
   }
 
+  // A full-size value in logical order that neither enters the group as it is nor joins it:
+  // the group reads it transposed into stored order (not a transpose itself, which would be
+  // composed with another).
+  bool IsForeign(int o) const {
+    const Node& n = g_.nodes[o];
+    return n.shape.dims == logical_ && !claimed_[o] && n.op != OpCode::kTranspose;
+  }
+
   // Whether `u` can be computed in stored order: a full-size elementwise op whose operands
-  // are in the group as roots, inner ops or side values, or can enter it. A chain of ops
+  // are in the group as roots, inner ops, side or foreign values, or can enter it. A chain of ops
   // entering from above is at most kMaxJoinDepth long (the search recurses, and a longer
   // chain leaves the group open), so that Join's recursion is as shallow.
   static constexpr int kMaxJoinDepth = 64;
@@ -249,7 +277,9 @@ class GroupFinder {
     for (size_t k = 0; ok && k < n.operands.size(); ++k) {
       const int o = n.operands[k];
       ok = Has(o, Role::kRoot) || Has(o, Role::kInner) || Has(o, Role::kSide) ||
-           (!group_.roles.count(o) && (OperandKind(o) != Operand::kNone || CanJoin(o, depth + 1)));
+           Has(o, Role::kForeign) ||
+           (!group_.roles.count(o) &&
+            (OperandKind(o) != Operand::kNone || CanJoin(o, depth + 1) || IsForeign(o)));
     }
     return joinable_[u] = ok;
   }
@@ -267,7 +297,12 @@ class GroupFinder {
           group_.roles[o] = Role::kSide;
           break;
         case Operand::kNone:
-          Join(o);
+          if (joinable_[o]) {
+            Join(o);
+          } else {
+            group_.roles[o] = Role::kForeign;
+            ++foreign_;
+          }
           break;
       }
     }
@@ -283,6 +318,7 @@ class GroupFinder {
   std::vector<int> queue_;
   std::vector<int> roots_;
   std::map<int, bool> joinable_;  // CanJoin's answers in this growth
+  int foreign_ = 0;               // values with Role::kForeign
 };
 
 // Copies the graph in topological order, computing each group's values in stored order.
@@ -292,7 +328,7 @@ class Rewriter {
     group_of_.assign(g.nodes.size(), -1);
     for (size_t k = 0; k < groups_.size(); ++k) {
       for (const auto& [id, role] : groups_[k].roles) {
-        if (role != Role::kSide) group_of_[id] = static_cast<int>(k);
+        if (role != Role::kSide && role != Role::kForeign) group_of_[id] = static_cast<int>(k);
       }
     }
     out_.name = g.name;
@@ -331,6 +367,7 @@ class Rewriter {
       case Role::kReshapeExit:
         return EmitReshapeExit(group, n);
       case Role::kSide:
+      case Role::kForeign:
         break;
     }
     return Copy(n);
@@ -364,7 +401,8 @@ class Rewriter {
     c.shape.dims = StoredDims(groups_[k].perm, n.shape.dims);
     for (int& o : c.operands) {
       const auto it = groups_[k].roles.find(o);
-      o = it != groups_[k].roles.end() && it->second == Role::kSide ? Side(k, o) : map_[o];
+      const Role role = it == groups_[k].roles.end() ? Role::kInner : it->second;
+      o = role == Role::kSide ? Side(k, o) : role == Role::kForeign ? Foreign(k, o) : map_[o];
     }
     return out_.Add(std::move(c));
   }
@@ -385,6 +423,22 @@ class Rewriter {
       c.dimensions = mapped;
     }
     return sides_[key] = out_.Add(std::move(c));
+  }
+
+  // The group's copy of a full-size value in logical order: its transpose into stored order.
+  int Foreign(int k, int id) {
+    const auto key = std::make_pair(k, id);
+    if (auto it = sides_.find(key); it != sides_.end()) return it->second;
+    const Dims& perm = groups_[k].perm;
+    Node t;
+    t.op = OpCode::kTranspose;
+    t.name = g_.nodes[id].name + ".stored_order";
+    t.operands = {map_[id]};
+    t.dimensions.resize(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) t.dimensions[perm[i]] = static_cast<int64_t>(i);
+    t.shape.dtype = g_.nodes[id].shape.dtype;
+    t.shape.dims = StoredDims(perm, g_.nodes[id].shape.dims);
+    return sides_[key] = out_.Add(std::move(t));
   }
 
   // `operand` with its dimensions in the order of the stored dimensions they broadcast to
@@ -455,7 +509,7 @@ LayoutTransposeFold FoldGroups(const Graph& g) {
     }
     for (const auto& [member, role] : group->roles) {
       if (role == Role::kRoot) ++folded;
-      if (role != Role::kSide) claimed[member] = true;
+      if (role != Role::kSide && role != Role::kForeign) claimed[member] = true;
     }
     groups.push_back(std::move(*group));
   }

@@ -497,12 +497,17 @@ class Planner {
   // the operand's sectors, as in BladeDISC's stitch of a transposed row reduction.
   bool TransposeInReduction(const KernelSpec& spec) const {
     if (rules_.transposes_in_reductions || spec.kind == KernelKind::kLoop) return false;
+    // Only a kernel that reads along rows has its neighbouring rows share sectors; a column
+    // phase's lanes take neighbouring columns, each a sector of its own through any such
+    // transpose.
+    const bool along_rows =
+        spec.kind == KernelKind::kRowReduce || spec.kind == KernelKind::kRowStitch;
     return std::any_of(spec.nodes.begin(), spec.nodes.end(), [&](int id) {
       if (!MovesMinorDimension(g_, id)) return false;
       const Node& t = g_.nodes[id];
       const int64_t minor = t.shape.rank() - 1;
       const auto becomes = std::find(t.dimensions.begin(), t.dimensions.end(), minor);
-      return becomes - t.dimensions.begin() != minor - 1;
+      return !along_rows || becomes - t.dimensions.begin() != minor - 1;
     });
   }
 

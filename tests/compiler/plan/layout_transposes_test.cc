@@ -253,9 +253,34 @@ TEST(FoldLayoutTransposes, AnOperandFromAnotherStoredTensorJoinsFromAbove) {
   EXPECT_TRUE(ComputesTheSame(g, fold.graph, 19));
 }
 
+// A ResNet block's batch norm backward over channels-last storage: the input and the ReLU's
+// mask come transposed from NHWC storage, the gradient row-major, and the result goes back to
+// NHWC. The gradient is read transposed into stored order instead, one transpose for the
+// three the fold removes, and everything else computes in NHWC.
+TEST(FoldLayoutTransposes, AnOperandInLogicalOrderIsTransposedWhereTheFoldRemovesMore) {
+  Graph g;
+  const Dims nchw = {2, 6, 4, 5};
+  const int x = Transpose(g, Param(g, {DType::kF32, {2, 4, 5, 6}}, 0, "x"), kNchwOfNhwc);
+  const int mask = Transpose(g, Param(g, {DType::kPred, {2, 4, 5, 6}}, 1, "mask"), kNchwOfNhwc);
+  const int dy = Param(g, {DType::kF32, nchw}, 2, "dy");
+  const int zero = Broadcast(g, ConstScalar(g, DType::kF32, 0), nchw, {});
+  const int grad = Select(g, mask, dy, zero);
+  const int sum = Reduce(g, Binary(g, OpCode::kMul, grad, x), ConstScalar(g, DType::kF32, 0),
+                         {0, 2, 3}, ReduceKind::kSum);
+  const int scaled = Binary(g, OpCode::kMul, x, Broadcast(g, sum, nchw, {1}));
+  g.outputs = {sum, Transpose(g, Binary(g, OpCode::kSub, grad, scaled), kToNhwc)};
+  ASSERT_TRUE(Verify(g).ok()) << Verify(g).ToString();
+  const LayoutTransposeFold fold = FoldLayoutTransposes(g);
+  EXPECT_EQ(fold.folded, 2);
+  EXPECT_EQ(CountLiveOps(fold.graph, OpCode::kTranspose), 1) << ToText(fold.graph);
+  EXPECT_LT(TransposedElements(fold.graph), TransposedElements(g));
+  EXPECT_TRUE(ComputesTheSame(g, fold.graph, 23));
+}
+
 // An operand that would join from above through a long chain of ops (a thousand negations
-// of a broadcast): the search stops at a bounded depth and leaves the group open, where a
-// chain from another stored tensor joins from below, however long.
+// of a broadcast): the search stops at a bounded depth and reads the chain's end transposed
+// into stored order (one transpose for the two the fold removes), where a chain from another
+// stored tensor joins from below, however long.
 TEST(FoldLayoutTransposes, ALongChainJoinsFromBelowNotFromAbove) {
   const Dims nchw = {2, 6, 4, 5};
   auto chain = [](Graph& g, int x, int length) {
@@ -270,8 +295,10 @@ TEST(FoldLayoutTransposes, ALongChainJoinsFromBelowNotFromAbove) {
     g.outputs = {Transpose(g, Binary(g, OpCode::kAdd, Unary(g, OpCode::kExp, x), above), kToNhwc)};
     ASSERT_TRUE(Verify(g).ok()) << Verify(g).ToString();
     const LayoutTransposeFold fold = FoldLayoutTransposes(g);
-    EXPECT_EQ(fold.folded, 0);
-    EXPECT_EQ(ToText(fold.graph), ToText(g));
+    EXPECT_EQ(fold.folded, 1);
+    EXPECT_EQ(CountLiveOps(fold.graph, OpCode::kTranspose), 1);
+    EXPECT_EQ(CountLiveOps(fold.graph, OpCode::kNeg), 1000);
+    EXPECT_TRUE(ComputesTheSame(g, fold.graph, 29));
   }
   {
     Graph g;
@@ -331,10 +358,19 @@ TEST(FoldLayoutTransposes, LeavesOpenGroupsAlone) {
     Graph& g = start(&x);
     g.outputs = {Reshape(g, Unary(g, OpCode::kExp, x), {24, 8})};
   }
-  {  // an operand in logical order that is no broadcast: it would need the transpose
+  {  // an operand in logical order that is no broadcast and no exit to cancel: it would
+     // need a transpose of its own for the one the fold removes
     Graph& g = start(&x);
     const int y = Param(g, {DType::kF32, {6, 4, 8}}, 1, "y");
-    g.outputs = {Transpose(g, Binary(g, OpCode::kAdd, x, y), {1, 0, 2})};
+    g.outputs = {Reduce(g, Binary(g, OpCode::kAdd, x, y), ConstScalar(g, DType::kF32, 0), {2},
+                        ReduceKind::kSum)};
+  }
+  {  // two operands in logical order for one root and one exit the fold would remove
+    Graph& g = start(&x);
+    const int y = Param(g, {DType::kF32, {6, 4, 8}}, 1, "y");
+    const int z = Param(g, {DType::kF32, {6, 4, 8}}, 2, "z");
+    g.outputs = {
+        Transpose(g, Binary(g, OpCode::kAdd, Binary(g, OpCode::kMul, x, y), z), {1, 0, 2})};
   }
   {  // a transpose by another permutation into the same op
     Graph& g = start(&x);

@@ -17,13 +17,16 @@
 //
 // A group of full-size values is folded only when it is closed: every value in it is an
 // elementwise op whose operands are in the group, transposes by the same p, broadcasts,
-// splat constants, or elementwise ops of those (which join the group from above, through at
-// most 64 ops: a longer chain leaves the group open); and every use of a value in it is such
-// an op, a reduction (whose kept dimensions stay in order under p), a transpose, or a reshape
-// of its storage. A group with any other use (a graph output in logical order, a slice,
-// another reshape, a random-number op, whose values depend on the element's index) is left
-// as it is. Broadcasts whose mapped dimensions fall out of order broadcast a transpose of
-// their (smaller) operand.
+// splat constants, elementwise ops of those (which join the group from above, through at
+// most 64 ops), or other full-size values in logical order, which the group reads transposed
+// into stored order (a ResNet block's batch norm backward reads its gradient row-major beside
+// the NHWC input and mask); and every use of a value in it is such an op, a reduction (whose
+// kept dimensions stay in order under p), a transpose, or a reshape of its storage. A group
+// with any other use (a graph output in logical order, a slice, another reshape, a
+// random-number op, whose values depend on the element's index) is left as it is, and so is
+// one that would transpose as many values in logical order as it removes transposes (its
+// roots, and the transposes after it that undo p). Broadcasts whose mapped dimensions fall
+// out of order broadcast a transpose of their (smaller) operand.
 //
 // A reshape of a group value is one of its storage when every run of dimensions it merges or
 // splits lies in the stored order side by side and in order: GroupNorm's view of NCHW into
