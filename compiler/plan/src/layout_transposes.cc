@@ -410,7 +410,7 @@ class Rewriter {
   // The group's copy of a broadcast or splat constant, in stored order.
   int Side(int k, int id) {
     const auto key = std::make_pair(k, id);
-    if (auto it = sides_.find(key); it != sides_.end()) return it->second;
+    if (auto it = relaid_.find(key); it != relaid_.end()) return it->second;
     const Group& group = groups_[k];
     const Node& n = g_.nodes[id];
     Node c = n;
@@ -422,13 +422,13 @@ class Rewriter {
       std::sort(mapped.begin(), mapped.end());
       c.dimensions = mapped;
     }
-    return sides_[key] = out_.Add(std::move(c));
+    return relaid_[key] = out_.Add(std::move(c));
   }
 
   // The group's copy of a full-size value in logical order: its transpose into stored order.
   int Foreign(int k, int id) {
     const auto key = std::make_pair(k, id);
-    if (auto it = sides_.find(key); it != sides_.end()) return it->second;
+    if (auto it = relaid_.find(key); it != relaid_.end()) return it->second;
     const Dims& perm = groups_[k].perm;
     Node t;
     t.op = OpCode::kTranspose;
@@ -438,7 +438,7 @@ class Rewriter {
     for (size_t i = 0; i < perm.size(); ++i) t.dimensions[perm[i]] = static_cast<int64_t>(i);
     t.shape.dtype = g_.nodes[id].shape.dtype;
     t.shape.dims = StoredDims(perm, g_.nodes[id].shape.dims);
-    return sides_[key] = out_.Add(std::move(t));
+    return relaid_[key] = out_.Add(std::move(t));
   }
 
   // `operand` with its dimensions in the order of the stored dimensions they broadcast to
@@ -463,7 +463,8 @@ class Rewriter {
   std::vector<Group> groups_;
   std::vector<int> group_of_;
   std::vector<int> map_;
-  std::map<std::pair<int, int>, int> sides_;
+  // Per (group, node): the group's copy of a side or foreign value, in stored order.
+  std::map<std::pair<int, int>, int> relaid_;
   Graph out_;
 };
 
