@@ -104,12 +104,12 @@ class TransposeTileEmitter {
     // A later lane's operand index is the first lane's plus its offset, added last, so
     // NVPTX's vectorizer (and the emulator's count of warp accesses) sees one vector.
     em_.SetLaneOffsetsLast(true);
+    em_.EmitLoads(Outputs(staged_), linears);
     std::vector<llvm::Value*> operand_linears;
     if (!side_.empty()) {
       for (llvm::Value* linear : linears) operand_linears.push_back(OperandLinear(linear));
+      em_.EmitLoads(Outputs(side_), operand_linears);
     }
-    em_.EmitLoads(Outputs(staged_), linears);
-    if (!side_.empty()) em_.EmitLoads(Outputs(side_), operand_linears);
     em_.SetLaneOffsetsLast(false);
     for (size_t s = 0; s < staged_.size(); ++s) {
       for (size_t k = 0; k < linears.size(); ++k) {
