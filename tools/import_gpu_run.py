@@ -11,7 +11,8 @@ date) and the commit whose build was measured (default: this checkout's HEAD), u
 the calibration test, tools/gpu_table.py and tools/fit_cost_model.py read
 (testdata/gpu/README.md):
 
-  run/device.json, run/gpu_bench.csv   -> device.json, gpu_bench.csv
+  run/device.json, run/stitch.csv     -> device.json, gpu_bench.csv (gpu_bench --out-dir
+                                          names its CSV stitch.csv)
   stitch_kernels.tsv (Nsight Compute)  -> stitch_kernels_ncu.tsv, where it has every row run;
                                           else stitch_kernels_cupti.tsv, from gpu_bench.csv's
                                           kernel times (CUPTI), one decimal
@@ -49,7 +50,7 @@ MAX_FILE_BYTES = 2 * 1024 * 1024
 # (name in the measure script's results, name in the set), copied as they are where present.
 RENAMES = (
     ("run/device.json", "device.json"),
-    ("run/gpu_bench.csv", "gpu_bench.csv"),
+    ("run/stitch.csv", "gpu_bench.csv"),
     ("gpu_bench.txt", "gpu_bench.txt"),
     ("loader_check.txt", "loader_check.txt"),
     ("summary.txt", "summary.txt"),
@@ -146,7 +147,7 @@ def ncu_covers(results: pathlib.Path, ids: set[int]) -> bool:
 def cupti_kernel_times(gpu_bench_csv: pathlib.Path) -> str:
     """stitch_kernels_cupti.tsv from gpu_bench.csv's kernel times (CUPTI), one decimal."""
     if not gpu_bench_csv.is_file():
-        raise ImportError_("no run/gpu_bench.csv in the results: gpu_bench did not finish")
+        raise ImportError_("no run/stitch.csv in the results: gpu_bench did not finish")
     out = io.StringIO()
     out.write("id\t" + "\t".join(name for name, _ in KERNEL_COLUMNS) + "\tstitch_kernel_count\n")
     with gpu_bench_csv.open(encoding="utf-8", newline="") as f:
@@ -156,7 +157,7 @@ def cupti_kernel_times(gpu_bench_csv: pathlib.Path) -> str:
                 out.write(f"{int(row['id'])}\t" + "\t".join(f"{t:.1f}" for t in times) +
                           f"\t{int(row['stitch_kernels'])}\n")
             except (KeyError, TypeError, ValueError):
-                raise ImportError_(f"run/gpu_bench.csv line {number}: no kernel times (CUPTI "
+                raise ImportError_(f"run/stitch.csv line {number}: no kernel times (CUPTI "
                                    "did not record this run)") from None
     return out.getvalue()
 
@@ -230,7 +231,7 @@ def file_run(results: pathlib.Path, sweep: pathlib.Path | None, commit: str,
         copy(results / "stitch_kernels.tsv", stage / stitch_file, left_out)
     else:
         stitch_file = "stitch_kernels_cupti.tsv"
-        times = cupti_kernel_times(results / "run" / "gpu_bench.csv")
+        times = cupti_kernel_times(results / "run" / "stitch.csv")
         (stage / stitch_file).write_text(times, encoding="utf-8")
     table = comparison(stage, stitch_file)
     if table is not None:

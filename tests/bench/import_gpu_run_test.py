@@ -35,7 +35,7 @@ H100_SET = REPO_ROOT / "testdata" / "gpu" / "h100_80gb_hbm3" / "2026-11-27_5526c
 # The set's name of each file, and the measure script's.
 MEASURE_NAMES = {
     "device.json": "run/device.json",
-    "gpu_bench.csv": "run/gpu_bench.csv",
+    "gpu_bench.csv": "run/stitch.csv",  # gpu_bench --out-dir's name
     "gpu_bench.txt": "gpu_bench.txt",
     "loader_check.txt": "loader_check.txt",
     "torch_compile_kernels.tsv": "inductor_kernels.tsv",
