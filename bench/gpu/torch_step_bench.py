@@ -32,8 +32,13 @@ of ``torch.compile(model)`` (Inductor) and of ``torch.compile(model, backend=...
 ``backend="stitch"`` is, with this daemon) compiles them, and their output and every gradient
 (the input's and each parameter's) must be within the tolerance of eager's: 1e-3 relative in
 f32, 5e-2 in bf16 (the measure of compiler/reference/src/tensor_compare.cc: relative to the
-larger of |expected|, the expected tensor's RMS and 1). A stitched step that misses fails its
-row (printed as FAILED with the worst tensor), not the run; Inductor's own error is reported.
+larger of |expected|, the expected tensor's RMS and 1). A stitched step that misses is checked
+again two ways: against Inductor's step where Inductor's is off eager's too, and against the
+same step in float64, which it passes if every tensor is at most twice as far from it as
+eager's float32 step is, plus a tenth of the tolerance (relative RMS error: a ReLU input within
+rounding of zero goes the other way under another summation order and moves one gradient
+element by a whole weight). A stitched step that misses all three fails its row (printed as
+FAILED with the worst tensor), not the run; Inductor's own error is reported.
 
 Columns:
   eager ms, inductor ms, stitch ms   GPU time per step: CUDA events around blocks of 10 steps
@@ -246,6 +251,22 @@ def max_relative_error(torch, expected, actual):
     return float(((a - e).abs() / e.abs().clamp(min=floor))[finite].max())
 
 
+def relative_rms_error(torch, expected, actual):
+    """The RMS of actual - expected over the finite elements, relative to the larger of the
+    expected tensor's RMS and 1 (max_relative_error's floor); inf for another shape or a
+    non-finite value where the other is finite."""
+    e, a = expected.detach().double().cpu(), actual.detach().double().cpu()
+    if e.shape != a.shape:
+        return math.inf
+    finite = torch.isfinite(e)
+    if not torch.equal(finite, torch.isfinite(a)):
+        return math.inf
+    if not finite.any():
+        return 0.0
+    floor = max(1.0, float(e[finite].pow(2).mean().sqrt()))
+    return float((a - e)[finite].pow(2).mean().sqrt()) / floor
+
+
 class Step:
     """One training step of ``model`` (a module, or what torch.compile made of it) whose
     parameters are ``module``'s: forward on ``inputs`` (under ``autocast``), backward of the
@@ -268,7 +289,7 @@ class Step:
             t.grad = None
         with self.autocast():
             out = self.model(*self.inputs)
-        (out.float() * self.weights).sum().backward()
+        (out.to(self.weights.dtype) * self.weights).sum().backward()
         self.out = out
 
     def results(self):
@@ -288,6 +309,60 @@ def compare(torch, reference, step):
         if e is not None:
             worst = max(worst, (max_relative_error(torch, e, a), "gradient of " + name))
     return worst
+
+
+# Where a stitched step is off eager's beyond the tolerance, it still passes if it is as close
+# to the same step in float64 as eager's own float32 step is: its relative RMS error against
+# the float64 step at most twice eager's plus a tenth of the tolerance, on every tensor (the
+# rule PyTorch's accuracy harness applies to compiled models). A ReLU or a comparison whose
+# input lies within rounding of its threshold goes the other way under any other summation
+# order, and one such element moves a gradient by a whole weight: the H200 ran
+# resnet_basic_block's step with one gradient element off eager's by 0.194 (relative), where
+# Inductor's step, another time, was off by the same 0.194. A kernel that computes wrong
+# values moves the RMS error by far more than that one element does.
+FLOAT64_RMS_FACTOR = 2.0
+FLOAT64_RMS_SLACK = 0.1  # of the tolerance
+
+
+def float64_step(torch, module, inputs, grad_inputs, weights):
+    """The reference step in float64: ``module``'s copy and the floating inputs and weights
+    converted, without autocast."""
+    wide = copy.deepcopy(module).double()
+    wide_inputs = [x.double() if x.is_floating_point() else x for x in inputs]
+    step = Step(torch, wide, wide, wide_inputs, grad_inputs, weights.double(),
+                contextlib.nullcontext)
+    step()
+    return step
+
+
+def _results(step):
+    out, grads = step.results()
+    return [("output", out)] + [("gradient of " + n, g)
+                                for n, g in zip(step.names, grads) if g is not None]
+
+
+def float64_check(torch, wide, eager, stitched, tolerance, worst_name):
+    """Whether ``stitched`` is as close to the float64 step ``wide`` as ``eager`` is (the rule
+    above), with what the row reports: the tensor nearest its bound, its two RMS errors and
+    the bound, and how many elements of ``worst_name`` (the tensor furthest off eager's) are
+    off eager's beyond the tolerance."""
+    nearest, off = None, None
+    for (name, w), (_, e), (_, a) in zip(_results(wide), _results(eager), _results(stitched)):
+        eager_rms = relative_rms_error(torch, w, e)
+        stitch_rms = relative_rms_error(torch, w, a)
+        bound = FLOAT64_RMS_FACTOR * eager_rms + FLOAT64_RMS_SLACK * tolerance
+        margin = stitch_rms / bound if bound > 0 else math.inf
+        if nearest is None or margin > nearest[0]:
+            nearest = (margin, name, stitch_rms, eager_rms, bound)
+        if name == worst_name:
+            ed, ad = e.detach().double().cpu(), a.detach().double().cpu()
+            floor = max(1.0, float(ed.pow(2).mean().sqrt()))
+            off = (int((((ad - ed).abs() / ed.abs().clamp(min=floor)) > tolerance).sum()),
+                   ed.numel())
+    margin, name, stitch_rms, eager_rms, bound = nearest
+    return margin <= 1.0, {"tensor": name, "stitch_rms": stitch_rms, "eager_rms": eager_rms,
+                           "bound": bound, "elements_off": off[0] if off else None,
+                           "elements": off[1] if off else None}
 
 
 # -- timing --------------------------------------------------------------------------------------
@@ -489,9 +564,14 @@ def run_model(torch, spec, backends, args, device):
         row["fallbacks"] = dict(report.fallbacks)
         row["layout_copies"] = report.layout_copies
     if not row["stitch_error"] <= tolerance and not _matches_inductor(torch, row, steps):
-        row["failed"] = "stitch's %s is off by %.3g (tolerance %.3g)" % (
-            row["stitch_worst"], row["stitch_error"], tolerance)
-        return row
+        wide = float64_step(torch, module, inputs, spec.grad_inputs, weights)
+        close, row["float64"] = float64_check(torch, wide, steps["eager"], steps["stitch"],
+                                              tolerance, row["stitch_worst"])
+        del wide
+        if not close:
+            row["failed"] = "stitch's %s is off by %.3g (tolerance %.3g)" % (
+                row["stitch_worst"], row["stitch_error"], tolerance)
+            return row
     calls = report.stitched_calls if report is not None else 0
     steps["stitch"]()
     row["stitched_calls_per_step"] = (report.stitched_calls - calls) if report is not None else 0
@@ -634,6 +714,14 @@ def _notes(row):
     if "inductor_error" in row and not row["inductor_error"] <= row["tolerance"]:
         notes.append("Inductor's %s is off eager's by %.3g" % (row["inductor_worst"],
                                                                row["inductor_error"]))
+    if "float64" in row and not row.get("failed"):
+        f = row["float64"]
+        notes.append("stitch's %s is off eager's by %.3g (%s of %s elements beyond the "
+                     "tolerance), and as close to a float64 step as eager's: at worst its %s, "
+                     "relative RMS error %.2g against eager's %.2g (bound %.2g)" % (
+                         row["stitch_worst"], row["stitch_error"], f["elements_off"],
+                         f["elements"], f["tensor"], f["stitch_rms"], f["eager_rms"],
+                         f["bound"]))
     if "stitch_vs_inductor_error" in row:
         notes.append("stitch's step is off Inductor's by %.3g (its %s)" % (
             row["stitch_vs_inductor_error"], row["stitch_vs_inductor_worst"]))

@@ -315,6 +315,21 @@ class Perturbed(torch.nn.Module):
         return self.module(*args) * (1 + self.delta)
 
 
+class OneElementOff(torch.nn.Module):
+    """A module's output with its element ``index`` (flat) moved by ``offset``: what a
+    ReLU input within rounding of zero does when it goes the other way."""
+
+    def __init__(self, module, offset, index=5):
+        super().__init__()
+        self.module, self.offset, self.index = module, offset, index
+
+    def forward(self, *args):
+        out = self.module(*args)
+        moved = torch.zeros_like(out).flatten()
+        moved[self.index] = self.offset
+        return out + moved.view_as(out)
+
+
 def stand_in_backends(delta=0.0, report=None, dynamo=False, inductor_delta=0.0):
     """Inductor: the module itself, its output off by ``inductor_delta``. Stitch: the module,
     its output off by ``delta``, with ``report``; with ``dynamo``, torch.compile with Dynamo's
@@ -552,6 +567,32 @@ class BenchTest(unittest.TestCase):
                          stand_in_backends(delta=1e-2, inductor_delta=-1e-2),
                          torch.device("cpu"), {}, out=lines.append)
         self.assertRegex(rows[0]["failed"], r"^stitch's .* is off by 0\.01 ")
+
+    def test_one_element_off_passes_as_close_to_float64_as_eager(self):
+        """One output element off eager's by three times the tolerance: the row passes on
+        the float64 check, and its note counts the one element. The same offset on every
+        element fails."""
+        args = bench_args("--models", "resnet_basic_block")
+        offset = 3 * bench.TOLERANCE["f32"]
+        lines = []
+        backends = bench.Backends(lambda m: (m, None),
+                                  lambda m, dynamic=None: (OneElementOff(m, offset), None))
+        row = bench.run(torch, args, backends, torch.device("cpu"), {}, out=lines.append)[0]
+        self.assertNotIn("failed", row)
+        self.assertGreater(row["stitch_error"], row["tolerance"])
+        self.assertEqual(row["stitch_worst"], "output")
+        f = row["float64"]
+        self.assertEqual((f["elements_off"], f["tensor"]), (1, "output"))
+        self.assertLessEqual(f["stitch_rms"], f["bound"])
+        self.assertLess(f["eager_rms"], 1e-6, "float32 against float64 on the CPU")
+        self.assertTrue(any("(1 of %d elements beyond the tolerance)" % f["elements"] in line
+                            for line in lines), lines)
+        # Every element off by as much: far from the float64 step, it fails.
+        rows = bench.run(torch, args, stand_in_backends(delta=offset), torch.device("cpu"), {},
+                         out=lines.append)
+        self.assertRegex(rows[0]["failed"], r"^stitch's .* is off by ")
+        self.assertGreater(rows[0]["float64"]["stitch_rms"], rows[0]["float64"]["bound"])
+        self.assertGreater(rows[0]["float64"]["elements_off"], 1)
 
     def test_timing_fewer_steps_than_a_block(self):
         calls = []
