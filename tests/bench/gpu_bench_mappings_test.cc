@@ -37,11 +37,13 @@ StatusOr<CompileResult> CompileForEmulator(const Graph& g) {
   return CompileGraph(g, options);
 }
 
-// #18's normalize loop: its shipped mapping (2-element vectors on 401,408 blocks) among the
-// scheduler's others, one row each, all priced; #16 and #23 have a loop kernel each, #1 a
-// row-stitched layernorm whose rows fit a warp's registers. #18's global kernel has a column
-// phase: its candidates keep 12 or 24 bytes in flight per lane, on its own grid or on half of
-// it; and the loop after it joined to it as its last phase, beside the two as shipped.
+// #18's normalize loop: its shipped mapping (8-element vectors on 396 blocks that keep their
+// channels, re-chosen with the SMs' block starts) among the scheduler's others, the 2-element
+// vectors on 401,408 blocks it shipped before included, one row each, all priced; #16 and #23
+// have a loop kernel each, #1 a row-stitched layernorm whose rows fit a warp's registers.
+// #18's global kernel has a column phase: its candidates keep 12 or 24 bytes in flight per
+// lane, on its own grid or on half of it; and the loop after it joined to it as its last
+// phase, beside the two as shipped.
 TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
   ScratchDir scratch("mappings_list");
   const std::string csv = scratch.path() + "/mappings.csv";
@@ -111,10 +113,11 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
       << r.out;
   EXPECT_EQ(widths_18, (std::set<int>{2, 4, 8}));
   EXPECT_TRUE(seen["18/1"].count("128x1 x 401408, vector 2")) << r.out;
+  EXPECT_TRUE(seen["18/1"].count("256x1 x 396, vector 8, columns kept (period 64)")) << r.out;
   // The two kernels as shipped, priced as the sum of their rows above, and joined.
   const std::string as_shipped =
       "as shipped: stitch_k0_global_stitch: 1024x1 x 264, vector 1, column lanes 24 B in flight; "
-      "stitch_k1_loop: 128x1 x 401408, vector 2";
+      "stitch_k1_loop: 256x1 x 396, vector 8, columns kept (period 64)";
   ASSERT_EQ(regrouped_us.size(), 2u) << r.out;
   ASSERT_TRUE(regrouped_us.count(as_shipped)) << r.out;
   EXPECT_NEAR(regrouped_us[as_shipped], shipped_us["18/0"] + shipped_us["18/1"], 0.002);

@@ -157,6 +157,15 @@ KernelCodeFigures FiguresOf(const KernelCodeFacts& f, const GpuDevice& device) {
   if (f.instructions > 0 && f.elements > 0) {
     x.instructions_per_element = InstructionsPerElement(f, x.ptx);
   }
+  const double interval =
+      CostModelParametersFor(device, CostModelVersion::kFit4).block_dispatch_seconds;
+  x.block_start_seconds =
+      static_cast<double>(CeilDiv(static_cast<int64_t>(f.mapping.launch.blocks()), sms)) * interval;
+  const CostModelParameters fitted = CostModelParametersFor(device, kCurrentCostModel);
+  x.bytes_seconds = static_cast<double>(f.mapping.bytes_loaded + f.mapping.bytes_stored) /
+                    fitted.bandwidth_bytes_per_second;
+  x.block_start_bound_seconds =
+      std::max(kBlockStartShareBound * x.bytes_seconds, fitted.launch_seconds);
   return x;
 }
 
@@ -191,6 +200,11 @@ std::vector<CodeCheck> CheckKernelCode(const KernelCodeFacts& f, const KernelCod
        f.instructions == 0 || x.instructions_per_element <= InstructionsPerElementBound(f.kind),
        Format("%.1f instructions per element (bound %.0f)", x.instructions_per_element,
               InstructionsPerElementBound(f.kind))});
+  checks.push_back({"block_starts", x.block_start_seconds <= x.block_start_bound_seconds,
+                    Format("%.1f us to start the blocks, %.1f us bound",
+                           x.block_start_seconds * 1e6, x.block_start_bound_seconds * 1e6) +
+                        Format(" (%.0f%% of the bytes' %.1f us, at least a launch)",
+                               kBlockStartShareBound * 100, x.bytes_seconds * 1e6)});
   return checks;
 }
 

@@ -200,6 +200,7 @@ StatusOr<BaselinePlan> PlanXlaModel(const Graph& g, const GpuDevice& device,
   native.global_stitch = false;
   native.loop_rows_in_l2 = false;
   native.loop_columns_per_thread = false;
+  native.loop_block_starts = false;
   native.transposed_row_tiles = false;
   native.max_reduces_per_kernel = kXlaMaxReductionsPerFusion;
   native.max_column_reduces_per_kernel = kXlaMaxColumnReductionsPerFusion;
@@ -231,6 +232,7 @@ StatusOr<BaselinePlan> PlanInductorModel(const Graph& g, const GpuDevice& device
   rules.transposes_in_reductions = true;
   rules.loop_rows_in_l2 = false;
   rules.loop_columns_per_thread = false;
+  rules.loop_block_starts = false;
   rules.transposed_row_tiles = false;
   rules.reduce_epilogues = true;
   STITCH_ASSIGN_OR_RETURN(out.plan, PlanWithRules(out.graph, device, rules, "inductor"));

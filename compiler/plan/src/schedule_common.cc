@@ -202,4 +202,12 @@ CostModelParameters WithFittedIssueTerm(const GpuDevice& d) {
   return p;
 }
 
+CostModelParameters WithMeasuredBlockStarts(const GpuDevice& d) {
+  const GpuDevice& planning = PlanningDevice(d);
+  CostModelParameters p = CostModelParametersFor(planning, kPlanningCostModel);
+  p.block_dispatch_seconds =
+      CostModelParametersFor(planning, CostModelVersion::kFit4).block_dispatch_seconds;
+  return p;
+}
+
 }  // namespace stitch::internal

@@ -66,12 +66,20 @@ int64_t PartialBytes(const Graph& g, const std::vector<int>& reduces);
 // fit keep none).
 CostModelParameters WithFittedIssueTerm(const GpuDevice& d);
 
+// The planning version's constants of PlanningDevice(d) with the interval at which that
+// device's SMs were measured to start blocks (fit-4's term; devices without a measurement
+// keep none): what a grid of many short blocks costs beyond its bytes.
+CostModelParameters WithMeasuredBlockStarts(const GpuDevice& d);
+
 // Loop kernels (schedule_loop.cc). ScheduleLoop gives `k` blocks of `block_threads` (or a
 // size of its own) and the widest vector up to `max_vector_width`; ScheduleStandaloneLoop
 // picks the cheapest of a few such mappings, or a transpose tile, for a kernel of its own.
 void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_threads = 0,
                   int max_vector_width = 8);
 void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d);
+// Replaces `k`'s mapping with the cheapest of LoopMappingCandidates' by `model` (at a tie,
+// the more even busiest SM, never a narrower vector).
+void ChooseLoopMapping(const Graph& g, KernelSpec& k, const GpuDevice& d, const CostModel& model);
 
 // The kept columns of a column reduction's tile: 32 lanes of `vector_width` each.
 inline int64_t ColumnTileWidth(const ThreadMapping& m) {

@@ -155,11 +155,10 @@ double BusiestSmShare(const Graph& g, const KernelSpec& k, const GpuDevice& d) {
 // blocks against a mean of 12.1 for the 1,600, 25 against 24.2 for the 3,200, 4% apart. In
 // each of four H100 runs #30's 128-thread mapping (then its XLA-model plan's) ran 3-5%
 // faster than the 256-thread one, so at a tie a share at least 1% more even wins.
-void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
-  std::unique_ptr<CostModel> model = NewPlanningCostModel(d);
+void ChooseLoopMapping(const Graph& g, KernelSpec& k, const GpuDevice& d, const CostModel& model) {
   std::vector<KernelSpec> candidates = LoopMappingCandidates(g, k, d);
   k = std::move(candidates.front());
-  double best = model->EstimateKernel(g, k).seconds;
+  double best = model.EstimateKernel(g, k).seconds;
   double best_share = BusiestSmShare(g, k, d);
   // Equal up to rounding: the candidates' terms are products of different factors.
   constexpr double kRelativeTie = 1e-9;
@@ -168,7 +167,7 @@ void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   constexpr double kShareGain = 1.01;
   for (size_t i = 1; i < candidates.size(); ++i) {
     KernelSpec& trial = candidates[i];
-    const double seconds = model->EstimateKernel(g, trial).seconds;
+    const double seconds = model.EstimateKernel(g, trial).seconds;
     const double share = BusiestSmShare(g, trial, d);
     // A tie never narrows the vectors: the runs compared shares at one width, and fewer
     // bytes per access cost instructions the planning model does not price.
@@ -180,6 +179,10 @@ void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
       k = std::move(trial);
     }
   }
+}
+
+void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
+  ChooseLoopMapping(g, k, d, *NewPlanningCostModel(d));
   // A transposed read goes through shared memory tiles wherever it can. The model takes the
   // rest of a strided sector as an L2 hit when it is used again soon enough, as it is for
   // every suite row, but a warp's strided load still moves a sector per lane from L2 (suite
@@ -253,6 +256,7 @@ using internal::AnalyzeLoopColumns;
 using internal::EstimatedLoopInstructions;
 using internal::LoopColumns;
 using internal::WithFittedIssueTerm;
+using internal::WithMeasuredBlockStarts;
 
 std::vector<KernelSpec> LoopMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                               const GpuDevice& device) {
@@ -286,6 +290,14 @@ std::vector<KernelSpec> TransposeTileMappingCandidates(const Graph& g, const Ker
     }
   }
   return candidates;
+}
+
+void RemapLoopForBlockStarts(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  const ThreadMapping& m = kernel.mapping;
+  if (kernel.kind != KernelKind::kLoop || m.transpose_tile >= 0 || m.column_period > 0) return;
+  const GpuDevice& planning = PlanningDevice(device);
+  internal::ChooseLoopMapping(g, kernel, device,
+                              *NewAnalyticalCostModel(planning, WithMeasuredBlockStarts(device)));
 }
 
 void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {

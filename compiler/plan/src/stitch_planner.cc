@@ -819,6 +819,7 @@ StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
   // smallest grid that costs no more.
   for (KernelSpec& k : plan.kernels) {
     SizeGridToWork(g, k, device);
+    if (options.rules.loop_block_starts) RemapLoopForBlockStarts(g, k, device);
     if (options.rules.loop_rows_in_l2) FitLoopRowsInL2(g, k, device);
     if (options.rules.loop_columns_per_thread) KeepLoopColumnsPerThread(g, k, device);
   }
@@ -838,13 +839,15 @@ KernelSpec FinishedGlobalKernel(const Graph& g, KernelSpec global, const std::st
 }
 
 // The mappings a loop kernel of its own could have: the one the planner gives it (the
-// scheduler's choice, then per-column values kept per thread), then each of
+// scheduler's choice, re-chosen with block starts, then per-column values kept per thread),
+// then each of
 // LoopMappingCandidates' that differs from every earlier one.
 std::vector<KernelSpec> LoopKernelsApart(const Graph& g, const KernelSpec& loop,
                                          const GpuDevice& device) {
   std::vector<KernelSpec> loops;
   KernelSpec chosen = loop;
   if (ScheduleKernel(g, chosen, device).ok()) {
+    RemapLoopForBlockStarts(g, chosen, device);
     KeepLoopColumnsPerThread(g, chosen, device);
     loops.push_back(std::move(chosen));
   }

@@ -190,6 +190,42 @@ TEST(CodeChecksOnTheFirstH100Kernels, Row19TooManyInstructionsPerElement) {
   EXPECT_TRUE(Failed(*with_sass, "H200").count("in_flight"));
 }
 
+// #18's normalize loop as it shipped in testdata/gpu/h200/2026-11-30_844bafc: 401,408 blocks
+// of 128 threads, 2-element f16 vectors, over four 205.5 MB tensors (three read, one
+// written). The H200 ran it in 245.2 us, and in 183.5 us as 200,704 blocks of 4-element
+// vectors (mappings.csv): its SMs spent as long starting blocks as moving its bytes. The
+// check holds the grid's starts to 75% of its bytes' time; a grid of one wave passes.
+TEST(CodeChecksOnTheH200Sweep, Row18ManyShortBlocksStartForAsLongAsTheirBytesTake) {
+  KernelCodeFacts f;
+  f.name = "stitch_k1_loop";
+  f.kind = KernelKind::kLoop;
+  f.elements = int64_t{128} * 112 * 112 * 64;
+  f.mapping.vector_width = 2;
+  f.mapping.launch.block = {128, 1, 1};
+  f.mapping.launch.grid = {401408, 1, 1};
+  f.mapping.work_items = f.elements;
+  f.mapping.bytes_loaded = 3 * f.elements * 2;
+  f.mapping.bytes_stored = f.elements * 2;
+  for (const char* device : {"H100", "H200"}) {
+    EXPECT_TRUE(Failed(f, device).count("block_starts")) << device;
+    const KernelCodeFigures x = FiguresOf(f, *FindDevice(device));
+    EXPECT_GT(x.block_start_seconds, 0.9 * x.bytes_seconds) << device;
+  }
+  f.mapping.vector_width = 4;
+  f.mapping.launch.grid = {200704, 1, 1};
+  EXPECT_FALSE(Failed(f, "H200").count("block_starts"));
+  // A device without a measured start interval has nothing to check.
+  f.mapping.vector_width = 2;
+  f.mapping.launch.grid = {401408, 1, 1};
+  EXPECT_FALSE(Failed(f, "A100").count("block_starts"));
+  // Starts shorter than a launch pass whatever the bytes: a block of a few elements.
+  f.elements = f.mapping.work_items = 1024;
+  f.mapping.bytes_loaded = 3 * 1024 * 2;
+  f.mapping.bytes_stored = 1024 * 2;
+  f.mapping.launch.grid = {4, 1, 1};
+  EXPECT_FALSE(Failed(f, "H100").count("block_starts"));
+}
+
 // The SASS reading on machine code written out: a burst runs until an instruction reads or
 // overwrites a register a load of it writes, an address depends on one, or control leaves
 // the straight line.

@@ -77,11 +77,29 @@ struct KernelCodeFigures {
   // PTX's share in innermost loops once per trip (a vector per step). 0 when the kernel
   // was not assembled.
   double instructions_per_element = 0;
+  // The time the SMs take to start the grid's blocks, each SM starting its share one after
+  // another at the interval measured on the device (cost_model.h, fit-4's block starts; 0
+  // where none was measured), and the time the kernel's bytes take at the device's fitted
+  // bandwidth.
+  double block_start_seconds = 0;
+  double bytes_seconds = 0;
+  // What the "block_starts" check lets the starts take: kBlockStartShareBound of the bytes'
+  // time, or the launch's fitted overhead where that is more (starts shorter than a launch
+  // do not set a kernel's time).
+  double block_start_bound_seconds = 0;
 };
+
+// The share of its bytes' time a kernel's block starts may take, for the "block_starts"
+// check. Loops whose grids started blocks for as long as their bytes took ran 10-34% slower
+// on the H200 than the same loops with half the blocks (suite rows #16, #18 and #25 in
+// testdata/gpu/h200/2026-11-30_844bafc/mappings.csv); those that ran at bandwidth took half
+// their bytes' time or less to start (#9, #23, #30).
+inline constexpr double kBlockStartShareBound = 0.75;
 
 // One check's verdict.
 struct CodeCheck {
-  std::string name;  // "width", "generic", "local", "registers", "in_flight", "instructions"
+  // "width", "generic", "local", "registers", "in_flight", "instructions", "block_starts"
+  std::string name;
   bool ok = true;
   std::string detail;  // what was found against what was expected
 };

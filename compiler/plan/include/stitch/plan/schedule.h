@@ -122,6 +122,21 @@ std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelS
 std::vector<KernelSpec> GlobalStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                                       const GpuDevice& device);
 
+// A loop kernel of its own (not staged through transpose tiles, not keeping columns per
+// thread) takes, among LoopMappingCandidates', the cheapest by the planning cost model with
+// the interval at which the device's SMs were measured to start blocks (fit-4's term; a
+// device without a measurement prices as the planning model does). An SM starts a block only
+// about every 80-90 ns, so a grid of hundreds of thousands of short blocks takes that long
+// whatever bytes it moves: the H200's mapping sweep timed suite row #18's normalize loop at
+// 245.2 us as 401,408 blocks of 2-element vectors, 183.5 as 200,704 of 4 and 195.5 as
+// 100,352 of 8, which the planning model priced within 1%. The planners merge kernels on the
+// planning model alone (with this term, #18's two kernels would merge into one that spills,
+// which the sweep timed at 756.7 us), so this re-chooses a loop's mapping once its plan is
+// made. fit-4's other term, the bandwidth of a last partial wave, is left out: with it, #19's
+// loop would drop its per-thread columns for a grid the sweep timed 12% slower. Leaves other
+// kernels as they are.
+void RemapLoopForBlockStarts(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
+
 // A loop kernel whose elements read per-column values (a broadcast along the output's
 // leading dimensions: a batch norm's per-channel statistics and what is computed from them)
 // recomputes them for every element unless each thread keeps to the same columns on every

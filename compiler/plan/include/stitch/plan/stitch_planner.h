@@ -69,6 +69,10 @@ struct FusionRules {
   // values are computed once per thread (KeepLoopColumnsPerThread). Triton's and XLA's loop
   // kernels compute them for every element.
   bool loop_columns_per_thread = true;
+  // Loop kernels of their own re-choose their grid and vector width once the plan is made,
+  // priced with the SMs' measured block starts (RemapLoopForBlockStarts). The baseline models
+  // keep the planning model's mapping.
+  bool loop_block_starts = true;
   // Outputs of a reduce's shape computed from it (an epilogue: a bias gradient's cast, batch
   // norm's mean and rstd from its sums) in the reduce kernel, the reduce then written only
   // where something else reads it. XLA's reduction epilogue fusion and Inductor's fusion of
