@@ -233,21 +233,30 @@ def parse_args(argv=None):
 
 
 # -- one step, and the checks --------------------------------------------------------------------
-def max_relative_error(torch, expected, actual):
-    """tensor_compare.cc's measure: the largest |actual - expected| relative to the larger of
-    |expected|, the expected tensor's RMS and 1; inf for another shape or a non-finite value
-    where the other is finite."""
+def _aligned(torch, expected, actual):
+    """(expected, actual, its finite elements, the floor) in float64 on the CPU, the floor the
+    larger of the expected tensor's RMS and 1; or the error itself where the tensors are not
+    compared element by element: inf for another shape or a non-finite value where the other is
+    finite, 0 where nothing is finite."""
     e, a = expected.detach().double().cpu(), actual.detach().double().cpu()
     if e.shape != a.shape:
         return math.inf
-    if e.numel() == 0:
-        return 0.0
     finite = torch.isfinite(e)
     if not torch.equal(finite, torch.isfinite(a)):
         return math.inf
     if not finite.any():
         return 0.0
-    floor = max(1.0, float(e[finite].pow(2).mean().sqrt()))
+    return e, a, finite, max(1.0, float(e[finite].pow(2).mean().sqrt()))
+
+
+def max_relative_error(torch, expected, actual):
+    """tensor_compare.cc's measure: the largest |actual - expected| relative to the larger of
+    |expected|, the expected tensor's RMS and 1; inf for another shape or a non-finite value
+    where the other is finite."""
+    aligned = _aligned(torch, expected, actual)
+    if not isinstance(aligned, tuple):
+        return aligned
+    e, a, finite, floor = aligned
     return float(((a - e).abs() / e.abs().clamp(min=floor))[finite].max())
 
 
@@ -255,15 +264,10 @@ def relative_rms_error(torch, expected, actual):
     """The RMS of actual - expected over the finite elements, relative to the larger of the
     expected tensor's RMS and 1 (max_relative_error's floor); inf for another shape or a
     non-finite value where the other is finite."""
-    e, a = expected.detach().double().cpu(), actual.detach().double().cpu()
-    if e.shape != a.shape:
-        return math.inf
-    finite = torch.isfinite(e)
-    if not torch.equal(finite, torch.isfinite(a)):
-        return math.inf
-    if not finite.any():
-        return 0.0
-    floor = max(1.0, float(e[finite].pow(2).mean().sqrt()))
+    aligned = _aligned(torch, expected, actual)
+    if not isinstance(aligned, tuple):
+        return aligned
+    e, a, finite, floor = aligned
     return float((a - e)[finite].pow(2).mean().sqrt()) / floor
 
 
@@ -354,10 +358,10 @@ def float64_check(torch, wide, eager, stitched, tolerance, worst_name):
         margin = stitch_rms / bound if bound > 0 else math.inf
         if nearest is None or margin > nearest[0]:
             nearest = (margin, name, stitch_rms, eager_rms, bound)
-        if name == worst_name:
-            ed, ad = e.detach().double().cpu(), a.detach().double().cpu()
-            floor = max(1.0, float(ed.pow(2).mean().sqrt()))
-            off = (int((((ad - ed).abs() / ed.abs().clamp(min=floor)) > tolerance).sum()),
+        aligned = _aligned(torch, e, a)
+        if name == worst_name and isinstance(aligned, tuple):
+            ed, ad, finite, floor = aligned
+            off = (int((((ad - ed).abs() / ed.abs().clamp(min=floor))[finite] > tolerance).sum()),
                    ed.numel())
     margin, name, stitch_rms, eager_rms, bound = nearest
     return margin <= 1.0, {"tensor": name, "stitch_rms": stitch_rms, "eager_rms": eager_rms,
