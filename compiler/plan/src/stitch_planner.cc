@@ -840,8 +840,7 @@ KernelSpec FinishedGlobalKernel(const Graph& g, KernelSpec global, const std::st
 
 // The mappings a loop kernel of its own could have: the one the planner gives it (the
 // scheduler's choice, re-chosen with block starts, then per-column values kept per thread),
-// then each of
-// LoopMappingCandidates' that differs from every earlier one.
+// then each of LoopMappingCandidates' that differs from every earlier one.
 std::vector<KernelSpec> LoopKernelsApart(const Graph& g, const KernelSpec& loop,
                                          const GpuDevice& device) {
   std::vector<KernelSpec> loops;
