@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Files one GPU run of `.gpu/measure` as a dated measurement set under testdata/gpu/.
 
-    tools/import_gpu_run.py RESULTS [--sweep SWEEP] [--commit SHA] [--data testdata/gpu]
+    tools/import_gpu_run.py RESULTS [--sweep SWEEP ...] [--commit SHA] [--data testdata/gpu]
 
 RESULTS is the folder a `.gpu/measure suite kernels steps [memcheck]` call wrote (its
 results.tar.gz and summary.txt, as the device tool brings them back); SWEEP, the folder of the
 same session's `.gpu/measure suite -- --mappings` call (default: RESULTS/m where it exists).
+A sweep run in parts (`-- --mappings --only IDS` in calls of their own, when one call's time
+does not hold all rows) is given as one --sweep per part: the parts must come from one device,
+with the same CSV header and no row in two parts, and are joined in the order given (their
+rows, their device.json's ids, their gpu_bench.txt reports).
 The set goes to <data>/<device slug>/<date>_<commit>/, named by the run's device.json (slug and
 date) and the commit whose build was measured (default: this checkout's HEAD), under the names
 the calibration test, tools/gpu_table.py and tools/fit_cost_model.py read
@@ -113,6 +117,42 @@ def read_device(results: pathlib.Path) -> dict:
     if not re.match(r"\d{4}-\d{2}-\d{2}", str(device.get("date", ""))):
         raise ImportError_("run/device.json: no date (YYYY-MM-DD ...)")
     return device
+
+
+def join_sweeps(parts: list[pathlib.Path], into: pathlib.Path) -> None:
+    """Writes into/run/{device.json,mappings.csv} and into/gpu_bench.txt, the sweep the
+    unpacked `parts` make together (see the module's text)."""
+    devices = [read_device(part) for part in parts]
+    for part, device in zip(parts[1:], devices[1:]):
+        if device["slug"] != devices[0]["slug"]:
+            raise ImportError_(f"sweep part {part.name} ran on {device['slug']}, the first part "
+                               f"on {devices[0]['slug']}")
+    header, rows, ids = None, [], []
+    for part, device in zip(parts, devices):
+        path = part / "run" / "mappings.csv"
+        if not path.is_file():
+            raise ImportError_(f"sweep part {part.name} holds no run/mappings.csv")
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if not lines:
+            raise ImportError_(f"sweep part {part.name}: run/mappings.csv is empty")
+        if header is not None and lines[0] != header:
+            raise ImportError_(f"sweep part {part.name}: run/mappings.csv has another header")
+        header = lines[0]
+        part_ids = [i for i in device.get("ids", []) if isinstance(i, int)]
+        overlap = sorted(set(part_ids) & set(ids))
+        if overlap:
+            raise ImportError_(f"sweep part {part.name} swept row {overlap[0]} again")
+        ids += part_ids
+        rows += [line for line in lines[1:] if line.strip()]
+    (into / "run").mkdir(parents=True)
+    joined = dict(devices[0], ids=ids)
+    (into / "run" / "device.json").write_text(json.dumps(joined, indent=1) + "\n",
+                                              encoding="utf-8")
+    (into / "run" / "mappings.csv").write_text("\n".join([header] + rows) + "\n",
+                                               encoding="utf-8")
+    reports = [(part / "gpu_bench.txt").read_bytes() for part in parts
+               if (part / "gpu_bench.txt").is_file()]
+    (into / "gpu_bench.txt").write_bytes(b"".join(reports))
 
 
 def head_commit() -> str:
@@ -250,8 +290,9 @@ def file_run(results: pathlib.Path, sweep: pathlib.Path | None, commit: str,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("results", type=pathlib.Path)
-    parser.add_argument("--sweep", type=pathlib.Path, default=None,
-                        help="the sweep's results folder (default: RESULTS/m where it exists)")
+    parser.add_argument("--sweep", type=pathlib.Path, action="append", default=None,
+                        help="the sweep's results folder (default: RESULTS/m where it exists); "
+                             "once per part of a sweep run in parts")
     parser.add_argument("--commit", default=None,
                         help="the commit whose build was measured (default: HEAD)")
     parser.add_argument("--data", type=pathlib.Path, default=REPO_ROOT / "testdata" / "gpu")
@@ -260,16 +301,23 @@ def main() -> int:
         commit = args.commit or head_commit()
         if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
             raise ImportError_(f"--commit {commit!r} is not a commit hash")
-        sweep_folder = args.sweep
-        if sweep_folder is None and (args.results / "m" / "results.tar.gz").is_file():
-            sweep_folder = args.results / "m"
+        sweep_folders = args.sweep or []
+        if not sweep_folders and (args.results / "m" / "results.tar.gz").is_file():
+            sweep_folders = [args.results / "m"]
         with tempfile.TemporaryDirectory(prefix="import_gpu_run.") as tmp:
             results = pathlib.Path(tmp) / "results"
             unpack(args.results, results)
             sweep = None
-            if sweep_folder is not None:
+            if len(sweep_folders) == 1:
                 sweep = pathlib.Path(tmp) / "sweep"
-                unpack(sweep_folder, sweep)
+                unpack(sweep_folders[0], sweep)
+            elif sweep_folders:
+                parts = [pathlib.Path(tmp) / f"sweep_part{n + 1}"
+                         for n in range(len(sweep_folders))]
+                for folder, part in zip(sweep_folders, parts):
+                    unpack(folder, part)
+                sweep = pathlib.Path(tmp) / "sweep"
+                join_sweeps(parts, sweep)
             file_run(results, sweep, commit, args.data)
     except ImportError_ as e:
         print(f"import_gpu_run: {e}", file=sys.stderr)

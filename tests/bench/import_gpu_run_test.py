@@ -12,8 +12,9 @@ CUPTI times, comparison.tsv from the three kernel-time files), tools/gpu_table.p
 the same table from both, and the sweep must sit beside them. The H100 set 2026-11-27_5526c12,
 whose Nsight Compute times cover every row, must be filed with stitch_kernels_ncu.tsv instead.
 Bad runs are refused with one line and nothing filed: a set that exists, a sweep from another
-device, results without device.json, an archive member outside its folder; a file over 2 MB is
-left out and named.
+device, results without device.json, an archive member outside its folder, sweep parts that
+sweep a row twice; a file over 2 MB is left out and named. A sweep in two parts is filed as
+one.
 """
 
 from __future__ import annotations
@@ -125,6 +126,38 @@ def check_schedule_bounds(tmp: pathlib.Path) -> None:
         fail(f"gpu_table.py took a malformed --bounds file: {refused.stderr!r}")
 
 
+def check_sweep_in_parts(tmp: pathlib.Path, out: pathlib.Path, device: bytes) -> None:
+    """A sweep run in two calls (rows 16, then 24) is filed as one: its rows and reports in
+    the order given; parts that sweep a row twice are refused."""
+    header, row16 = SWEEP_CSV.splitlines()
+    row24 = row16.replace("16,0,", "24,0,", 1)
+
+    def part(name: str, ids: list[int], rows: list[str], report: bytes) -> pathlib.Path:
+        folder = tmp / name
+        part_device = dict(json.loads(device), ids=ids)
+        pack(folder, {"run/device.json": json.dumps(part_device).encode(),
+                      "run/mappings.csv": "\n".join([header] + rows + [""]).encode(),
+                      "gpu_bench.txt": report})
+        return folder
+
+    first = part("sweep_16", [16], [row16], b"#16 done\n")
+    second = part("sweep_24", [24], [row24], b"#24 done\n")
+    data = tmp / "d_parts"
+    result = run(str(out), "--sweep", str(first), "--sweep", str(second), "--commit", "afdf996",
+                 "--data", str(data))
+    filed = data / "h200" / "2026-11-28_afdf996"
+    if result.returncode != 0:
+        fail(f"a sweep in two parts was not filed: {result.stderr!r}")
+    if (filed / "mappings.csv").read_text() != "\n".join([header, row16, row24, ""]):
+        fail(f"the parts' rows were not joined: {(filed / 'mappings.csv').read_text()!r}")
+    if (filed / "mappings.txt").read_bytes() != b"#16 done\n#24 done\n":
+        fail("the parts' reports were not joined in order")
+    again = part("sweep_16_again", [16], [row16], b"#16 again\n")
+    expect_refused(run(str(out), "--sweep", str(first), "--sweep", str(again), "--commit",
+                       "afdf996", "--data", str(tmp / "d_overlap")),
+                   "swept row 16 again", tmp / "d_overlap")
+
+
 def main() -> int:
     no_ncu = b"id\tstitch_us\txla_model_plan_us\tinductor_model_plan_us\tstitch_kernels\n"
     with tempfile.TemporaryDirectory(prefix="import_gpu_run_test.") as tmp_name:
@@ -168,6 +201,7 @@ def main() -> int:
         expect_refused(run(str(out), "--sweep", str(tmp / "other_sweep"), "--commit", "afdf996",
                            "--data", str(tmp / "d1")),
                        "the sweep ran on h100_80gb_hbm3, the suite on h200", tmp / "d1")
+        check_sweep_in_parts(tmp, out, device)
         files = measure_files(H200_SET, no_ncu)
         del files["run/device.json"]
         pack(tmp / "no_device", files)
