@@ -145,12 +145,13 @@ KernelCodeFigures FiguresOf(const KernelCodeFacts& f, const GpuDevice& device) {
   x.load_burst_bytes =
       x.load_burst_from_sass ? WidestSassLoadBurst(f.sass) : x.ptx.widest_load_burst;
   x.bytes_in_flight_per_sm = blocks_per_sm * f.mapping.launch.block_threads() * x.load_burst_bytes;
+  // The calibrated bandwidth, loaded latency and launch where the cost model has them (the
+  // datasheet's figures elsewhere).
+  const CostModelParameters fitted = CostModelParametersFor(device, kCurrentCostModel);
   if (f.mapping.bytes_loaded > 0) {
-    // The calibrated bandwidth and loaded latency where the cost model has them (the
-    // datasheet's figures elsewhere): what the kernel must cover to run at bandwidth.
-    const CostModelParameters p = CostModelParametersFor(device, kCurrentCostModel);
+    // What the kernel must cover to run at bandwidth.
     const double need =
-        p.bandwidth_bytes_per_second / static_cast<double>(sms) * p.dram_latency_seconds;
+        fitted.bandwidth_bytes_per_second / static_cast<double>(sms) * fitted.dram_latency_seconds;
     x.bytes_in_flight_needed =
         std::min(static_cast<int64_t>(need), CeilDiv(f.mapping.bytes_loaded, busy_sms));
   }
@@ -161,7 +162,6 @@ KernelCodeFigures FiguresOf(const KernelCodeFacts& f, const GpuDevice& device) {
       CostModelParametersFor(device, CostModelVersion::kFit4).block_dispatch_seconds;
   x.block_start_seconds =
       static_cast<double>(CeilDiv(static_cast<int64_t>(f.mapping.launch.blocks()), sms)) * interval;
-  const CostModelParameters fitted = CostModelParametersFor(device, kCurrentCostModel);
   x.bytes_seconds = static_cast<double>(f.mapping.bytes_loaded + f.mapping.bytes_stored) /
                     fitted.bandwidth_bytes_per_second;
   x.block_start_bound_seconds =
