@@ -358,8 +358,8 @@ def float64_check(torch, wide, eager, stitched, tolerance, worst_name):
         margin = stitch_rms / bound if bound > 0 else math.inf
         if nearest is None or margin > nearest[0]:
             nearest = (margin, name, stitch_rms, eager_rms, bound)
-        aligned = _aligned(torch, e, a)
-        if name == worst_name and isinstance(aligned, tuple):
+        aligned = _aligned(torch, e, a) if name == worst_name else None
+        if isinstance(aligned, tuple):
             ed, ad, finite, floor = aligned
             off = (int((((ad - ed).abs() / ed.abs().clamp(min=floor))[finite] > tolerance).sum()),
                    ed.numel())
