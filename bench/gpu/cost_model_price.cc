@@ -147,10 +147,13 @@ StatusOr<CostModelParameters> Override(CostModelParameters p, const nlohmann::js
   const std::string where = "--parameters: set " + std::to_string(index);
   if (!set.is_object()) return InvalidArgument(where + " is not a JSON object");
   for (const auto& [name, value] : set.items()) {
-    if (name == "assembled_registers" || name == "partial_rounds_share_bandwidth") {
+    bool* flag = name == "assembled_registers"              ? &p.assembled_registers
+                 : name == "partial_rounds_share_bandwidth" ? &p.partial_rounds_share_bandwidth
+                 : name == "dealt_blocks"                   ? &p.dealt_blocks
+                                                            : nullptr;
+    if (flag != nullptr) {
       if (!value.is_boolean()) return InvalidArgument(where + ": " + name + " is not a boolean");
-      (name == "assembled_registers" ? p.assembled_registers : p.partial_rounds_share_bandwidth) =
-          value.get<bool>();
+      *flag = value.get<bool>();
       continue;
     }
     if (name == "bandwidth_fraction" || name == "reuse_window_fraction") {

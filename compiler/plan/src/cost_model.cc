@@ -19,12 +19,15 @@
 //   imbalance = critical / mean, with
 //       critical = ceil(busy / parallel) x ceil(passes / busy)   passes on the busiest slot
 //       mean     = passes / parallel                             passes per slot if even
+//               (fit-5: a grid past one wave takes the busiest SM's share instead,
+//               ceil(busy / N) x ceil(passes / busy) x N / passes, as SMs take blocks when
+//               slots free; DealtImbalance)
 //   memory    = max(bytes x imbalance / bandwidth, latency when the kernel loads anything,
 //                   ceil(B / N) x block_dispatch_seconds)     (fit-4: an SM's block starts)
-//               where fit-4 stretches only what the partial rounds cannot draw: they run with a
-//               share of the slots busy, at min(peak, share x the Little's law bandwidth)
-//               (PartialRoundsSeconds), so a kernel with loads enough in flight is not
-//               stretched by its last wave
+//               where fit-4 (fit-5 within one wave) stretches only what the partial rounds
+//               cannot draw: they run with a share of the slots busy, at min(peak, share x
+//               the Little's law bandwidth) (PartialRoundsSeconds), so a kernel with loads
+//               enough in flight is not stretched by its last wave
 //   launch    = device.launch_seconds
 //   barriers  = grid_barriers x grid_barrier_seconds
 //             + block_barriers_per_item x critical x block_barrier_seconds
@@ -265,8 +268,12 @@ class AnalyticalCostModel : public CostModel {
     // Stretching the whole memory time is pessimistic for a kernel at peak bandwidth, whose
     // tail blocks could run faster while others idle; it is exact for a latency-bound one.
     const int64_t critical = CeilDiv(busy, parallel) * CeilDiv(passes, busy);
-    const double imbalance =
-        static_cast<double>(critical) * static_cast<double>(parallel) / static_cast<double>(passes);
+    // fit-5: past the first wave, blocks go to SMs as slots free, so the kernel ends with its
+    // busiest SM's blocks, ceil(busy / N) over its slots, not with whole rounds.
+    const bool dealt = p_.dealt_blocks && busy > parallel;
+    const double imbalance = dealt ? DealtImbalance(busy, passes, sms)
+                                   : static_cast<double>(critical) * static_cast<double>(parallel) /
+                                         static_cast<double>(passes);
     c.imbalance = imbalance;
 
     // Achieved bandwidth, the least of three bounds.
@@ -295,7 +302,7 @@ class AnalyticalCostModel : public CostModel {
     c.issue_seconds = IssueSeconds(m, parallel, critical, c.resident_blocks_per_sm);
     c.dram_bytes = c.global_bytes + MissedRereadBytes(kernel.kind, m, p_, parallel);
     c.memory_seconds =
-        p_.partial_rounds_share_bandwidth
+        p_.partial_rounds_share_bandwidth && !dealt
             ? PartialRoundsSeconds(static_cast<double>(c.dram_bytes), passes, busy, parallel,
                                    critical, bandwidth_cap, in_flight_bandwidth)
             : static_cast<double>(c.dram_bytes) * imbalance / bandwidth;
@@ -348,6 +355,15 @@ class AnalyticalCostModel : public CostModel {
 
     c.seconds = busy_seconds + c.launch_seconds + c.barrier_seconds;
     return c;
+  }
+
+  // The busiest SM's passes against the mean, for a grid of `busy` blocks on `sms` SMs dealt
+  // as slots free: it runs ceil(busy / sms) blocks of up to ceil(passes / busy) passes each
+  // over its slots, where the mean SM runs passes / sms. For one pass a block this is
+  // BusiestSmShare's share (schedule_loop.cc); it does not depend on the slots an SM has.
+  static double DealtImbalance(int64_t busy, int64_t passes, int64_t sms) {
+    return static_cast<double>(CeilDiv(busy, sms) * CeilDiv(passes, busy)) *
+           static_cast<double>(sms) / static_cast<double>(passes);
   }
 
   // The time the busiest slot takes over its `critical` rounds of passes, moving `bytes` in
@@ -475,6 +491,8 @@ std::string_view CostModelVersionName(CostModelVersion v) {
       return "fit-3";
     case CostModelVersion::kFit4:
       return "fit-4";
+    case CostModelVersion::kFit5:
+      return "fit-5";
   }
   return "datasheet";
 }
@@ -482,13 +500,18 @@ std::string_view CostModelVersionName(CostModelVersion v) {
 std::optional<CostModelVersion> ParseCostModelVersion(std::string_view name) {
   for (CostModelVersion v :
        {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1, CostModelVersion::kH100Fit2,
-        CostModelVersion::kFit3, CostModelVersion::kFit4}) {
+        CostModelVersion::kFit3, CostModelVersion::kFit4, CostModelVersion::kFit5}) {
     if (CostModelVersionName(v) == name) return v;
   }
   return std::nullopt;
 }
 
 CostModelParameters CostModelParametersFor(const GpuDevice& device, CostModelVersion version) {
+  if (version == CostModelVersion::kFit5) {
+    CostModelParameters p = CostModelParametersFor(device, CostModelVersion::kFit4);
+    p.dealt_blocks = true;
+    return p;
+  }
   if (version == CostModelVersion::kFit4) {
     return WithFit4Terms(device, CostModelParametersFor(device, CostModelVersion::kFit3));
   }

@@ -121,10 +121,12 @@ EARLIER_VERSIONS = (
 
 # Later versions not yet current, each with the figures its added terms improve on the newest
 # set: --thresholds prices them too and fails if one of them is not better there. fit-4 adds
-# block starts and partial waves that draw what their loads in flight allow; it waits for a
-# GPU run of the plans it would choose (cost_model.h).
+# block starts and partial waves that draw what their loads in flight allow; fit-5 deals a
+# grid's blocks to SMs as slots free. Both wait for a GPU run of the plans they would choose
+# (cost_model.h).
 LATER_VERSIONS = (
     ("fit-4", ("median_abs",)),
+    ("fit-5", ("median_abs",)),
 )
 
 # jax.jit was timed by back-to-back calls, which hide the dispatch only behind kernels longer

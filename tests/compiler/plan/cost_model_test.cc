@@ -278,6 +278,32 @@ TEST(CostModel, ManyShortBlocksTakeTheirStartsOnEachSm) {
               0.01 * fit3->EstimateKernel(Graph(), Copy(200704, bytes, 2, 16, 128)).seconds);
 }
 
+// fit-5: past the first wave an SM takes a new block whenever a slot frees, so a grid ends
+// with its busiest SM's blocks. The latency-bound half-full second wave above (1,584 blocks, 2
+// bytes a thread in flight), which fit-4 still stretches by 4/3, is 12 blocks on each of the
+// 132 SMs: no SM runs more than the mean. 1,600 blocks put 13 on the busiest SM against a mean
+// of 12.1. A grid within one wave is priced alike with or without the term.
+TEST(CostModel, DealtBlocksEndWithTheBusiestSmsShare) {
+  const int64_t bytes = int64_t{1584} * 256 * 4 * 4;
+  CostModelParameters p = CostModelParametersFor(H100(), CostModelVersion::kDatasheet);
+  p.partial_rounds_share_bandwidth = true;
+  const std::unique_ptr<CostModel> lockstep = NewAnalyticalCostModel(H100(), p);
+  p.dealt_blocks = true;
+  const std::unique_ptr<CostModel> dealt = NewAnalyticalCostModel(H100(), p);
+  const double latency_bound = 2.0 * static_cast<double>(bytes) / (1056.0 * 256 * 2 / kLatency);
+  const KernelCost even = dealt->EstimateKernel(Graph(), Copy(1584, bytes, 4, 2));
+  EXPECT_DOUBLE_EQ(even.imbalance, 1.0);
+  EXPECT_NEAR(even.memory_seconds, latency_bound, latency_bound * 1e-9);
+  EXPECT_NEAR(lockstep->EstimateKernel(Graph(), Copy(1584, bytes, 4, 2)).memory_seconds,
+              latency_bound * 4.0 / 3.0, latency_bound * 1e-9);
+  const int64_t more = int64_t{1600} * 256 * 4 * 4;
+  EXPECT_DOUBLE_EQ(dealt->EstimateKernel(Graph(), Copy(1600, more, 4, 2)).imbalance,
+                   13.0 * 132.0 / 1600.0);
+  const int64_t one_wave = int64_t{1000} * 256 * 4 * 4;
+  EXPECT_EQ(dealt->EstimateKernel(Graph(), Copy(1000, one_wave, 4, 2)).seconds,
+            lockstep->EstimateKernel(Graph(), Copy(1000, one_wave, 4, 2)).seconds);
+}
+
 TEST(CostModel, CappedLoopingGridIsBalancedByItsWork) {
   // 1056 blocks over 1056 x 100 + 528 passes: the busiest block makes 101 passes against
   // 100.5 on average, 0.5% over peak time, not the 4/3 of a half-empty last wave.
@@ -532,8 +558,8 @@ TEST(CostModelProperties, L2BindsOnlyStridedReads) {
   const uint64_t seed = PropertySeed() + 3;
   std::mt19937_64 rng(seed);
   for (const GpuDevice& device : KnownDevices()) {
-    for (CostModelVersion version :
-         {CostModelVersion::kDatasheet, CostModelVersion::kFit3, CostModelVersion::kFit4}) {
+    for (CostModelVersion version : {CostModelVersion::kDatasheet, CostModelVersion::kFit3,
+                                     CostModelVersion::kFit4, CostModelVersion::kFit5}) {
       CostModelParameters with = CostModelParametersFor(device, version);
       CostModelParameters without = with;
       without.l2_bytes_per_second = 0;
@@ -589,7 +615,7 @@ TEST(CostModelProperties, PlansSumTheirKernelsAndLaunchesCost) {
 TEST(CostModelVersions, NamesRoundTripAndUnknownNamesAreRefused) {
   for (CostModelVersion v :
        {CostModelVersion::kDatasheet, CostModelVersion::kH100Fit1, CostModelVersion::kH100Fit2,
-        CostModelVersion::kFit3, CostModelVersion::kFit4}) {
+        CostModelVersion::kFit3, CostModelVersion::kFit4, CostModelVersion::kFit5}) {
     std::optional<CostModelVersion> parsed = ParseCostModelVersion(CostModelVersionName(v));
     ASSERT_TRUE(parsed.has_value()) << CostModelVersionName(v);
     EXPECT_EQ(*parsed, v);
@@ -654,6 +680,21 @@ TEST(CostModelVersions, Fit4AddsItsTwoTermsToFit3sConstants) {
     EXPECT_EQ(fit4.dram_latency_seconds, fit3.dram_latency_seconds) << d.name;
     EXPECT_EQ(fit4.issue_seconds, fit3.issue_seconds) << d.name;
     EXPECT_EQ(fit4.reuse_window_bytes, fit3.reuse_window_bytes) << d.name;
+  }
+}
+
+// fit-5 is fit-4 with blocks dealt to SMs as slots free, on every device.
+TEST(CostModelVersions, Fit5DealsBlocksOnFit4sTerms) {
+  for (const GpuDevice& d : KnownDevices()) {
+    CostModelParameters fit5 = CostModelParametersFor(d, CostModelVersion::kFit5);
+    const CostModelParameters fit4 = CostModelParametersFor(d, CostModelVersion::kFit4);
+    EXPECT_FALSE(fit4.dealt_blocks) << d.name;
+    EXPECT_TRUE(fit5.dealt_blocks) << d.name;
+    EXPECT_EQ(fit5.block_dispatch_seconds, fit4.block_dispatch_seconds) << d.name;
+    EXPECT_EQ(fit5.partial_rounds_share_bandwidth, fit4.partial_rounds_share_bandwidth) << d.name;
+    EXPECT_EQ(fit5.bandwidth_bytes_per_second, fit4.bandwidth_bytes_per_second) << d.name;
+    EXPECT_EQ(fit5.dram_latency_seconds, fit4.dram_latency_seconds) << d.name;
+    EXPECT_EQ(fit5.issue_seconds, fit4.issue_seconds) << d.name;
   }
 }
 

@@ -98,6 +98,15 @@ enum class CostModelVersion {
   // choice is made on it would ship suite row #19's XLA-model plan, which the H200 ran 9%
   // slower; it becomes current with a GPU run of the plans it would choose.
   kFit4,
+  // fit-4 with a grid of more blocks than slots priced as the GPU deals them: an SM takes a
+  // new block whenever one of its slots frees, so after the first wave blocks no longer run
+  // in lockstep rounds, and the kernel ends with its busiest SM's share of the blocks, not
+  // after ceil(waves) rounds (COST_MODEL_SOURCES.md, section 6: the H200's mapping sweep
+  // timed 38 loop grids of 1.5 to 388 waves, none stretched by its last partial wave). Read
+  // off that sweep, not refitted. Not yet current: as the version the never-slower choice is
+  // made on it would ship suite row #9's XLA-model loop, priced 0.08% below the stitched one
+  // by the busiest SM's rounding, which the H200 ran 2-3% slower.
+  kFit5,
 };
 
 // The version stitchd prices with: the cost of every plan it compares, the never-slower
@@ -124,7 +133,7 @@ inline constexpr CostModelVersion kPlanningCostModel = CostModelVersion::kDatash
 // --mappings), the H100's search and choice stand.
 const GpuDevice& PlanningDevice(const GpuDevice& device);
 
-// "datasheet", "h100-fit-1", "h100-fit-2", "fit-3", "fit-4"
+// "datasheet", "h100-fit-1", "h100-fit-2", "fit-3", "fit-4", "fit-5"
 std::string_view CostModelVersionName(CostModelVersion v);
 // Returns the version named `name`, or nullopt for an unknown name.
 std::optional<CostModelVersion> ParseCostModelVersion(std::string_view name);
@@ -166,6 +175,11 @@ struct CostModelParameters {
   // what their own loads in flight allow, up to the bandwidth (fit-4), or take as long as a
   // round with every slot busy (before fit-4).
   bool partial_rounds_share_bandwidth = false;
+  // Whether a grid of more blocks than slots takes its busiest SM's blocks, ceil(blocks /
+  // SMs), over that SM's slots as fractional rounds, each SM taking a new block as a slot
+  // frees (fit-5), or ceil(waves) whole rounds of every slot (before fit-5). Grids that fit
+  // in one wave are priced alike either way.
+  bool dealt_blocks = false;
 };
 
 // Returns the constants of `version` for `device`.
