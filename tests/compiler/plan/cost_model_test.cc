@@ -762,6 +762,48 @@ std::vector<RecordedLaunch> ReadLaunchDurations(const std::string& relative) {
   return launches;
 }
 
+// fit-5's dealt blocks are read off the H200's mapping sweep: of its loop grids of one pass a
+// block past one wave (the capped default grids of 32 blocks an SM loop, and are left out),
+// each whose waves do not come out even, stretched by lockstep rounds by more than 5%, ran
+// closer to its busiest SM's share of the blocks than to those rounds, against the model's
+// price without either (the sweep's model_unstretched_us).
+TEST(CostModelVersions, Fit5DealtBlocksAreTheSweepsUnevenGrids) {
+  const GpuDevice& h200 = *FindDevice("H200");
+  std::ifstream in(std::string(STITCH_SOURCE_DIR) +
+                   "/testdata/gpu/h200/2026-11-30_844bafc/mappings.csv");
+  ASSERT_TRUE(in.good());
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> header = SplitQuotedCsv(line);
+  const auto column = [&](const char* name) {
+    return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  const size_t kernel = column("kernel_name"), mapping = column("mapping"),
+               blocks = column("blocks"), waves = column("waves"),
+               unstretched = column("model_unstretched_us"), measured = column("kernel_us");
+  ASSERT_LT(measured, header.size());
+  int uneven = 0;
+  while (std::getline(in, line)) {
+    const std::vector<std::string> f = SplitQuotedCsv(line);
+    const auto has = [&](const char* text) { return f[mapping].find(text) != std::string::npos; };
+    if (f.size() <= measured || f[kernel].find("_loop") == std::string::npos || has("kept") ||
+        has("tile") || has(":") || f[waves].empty()) {
+      continue;  // not a plain loop grid (kept columns, transpose tiles, whole plans)
+    }
+    const int64_t b = std::stoll(f[blocks]);
+    const double w = std::stod(f[waves]);
+    const double rounds = std::ceil(w) / w;
+    if (w <= 1 || b == int64_t{32} * h200.sms || rounds <= 1.05) continue;
+    const double share =
+        static_cast<double>((b + h200.sms - 1) / h200.sms * h200.sms) / static_cast<double>(b);
+    const double ran = std::stod(f[measured]) / std::stod(f[unstretched]);
+    SCOPED_TRACE(f[kernel] + " " + f[mapping]);
+    EXPECT_LT(std::abs(ran - share), std::abs(ran - rounds));
+    ++uneven;
+  }
+  EXPECT_GE(uneven, 7);
+}
+
 // fit-4's block start interval is read off the sets' loops of many short blocks: those of 128
 // threads with at least 1,000 blocks an SM, whose time per block per SM is within 5% of the
 // least any of them took (the loops their starts bound, however many bytes they moved). The
