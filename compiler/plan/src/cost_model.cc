@@ -285,16 +285,16 @@ class AnalyticalCostModel : public CostModel {
     //  * Little's law: bandwidth = bytes in flight / latency. Each resident thread keeps
     //    load_bytes_in_flight_per_thread bytes of loads outstanding (independent loads of one
     //    iteration times their width), and a load waits dram_latency_seconds under load.
-    //    Stores are posted and need no latency hiding, so a kernel that only stores is not
-    //    bound this way.
+    //    Stores are posted and need no latency hiding, so a kernel that only stores, or
+    //    loads only small inputs served from cache (none in flight), is not bound this way.
     const int64_t busy_sms = std::min(busy, sms);
     const double bandwidth_cap =
         std::min(peak, peak * static_cast<double>(busy_sms) / static_cast<double>(sms));
     double in_flight_bandwidth = std::numeric_limits<double>::infinity();
-    if (m.bytes_loaded > 0) {
+    if (m.bytes_loaded > 0 && m.load_bytes_in_flight_per_thread > 0) {
       const double in_flight = static_cast<double>(parallel) *
                                static_cast<double>(m.launch.block_threads()) *
-                               std::max(m.load_bytes_in_flight_per_thread, 1);
+                               m.load_bytes_in_flight_per_thread;
       in_flight_bandwidth = in_flight / p_.dram_latency_seconds;
     }
     const double bandwidth = std::min(bandwidth_cap, in_flight_bandwidth);

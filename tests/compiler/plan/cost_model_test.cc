@@ -304,6 +304,22 @@ TEST(CostModel, DealtBlocksEndWithTheBusiestSmsShare) {
             lockstep->EstimateKernel(Graph(), Copy(1000, one_wave, 4, 2)).seconds);
 }
 
+// A kernel whose loads are all of small inputs served from cache (none in flight) and whose
+// bytes are its posted stores takes its bytes' time, where a byte a thread in flight would
+// have bound all of its bytes at Little's law: 1,056 slots of 256 threads a byte each, 0.39
+// TB/s at the datasheet latency.
+TEST(CostModel, StoresBehindCachedLoadsAreNotBoundByLoadsInFlight) {
+  KernelSpec k = Copy(1056, kGiB, 4, 0);
+  k.mapping.bytes_loaded = 4096;
+  const std::unique_ptr<CostModel> model = DatasheetModel(H100());
+  const KernelCost cached = model->EstimateKernel(Graph(), k);
+  const double stores =
+      static_cast<double>(k.mapping.bytes_loaded + kGiB) * cached.imbalance / kH100Bandwidth;
+  EXPECT_NEAR(cached.memory_seconds, stores, stores * 1e-9);
+  k.mapping.load_bytes_in_flight_per_thread = 1;
+  EXPECT_GT(model->EstimateKernel(Graph(), k).memory_seconds, 5 * stores);
+}
+
 TEST(CostModel, CappedLoopingGridIsBalancedByItsWork) {
   // 1056 blocks over 1056 x 100 + 528 passes: the busiest block makes 101 passes against
   // 100.5 on average, 0.5% over peak time, not the 4/3 of a half-empty last wave.

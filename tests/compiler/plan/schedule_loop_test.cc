@@ -102,5 +102,35 @@ TEST(ScheduleLoop, AnInputReadThroughAReshapedSliceCostsTheSlicesBytes) {
   }
 }
 
+// A loop whose every input is a broadcast small next to its output (a bias over [4096, 768])
+// waits on DRAM for none of its loads: no bytes in flight bound it, only its stores' bytes. With
+// an input as large as the output, that input's element is in flight for each of the vector's.
+TEST(ScheduleLoop, ALoopOfBroadcastsAloneKeepsNoLoadsInFlight) {
+  for (bool streams : {false, true}) {
+    SCOPED_TRACE(streams ? "bias + x" : "bias alone");
+    Graph g;
+    const int bias = testing::Param(g, {DType::kF32, {768}}, 0, "bias");
+    const int wide = testing::Broadcast(g, bias, {4096, 768}, {1});
+    KernelSpec k;
+    k.name = "loop";
+    k.kind = KernelKind::kLoop;
+    k.inputs = {bias};
+    k.nodes = {wide};
+    int y = testing::Unary(g, OpCode::kExp, wide);
+    k.nodes.push_back(y);
+    if (streams) {
+      const int x = testing::Param(g, {DType::kF32, {4096, 768}}, 1, "x");
+      k.inputs.push_back(x);
+      y = testing::Binary(g, OpCode::kAdd, y, x);
+      k.nodes.push_back(y);
+    }
+    k.outputs = {y};
+    g.outputs = {y};
+    ASSERT_TRUE(ScheduleKernel(g, k, H100()).ok());
+    const ThreadMapping& m = k.mapping;
+    EXPECT_EQ(m.load_bytes_in_flight_per_thread, streams ? 4 * m.vector_width : 0);
+  }
+}
+
 }  // namespace
 }  // namespace stitch
