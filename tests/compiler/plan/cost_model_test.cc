@@ -756,22 +756,41 @@ double NumberOf(std::string text) {
   return std::stod(text);
 }
 
+// A committed set's CSV file under testdata/gpu, read a line at a time after its header.
+class CommittedCsv {
+ public:
+  explicit CommittedCsv(const std::string& relative)
+      : in_(std::string(STITCH_SOURCE_DIR) + "/testdata/gpu/" + relative) {
+    EXPECT_TRUE(in_.good()) << relative;
+    std::string line;
+    std::getline(in_, line);
+    header_ = SplitQuotedCsv(line);
+  }
+  // The index of the column named `name`; past the header's last where there is none.
+  size_t Column(const char* name) const {
+    return static_cast<size_t>(std::find(header_.begin(), header_.end(), name) - header_.begin());
+  }
+  // Reads the next line's fields into `fields`; false at the end of the file.
+  bool Next(std::vector<std::string>& fields) {
+    std::string line;
+    if (!std::getline(in_, line)) return false;
+    fields = SplitQuotedCsv(line);
+    return true;
+  }
+
+ private:
+  std::ifstream in_;
+  std::vector<std::string> header_;
+};
+
 // The gpu__time_duration records of a committed set's Nsight Compute file.
 std::vector<RecordedLaunch> ReadLaunchDurations(const std::string& relative) {
-  std::ifstream in(std::string(STITCH_SOURCE_DIR) + "/testdata/gpu/" + relative);
-  EXPECT_TRUE(in.good()) << relative;
-  std::string line;
-  std::getline(in, line);
-  const std::vector<std::string> header = SplitQuotedCsv(line);
-  const auto column = [&](const char* name) {
-    return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
-  };
-  const size_t kernel = column("Kernel Name"), block = column("Block Size"),
-               grid = column("Grid Size"), metric = column("Metric Name"),
-               value = column("Metric Value");
+  CommittedCsv csv(relative);
+  const size_t kernel = csv.Column("Kernel Name"), block = csv.Column("Block Size"),
+               grid = csv.Column("Grid Size"), metric = csv.Column("Metric Name"),
+               value = csv.Column("Metric Value");
   std::vector<RecordedLaunch> launches;
-  while (std::getline(in, line)) {
-    const std::vector<std::string> f = SplitQuotedCsv(line);
+  for (std::vector<std::string> f; csv.Next(f);) {
     if (f.size() <= value || f[metric] != "gpu__time_duration.sum") continue;
     launches.push_back({f[kernel], ProductOf(f[block]), ProductOf(f[grid]), NumberOf(f[value])});
   }
@@ -785,22 +804,12 @@ std::vector<RecordedLaunch> ReadLaunchDurations(const std::string& relative) {
 // price without either (the sweep's model_unstretched_us).
 TEST(CostModelVersions, Fit5DealtBlocksAreTheSweepsUnevenGrids) {
   const GpuDevice& h200 = *FindDevice("H200");
-  std::ifstream in(std::string(STITCH_SOURCE_DIR) +
-                   "/testdata/gpu/h200/2026-11-30_844bafc/mappings.csv");
-  ASSERT_TRUE(in.good());
-  std::string line;
-  std::getline(in, line);
-  const std::vector<std::string> header = SplitQuotedCsv(line);
-  const auto column = [&](const char* name) {
-    return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
-  };
-  const size_t kernel = column("kernel_name"), mapping = column("mapping"),
-               blocks = column("blocks"), waves = column("waves"),
-               unstretched = column("model_unstretched_us"), measured = column("kernel_us");
-  ASSERT_LT(measured, header.size());
+  CommittedCsv csv("h200/2026-11-30_844bafc/mappings.csv");
+  const size_t kernel = csv.Column("kernel_name"), mapping = csv.Column("mapping"),
+               blocks = csv.Column("blocks"), waves = csv.Column("waves"),
+               unstretched = csv.Column("model_unstretched_us"), measured = csv.Column("kernel_us");
   int uneven = 0;
-  while (std::getline(in, line)) {
-    const std::vector<std::string> f = SplitQuotedCsv(line);
+  for (std::vector<std::string> f; csv.Next(f);) {
     const auto has = [&](const char* text) { return f[mapping].find(text) != std::string::npos; };
     if (f.size() <= measured || f[kernel].find("_loop") == std::string::npos || has("kept") ||
         has("tile") || has(":") || f[waves].empty()) {
