@@ -308,10 +308,7 @@ def main() -> int:
             results = pathlib.Path(tmp) / "results"
             unpack(args.results, results)
             sweep = None
-            if len(sweep_folders) == 1:
-                sweep = pathlib.Path(tmp) / "sweep"
-                unpack(sweep_folders[0], sweep)
-            elif sweep_folders:
+            if sweep_folders:
                 parts = [pathlib.Path(tmp) / f"sweep_part{n + 1}"
                          for n in range(len(sweep_folders))]
                 for folder, part in zip(sweep_folders, parts):
