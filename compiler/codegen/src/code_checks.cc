@@ -158,10 +158,9 @@ KernelCodeFigures FiguresOf(const KernelCodeFacts& f, const GpuDevice& device) {
   if (f.instructions > 0 && f.elements > 0) {
     x.instructions_per_element = InstructionsPerElement(f, x.ptx);
   }
-  const double interval =
-      CostModelParametersFor(device, CostModelVersion::kFit4).block_dispatch_seconds;
   x.block_start_seconds =
-      static_cast<double>(CeilDiv(static_cast<int64_t>(f.mapping.launch.blocks()), sms)) * interval;
+      BlockStartSeconds(static_cast<int64_t>(f.mapping.launch.blocks()), device,
+                        CostModelParametersFor(device, CostModelVersion::kFit4));
   x.bytes_seconds = static_cast<double>(f.mapping.bytes_loaded + f.mapping.bytes_stored) /
                     fitted.bandwidth_bytes_per_second;
   x.block_start_bound_seconds =

@@ -323,8 +323,7 @@ class AnalyticalCostModel : public CostModel {
     // However short its blocks, each SM starts them one after another. A global kernel's
     // phases share its one launch's blocks, whose few starts EstimateGlobal leaves out.
     if (!phase) {
-      c.memory_seconds = std::max(
-          c.memory_seconds, static_cast<double>(CeilDiv(blocks, sms)) * p_.block_dispatch_seconds);
+      c.memory_seconds = std::max(c.memory_seconds, BlockStartSeconds(blocks, device_, p_));
     }
     const double datasheet = device_.hbm_bytes_per_second;
     const double busy_seconds = OverlappedSeconds(kernel.kind, m, c.memory_seconds, c.issue_seconds,
@@ -547,6 +546,10 @@ CostModelParameters CostModelParametersFor(const GpuDevice& device, CostModelVer
   // fit-3 prices L2's bandwidth too (L2Seconds); the versions before it keep their prices.
   if (version == CostModelVersion::kFit3) p.l2_bytes_per_second = device.l2_bytes_per_second;
   return p;
+}
+
+double BlockStartSeconds(int64_t blocks, const GpuDevice& device, const CostModelParameters& p) {
+  return static_cast<double>(CeilDiv(blocks, std::max(device.sms, 1))) * p.block_dispatch_seconds;
 }
 
 const GpuDevice& PlanningDevice(const GpuDevice& device) {

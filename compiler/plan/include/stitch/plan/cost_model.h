@@ -182,6 +182,11 @@ struct CostModelParameters {
   bool dealt_blocks = false;
 };
 
+// The time `device`'s SMs take to start a grid of `blocks` blocks, each SM starting its share
+// one after another at p.block_dispatch_seconds (0 where the version has no such term): the
+// least a launch takes however few bytes its blocks move.
+double BlockStartSeconds(int64_t blocks, const GpuDevice& device, const CostModelParameters& p);
+
 // Returns the constants of `version` for `device`.
 CostModelParameters CostModelParametersFor(const GpuDevice& device, CostModelVersion version);
 
