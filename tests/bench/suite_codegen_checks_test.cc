@@ -239,9 +239,9 @@ TEST(RandomGraphCodegenChecks, ShippedKernelsKeepTheirPromises) {
         "seed " + std::to_string(seed) + " (" + std::string(PlannerKindName(r->shipped)) + ")", *r);
     EXPECT_EQ(failed.count("width"), 0u)
         << "seed " << seed << ": the plan's vector accesses are not in the PTX";
-    // Local memory is printed, not asserted, here: grid-barrier kernels cap their registers
-    // to stay co-resident, and ptxas's own register targets spill a few bytes in some
-    // random graphs (the suite rows assert it, with their known gaps).
+    // Two of these graphs took sine, whose libdevice version keeps a stack frame; the
+    // codegen's own (trig.h) keeps none.
+    EXPECT_EQ(failed.count("local"), 0u) << "seed " << seed << ": local memory";
     local_kernels += failed.count("local");
     // Printed too: where the baseline models' plans ship, their kernels keep the models'
     // launch rules (seeds 7103, 7105 and 7106).

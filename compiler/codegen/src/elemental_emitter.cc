@@ -677,6 +677,10 @@ llvm::Value* ElementalEmitter::ExpOf(int node, llvm::Value* x) {
   return CallMath(approximate ? "fast_exp" : "exp", {x});
 }
 
+llvm::Value* ElementalEmitter::Trig(TrigFunction fn, const char* libdevice_name, llvm::Value* x) {
+  return x->getType()->isFloatTy() ? EmitF32Trig(b_, fn, x) : CallMath(libdevice_name, {x});
+}
+
 llvm::Value* ElementalEmitter::CallMath(const char* name, const std::vector<llvm::Value*>& args) {
   llvm::Type* ty = args[0]->getType();
   std::string full = std::string("__nv_") + name + (ty->isFloatTy() ? "f" : "");
@@ -879,12 +883,13 @@ StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
       return float_only([&] { return CallMath("tanh", {x}); });
     case OpCode::kErf:
       return float_only([&] { return CallMath("erf", {x}); });
+    // f32 sine, cosine and tangent are stitch's own (trig.h): libdevice's keep a stack frame.
     case OpCode::kSin:
-      return float_only([&] { return CallMath("sin", {x}); });
+      return float_only([&] { return Trig(TrigFunction::kSin, "sin", x); });
     case OpCode::kCos:
-      return float_only([&] { return CallMath("cos", {x}); });
+      return float_only([&] { return Trig(TrigFunction::kCos, "cos", x); });
     case OpCode::kTan:
-      return float_only([&] { return CallMath("tan", {x}); });
+      return float_only([&] { return Trig(TrigFunction::kTan, "tan", x); });
     case OpCode::kCbrt:
       return float_only([&] { return CallMath("cbrt", {x}); });
     case OpCode::kPow:

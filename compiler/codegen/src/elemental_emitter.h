@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernel_context.h"
+#include "trig.h"
 
 namespace stitch::codegen {
 
@@ -168,6 +169,8 @@ class ElementalEmitter {
   StatusOr<llvm::Value*> ComputeElementwise(int id, const std::vector<llvm::Value*>& ops);
   llvm::Value* ComputeConstant(int id, const IrIndex& index);
   llvm::Value* CallMath(const char* name, const std::vector<llvm::Value*>& args);
+  // `fn` of x: stitch's own for f32 (trig.h), libdevice's `libdevice_name` for f64.
+  llvm::Value* Trig(TrigFunction fn, const char* libdevice_name, llvm::Value* x);
   // e^x as node `node` computes it: approximate (ex2.approx.f32 of x * log2(e)) for f32 where
   // kc_.ApproximateMath(node) allows, libdevice's exp elsewhere.
   llvm::Value* ExpOf(int node, llvm::Value* x);
