@@ -247,10 +247,12 @@ class NumpyBackend(ArrayBackend):
         """rng-uniform's values at linear indices 0..count-1 (SEMANTICS.md, Random numbers)."""
         np = self.np
         mask = 0xFFFFFFFF
-        index = np.arange(count, dtype=np.uint64)
-        c0, c1 = index & np.uint64(mask), index >> np.uint64(32)
-        c2 = np.full(count, stream & mask, dtype=np.uint64)
-        c3 = np.zeros(count, dtype=np.uint64)
+        # Word k % 4 of the evaluation for counter k / 4: one evaluation per four elements.
+        blocks = (count + 3) // 4
+        block = np.arange(blocks, dtype=np.uint64)
+        c0, c1 = block & np.uint64(mask), block >> np.uint64(32)
+        c2 = np.full(blocks, stream & mask, dtype=np.uint64)
+        c3 = np.zeros(blocks, dtype=np.uint64)
         k0, k1 = seed & mask, (seed >> 32) & mask
         for round_ in range(10):
             if round_ > 0:
@@ -260,7 +262,8 @@ class NumpyBackend(ArrayBackend):
             hi0, lo0 = p0 >> np.uint64(32), p0 & np.uint64(mask)
             hi1, lo1 = p1 >> np.uint64(32), p1 & np.uint64(mask)
             c0, c1, c2, c3 = hi1 ^ c1 ^ np.uint64(k0), lo1, hi0 ^ c3 ^ np.uint64(k1), lo0
-        return (c0 >> np.uint64(8)).astype(np.float64) * 2.0 ** -24
+        words = np.stack([c0, c1, c2, c3], axis=1).reshape(-1)[:count]
+        return (words >> np.uint64(8)).astype(np.float64) * 2.0 ** -24
 
     def rng_uniform(self, seed, node):
         seed = int(self.np.asarray(seed).astype(self.np.uint64))

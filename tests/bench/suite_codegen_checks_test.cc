@@ -23,11 +23,6 @@ namespace {
 // Checks that fail on today's code, each with its cause. A gap that starts passing fails the
 // test too, so the list only shrinks.
 constexpr testing::KnownGap kKnownGaps[] = {
-    {2, "instructions",
-     "dropout's random bits per element: ~87 instructions per element (0.86x "
-     "torch.compile on the H100 with 32 values per thread and 218 registers; now 8 values, "
-     "32 registers)"},
-    {3, "instructions", "dropout's random bits, drawn per element: ~76 instructions per element"},
     {13, "instructions",
      "the softcap's tanh (libdevice's, exact in f32) and its rounding to bf16 per element in "
      "the transpose tile: 50 instructions per element. The one-kernel row tile ran slower than "

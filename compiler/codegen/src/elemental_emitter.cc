@@ -10,6 +10,7 @@
 #include "dtype_lowering.h"
 #include "machine_functions.h"
 #include "philox.h"
+#include "stitch/ir/philox.h"
 
 namespace stitch::codegen {
 
@@ -63,6 +64,7 @@ std::vector<llvm::Value*> ElementalEmitter::VectorLanes(llvm::Value* first, int6
   // LLVM freezes the operand of a division it rewrites, and lanes built from the unfrozen
   // value would no longer be visibly adjacent to those built from the frozen one.
   std::vector<llvm::Value*> lanes = {b_.CreateFreeze(first)};
+  vector_starts_[lanes[0]] = width;
   for (int64_t e = 1; e < width; ++e) {
     lanes.push_back(b_.CreateAdd(lanes[0], kc_.Index(e), "", true, true));
     lanes_[lanes.back()] = Lane{lanes[0], e, width};
@@ -677,6 +679,30 @@ llvm::Value* ElementalEmitter::ExpOf(int node, llvm::Value* x) {
   return CallMath(approximate ? "fast_exp" : "exp", {x});
 }
 
+std::pair<llvm::Value*, llvm::Value*> ElementalEmitter::RngBlockOf(llvm::Value* k) {
+  static_assert(kRngUniformWordsPerBlock == 4, "blocks of four words");
+  llvm::Value* first = k;
+  int64_t offset = 0;
+  int64_t width = 1;
+  if (auto lane = lanes_.find(k); lane != lanes_.end()) {
+    first = lane->second.first;
+    offset = lane->second.offset;
+    width = lane->second.width;
+  } else if (auto start = vector_starts_.find(k); start != vector_starts_.end()) {
+    width = start->second;
+  }
+  llvm::Value* block;
+  llvm::Value* word;
+  if (width % 4 == 0) {
+    block = b_.CreateAdd(b_.CreateLShr(first, 2), kc_.Index(offset / 4));
+    word = b_.getInt32(static_cast<uint32_t>(offset % 4));
+  } else {
+    block = b_.CreateLShr(k, 2);
+    word = b_.CreateTrunc(b_.CreateAnd(k, kc_.Index(3)), b_.getInt32Ty());
+  }
+  return {b_.CreateZExtOrTrunc(block, b_.getInt64Ty()), word};
+}
+
 llvm::Value* ElementalEmitter::Trig(TrigFunction fn, const char* libdevice_name, llvm::Value* x) {
   return x->getType()->isFloatTy() ? EmitF32Trig(b_, fn, x) : CallMath(libdevice_name, {x});
 }
@@ -775,12 +801,13 @@ StatusOr<llvm::Value*> ElementalEmitter::Compute(Frame& f) {
       if (!seed->getType()->isIntegerTy(64)) {
         return InvalidArgument(DescribeNode(g, f.node) + ": the seed must be a u64 scalar");
       }
-      llvm::Value* k = b_.CreateZExtOrTrunc(LinearOf(f.index, n.shape.dims), b_.getInt64Ty());
+      auto [block, word] = RngBlockOf(LinearOf(f.index, n.shape.dims));
       llvm::Value* w =
-          EmitPhiloxWord0(b_, seed, k, static_cast<uint32_t>(n.rng_stream & 0xffffffffu));
-      // 24 random bits are exact in float and in double.
-      llvm::Value* u = b_.CreateUIToFP(b_.CreateLShr(w, 8), b_.getDoubleTy());
-      u = b_.CreateFMul(u, llvm::ConstantFP::get(b_.getDoubleTy(), 1.0 / 16777216.0));
+          EmitPhiloxWord(b_, seed, block, word, static_cast<uint32_t>(n.rng_stream & 0xffffffffu));
+      // 24 random bits times 2^-24 are exact in f32, so no f64 instruction is needed for any
+      // float dtype (RoundFloatTo rounds f16 and bf16 from the exact value, widens for f64).
+      llvm::Value* u = b_.CreateUIToFP(b_.CreateLShr(w, 8), b_.getFloatTy());
+      u = b_.CreateFMul(u, llvm::ConstantFP::get(b_.getFloatTy(), 1.0 / 16777216.0));
       return RoundFloatTo(b_, u, t);
     }
     case OpCode::kPad:

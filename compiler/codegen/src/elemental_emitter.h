@@ -169,6 +169,11 @@ class ElementalEmitter {
   StatusOr<llvm::Value*> ComputeElementwise(int id, const std::vector<llvm::Value*>& ops);
   llvm::Value* ComputeConstant(int id, const IrIndex& index);
   llvm::Value* CallMath(const char* name, const std::vector<llvm::Value*>& args);
+  // The Philox block (i64) of rng-uniform's linear index `k` and its word in it (i32;
+  // stitch/ir/philox.h). The lanes of a vector whose width is a multiple of four take their
+  // block from the vector's first lane, so that LLVM sees one block, and computes one
+  // evaluation, for every four of them.
+  std::pair<llvm::Value*, llvm::Value*> RngBlockOf(llvm::Value* k);
   // `fn` of x: stitch's own for f32 (trig.h), libdevice's `libdevice_name` for f64.
   llvm::Value* Trig(TrigFunction fn, const char* libdevice_name, llvm::Value* x);
   // e^x as node `node` computes it: approximate (ex2.approx.f32 of x * log2(e)) for f32 where
@@ -191,6 +196,8 @@ class ElementalEmitter {
     int64_t width;
   };
   std::map<llvm::Value*, Lane> lanes_;
+  // The first lane of each vector VectorLanes made, with its width.
+  std::map<llvm::Value*, int64_t> vector_starts_;
   // A later lane's innermost coordinate, as Delinearize forms it from the first lane's:
   // Linearize of an index ending in it is then a lane of the index ending in the first's.
   std::map<llvm::Value*, Lane> lane_coordinates_;

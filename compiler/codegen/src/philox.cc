@@ -19,13 +19,13 @@ std::pair<llvm::Value*, llvm::Value*> MulHiLo(llvm::IRBuilder<>& b, uint32_t m, 
 
 }  // namespace
 
-llvm::Value* EmitPhiloxWord0(llvm::IRBuilder<>& b, llvm::Value* seed, llvm::Value* index,
-                             uint32_t stream) {
+llvm::Value* EmitPhiloxWord(llvm::IRBuilder<>& b, llvm::Value* seed, llvm::Value* block,
+                            llvm::Value* word, uint32_t stream) {
   llvm::Type* i32 = b.getInt32Ty();
   llvm::Value* k0 = b.CreateTrunc(seed, i32);
   llvm::Value* k1 = b.CreateTrunc(b.CreateLShr(seed, 32), i32);
-  llvm::Value* c0 = b.CreateTrunc(index, i32);
-  llvm::Value* c1 = b.CreateTrunc(b.CreateLShr(index, 32), i32);
+  llvm::Value* c0 = b.CreateTrunc(block, i32);
+  llvm::Value* c1 = b.CreateTrunc(b.CreateLShr(block, 32), i32);
   llvm::Value* c2 = b.getInt32(stream);
   llvm::Value* c3 = b.getInt32(0);
   for (int round = 0; round < 10; ++round) {
@@ -42,7 +42,9 @@ llvm::Value* EmitPhiloxWord0(llvm::IRBuilder<>& b, llvm::Value* seed, llvm::Valu
     c2 = n2;
     c3 = lo0;
   }
-  return c0;
+  llvm::Value* v = b.CreateSelect(b.CreateICmpEQ(word, b.getInt32(1)), c1, c0);
+  v = b.CreateSelect(b.CreateICmpEQ(word, b.getInt32(2)), c2, v);
+  return b.CreateSelect(b.CreateICmpEQ(word, b.getInt32(3)), c3, v);
 }
 
 }  // namespace stitch::codegen

@@ -196,7 +196,25 @@ TEST(CodegenLoop, RngUniform) {
   int half = gb.Const(F32, 0.5);
   int hb = gb.Broadcast(half, {128, 128}, {});
   int mask = gb.Compare(r, hb, CompareDirection::kLt);
-  CompileEverywhere(gb.g, MakeSpec(gb.g, "dropout_mask", KernelKind::kLoop, {mask}));
+  const KernelSpec spec = MakeSpec(gb.g, "dropout_mask", KernelKind::kLoop, {mask});
+  const std::string ptx = CompileEverywhere(gb.g, spec);
+  // One Philox evaluation (ten rounds, each multiplying by 0xD2511F53, which the PTX prints
+  // signed or, where LLVM widened the product, unsigned) serves four consecutive elements: a
+  // thread's vector of them multiplies by it at most ten times per four elements, not per
+  // element (LLVM may derive a neighbouring block's first product from another's).
+  const int width = spec.mapping.vector_width;
+  ASSERT_GE(width, 4);
+  size_t products = 0;
+  for (const char* multiplier : {"-766435501;", "3528531795;"}) {
+    for (size_t at = ptx.find(multiplier); at != std::string::npos;
+         at = ptx.find(multiplier, at + 1)) {
+      ++products;
+    }
+  }
+  EXPECT_GT(products, 0u) << ptx;
+  EXPECT_LE(products, 10u * static_cast<size_t>(width / 4)) << ptx;
+  // The uniform value is exact in f32: no f64 instruction.
+  EXPECT_FALSE(Contains(ptx, ".f64")) << ptx;
 }
 
 TEST(CodegenLoop, DeepXorShiftGraphCompilesQuickly) {

@@ -46,8 +46,9 @@ TEST(InterpreterRng, MatchesSemanticsFormula) {
   const std::vector<Tensor> out = EvalAll(g, {});
   ASSERT_EQ(out.size(), 3u);
   for (int64_t k = 0; k < 15; ++k) {
-    const PhiloxCounter ctr = {static_cast<uint32_t>(k), 0, 7, 0};
-    const uint32_t w = Philox4x32_10(ctr, {0x89abcdef, 0x01234567})[0];
+    // Word k % 4 of the evaluation for block k / 4.
+    const PhiloxCounter ctr = {static_cast<uint32_t>(k / 4), 0, 7, 0};
+    const uint32_t w = Philox4x32_10(ctr, {0x89abcdef, 0x01234567})[k % 4];
     const double want = static_cast<double>(w >> 8) / 16777216.0;
     EXPECT_EQ(out[0].f[k], want) << k;
     EXPECT_GE(out[0].f[k], 0.0);
@@ -55,9 +56,9 @@ TEST(InterpreterRng, MatchesSemanticsFormula) {
     EXPECT_NE(out[1].f[k], out[0].f[k]) << "streams must differ at " << k;
     EXPECT_EQ(out[2].f[k], RoundToDType(want, F16)) << k;
   }
-  // The counter's second word carries bits 32..63 of the index.
-  EXPECT_EQ(RngUniformBits(seed, uint64_t{1} << 32, 7),
-            Philox4x32_10({0, 1, 7, 0}, {0x89abcdef, 0x01234567})[0]);
+  // The counter's second word carries bits 32..63 of the block.
+  EXPECT_EQ(RngUniformBits(seed, (uint64_t{1} << 34) + 2, 7),
+            Philox4x32_10({0, 1, 7, 0}, {0x89abcdef, 0x01234567})[2]);
 }
 
 // ---------------------------------------------------------------------------------------

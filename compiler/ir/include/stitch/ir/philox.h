@@ -17,6 +17,8 @@ inline constexpr uint32_t kPhiloxM0 = 0xD2511F53u;  // multiplier applied to cou
 inline constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;  // multiplier applied to counter word 2
 inline constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;  // Weyl increment of key word 0
 inline constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;  // Weyl increment of key word 1
+// The words of one Philox-4x32 evaluation, which `rng-uniform` spends on consecutive elements.
+inline constexpr uint64_t kRngUniformWordsPerBlock = 4;
 
 // Returns one Philox-4x32 round of `c` under round key `k`.
 constexpr PhiloxCounter PhiloxRound(const PhiloxCounter& c, const PhiloxKey& k) {
@@ -40,14 +42,16 @@ constexpr PhiloxCounter Philox4x32_10(PhiloxCounter counter, PhiloxKey key) {
   return counter;
 }
 
-// Returns the first Philox word that `rng-uniform` uses at linear output index `index` of a
-// node with stream id `stream` and seed `seed` (key = seed halves, counter = index halves,
-// stream low 32 bits, 0).
+// Returns the Philox word that `rng-uniform` uses at linear output index `index` of a node
+// with stream id `stream` and seed `seed`: word index % 4 of the block for index / 4 (key =
+// seed halves, counter = (index / 4) halves, stream low 32 bits, 0). Four consecutive
+// elements share one evaluation, as every word of it is as random as the first.
 constexpr uint32_t RngUniformBits(uint64_t seed, uint64_t index, int64_t stream) {
   const PhiloxKey key = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
-  const PhiloxCounter ctr = {static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
+  const uint64_t block = index / kRngUniformWordsPerBlock;
+  const PhiloxCounter ctr = {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
                              static_cast<uint32_t>(static_cast<uint64_t>(stream)), 0u};
-  return Philox4x32_10(ctr, key)[0];
+  return Philox4x32_10(ctr, key)[index % kRngUniformWordsPerBlock];
 }
 
 // Returns the `rng-uniform` value at `index` before conversion to the node's dtype:
