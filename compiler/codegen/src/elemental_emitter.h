@@ -172,7 +172,8 @@ class ElementalEmitter {
   // The Philox block (i64) of rng-uniform's linear index `k` and its word in it (i32;
   // stitch/ir/philox.h). The lanes of a vector whose width is a multiple of four take their
   // block from the vector's first lane, so that LLVM sees one block, and computes one
-  // evaluation, for every four of them.
+  // evaluation, for every four of them: VectorLanes' vectors start at a multiple of their
+  // width, as their memory accesses do, so lane e's block is the first's plus e / 4.
   std::pair<llvm::Value*, llvm::Value*> RngBlockOf(llvm::Value* k);
   // `fn` of x: stitch's own for f32 (trig.h), libdevice's `libdevice_name` for f64.
   llvm::Value* Trig(TrigFunction fn, const char* libdevice_name, llvm::Value* x);
