@@ -16,17 +16,19 @@ namespace {
 using llvm::Value;
 
 // Arguments of smaller magnitude reduce by Cody and Waite's method: pi/2 in three f32 parts,
-// each multiple subtracted with one FMA. The quadrant count is then below 2^17, so the first
-// subtraction is exact (both terms are multiples of 2^-23 and the difference is below 2), and
-// the reduced argument keeps f32 precision. Larger arguments reduce by Payne and Hanek's.
+// each multiple subtracted with one FMA. The quadrant count j is then below 2^17 and the first
+// subtraction exact (where j is not 0, x and j times the first part are multiples of 2^-24
+// and differ by less than 1), so the reduced argument keeps f32 precision. Larger arguments
+// reduce by Payne and Hanek's.
 constexpr float kCodyWaiteLimit = 0x1p17f;
 constexpr float kTwoOverPi = 0x1.45f306p-1f;
 // pi/2 = kHalfPi0 + kHalfPi1 + kHalfPi2 to within 1.1e-23.
 constexpr float kHalfPi0 = 0x1.921fb6p+0f;
 constexpr float kHalfPi1 = -0x1.777a5cp-25f;
 constexpr float kHalfPi2 = -0x1.ee59dap-50f;
-// The first 224 bits of 2/pi after the binary point, most significant word first. An f32
-// below 2^128 times them keeps, past its units bit, 62 fraction bits and 96 bits of margin.
+// The first 224 bits of 2/pi after the binary point, most significant word first. For a
+// finite f32 the 62 fraction bits the reduction reads lie more than 30 bits above those the
+// truncation of 2/pi can reach.
 constexpr std::array<uint32_t, 7> kTwoOverPiBits = {0xa2f9836e, 0x4e441529, 0xfc2757d1, 0xf534ddc0,
                                                     0xdb629599, 0x3c439041, 0xfe5163ab};
 // pi/2 * 2^-62 in two f32 parts: turns a quadrant fraction held in an i64 (scaled by 2^62)

@@ -10,9 +10,10 @@
 // the GPU runs.
 //
 // Accuracy (tests/compiler/e2e/e2e_trig_test.cc measures it on the emulator against the
-// double-precision libm): within 2 ulp of the correctly rounded result for sin and cos over
-// every finite f32, and within 3 ulp for tan; NaN for infinities and NaN; sin and tan keep
-// the sign of zero.
+// double-precision libm, on 1.24 million arguments of every exponent and beside multiples of
+// pi/2): within 2 ulp of the correctly rounded result for sin and cos (1.44 the largest seen)
+// and within 3 ulp for tan (2.83); NaN for infinities and NaN; sin and tan keep the sign of
+// zero.
 //
 // Thread-safety: acts on the builder it is given only.
 #pragma once
