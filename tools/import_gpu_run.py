@@ -119,29 +119,35 @@ def read_device(results: pathlib.Path) -> dict:
     return device
 
 
-def join_sweeps(parts: list[pathlib.Path], into: pathlib.Path) -> None:
-    """Writes into/run/{device.json,mappings.csv} and into/gpu_bench.txt, the sweep the
-    unpacked `parts` make together (see the module's text)."""
-    devices = [read_device(part) for part in parts]
-    for part, device in zip(parts[1:], devices[1:]):
+def join_sweeps(parts: list[tuple[pathlib.Path, pathlib.Path]], into: pathlib.Path) -> None:
+    """Writes into/run/{device.json,mappings.csv} and into/gpu_bench.txt, the sweep the parts
+    make together (see the module's text). Each part is (the folder given, where it was
+    unpacked); refusals name the folder given."""
+    devices = []
+    for given, part in parts:
+        try:
+            devices.append(read_device(part))
+        except ImportError_ as e:
+            raise ImportError_(f"sweep part {given}: {e}") from None
+    for (given, _), device in zip(parts[1:], devices[1:]):
         if device["slug"] != devices[0]["slug"]:
-            raise ImportError_(f"sweep part {part.name} ran on {device['slug']}, the first part "
+            raise ImportError_(f"sweep part {given} ran on {device['slug']}, the first part "
                                f"on {devices[0]['slug']}")
     header, rows, ids = None, [], []
-    for part, device in zip(parts, devices):
+    for (given, part), device in zip(parts, devices):
         path = part / "run" / "mappings.csv"
         if not path.is_file():
-            raise ImportError_(f"sweep part {part.name} holds no run/mappings.csv")
+            raise ImportError_(f"sweep part {given} holds no run/mappings.csv")
         lines = path.read_text(encoding="utf-8").splitlines()
         if not lines:
-            raise ImportError_(f"sweep part {part.name}: run/mappings.csv is empty")
+            raise ImportError_(f"sweep part {given}: run/mappings.csv is empty")
         if header is not None and lines[0] != header:
-            raise ImportError_(f"sweep part {part.name}: run/mappings.csv has another header")
+            raise ImportError_(f"sweep part {given}: run/mappings.csv has another header")
         header = lines[0]
         part_ids = [i for i in device.get("ids", []) if isinstance(i, int)]
         overlap = sorted(set(part_ids) & set(ids))
         if overlap:
-            raise ImportError_(f"sweep part {part.name} swept row {overlap[0]} again")
+            raise ImportError_(f"sweep part {given} swept row {overlap[0]} again")
         ids += part_ids
         rows += [line for line in lines[1:] if line.strip()]
     (into / "run").mkdir(parents=True)
@@ -150,7 +156,7 @@ def join_sweeps(parts: list[pathlib.Path], into: pathlib.Path) -> None:
                                               encoding="utf-8")
     (into / "run" / "mappings.csv").write_text("\n".join([header] + rows) + "\n",
                                                encoding="utf-8")
-    reports = [(part / "gpu_bench.txt").read_bytes() for part in parts
+    reports = [(part / "gpu_bench.txt").read_bytes() for _, part in parts
                if (part / "gpu_bench.txt").is_file()]
     (into / "gpu_bench.txt").write_bytes(b"".join(reports))
 
@@ -314,7 +320,7 @@ def main() -> int:
                 for folder, part in zip(sweep_folders, parts):
                     unpack(folder, part)
                 sweep = pathlib.Path(tmp) / "sweep"
-                join_sweeps(parts, sweep)
+                join_sweeps(list(zip(sweep_folders, parts)), sweep)
             file_run(results, sweep, commit, args.data)
     except ImportError_ as e:
         print(f"import_gpu_run: {e}", file=sys.stderr)

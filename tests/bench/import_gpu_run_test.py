@@ -128,7 +128,7 @@ def check_schedule_bounds(tmp: pathlib.Path) -> None:
 
 def check_sweep_in_parts(tmp: pathlib.Path, out: pathlib.Path, device: bytes) -> None:
     """A sweep run in two calls (rows 16, then 24) is filed as one: its rows and reports in
-    the order given; parts that sweep a row twice are refused."""
+    the order given; parts that sweep a row twice are refused, naming the folder given."""
     header, row16 = SWEEP_CSV.splitlines()
     row24 = row16.replace("16,0,", "24,0,", 1)
 
@@ -155,7 +155,7 @@ def check_sweep_in_parts(tmp: pathlib.Path, out: pathlib.Path, device: bytes) ->
     again = part("sweep_16_again", [16], [row16], b"#16 again\n")
     expect_refused(run(str(out), "--sweep", str(first), "--sweep", str(again), "--commit",
                        "afdf996", "--data", str(tmp / "d_overlap")),
-                   "swept row 16 again", tmp / "d_overlap")
+                   f"sweep part {again} swept row 16 again", tmp / "d_overlap")
 
 
 def main() -> int:
