@@ -19,6 +19,10 @@
 namespace stitch::gpu {
 namespace {
 
+// The shared memory a block may use, static and dynamic together, before the function opts
+// in to more (CUDA's programming guide).
+constexpr uint64_t kDefaultSharedLimit = 48 * 1024;
+
 // The driver entry points used here; decltype of the cuda.h prototypes gives their types.
 struct DriverApi {
   decltype(&::cuGetErrorName) GetErrorName = nullptr;
@@ -44,6 +48,7 @@ struct DriverApi {
   decltype(&::cuMemcpyDtoH) MemcpyDtoH = nullptr;
   decltype(&::cuMemsetD8) MemsetD8 = nullptr;
   decltype(&::cuLaunchKernel) LaunchKernel = nullptr;
+  decltype(&::cuFuncSetAttribute) FuncSetAttribute = nullptr;
   // Optional: only kernels with a workspace need it (null when the driver lacks it).
   decltype(&::cuLaunchCooperativeKernel) LaunchCooperativeKernel = nullptr;
   decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) OccupancyMaxActiveBlocks = nullptr;
@@ -93,6 +98,7 @@ std::string ResolveAll(void* lib, DriverApi& api) {
       {"cuMemcpyDtoH_v2", ResolveSymbol(lib, "cuMemcpyDtoH_v2", api.MemcpyDtoH)},
       {"cuMemsetD8_v2", ResolveSymbol(lib, "cuMemsetD8_v2", api.MemsetD8)},
       {"cuLaunchKernel", ResolveSymbol(lib, "cuLaunchKernel", api.LaunchKernel)},
+      {"cuFuncSetAttribute", ResolveSymbol(lib, "cuFuncSetAttribute", api.FuncSetAttribute)},
       {"cuOccupancyMaxActiveBlocksPerMultiprocessor",
        ResolveSymbol(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
                      api.OccupancyMaxActiveBlocks)},
@@ -207,6 +213,7 @@ struct LoadedPlan {
     std::string name;
     CUfunction function = nullptr;
     LaunchDims dims;
+    uint32_t dynamic_shared_bytes = 0;  // CompiledKernel::dynamic_shared_bytes
     // A kernel with grid barriers (CompiledKernel::cooperative): cuLaunchCooperativeKernel,
     // which refuses a grid that cannot be resident at once instead of hanging.
     bool cooperative = false;
@@ -390,6 +397,17 @@ Status CudaGpu::Load(const CompileResult& compiled, LoadedPlan& plan) {
     STITCH_RETURN_IF_ERROR(Check(api_.ModuleGetFunction(&launch.function, module, k.name.c_str()),
                                  "cuModuleGetFunction " + k.name));
     launch.dims = k.launch;
+    launch.dynamic_shared_bytes = k.dynamic_shared_bytes;
+    // Above 48 KiB of shared memory in all, a block's dynamic share needs the function's
+    // limit raised first.
+    if (k.dynamic_shared_bytes > 0 &&
+        uint64_t{k.shared_bytes} + k.dynamic_shared_bytes > kDefaultSharedLimit) {
+      STITCH_RETURN_IF_ERROR(Check(
+          api_.FuncSetAttribute(launch.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                static_cast<int>(k.dynamic_shared_bytes)),
+          "raising the dynamic shared memory limit of kernel " + k.name + " to " +
+              std::to_string(k.dynamic_shared_bytes) + " bytes"));
+    }
     if (k.cooperative) {
       if (api_.LaunchCooperativeKernel == nullptr) {
         return FailedPrecondition("kernel " + k.name +
@@ -410,9 +428,10 @@ Status CudaGpu::Load(const CompileResult& compiled, LoadedPlan& plan) {
 
 Status CudaGpu::CheckCoResident(const CompiledKernel& k, CUfunction f) {
   int per_sm = 0;
-  STITCH_RETURN_IF_ERROR(Check(
-      api_.OccupancyMaxActiveBlocks(&per_sm, f, static_cast<int>(k.launch.block_threads()), 0),
-      "cuOccupancyMaxActiveBlocksPerMultiprocessor " + k.name));
+  STITCH_RETURN_IF_ERROR(
+      Check(api_.OccupancyMaxActiveBlocks(&per_sm, f, static_cast<int>(k.launch.block_threads()),
+                                          k.dynamic_shared_bytes),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor " + k.name));
   const uint64_t resident = static_cast<uint64_t>(per_sm) * static_cast<uint64_t>(info_.sms);
   if (k.launch.blocks() > resident) {
     return FailedPrecondition("kernel " + k.name + " has grid-wide barriers and " +
@@ -484,15 +503,15 @@ Status CudaGpu::Launch(const LoadedPlan& plan) {
     const auto& grid = l.dims.grid;
     const auto& block = l.dims.block;
     void** args = const_cast<void**>(l.args.data());
-    // Shared memory is static in stitch's kernels, so no dynamic bytes are requested.
     if (l.cooperative) {
-      CUresult r = api_.LaunchCooperativeKernel(l.function, grid[0], grid[1], grid[2], block[0],
-                                                block[1], block[2], 0, nullptr, args);
+      CUresult r =
+          api_.LaunchCooperativeKernel(l.function, grid[0], grid[1], grid[2], block[0], block[1],
+                                       block[2], l.dynamic_shared_bytes, nullptr, args);
       if (r != CUDA_SUCCESS) return Check(r, "cuLaunchCooperativeKernel " + l.name);
       continue;
     }
     CUresult r = api_.LaunchKernel(l.function, grid[0], grid[1], grid[2], block[0], block[1],
-                                   block[2], 0, nullptr, args, nullptr);
+                                   block[2], l.dynamic_shared_bytes, nullptr, args, nullptr);
     if (r != CUDA_SUCCESS) return Check(r, "cuLaunchKernel " + l.name);
   }
   return Status::Ok();

@@ -39,6 +39,7 @@ nlohmann::json KernelJson(const CompiledKernel& k, const v1::Kernel& bundled, bo
       {"grid", {k.launch.grid[0], k.launch.grid[1], k.launch.grid[2]}},
       {"block", {k.launch.block[0], k.launch.block[1], k.launch.block[2]}},
       {"shared_bytes", k.shared_bytes},
+      {"dynamic_shared_bytes", k.dynamic_shared_bytes},
       {"workspace_bytes", k.workspace_bytes},
       {"cooperative", k.cooperative},
       {"ptx_bytes", k.ptx.size()},
@@ -89,8 +90,9 @@ void PrintText(const Graph& g, const CompileResult& r, bool with_ptx) {
                 std::string(KernelKindName(k.kind)).c_str(), k.launch.grid[0], k.launch.grid[1],
                 k.launch.grid[2], k.launch.block[0], k.launch.block[1], k.launch.block[2],
                 k.shared_bytes);
-    // Only kernels with grid barriers or split reductions have a workspace; the others keep
-    // the short line.
+    // Only kernels with grid barriers or split reductions have a workspace, and only rows kept
+    // in shared memory dynamic shared memory; the others keep the short line.
+    if (k.dynamic_shared_bytes != 0) std::printf(" dynamic_shared=%uB", k.dynamic_shared_bytes);
     if (k.workspace_bytes != 0) {
       std::printf(" workspace=%lluB", static_cast<unsigned long long>(k.workspace_bytes));
     }

@@ -79,8 +79,9 @@ std::string ErrorName(const DriverApi& api, CUresult r) {
   return "CUresult " + std::to_string(static_cast<int>(r));
 }
 
-// Above this much dynamic shared memory a kernel must opt in per function.
-constexpr uint32_t kDefaultDynamicSharedLimit = 48 * 1024;
+// Above this much shared memory, static and dynamic together, a kernel must opt in per
+// function to its dynamic share.
+constexpr uint64_t kDefaultDynamicSharedLimit = 48 * 1024;
 
 // The modules of one program in one context, one per kernel in bundle order.
 struct LoadedProgram {
@@ -207,7 +208,9 @@ Status CudaKernelLoader::LoadKernel(const v1::Kernel& kernel, ImageKind image,
   CUfunction function = nullptr;
   STITCH_RETURN_IF_ERROR(Check(api_.ModuleGetFunction(&function, module, kernel.name().c_str()),
                                "cuModuleGetFunction " + kernel.name()));
-  if (kernel.dynamic_shared_bytes() > kDefaultDynamicSharedLimit) {
+  if (kernel.dynamic_shared_bytes() > 0 &&
+      uint64_t{kernel.static_shared_bytes()} + kernel.dynamic_shared_bytes() >
+          kDefaultDynamicSharedLimit) {
     STITCH_RETURN_IF_ERROR(
         Check(api_.FuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     static_cast<int>(kernel.dynamic_shared_bytes())),

@@ -319,6 +319,48 @@ TEST(GpuBenchTest, WorkspaceKernelsLaunchCooperativelyWithTheWorkspaceLast) {
   EXPECT_EQ(FakeLaunchLog(), log);
 }
 
+// A kernel that keeps its rows in dynamic shared memory launches with its bytes, after the
+// function is allowed more than the default 48 KiB; a kernel within the default launches
+// without that. The fake driver refuses a launch above a function's limit, as the GPU does.
+TEST(GpuBenchTest, DynamicSharedMemoryIsAllowedAndLaunched) {
+  if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
+  StatusOr<std::unique_ptr<Gpu>> gpu = OpenGpu(FakeDriver(), 0, FakeDriver());
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  Graph g;
+  Node x;
+  x.name = "x";
+  x.op = OpCode::kParameter;
+  x.shape.dtype = DType::kF32;
+  x.shape.dims = {4096};
+  x.parameter_number = 0;
+  const int xi = g.Add(x);
+  Node y = x;
+  y.name = "y";
+  y.op = OpCode::kNeg;
+  y.operands = {xi};
+  y.parameter_number = -1;
+  const int yi = g.Add(y);
+  g.outputs = {yi};
+  StatusOr<Tensor> input = FromDeviceBytes(x.shape, std::vector<uint8_t>(4 * 4096, 0));
+  ASSERT_TRUE(input.ok()) << input.status().ToString();
+
+  CompileResult compiled;
+  CompiledKernel rows = PtxKernel("rows", 2, {xi, yi}, 132, 1024);
+  rows.dynamic_shared_bytes = 201216;  // suite row #12's 50,304 f32
+  rows.shared_bytes = 512;
+  compiled.kernels.push_back(rows);
+  CompiledKernel small = PtxKernel("small", 2, {xi, yi}, 132, 256);
+  small.dynamic_shared_bytes = 4096;
+  compiled.kernels.push_back(small);
+  StatusOr<std::vector<Tensor>> out = (*gpu)->RunPlan(g, compiled, {input.value()});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const std::string log = FakeLaunchLog();
+  EXPECT_NE(log.find("cuLaunchKernel rows args=2 last=16384B shared=201216\n"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("cuLaunchKernel small args=2 last=16384B shared=4096\n"), std::string::npos)
+      << log;
+}
+
 // The digest of each plan's code that a measured set stores (gpu_bench.csv) is the one
 // cost_model_price gives the same plan of a checkout, so that the calibration can tell which
 // plans a set timed; plans with other code have other digests.

@@ -11,13 +11,15 @@
 //     a shape-generic kernel's last one, its outer extent (codegen.h): an int64 by value,
 //     taken as one where it is positive and below the first device address;
 //   * launch dimensions are non-zero with at most 1024 threads per block;
+//   * dynamic shared memory above 48 KiB has been allowed by cuFuncSetAttribute's
+//     MAX_DYNAMIC_SHARED_SIZE_BYTES first, up to 227 KiB (an H100's opt-in limit);
 //   * a cooperative launch (cuLaunchCooperativeKernel) has a grid that fits at once, by the
 //     occupancy cuOccupancyMaxActiveBlocksPerMultiprocessor reports, or fails with
 //     CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE as a real driver does.
 // It records its last launches for tests that load it in-process: stitch_fake_cuda_log()
 // returns one line per launch, oldest first,
 //   "<entry point> <kernel> args=<n> last=<bytes of the last pointer's allocation>B[ zeroed]
-//    [ extent=<outer extent>]"
+//    [ extent=<outer extent>][ shared=<dynamic shared bytes>]"
 // where "zeroed" says a cuMemsetD8 of 0 covered that whole allocation since it was made.
 // Environment: STITCH_FAKE_CUDA_DEVICES sets the device count (default 1).
 //
@@ -49,6 +51,7 @@ struct CUctx_st {};
 struct CUfunc_st {
   std::string name;
   int params = 0;
+  int max_dynamic_shared = 48 * 1024;
 };
 struct CUmod_st {
   std::map<std::string, std::unique_ptr<CUfunc_st>> functions;
@@ -352,10 +355,15 @@ namespace {
 // The checks both launch entry points make; records the launch as `entry`.
 CUresult CheckLaunch(const char* entry, CUfunction f, unsigned int gx, unsigned int gy,
                      unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
-                     void** params) {
+                     unsigned int shared, void** params) {
   if (CUresult r = Ready(true)) return r;
   if (gx * gy * gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024) {
     return Fail(CUDA_ERROR_INVALID_VALUE, "bad launch dimensions for " + f->name);
+  }
+  if (shared > static_cast<unsigned int>(f->max_dynamic_shared)) {
+    return Fail(CUDA_ERROR_INVALID_VALUE, f->name + ": " + std::to_string(shared) +
+                                              " bytes of dynamic shared memory, above its limit " +
+                                              std::to_string(f->max_dynamic_shared));
   }
   if (f->params > 0 && params == nullptr) return Fail(CUDA_ERROR_INVALID_VALUE, "no params");
   // The ABI: every parameter is a pointer, so every slot holds a device pointer into a live
@@ -380,6 +388,7 @@ CUresult CheckLaunch(const char* entry, CUfunction f, unsigned int gx, unsigned 
     if (last->second.zeroed) line += " zeroed";
   }
   if (extent) line += " extent=" + std::to_string(last_value);
+  if (shared > 0) line += " shared=" + std::to_string(shared);
   S().launches.push_back(std::move(line));
   if (S().launches.size() > kLogLines) S().launches.pop_front();
   S().clock_ns += 1000;  // the host's launch
@@ -395,7 +404,20 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
                         CUstream stream, void** params, void** extra) {
   if (extra != nullptr) return Fail(CUDA_ERROR_INVALID_VALUE, "extra is not used");
-  return CheckLaunch("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, params);
+  return CheckLaunch("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, shared, params);
+}
+
+CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attribute, int value) {
+  if (CUresult r = Ready(true)) return r;
+  if (attribute != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+    return Fail(CUDA_ERROR_INVALID_VALUE, "unexpected function attribute");
+  }
+  if (value < 0 || value > 227 * 1024) {
+    return Fail(CUDA_ERROR_INVALID_VALUE,
+                f->name + ": dynamic shared memory limit " + std::to_string(value));
+  }
+  f->max_dynamic_shared = value;
+  return CUDA_SUCCESS;
 }
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -408,7 +430,7 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int g
                 f->name + ": " + std::to_string(blocks) + " blocks, only " +
                     std::to_string(resident) + " fit at once");
   }
-  return CheckLaunch("cuLaunchCooperativeKernel", f, gx, gy, gz, bx, by, bz, params);
+  return CheckLaunch("cuLaunchCooperativeKernel", f, gx, gy, gz, bx, by, bz, shared, params);
 }
 
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction, int block_size,

@@ -420,20 +420,26 @@ TEST_F(LoaderTest, RaisesTheSharedMemoryLimitAbove48KiB) {
   b.set_target("sm_90");
   AddKernel(b, "big", {{v1::KernelParam::INPUT, 0}})->set_dynamic_shared_bytes(65536);
   AddKernel(b, "small", {{v1::KernelParam::OUTPUT, 0}})->set_dynamic_shared_bytes(48 * 1024);
+  // Static and dynamic shared memory count together against the default limit.
+  v1::Kernel* mixed = AddKernel(b, "mixed", {{v1::KernelParam::OUTPUT, 0}});
+  mixed->set_dynamic_shared_bytes(47 * 1024);
+  mixed->set_static_shared_bytes(2048);
   auto p = Load(b);
   const std::vector<uint64_t> in = {1}, out = {2};
   ASSERT_TRUE(loader_->Launch(*p, in, out, 0).ok());
   ASSERT_TRUE(loader_->Launch(*p, in, out, 0).ok());
   auto attrs = Fake().Events("attr ");
-  ASSERT_EQ(attrs.size(), 1u);  // once, at load, and not for the kernel at the default limit
-  EXPECT_EQ(attrs[0],
-            "attr fn=big attr=" +
-                std::to_string(static_cast<int>(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)) +
-                " value=65536");
+  // Once per kernel, at load, and not for the kernel at the default limit.
+  ASSERT_EQ(attrs.size(), 2u);
+  const std::string attr =
+      std::to_string(static_cast<int>(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES));
+  EXPECT_EQ(attrs[0], "attr fn=big attr=" + attr + " value=65536");
+  EXPECT_EQ(attrs[1], "attr fn=mixed attr=" + attr + " value=48128");
   auto launches = Fake().Events("launch ");
-  ASSERT_EQ(launches.size(), 4u);
+  ASSERT_EQ(launches.size(), 6u);
   EXPECT_EQ(Fields(launches[0])["shared"], "65536");
   EXPECT_EQ(Fields(launches[1])["shared"], "49152");
+  EXPECT_EQ(Fields(launches[2])["shared"], "48128");
 }
 
 TEST_F(LoaderTest, WrongBufferCountsAreInvalidArguments) {

@@ -32,6 +32,10 @@ void ElementalEmitter::ResetScope() {
 void ElementalEmitter::PinAnyIndex(int node, llvm::AllocaInst* slot) { pinned_any_[node] = slot; }
 
 void ElementalEmitter::Pin(int node, llvm::Value* linear, llvm::AllocaInst* slot) {
+  Pin(node, linear, Slot{slot, slot->getAllocatedType(), slot->getAlign()});
+}
+
+void ElementalEmitter::Pin(int node, llvm::Value* linear, const Slot& slot) {
   pinned_[{node, linear}] = slot;
 }
 
@@ -46,13 +50,13 @@ llvm::Value* ElementalEmitter::Lookup(int node, llvm::Value* linear) const {
 }
 
 llvm::Value* ElementalEmitter::PinnedValue(int node, const IrIndex& index) {
-  llvm::AllocaInst* slot = nullptr;
   if (auto it = pinned_any_.find(node); it != pinned_any_.end()) {
-    slot = it->second;
-  } else if (index.linear) {
-    if (auto p = pinned_.find({node, index.linear}); p != pinned_.end()) slot = p->second;
+    return b_.CreateLoad(it->second->getAllocatedType(), it->second);
   }
-  return slot ? b_.CreateLoad(slot->getAllocatedType(), slot) : nullptr;
+  if (!index.linear) return nullptr;
+  auto p = pinned_.find({node, index.linear});
+  if (p == pinned_.end()) return nullptr;
+  return b_.CreateAlignedLoad(p->second.type, p->second.address, p->second.align);
 }
 
 void ElementalEmitter::Seed(int node, llvm::Value* linear, llvm::Value* value) {

@@ -72,6 +72,14 @@ class ElementalEmitter {
   // Makes accesses to `node` at exactly linear index `linear` read `slot`. Survives
   // ResetScope. Used for values a thread keeps in registers between the phases of a row.
   void Pin(int node, llvm::Value* linear, llvm::AllocaInst* slot);
+  // The same for a slot anywhere in memory (shared memory, for a row too long for
+  // registers), holding a value of `type` at `address` aligned to `align`.
+  struct Slot {
+    llvm::Value* address = nullptr;
+    llvm::Type* type = nullptr;
+    llvm::Align align;
+  };
+  void Pin(int node, llvm::Value* linear, const Slot& slot);
   // Forgets every pin.
   void ClearPins();
   // Returns the value memoised for `node` at linear index `linear` in the current scope,
@@ -188,7 +196,7 @@ class ElementalEmitter {
   std::map<Key, llvm::Value*> memo_;
   std::map<Key, Stored> stored_;  // loaded, widened when Emit first reads them
   std::map<int, llvm::AllocaInst*> pinned_any_;
-  std::map<std::pair<int, llvm::Value*>, llvm::AllocaInst*> pinned_;
+  std::map<std::pair<int, llvm::Value*>, Slot> pinned_;
   std::map<std::pair<llvm::Value*, std::vector<int64_t>>, std::vector<llvm::Value*>> delin_;
   std::map<std::pair<std::vector<llvm::Value*>, std::vector<int64_t>>, llvm::Value*> lin_;
   struct Lane {

@@ -259,6 +259,7 @@ StatusOr<CompiledKernel> EmitKernel(const Graph& g, const KernelSpec& spec,
 
   kernel.launch = nest->launch;
   kernel.shared_bytes = nest->shared_bytes;
+  kernel.dynamic_shared_bytes = nest->dynamic_shared_bytes;
   if (has_workspace) {
     kernel.workspace_bytes = (std::max<uint64_t>(nest->workspace_end, 8) + 255) / 256 * 256;
   }

@@ -9,6 +9,7 @@ namespace stitch::codegen {
 struct EmittedNest {
   LaunchDims launch;
   uint32_t shared_bytes = 0;
+  uint32_t dynamic_shared_bytes = 0;
   // The first byte of the kernel's workspace after what the nest uses (0: none used).
   uint64_t workspace_end = 0;
 };

@@ -124,6 +124,17 @@ llvm::GlobalVariable* SharedArray(KernelContext& kc, llvm::Type* ty, uint64_t co
   return gv;
 }
 
+llvm::GlobalVariable* DynamicSharedMemory(KernelContext& kc) {
+  constexpr const char* kName = "stitch_dynamic_shared";
+  if (llvm::GlobalVariable* existing = kc.module.getNamedGlobal(kName)) return existing;
+  auto* arr = llvm::ArrayType::get(llvm::Type::getInt8Ty(kc.ctx), 0);
+  auto* gv = new llvm::GlobalVariable(kc.module, arr, /*isConstant=*/false,
+                                      llvm::GlobalValue::ExternalLinkage, nullptr, kName, nullptr,
+                                      llvm::GlobalValue::NotThreadLocal, /*AddressSpace=*/3);
+  gv->setAlignment(llvm::Align(16));
+  return gv;
+}
+
 std::string DescribeNode(const Graph& g, int id) {
   std::string s = "node " + std::to_string(id);
   if (id >= 0 && id < static_cast<int>(g.nodes.size())) {

@@ -104,6 +104,11 @@ llvm::AllocaInst* EntryAlloca(KernelContext& kc, llvm::Type* ty, const char* nam
 llvm::GlobalVariable* SharedArray(KernelContext& kc, llvm::Type* ty, uint64_t count,
                                   const char* name);
 
+// Returns the kernel's dynamic shared memory (`extern __shared__`): an i8 array, 16-byte
+// aligned, whose size the launch gives (CompiledKernel::dynamic_shared_bytes). Declared once
+// per module.
+llvm::GlobalVariable* DynamicSharedMemory(KernelContext& kc);
+
 // Returns a description of node `id` for error messages: "node 12 'add.3' (add)".
 std::string DescribeNode(const Graph& g, int id);
 

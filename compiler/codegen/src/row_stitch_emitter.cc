@@ -24,6 +24,7 @@
 
 #include "dtype_lowering.h"
 #include "emitters.h"
+#include "index_alignment.h"
 #include "reduction.h"
 #include "row_tile_stager.h"
 #include "stitch/plan/row_stitch.h"
@@ -55,14 +56,19 @@ class RowStitchEmitter {
       invariant_slot_[v] =
           EntryAlloca(kc_, ComputeType(kc_.ctx, kc_.graph.nodes[v].shape.dtype), "row_invariant");
     }
-    for (int c : layout_.kept) {
-      llvm::Type* ty = ComputeType(kc_.ctx, kc_.graph.nodes[c].shape.dtype);
-      for (int j = 0; j < m_.values_per_thread; ++j) {
-        cache_[c].push_back(EntryAlloca(kc_, ty, "row_cache"));
+    STITCH_RETURN_IF_ERROR(CheckSharedRow());
+    if (m_.dynamic_shared_bytes == 0) {
+      for (int c : layout_.kept) {
+        llvm::Type* ty = ComputeType(kc_.ctx, kc_.graph.nodes[c].shape.dtype);
+        for (int j = 0; j < m_.values_per_thread; ++j) {
+          llvm::AllocaInst* slot = EntryAlloca(kc_, ty, "row_cache");
+          cache_[c].push_back({slot, ty, slot->getAlign()});
+        }
       }
     }
     EmittedNest nest;
     nest.launch = m_.launch;
+    nest.dynamic_shared_bytes = m_.dynamic_shared_bytes;
     STITCH_RETURN_IF_ERROR(InitColumnReduces());
     STITCH_RETURN_IF_ERROR(EmitIndependentOutputs());
     if (m_.transpose_tile >= 0) {
@@ -129,11 +135,62 @@ class RowStitchEmitter {
     return Status::Ok();
   }
 
+  // A row kept in shared memory (ThreadMapping::dynamic_shared_bytes) is laid out for one
+  // row per block, at most the bytes the launch gives, and its values' compute types take the
+  // bytes the planner counted for them.
+  Status CheckSharedRow() const {
+    if (m_.dynamic_shared_bytes == 0) return Status::Ok();
+    const std::string k = "kernel " + kc_.spec.name;
+    if (m_.threads_per_row <= 32 || m_.rows_per_block != 1 || m_.transpose_tile >= 0 ||
+        m_.values_per_thread <= 0 || !layout_.column_reduces.empty()) {
+      return InvalidArgument(k + ": a row kept in shared memory needs a block per row, " +
+                             "values_per_thread > 0, and no transpose tile or column reduce");
+    }
+    const SharedRowRegions regions = SharedRowRegionsOf(kc_.graph, layout_);
+    if (regions.bytes > int64_t{m_.dynamic_shared_bytes}) {
+      return InvalidArgument(k + ": its row's kept values take " + std::to_string(regions.bytes) +
+                             " bytes of shared memory, more than the mapping's " +
+                             std::to_string(m_.dynamic_shared_bytes));
+    }
+    for (int c : layout_.kept) {
+      const DType t = kc_.graph.nodes[c].shape.dtype;
+      const uint64_t bytes =
+          kc_.module.getDataLayout().getTypeAllocSize(ComputeType(kc_.ctx, t)).getFixedValue();
+      if (bytes != static_cast<uint64_t>(KeptValueBytes(t))) {
+        return Internal(k + ": " + DescribeNode(kc_.graph, c) + " computes in " +
+                        std::to_string(bytes) + " bytes, not the " +
+                        std::to_string(KeptValueBytes(t)) + " its shared-memory region counts");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The slots of a row kept in shared memory: kept value c's position j of the thread at
+  // seg_ is element ColumnOf(seg_, j) of c's region. They are the same for every row, as a
+  // block holds one row at a time, and only their thread reads them.
+  void MakeSharedSlots() {
+    llvm::GlobalVariable* smem = DynamicSharedMemory(kc_);
+    const SharedRowRegions regions = SharedRowRegionsOf(kc_.graph, layout_);
+    for (size_t c = 0; c < layout_.kept.size(); ++c) {
+      const DType t = kc_.graph.nodes[layout_.kept[c]].shape.dtype;
+      llvm::Type* ty = ComputeType(kc_.ctx, t);
+      llvm::Value* region = b_.CreateConstInBoundsGEP1_64(
+          b_.getInt8Ty(), smem, static_cast<uint64_t>(regions.offsets[c]));
+      std::vector<ElementalEmitter::Slot>& slots = cache_[layout_.kept[c]];
+      for (int j = 0; j < m_.values_per_thread; ++j) {
+        llvm::Value* col = ColumnOf(seg_, j);
+        const uint64_t align = ElementAlignment(col, static_cast<uint64_t>(KeptValueBytes(t)));
+        slots.push_back({b_.CreateInBoundsGEP(ty, region, col), ty, llvm::Align(align)});
+      }
+    }
+  }
+
   // A block per row: partial results of each warp meet in shared memory.
   Status EmitBlockRows() {
     seg_ = ThreadIdx(kc_, Dim::kX);
     lane_ = b_.CreateURem(seg_, kc_.Index(32));
     warp_ = b_.CreateUDiv(seg_, kc_.Index(32));
+    if (m_.dynamic_shared_bytes > 0) MakeSharedSlots();
     return EmitForLoop(kc_, "row", BlockIdx(kc_, Dim::kX), RunRows(), GridDim(kc_, Dim::kX),
                        [&](llvm::Value* row) -> Status {
                          STITCH_RETURN_IF_ERROR(EmitRow(row, b_.getTrue()));
@@ -448,13 +505,9 @@ class RowStitchEmitter {
     const size_t w = static_cast<size_t>(width());
     if (m_.values_per_thread > 0) {
       // Widths divide the row, so a vector is in range when its first element is; runs of
-      // positions under the same guard share one block, whose loads are all issued before
-      // any of its math (ElementalEmitter::EmitLoads). The output pass of a row that keeps
-      // values in registers issues each vector's loads before that vector's math instead:
-      // what it loads is mostly per-column operands the SM's cache holds (gamma, beta), and
-      // all of them in flight beside the kept row take more registers than the blocks per
-      // SM the mapping counts on leave a thread (#1's layer norm: 78 where it has 64).
-      const size_t loads_at_once = pass < 0 && !layout_.kept.empty() ? w : lins_.size();
+      // positions under the same guard share one block, whose loads are issued LoadsAtOnce
+      // positions at a time before their math (ElementalEmitter::EmitLoads).
+      const size_t loads_at_once = LoadsAtOnce(pass);
       for (size_t v = 0; v < lins_.size();) {
         size_t end = v;
         while (end < lins_.size() && valid_[end] == valid_[v]) end += w;
@@ -496,13 +549,30 @@ class RowStitchEmitter {
                        });
   }
 
+  // The register positions of a pass whose loads are issued together, before any of their
+  // math: all of them in the passes of reduces, so that a thread's share of the row is in
+  // flight at once. The output pass of a row that keeps values in registers issues each
+  // vector's loads before that vector's math instead: what it loads is mostly per-column
+  // operands the SM's cache holds (gamma, beta), and all of them in flight beside the kept row
+  // take more registers than the blocks per SM the mapping counts on leave a thread (#1's
+  // layer norm: 78 where it has 64). A row kept in shared memory has more positions than
+  // registers: its passes load loads_per_step vectors at a time, which its first stores to
+  // their slots.
+  size_t LoadsAtOnce(int pass) const {
+    const size_t w = static_cast<size_t>(width());
+    if (pass < 0 && !layout_.kept.empty()) return w;
+    if (m_.dynamic_shared_bytes > 0) return w * static_cast<size_t>(std::max(m_.loads_per_step, 1));
+    return lins_.size();
+  }
+
   // Keeps the values of cached nodes first computed in `pass` at position j.
   Status StoreCached(int pass, size_t j) {
     for (size_t c = 0; c < layout_.kept.size(); ++c) {
       if (layout_.kept_first_pass[c] != pass) continue;
       const int node = layout_.kept[c];
       STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(node, IrIndex{{}, lins_[j]}));
-      b_.CreateStore(v, cache_[node][j]);
+      const ElementalEmitter::Slot& slot = cache_[node][j];
+      b_.CreateAlignedStore(v, slot.address, slot.align);
     }
     return Status::Ok();
   }
@@ -693,7 +763,8 @@ class RowStitchEmitter {
   std::vector<ElementStore> stores_;  // queued by QueueOutput
   std::map<int, ReduceInfo> reduces_;
   std::map<int, llvm::AllocaInst*> results_;
-  std::map<int, std::vector<llvm::AllocaInst*>> cache_;
+  // Per kept value, its slot at each register position: an alloca, or shared memory.
+  std::map<int, std::vector<ElementalEmitter::Slot>> cache_;
   std::map<int, llvm::AllocaInst*> invariant_slot_;  // per row invariant: the current row's
   // Rescaled sums computed in their max's pass: the max of each, and the max its running
   // sum is currently relative to.

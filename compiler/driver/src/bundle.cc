@@ -40,6 +40,7 @@ void FillKernel(const Graph& g, const CompileResult& result, const CompiledKerne
   out.set_cubin(k.cubin);
   out.set_kind(std::string(KernelKindName(k.kind)));
   out.set_static_shared_bytes(k.shared_bytes);
+  out.set_dynamic_shared_bytes(k.dynamic_shared_bytes);
   out.set_workspace_bytes(k.workspace_bytes);
   out.set_cooperative(k.cooperative);
   out.set_takes_outer_extent(k.takes_outer_extent);

@@ -298,13 +298,16 @@ class EmulatorImpl final : public Emulator {
   StatusOr<LoadedKernel*> GetOrCompile(const CompiledKernel& kernel) {
     std::string key = kernel.name;
     key.push_back('\0');
+    key += std::to_string(kernel.dynamic_shared_bytes);
+    key.push_back('\0');
     key += kernel.portable_ir;
     if (auto it = cache_.find(key); it != cache_.end()) return it->second.get();
 
     auto context = std::make_unique<llvm::LLVMContext>();
-    STITCH_ASSIGN_OR_RETURN(emu::RetargetedModule rm,
-                            emu::Retarget(*context, kernel.portable_ir, kernel.name, jit_->triple(),
-                                          jit_->data_layout()));
+    STITCH_ASSIGN_OR_RETURN(
+        emu::RetargetedModule rm,
+        emu::Retarget(*context, kernel.portable_ir, kernel.name, kernel.dynamic_shared_bytes,
+                      jit_->triple(), jit_->data_layout()));
     if (rm.frame_bytes > kMaxFrameBytes) {
       return ResourceExhausted("kernel " + kernel.name + " needs " +
                                std::to_string(rm.frame_bytes) +

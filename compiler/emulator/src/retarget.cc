@@ -452,8 +452,11 @@ struct SharedLayout {
 // When `per_block` (a grid-wide launch, whose blocks run at once), there is no such global:
 // each address is an offset from the block's own buffer, which a readnone runtime call
 // returns (the scheduler knows the calling thread's block).
-StatusOr<SharedLayout> PackSharedMemory(llvm::Module& m, const std::string& kernel,
-                                        bool per_block) {
+//
+// A declaration without a size is the kernel's dynamic shared memory (`extern __shared__`):
+// it takes `dynamic_bytes`, the launch's, after the static arrays, as on the GPU.
+StatusOr<SharedLayout> PackSharedMemory(llvm::Module& m, const std::string& kernel, bool per_block,
+                                        uint64_t dynamic_bytes) {
   std::vector<llvm::GlobalVariable*> shared;
   for (llvm::GlobalVariable& g : m.globals()) {
     if (g.getAddressSpace() == 3) shared.push_back(&g);
@@ -463,17 +466,20 @@ StatusOr<SharedLayout> PackSharedMemory(llvm::Module& m, const std::string& kern
   uint64_t offset = 0;
   llvm::Align max_align(16);
   std::vector<uint64_t> offsets;
+  // Declarations last, as the GPU places dynamic shared memory after the static arrays.
+  std::stable_partition(shared.begin(), shared.end(),
+                        [](const llvm::GlobalVariable* g) { return !g->isDeclaration(); });
   for (llvm::GlobalVariable* g : shared) {
-    if (g->isDeclaration()) {
-      return Unimplemented("kernel " + kernel + ": shared memory " + g->getName().str() +
-                           " has no static size (dynamic shared memory)");
+    if (g->isDeclaration() && dynamic_bytes == 0) {
+      return InvalidArgument("kernel " + kernel + ": shared memory " + g->getName().str() +
+                             " is dynamic, and the kernel declares no dynamic shared bytes");
     }
     llvm::Type* type = g->getValueType();
     const llvm::Align align = std::max(g->getAlign().valueOrOne(), dl.getABITypeAlign(type));
     max_align = std::max(max_align, align);
     offset = llvm::alignTo(offset, align);
     offsets.push_back(offset);
-    offset += dl.getTypeAllocSize(type).getFixedValue();
+    offset += g->isDeclaration() ? dynamic_bytes : dl.getTypeAllocSize(type).getFixedValue();
   }
   const uint64_t total = std::max<uint64_t>(offset, 1);
   auto* i8 = llvm::Type::getInt8Ty(m.getContext());
@@ -551,8 +557,8 @@ uint64_t StaticFrameBytes(llvm::Module& m) {
 }  // namespace
 
 StatusOr<RetargetedModule> Retarget(llvm::LLVMContext& ctx, const std::string& bitcode,
-                                    const std::string& name, const std::string& triple,
-                                    const llvm::DataLayout& layout) {
+                                    const std::string& name, uint64_t dynamic_shared_bytes,
+                                    const std::string& triple, const llvm::DataLayout& layout) {
   const std::string label = name.empty() ? std::string("<unnamed>") : name;
   auto buffer = llvm::MemoryBuffer::getMemBuffer(bitcode, label, false);
   auto parsed = llvm::parseBitcodeFile(buffer->getMemBufferRef(), ctx);
@@ -627,7 +633,8 @@ StatusOr<RetargetedModule> Retarget(llvm::LLVMContext& ctx, const std::string& b
     trap->eraseFromParent();
   }
 
-  STITCH_ASSIGN_OR_RETURN(SharedLayout shared, PackSharedMemory(m, label, grid_barrier));
+  STITCH_ASSIGN_OR_RETURN(SharedLayout shared,
+                          PackSharedMemory(m, label, grid_barrier, dynamic_shared_bytes));
 
   for (llvm::Function& f : m) {
     f.removeFnAttr("target-cpu");

@@ -33,15 +33,17 @@ struct RetargetedModule {
 
 // Parses `bitcode` into `ctx` and rewrites it for `triple`/`layout`: NVVM intrinsics and
 // the grid barrier become runtime calls, addrspace(3) globals are packed into one host
-// global (or, with a grid barrier, into offsets of a per-block buffer), an entry thunk
+// global (or, with a grid barrier, into offsets of a per-block buffer), the dynamic one
+// (`extern __shared__`) at `dynamic_shared_bytes`, an entry thunk
 // `__stitch_emu_entry(void** args)` is added. `name` picks the kernel (falls back to the
 // module's only kernel when empty). Returns INVALID_ARGUMENT for bitcode that does not
 // parse or has no such kernel, or that defines the grid barrier or gives it another type
-// than codegen.h's contract, UNIMPLEMENTED for intrinsics or libdevice functions the
+// than codegen.h's contract, or declares dynamic shared memory without dynamic shared bytes,
+// UNIMPLEMENTED for intrinsics or libdevice functions the
 // emulator lacks, INTERNAL when the rewritten module does not verify.
 StatusOr<RetargetedModule> Retarget(llvm::LLVMContext& ctx, const std::string& bitcode,
-                                    const std::string& name, const std::string& triple,
-                                    const llvm::DataLayout& layout);
+                                    const std::string& name, uint64_t dynamic_shared_bytes,
+                                    const std::string& triple, const llvm::DataLayout& layout);
 
 // Adds the size of every load (store) whose address derives from a parameter of
 // `kernel_name` to counters[0] (counters[1]). `counters` must outlive the compiled code.

@@ -199,6 +199,7 @@ StatusOr<BaselinePlan> PlanXlaModel(const Graph& g, const GpuDevice& device,
   native.row_stitch = false;
   native.global_stitch = false;
   native.loop_rows_in_l2 = false;
+  native.loop_rows_in_shared_memory = false;
   native.loop_columns_per_thread = false;
   native.loop_block_starts = false;
   native.transposed_row_tiles = false;
@@ -231,6 +232,7 @@ StatusOr<BaselinePlan> PlanInductorModel(const Graph& g, const GpuDevice& device
   // Inductor fuses a transpose into the reduction that reads it, whatever the access order.
   rules.transposes_in_reductions = true;
   rules.loop_rows_in_l2 = false;
+  rules.loop_rows_in_shared_memory = false;
   rules.loop_columns_per_thread = false;
   rules.loop_block_starts = false;
   rules.transposed_row_tiles = false;

@@ -46,6 +46,7 @@ const std::vector<GpuDevice>& KnownDevices() {
     a100.grid_barrier_seconds = 1.6e-6;
     a100.launch_seconds = 2.5e-6;
     a100.shared_bytes_per_sm = 164 * 1024;
+    a100.max_shared_bytes_per_block = 163 * 1024;
     a100.l2_bytes = 40LL << 20;
     a100.l2_bytes_per_second = 5.3e12;  // [GB] gpu-l2-cache/a100_80.txt: 5.3-5.5 TB/s, 3-25 MB
     // sm_86 and sm_89 keep 1536 threads per SM; GDDR6 parts. Per-SM limits: [CG], [CCCL].
@@ -57,6 +58,7 @@ const std::vector<GpuDevice>& KnownDevices() {
     a10.max_threads_per_sm = 1536;
     a10.max_blocks_per_sm = 16;
     a10.shared_bytes_per_sm = 100 * 1024;
+    a10.max_shared_bytes_per_block = 99 * 1024;
     a10.l2_bytes = 6LL << 20;
     a10.l2_bytes_per_second = 0;  // no measurement of A10, L4 or T4 found
     // L4: 300 GB/s (datasheet); 58 SMs (7,424 cores) and 48 MB L2 from third-party listings
@@ -77,6 +79,7 @@ const std::vector<GpuDevice>& KnownDevices() {
     t4.max_threads_per_sm = 1024;
     t4.max_blocks_per_sm = 16;
     t4.shared_bytes_per_sm = 64 * 1024;
+    t4.max_shared_bytes_per_block = 64 * 1024;
     t4.reserved_shared_bytes_per_block = 0;
     t4.shared_allocation_unit = 256;
     t4.l2_bytes = 4LL << 20;
@@ -131,9 +134,10 @@ int ResidentBlocksPerSm(const GpuDevice& device, const ThreadMapping& mapping) {
   const int64_t by_registers = warps_per_sub_partition * sub_partitions / warps;
 
   if (int64_t{mapping.shared_bytes} > device.max_static_shared_bytes_per_block) return 0;
-  const int64_t shared_per_block =
-      RoundUp(int64_t{mapping.shared_bytes} + device.reserved_shared_bytes_per_block,
-              std::max(device.shared_allocation_unit, 1));
+  const int64_t block_shared = int64_t{mapping.shared_bytes} + mapping.dynamic_shared_bytes;
+  if (block_shared > device.max_shared_bytes_per_block) return 0;
+  const int64_t shared_per_block = RoundUp(block_shared + device.reserved_shared_bytes_per_block,
+                                           std::max(device.shared_allocation_unit, 1));
   const int64_t by_shared = shared_per_block > 0 ? device.shared_bytes_per_sm / shared_per_block
                                                  : int64_t{device.max_blocks_per_sm};
 

@@ -44,7 +44,9 @@ void DescribeMapping(const ThreadMapping& m, std::ostringstream& out) {
   if (m.threads_per_row != 32 || m.rows_per_block != 1) {
     out << " threads/row=" << m.threads_per_row << " rows/block=" << m.rows_per_block;
   }
-  if (m.values_per_thread > 0) out << " regs/row=" << m.values_per_thread;
+  if (m.values_per_thread > 0) {
+    out << (m.dynamic_shared_bytes > 0 ? " smem_values/row=" : " regs/row=") << m.values_per_thread;
+  }
   if (m.vector_width > 1) out << " vec=" << m.vector_width;
   if (m.rescaled_sums_in_one_pass) out << " online_sums";
   if (m.transpose_tile >= 0) out << " transpose_tile=%" << m.transpose_tile;
@@ -55,6 +57,7 @@ void DescribeMapping(const ThreadMapping& m, std::ostringstream& out) {
     if (m.split_combine == ThreadMapping::SplitCombine::kLastBlock) out << " combine=last_block";
   }
   if (m.shared_bytes > 0) out << " smem=" << m.shared_bytes;
+  if (m.dynamic_shared_bytes > 0) out << " dynamic_smem=" << m.dynamic_shared_bytes;
   if (m.grid_barriers > 0) out << " grid_barriers=" << m.grid_barriers;
 }
 

@@ -322,6 +322,25 @@ void FindKept(const Graph& g, const KernelSpec& spec, const std::map<int, std::s
   }
 }
 
+// Records in `layout` the last pass that reads each kept value: pass p reads the kept values
+// of earlier passes (it does not look into them) and computes its own.
+void FindKeptLastPasses(const Graph& g, const KernelSpec& spec, RowStitchLayout& layout) {
+  layout.kept_last_pass = layout.kept_first_pass;
+  const int final_pass = static_cast<int>(layout.phases.size());
+  for (int p = 1; p <= final_pass; ++p) {
+    std::set<int> read_back;
+    for (size_t c = 0; c < layout.kept.size(); ++c) {
+      if (layout.kept_first_pass[c] < p) read_back.insert(layout.kept[c]);
+    }
+    Analyzer analyzer(g, spec, layout, read_back);
+    if (!VisitPasses(layout, analyzer).ok()) continue;  // the kernel's own visit succeeded
+    for (size_t c = 0; c < layout.kept.size(); ++c) {
+      auto it = analyzer.passes().find(layout.kept[c]);
+      if (it != analyzer.passes().end() && it->second.count(p)) layout.kept_last_pass[c] = p;
+    }
+  }
+}
+
 // Splits the kernel's reduces into row reduces of one geometry (set in `layout`) and column
 // reduces of that geometry.
 Status ClassifyReduces(const Graph& g, const std::vector<int>& reduces, RowStitchLayout& layout,
@@ -487,7 +506,50 @@ StatusOr<RowStitchLayout> AnalyzeRowStitch(const Graph& g, const KernelSpec& spe
     layout.cached_pass_count.push_back(static_cast<int>(passes.size()));
   }
   FindKept(g, spec, analyzer.passes(), layout);
+  FindKeptLastPasses(g, spec, layout);
   return layout;
+}
+
+int64_t KeptValueBytes(DType dtype) {
+  switch (dtype) {
+    case DType::kPred:
+      return 1;
+    case DType::kF16:
+    case DType::kBF16:
+      return 4;
+    default:
+      return DTypeBytes(dtype);
+  }
+}
+
+SharedRowRegions SharedRowRegionsOf(const Graph& g, const RowStitchLayout& layout) {
+  struct Region {
+    int64_t offset, element_bytes;
+    int holder_last_pass;
+  };
+  std::vector<size_t> order(layout.kept.size());
+  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return layout.kept_first_pass[a] < layout.kept_first_pass[b];
+  });
+  SharedRowRegions out;
+  out.offsets.assign(layout.kept.size(), 0);
+  std::vector<Region> regions;
+  for (size_t c : order) {
+    const int64_t element_bytes = KeptValueBytes(g.nodes[layout.kept[c]].shape.dtype);
+    auto free = std::find_if(regions.begin(), regions.end(), [&](const Region& r) {
+      return r.element_bytes == element_bytes && r.holder_last_pass <= layout.kept_first_pass[c];
+    });
+    if (free == regions.end()) {
+      const int64_t offset = (out.bytes + 15) / 16 * 16;
+      regions.push_back({offset, element_bytes, 0});
+      out.bytes = offset + layout.geometry.row_len * element_bytes;
+      free = regions.end() - 1;
+    }
+    free->holder_last_pass = layout.kept_last_pass[c];
+    out.offsets[c] = free->offset;
+  }
+  return out;
 }
 
 }  // namespace stitch

@@ -22,6 +22,17 @@ namespace {
 // to 32 x 1024 elements resident, with room under 255 registers for a few cached values.
 constexpr int kMaxValuesPerThread = 32;
 
+// Positions a thread of a row kept in shared memory may own: its passes are unrolled over
+// them as over registers, so this bounds the code's length (suite row #12's 50,304-element
+// rows take 52 at 1,024 threads per row, in 4-element vectors).
+constexpr int kMaxSharedValuesPerThread = 64;
+
+// Vectors a thread of a row kept in shared memory loads at once where a pass first reads its
+// row (ThreadMapping::loads_per_step): 64 bytes of f32 a thread, 64 KiB for an SM's block of
+// 1,024 threads, more than the H100's and H200's bandwidth-latency product per SM (about 25
+// KiB at 700 ns), without a register per element of the thread's share of the row.
+constexpr int kSharedRowVectorsInFlight = 4;
+
 // The most consecutive elements of a row (8, 4, 2 or 1) a row-stitched thread takes at once:
 // the count divides the row, that many elements of every row-space buffer fit one
 // kMaxVectorBytes access, every thread of the row gets a vector, and, when the row stays in
@@ -179,6 +190,43 @@ bool FillRowTile(const Graph& g, const RowStitchLayout& layout, int transpose, i
 // priced before the issue term overrules it: the estimate's error on the suite's row
 // kernels is within about a quarter.
 constexpr double kIssueOverruleRatio = 1.25;
+
+// Keeps the values of the rows of `k`, filled by FillRowStitch, in dynamic shared memory
+// instead of registers or loop mode's re-reads, where a block per row holds its kept values
+// (SharedRowRegionsOf) within the device's shared memory per block and its threads' shares of
+// the row within kMaxSharedValuesPerThread: every pass after the first reads them from there,
+// so the row crosses DRAM once, as a row held in registers does. One such block fills an
+// SM's shared memory on the rows this is for (suite row #12's 201 KB), so its loads in
+// flight come from kSharedRowVectorsInFlight vectors per thread. Returns false, leaving `k`
+// as it was, where that does not fit.
+bool KeepRowInSharedMemory(const Graph& g, const RowStitchLayout& layout, const GpuDevice& d,
+                           KernelSpec& k) {
+  const RowGeometry& geo = layout.geometry;
+  int reduces = 0;
+  for (const auto& p : layout.phases) reduces += static_cast<int>(p.size());
+  const int64_t tpr = k.mapping.threads_per_row;
+  if (tpr <= 32 || layout.kept.empty() || !layout.column_reduces.empty()) return false;
+  const SharedRowRegions regions = SharedRowRegionsOf(g, layout);
+  if (int64_t{k.mapping.shared_bytes} + regions.bytes > d.max_shared_bytes_per_block) return false;
+  const int64_t w = RowVectorWidth(g, k, geo, static_cast<int>(tpr), /*registers=*/false);
+  const int64_t positions = CeilDiv(geo.row_len, tpr * w) * w;
+  if (positions > kMaxSharedValuesPerThread) return false;
+  KernelSpec shared = k;
+  ThreadMapping& m = shared.mapping;
+  m.vector_width = static_cast<int>(w);
+  m.values_per_thread = static_cast<int>(positions);
+  m.dynamic_shared_bytes = static_cast<uint32_t>(regions.bytes);
+  m.loads_per_step = static_cast<int>(std::min<int64_t>(kSharedRowVectorsInFlight, positions / w));
+  m.rescaled_sums_in_one_pass = false;
+  m.reread_bytes_per_item = m.reread_footprint_bytes_per_item = 0;
+  SetTraffic(g, shared, geo.rows * geo.row_len);
+  m.load_bytes_in_flight_per_thread *= m.loads_per_step * m.vector_width;
+  // The loads in flight hold their bytes in registers until stored to their slots.
+  m.registers_per_thread = 32 + 2 * reduces + m.load_bytes_in_flight_per_thread / 4;
+  if (ResidentBlocksPerSm(d, m) == 0) return false;
+  k = std::move(shared);
+  return true;
+}
 
 }  // namespace
 
@@ -338,6 +386,7 @@ using internal::EstimatedPassInstructions;
 using internal::EstimatedTileInstructions;
 using internal::FillRowStitch;
 using internal::FillRowTile;
+using internal::KeepRowInSharedMemory;
 using internal::RowTileTranspose;
 
 std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
@@ -427,6 +476,31 @@ void TileTransposedRows(const Graph& g, KernelSpec& kernel, const GpuDevice& dev
         best_seconds = seconds;
         best = std::move(trial);
       }
+    }
+  }
+  if (best) kernel = std::move(*best);
+}
+
+void KeepLoopRowsInSharedMemory(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  if (kernel.kind != KernelKind::kRowStitch || kernel.mapping.values_per_thread > 0 ||
+      kernel.mapping.transpose_tile >= 0) {
+    return;
+  }
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, kernel);
+  if (!layout.ok() || layout->cached.empty()) return;
+  std::unique_ptr<CostModel> model = NewPlanningCostModel(device);
+  std::optional<KernelSpec> best;
+  double best_seconds = std::numeric_limits<double>::infinity();
+  for (int threads = 64; threads <= device.max_threads_per_block; threads *= 2) {
+    KernelSpec trial = kernel;
+    if (!FillRowStitch(g, *layout, threads, device, 0, trial) ||
+        !KeepRowInSharedMemory(g, *layout, device, trial)) {
+      continue;
+    }
+    const double seconds = model->EstimateKernel(g, trial).seconds;
+    if (seconds < best_seconds) {
+      best_seconds = seconds;
+      best = std::move(trial);
     }
   }
   if (best) kernel = std::move(*best);

@@ -820,6 +820,7 @@ StatusOr<FusionPlan> PlanStitched(const Graph& g, const GpuDevice& device,
   for (KernelSpec& k : plan.kernels) {
     SizeGridToWork(g, k, device);
     if (options.rules.loop_block_starts) RemapLoopForBlockStarts(g, k, device);
+    if (options.rules.loop_rows_in_shared_memory) KeepLoopRowsInSharedMemory(g, k, device);
     if (options.rules.loop_rows_in_l2) FitLoopRowsInL2(g, k, device);
     if (options.rules.loop_columns_per_thread) KeepLoopColumnsPerThread(g, k, device);
   }

@@ -108,8 +108,9 @@ const KernelSpec* RowStitchOf(const FusionPlan& plan) {
 const GpuDevice& H100() { return *FindDevice("H100"); }
 
 TEST(RescaledSum, RowsInLoopModeComputeTheSumInTheMaxPassAndReadTheirRowTwice) {
-  // 50,304 f32 per row (suite row #12): no thread keeps its share in registers.
-  const int64_t rows = 8192, cols = 50304;
+  // 65,536 f32 per row: no thread keeps its share in registers, and a block's shared memory
+  // does not hold the row (suite row #12's 50,304 it does: e2e_shared_row_test).
+  const int64_t rows = 8192, cols = 65536;
   Graph g = testing::Softmax(rows, cols);
   ASSERT_TRUE(Verify(g).ok());
   StatusOr<CompileResult> r = CompileForEmulator(g);

@@ -134,10 +134,10 @@ TEST(StitchPlanner, LayerNormIsOneRowStitchedKernelReadingItsInputOnce) {
 }
 
 TEST(StitchPlanner, RowsTooLongForRegistersCountTheirRereads) {
-  // 50304 f32 per row (a GPT vocabulary softmax): no thread holds its share of the row, so
-  // the pass of the max and its rescaled sum and the output pass each read x, once more
-  // than the plan's traffic counts.
-  const int64_t rows = 256, cols = 50304;
+  // 65,536 f32 per row (a vocabulary softmax): no thread holds its share of the row, nor a
+  // block's shared memory the row (256 KiB), so the pass of the max and its rescaled sum and
+  // the output pass each read x, once more than the plan's traffic counts.
+  const int64_t rows = 256, cols = 65536;
   Graph g = Softmax(rows, cols);
   ASSERT_TRUE(Verify(g).ok());
   FusionPlan plan = Stitched(g);
@@ -155,10 +155,11 @@ TEST(StitchPlanner, RowsTooLongForRegistersCountTheirRereads) {
 }
 
 TEST(StitchPlanner, LoopModeRowsInFlightFitTheL2WindowTheirRereadsNeed) {
-  // 8192 rows of 50304 f32 (suite row #12): a block per row and every block slot in flight
-  // would hold over 100 MB of rows, so the output pass's re-read would miss L2. The
-  // grid is capped to the rows the fitted reuse window holds, with 1024-thread blocks.
-  const int64_t rows = 8192, cols = 50304;
+  // 8192 rows of 65,536 f32, too long for a block's shared memory: a block per row and every
+  // block slot in flight would hold over 100 MB of rows, so the output pass's re-read would
+  // miss L2. The grid is capped to the rows the fitted reuse window holds, with 1024-thread
+  // blocks.
+  const int64_t rows = 8192, cols = 65536;
   Graph g = Softmax(rows, cols);
   FusionPlan plan = Stitched(g);
   ASSERT_EQ(plan.kernels.size(), 1u) << Describe(g, plan);
@@ -167,7 +168,9 @@ TEST(StitchPlanner, LoopModeRowsInFlightFitTheL2WindowTheirRereadsNeed) {
   const CostModelParameters fitted = CostModelParametersFor(H100(), kCurrentCostModel);
   const double in_flight = static_cast<double>(m.launch.blocks()) * m.rows_per_block * cols * 4;
   EXPECT_LE(in_flight, fitted.reuse_window_bytes) << Describe(g, plan);
-  EXPECT_GE(m.launch.blocks(), static_cast<uint64_t>(H100().sms) * 9 / 10);
+  // As many blocks as the window holds rows.
+  EXPECT_EQ(m.launch.blocks(),
+            static_cast<uint64_t>(fitted.reuse_window_bytes / static_cast<double>(cols * 4)));
   EXPECT_EQ(m.launch.block_threads(), 1024u);
   const std::unique_ptr<CostModel> model = NewAnalyticalCostModel(H100());
   EXPECT_EQ(model->Estimate(g, plan).per_kernel[0].dram_bytes, TrafficLowerBound(g).total());

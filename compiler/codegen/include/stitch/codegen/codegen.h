@@ -90,6 +90,9 @@ struct CompiledKernel {
   KernelKind kind = KernelKind::kLoop;
   LaunchDims launch;
   uint32_t shared_bytes = 0;  // static shared memory per block
+  // Dynamic shared memory per block: launch with this many bytes, which above 48 KiB needs the
+  // function's MAX_DYNAMIC_SHARED_SIZE_BYTES attribute set first (cuFuncSetAttribute). 0: none.
+  uint32_t dynamic_shared_bytes = 0;
   // The buffer behind each kernel parameter, by graph node index: the spec's inputs in
   // order, then its outputs in order. Each buffer must be 16-byte aligned (cudaMalloc's
   // are 256-byte aligned): kernels load and store up to 16 bytes at once.

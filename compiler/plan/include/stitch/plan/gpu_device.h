@@ -32,9 +32,13 @@ struct GpuDevice {
   int max_blocks_per_sm = 32;
   int registers_per_sm = 65536;
   int64_t shared_bytes_per_sm = 0;
-  // The most static shared memory one block may declare (dynamic shared memory can go
-  // further, but stitch kernels use static arrays only). 48 KiB: [CG], [CCCL].
+  // The most static shared memory one block may declare. 48 KiB: [CG], [CCCL].
   int64_t max_static_shared_bytes_per_block = 48 * 1024;
+  // The most shared memory, static and dynamic, one block may use once the kernel opts in
+  // (cuFuncSetAttribute's MAX_DYNAMIC_SHARED_SIZE_BYTES): the programming guide's table of
+  // compute capabilities [CG], 227 KiB on sm_90, 163 on sm_80, 99 on sm_86 and sm_89, 64 on
+  // sm_75. Rows kept in shared memory (ThreadMapping::dynamic_shared_bytes) need it.
+  int64_t max_shared_bytes_per_block = 227 * 1024;
   // A grid-wide barrier: the top of [GB]'s 1.0-1.3 us per barrier on H200 (a software
   // barrier like codegen's, timed with a small pass, so an upper bound); the device table sets
   // A100's 1.6 us (COST_MODEL_SOURCES.md, section 3).

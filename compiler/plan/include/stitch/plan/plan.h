@@ -150,6 +150,9 @@ struct ThreadMapping {
   int64_t column_period = 0;
   // kRowReduce and kColumnReduce: reduced elements each thread loads before combining them
   // (strided as its loop steps, so accesses stay coalesced), for loads in flight.
+  // kRowStitch with its row in shared memory (dynamic_shared_bytes > 0): the vectors each
+  // thread loads at once where a pass first reads its row, so that the loads in flight do
+  // not take a register per element of the thread's share of the row.
   int loads_per_step = 1;
   // kRowStitch: elements of a row each thread keeps in registers between the row's phases
   // (0 when rows are too long, and later phases read global memory again).
@@ -159,6 +162,11 @@ struct ThreadMapping {
   // once less; rows held in registers re-read nothing and keep the plain passes.
   bool rescaled_sums_in_one_pass = false;
   uint32_t shared_bytes = 0;  // static shared memory per block
+  // kRowStitch with a block per row and values_per_thread > 0: the bytes of dynamic shared
+  // memory that hold the values the row keeps between its passes (SharedRowRegionsOf,
+  // row_stitch.h), where registers would not hold them; 0 keeps them in registers. Each
+  // thread reads back only the slots it wrote, so the slots need no barrier.
+  uint32_t dynamic_shared_bytes = 0;
   // Block-wide barriers each block passes per row or tile it processes.
   int block_barriers_per_item = 0;
   int grid_barriers = 0;  // grid-wide barriers per launch

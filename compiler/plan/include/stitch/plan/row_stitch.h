@@ -86,6 +86,9 @@ struct RowStitchLayout {
   // loaded again). Each with the first pass that computes it.
   std::vector<int> kept;
   std::vector<int> kept_first_pass;
+  // For each kept value, the last pass that reads it back (its first pass where none does):
+  // pass p reads what the passes before it kept, and computes the rest.
+  std::vector<int> kept_last_pass;
   // Values with one element per row, read only at the current row and computed from loaded
   // inputs without any of the kernel's reduces (the one-pass statistics' shift x[row, 0], a
   // per-row scale): a thread computes each once per row and pass that reads it, at the pass's
@@ -96,6 +99,24 @@ struct RowStitchLayout {
   // final output pass), in increasing order.
   std::vector<std::vector<int>> row_invariant_passes;
 };
+
+// Where a block whose row's kept values live in shared memory (ThreadMapping::
+// dynamic_shared_bytes) holds each of them: `offsets[i]` is the byte offset of kept value i's
+// region, row_len values of its compute type (f32 for f16 and bf16, a byte for a predicate),
+// each thread's slots at the columns it owns. Regions start 16-byte aligned, for vector
+// accesses. A value first computed in the pass that last reads another value of the same
+// element size takes over that value's region: a thread reads the old value at a position
+// before it stores the new one there (softmax's exp(x - max) replaces x), so the regions of
+// `bytes` hold no more than what is live at once.
+struct SharedRowRegions {
+  std::vector<int64_t> offsets;
+  int64_t bytes = 0;
+};
+SharedRowRegions SharedRowRegionsOf(const Graph& g, const RowStitchLayout& layout);
+
+// The bytes a kept value of `dtype` takes per element, in registers or in shared memory: its
+// compute type's (f16 and bf16 compute in f32; a predicate is stored as a byte).
+int64_t KeptValueBytes(DType dtype);
 
 // Returns whether reduce node `id` reduces a value of `geo.rows * geo.row_len` elements over
 // its leading dimensions, keeping the trailing `row_len` elements: a column reduce of `geo`.

@@ -51,6 +51,15 @@ bool SplitColumnReduceOverBlocks(const Graph& g, KernelSpec& kernel, const GpuDe
 std::vector<KernelSpec> SplitColumnReduceCandidates(const Graph& g, const KernelSpec& kernel,
                                                     const GpuDevice& device);
 
+// A row-stitched kernel in loop mode (its rows outgrow registers) whose kept values fit one
+// block's shared memory keeps them there instead (ThreadMapping::dynamic_shared_bytes): a
+// block per row stores what its first pass loads, each thread at its own columns, and the
+// later passes read it back from there, so the row crosses DRAM once (suite row #12: 8,192
+// softmax rows of 201 KB, re-read by its output pass). Takes the threads per row the planning
+// cost model prices lowest among those that fit. Leaves other kernels, and kernels whose
+// values do not fit, as they are.
+void KeepLoopRowsInSharedMemory(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
+
 // A row-stitched kernel in loop mode (its rows outgrow registers) reads each row once per
 // pass, and the later passes hit L2 only while the rows in flight fit the device's fitted
 // reuse window. Caps the grid of such a kernel to the rows that fit, each block looping over

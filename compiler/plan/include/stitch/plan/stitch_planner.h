@@ -65,6 +65,10 @@ struct FusionRules {
   // (FitLoopRowsInL2). Inductor and XLA launch a program or block per row whatever its
   // length, so their models keep every row in flight and read it once per pass.
   bool loop_rows_in_l2 = true;
+  // Loop-mode rows whose values fit a block's shared memory kept there
+  // (KeepLoopRowsInSharedMemory), so that they are read from DRAM once. Inductor's and XLA's
+  // row kernels keep rows in registers or read them once per pass.
+  bool loop_rows_in_shared_memory = true;
   // Loop kernels that read per-column values keep each thread on its columns, so those
   // values are computed once per thread (KeepLoopColumnsPerThread). Triton's and XLA's loop
   // kernels compute them for every element.
