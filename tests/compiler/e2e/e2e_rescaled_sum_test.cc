@@ -201,11 +201,11 @@ const Case kCases[] = {
 };
 
 TEST(RescaledSum, ThePlannersLoopModeKernelMatchesTheInterpreter) {
-  // 33,000 per row: more than 32 per thread at 1,024 threads, so the planner's mapping is
-  // in loop mode.
+  // 65,536 per row: more than 32 per thread at 1,024 threads, and 256 KiB of f32 values,
+  // more than a block's shared memory, so the planner's mapping is in loop mode.
   uint64_t seed = 7300;
   for (const Case& c : kCases) {
-    Graph g = SoftmaxWithSums(8, 33000, c.dtype, c.in_f32, c.max_init);
+    Graph g = SoftmaxWithSums(8, 65536, c.dtype, c.in_f32, c.max_init);
     SCOPED_TRACE(Name(c));
     std::printf("%s, seed %llu\n", Name(c).c_str(), static_cast<unsigned long long>(seed));
     ASSERT_TRUE(Verify(g).ok());
