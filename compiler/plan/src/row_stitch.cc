@@ -333,7 +333,8 @@ void FindKeptLastPasses(const Graph& g, const KernelSpec& spec, RowStitchLayout&
       if (layout.kept_first_pass[c] < p) read_back.insert(layout.kept[c]);
     }
     Analyzer analyzer(g, spec, layout, read_back);
-    if (!VisitPasses(layout, analyzer).ok()) continue;  // the kernel's own visit succeeded
+    // Stopping at more nodes than the kernel's own visit, which succeeded, cannot fail.
+    if (!VisitPasses(layout, analyzer).ok()) continue;
     for (size_t c = 0; c < layout.kept.size(); ++c) {
       auto it = analyzer.passes().find(layout.kept[c]);
       if (it != analyzer.passes().end() && it->second.count(p)) layout.kept_last_pass[c] = p;

@@ -28,9 +28,10 @@ constexpr int kMaxValuesPerThread = 32;
 constexpr int kMaxSharedValuesPerThread = 64;
 
 // Vectors a thread of a row kept in shared memory loads at once where a pass first reads its
-// row (ThreadMapping::loads_per_step): 64 bytes of f32 a thread, 64 KiB for an SM's block of
-// 1,024 threads, more than the H100's and H200's bandwidth-latency product per SM (about 25
-// KiB at 700 ns), without a register per element of the thread's share of the row.
+// row (ThreadMapping::loads_per_step): 64 bytes a thread, 64 KiB for an SM's block of 1,024
+// threads, more than the 9.5 and 19.7 KiB per SM that the H100's and H200's fitted bandwidth
+// and latency need (the static checks' in_flight), without a register per element of the
+// thread's share of the row.
 constexpr int kSharedRowVectorsInFlight = 4;
 
 // The most consecutive elements of a row (8, 4, 2 or 1) a row-stitched thread takes at once:
@@ -191,8 +192,9 @@ bool FillRowTile(const Graph& g, const RowStitchLayout& layout, int transpose, i
 // kernels is within about a quarter.
 constexpr double kIssueOverruleRatio = 1.25;
 
-// Keeps the values of the rows of `k`, filled by FillRowStitch, in dynamic shared memory
-// instead of registers or loop mode's re-reads, where a block per row holds its kept values
+// Keeps the values of the rows of `k`, filled by FillRowStitch in loop mode for `layout`
+// (analysed with the plain passes a row in shared memory runs), in dynamic shared memory
+// instead of re-reading them, where a block per row holds its kept values
 // (SharedRowRegionsOf) within the device's shared memory per block and its threads' shares of
 // the row within kMaxSharedValuesPerThread: every pass after the first reads them from there,
 // so the row crosses DRAM once, as a row held in registers does. One such block fills an
@@ -486,12 +488,18 @@ void KeepLoopRowsInSharedMemory(const Graph& g, KernelSpec& kernel, const GpuDev
       kernel.mapping.transpose_tile >= 0) {
     return;
   }
-  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, kernel);
+  // A row in shared memory re-reads nothing, so its rescaled sums keep a pass of their own,
+  // as rows in registers do: its layout is the plain one.
+  KernelSpec plain = kernel;
+  plain.mapping.rescaled_sums_in_one_pass = false;
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, plain);
   if (!layout.ok() || layout->cached.empty()) return;
   std::unique_ptr<CostModel> model = NewPlanningCostModel(device);
   std::optional<KernelSpec> best;
   double best_seconds = std::numeric_limits<double>::infinity();
-  for (int threads = 64; threads <= device.max_threads_per_block; threads *= 2) {
+  for (int threads = 64;
+       threads <= device.max_threads_per_block && threads / 2 < layout->geometry.row_len;
+       threads *= 2) {
     KernelSpec trial = kernel;
     if (!FillRowStitch(g, *layout, threads, device, 0, trial) ||
         !KeepRowInSharedMemory(g, *layout, device, trial)) {
