@@ -26,7 +26,7 @@ auto MappingKey(const KernelSpec& k) {
   const ThreadMapping& m = k.mapping;
   return std::make_tuple(m.launch.block, m.launch.grid, m.vector_width, m.column_period,
                          m.transpose_tile, m.threads_per_row, m.values_per_thread, m.reduce_chunks,
-                         PhaseLoads(k));
+                         m.dynamic_shared_bytes, m.loads_per_step, PhaseLoads(k));
 }
 
 // The scheduler's candidates for `kernel`; none for kinds the sweep leaves alone.
@@ -177,9 +177,16 @@ std::string MappingText(const KernelSpec& k) {
                      std::to_string(l.blocks()) + ", vector " +
                      std::to_string(std::max(m.vector_width, 1));
   if (k.kind == KernelKind::kRowStitch) {
-    text += ", " + std::to_string(m.threads_per_row) + " threads per row, " +
-            (m.values_per_thread > 0 ? std::to_string(m.values_per_thread) + " values in registers"
-                                     : std::string("loop mode"));
+    text += ", " + std::to_string(m.threads_per_row) + " threads per row, ";
+    if (m.values_per_thread == 0) {
+      text += "loop mode";
+    } else if (m.dynamic_shared_bytes == 0) {
+      text += std::to_string(m.values_per_thread) + " values in registers";
+    } else {
+      text += std::to_string(m.values_per_thread) + " values in shared memory, " +
+              std::to_string(m.loads_per_step) +
+              (m.loads_per_step == 1 ? " vector in flight" : " vectors in flight");
+    }
   }
   if (m.column_period > 0)
     text += ", columns kept (period " + std::to_string(m.column_period) + ")";

@@ -136,6 +136,29 @@ TEST(GpuBenchMappingsTest, ListPricesEveryCandidateOfEachKernel) {
       << r.out;
 }
 
+// #12's rows, kept in shared memory as shipped (4 vectors a thread in flight), are swept with
+// 1 and 2 vectors in flight as well, beside the loop-mode mappings the scheduler chose among.
+TEST(GpuBenchMappingsTest, ARowInSharedMemoryIsSweptAtEachCountOfVectorsInFlight) {
+  ScratchDir scratch("mappings_shared_rows");
+  const std::string csv = scratch.path() + "/mappings.csv";
+  CommandResult r = RunCommand(GpuBench() + " --mappings --list --only 12 --csv " + csv);
+  ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+  const std::string shared =
+      "1024x1 x 4224, vector 4, 1024 threads per row, 52 values in shared "
+      "memory, ";
+  std::map<std::string, bool> seen;  // mapping -> shipped
+  int loop_mode = 0;
+  for (const auto& row : ReadCsvRows(csv)) {
+    EXPECT_TRUE(row.at("error").empty()) << row.at("error");
+    seen[row.at("mapping")] = row.at("shipped") == "1";
+    loop_mode += row.at("mapping").find("loop mode") != std::string::npos;
+  }
+  EXPECT_EQ(seen[shared + "4 vectors in flight"], true) << r.out;
+  EXPECT_EQ(seen.count(shared + "2 vectors in flight"), 1u) << r.out;
+  EXPECT_EQ(seen.count(shared + "1 vector in flight"), 1u) << r.out;
+  EXPECT_GE(loop_mode, 4) << r.out;
+}
+
 // #24's transpose (one tile for each of 196 blocks) is swept at blocks of 64, 128, 256 (as
 // shipped) and 512 threads: each a tiled kernel with its tile in shared memory, at the vector
 // width that lets the block cover a tile in whole rows. #16's loop transposes nothing: no tile.

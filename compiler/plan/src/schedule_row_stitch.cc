@@ -199,10 +199,10 @@ constexpr double kIssueOverruleRatio = 1.25;
 // the row within kMaxSharedValuesPerThread: every pass after the first reads them from there,
 // so the row crosses DRAM once, as a row held in registers does. One such block fills an
 // SM's shared memory on the rows this is for (suite row #12's 201 KB), so its loads in
-// flight come from kSharedRowVectorsInFlight vectors per thread. Returns false, leaving `k`
-// as it was, where that does not fit.
+// flight come from `vectors_in_flight` vectors per thread. Returns false, leaving `k` as it
+// was, where that does not fit.
 bool KeepRowInSharedMemory(const Graph& g, const RowStitchLayout& layout, const GpuDevice& d,
-                           KernelSpec& k) {
+                           KernelSpec& k, int vectors_in_flight = kSharedRowVectorsInFlight) {
   const RowGeometry& geo = layout.geometry;
   int reduces = 0;
   for (const auto& p : layout.phases) reduces += static_cast<int>(p.size());
@@ -218,7 +218,7 @@ bool KeepRowInSharedMemory(const Graph& g, const RowStitchLayout& layout, const 
   m.vector_width = static_cast<int>(w);
   m.values_per_thread = static_cast<int>(positions);
   m.dynamic_shared_bytes = static_cast<uint32_t>(regions.bytes);
-  m.loads_per_step = static_cast<int>(std::min<int64_t>(kSharedRowVectorsInFlight, positions / w));
+  m.loads_per_step = static_cast<int>(std::min<int64_t>(vectors_in_flight, positions / w));
   m.rescaled_sums_in_one_pass = false;
   m.reread_bytes_per_item = m.reread_footprint_bytes_per_item = 0;
   SetTraffic(g, shared, geo.rows * geo.row_len);
@@ -401,6 +401,23 @@ std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelS
     if (!FillRowStitch(g, *layout, t, device, 0, candidate)) continue;
     if (ResidentBlocksPerSm(device, candidate.mapping) == 0) continue;
     candidates.push_back(std::move(candidate));
+  }
+  // Rows kept in shared memory run the plain passes (KeepLoopRowsInSharedMemory).
+  KernelSpec plain = kernel;
+  plain.mapping.rescaled_sums_in_one_pass = false;
+  StatusOr<RowStitchLayout> plain_layout = AnalyzeRowStitch(g, plain);
+  if (!plain_layout.ok()) return candidates;
+  for (int t : internal::ThreadsPerRowCandidates(plain_layout->geometry.row_len, 0)) {
+    for (int vectors : {1, 2, 4}) {
+      KernelSpec candidate = kernel;
+      if (!FillRowStitch(g, *plain_layout, t, device, 0, candidate) ||
+          candidate.mapping.values_per_thread > 0 ||
+          !KeepRowInSharedMemory(g, *plain_layout, device, candidate, vectors) ||
+          candidate.mapping.loads_per_step != vectors) {
+        continue;
+      }
+      candidates.push_back(std::move(candidate));
+    }
   }
   return candidates;
 }

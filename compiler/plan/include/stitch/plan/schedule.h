@@ -113,9 +113,11 @@ std::vector<KernelSpec> TransposeTileMappingCandidates(const Graph& g, const Ker
 // Returns the mappings ScheduleKernel chooses a row-stitched kernel's among, for a kernel of
 // its own (one with column reduces runs only as a global kernel's phase: none), each filled
 // for `device` from `kernel`'s nodes: one per count of threads per row that fits, from a
-// share of a warp to whole blocks of up to 1,024 threads, in the order tried. What
-// ScheduleKernel may do after choosing (the grid capped to the L2 window, row tiles) is not
-// among them. gpu_bench --mappings times every candidate.
+// share of a warp to whole blocks of up to 1,024 threads, in the order tried. Then, for rows
+// that outgrow registers, the mappings KeepLoopRowsInSharedMemory chooses among, at 1, 2 and 4
+// vectors a thread in flight (ThreadMapping::loads_per_step; it ships 4). What ScheduleKernel
+// may do after choosing (the grid capped to the L2 window, row tiles) is not among them.
+// gpu_bench --mappings times every candidate.
 std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                                    const GpuDevice& device);
 
