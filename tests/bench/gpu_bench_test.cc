@@ -250,6 +250,33 @@ CompiledKernel PtxKernel(const std::string& name, int params, std::vector<int> p
   return k;
 }
 
+// y = -x over 4,096 f32, with x's input of zeros: a graph for the stand-in driver's launches,
+// whose kernels the tests give.
+struct NegatedVector {
+  Graph graph;
+  int x = -1, y = -1;
+  Tensor input;
+  NegatedVector() {
+    Node in;
+    in.name = "x";
+    in.op = OpCode::kParameter;
+    in.shape.dtype = DType::kF32;
+    in.shape.dims = {4096};
+    in.parameter_number = 0;
+    x = graph.Add(in);
+    Node out = in;
+    out.name = "y";
+    out.op = OpCode::kNeg;
+    out.operands = {x};
+    out.parameter_number = -1;
+    y = graph.Add(out);
+    graph.outputs = {y};
+    StatusOr<Tensor> t = FromDeviceBytes(in.shape, std::vector<uint8_t>(4 * 4096, 0));
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    if (t.ok()) input = std::move(t).value();
+  }
+};
+
 // A kernel with a workspace (codegen.h) takes it as one more argument, zero-filled before its
 // first launch; one with grid barriers goes through cuLaunchCooperativeKernel, and is not
 // launched when its grid cannot be resident at once. One without (a split reduction whose
@@ -258,27 +285,10 @@ TEST(GpuBenchTest, WorkspaceKernelsLaunchCooperativelyWithTheWorkspaceLast) {
   if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
   StatusOr<std::unique_ptr<Gpu>> gpu = OpenGpu(FakeDriver(), 0, FakeDriver());
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
-  Graph g;
-  Node x;
-  x.name = "x";
-  x.op = OpCode::kParameter;
-  x.shape.dtype = DType::kF32;
-  x.shape.dims = {4096};
-  x.parameter_number = 0;
-  const int xi = g.Add(x);
-  Node y = x;
-  y.name = "y";
-  y.op = OpCode::kNeg;
-  y.operands = {xi};
-  y.parameter_number = -1;
-  const int yi = g.Add(y);
-  g.outputs = {yi};
-  Tensor input;
-  {
-    StatusOr<Tensor> t = FromDeviceBytes(x.shape, std::vector<uint8_t>(4 * 4096, 0));
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
-    input = std::move(t).value();
-  }
+  const NegatedVector neg;
+  const Graph& g = neg.graph;
+  const int xi = neg.x, yi = neg.y;
+  const Tensor& input = neg.input;
 
   CompileResult compiled;
   compiled.kernels.push_back(PtxKernel("plain", 2, {xi, yi}, 16, 256));
@@ -320,29 +330,15 @@ TEST(GpuBenchTest, WorkspaceKernelsLaunchCooperativelyWithTheWorkspaceLast) {
 }
 
 // A kernel that keeps its rows in dynamic shared memory launches with its bytes, after the
-// function is allowed more than the default 48 KiB; a kernel within the default launches
-// without that. The fake driver refuses a launch above a function's limit, as the GPU does.
+// function is allowed more than the default 48 KiB (the stand-in driver refuses a launch above
+// a function's limit, as the GPU does); one within the default launches with its bytes too.
 TEST(GpuBenchTest, DynamicSharedMemoryIsAllowedAndLaunched) {
   if (!std::filesystem::exists(FakeDriver())) GTEST_SKIP() << "built without cuda.h";
   StatusOr<std::unique_ptr<Gpu>> gpu = OpenGpu(FakeDriver(), 0, FakeDriver());
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
-  Graph g;
-  Node x;
-  x.name = "x";
-  x.op = OpCode::kParameter;
-  x.shape.dtype = DType::kF32;
-  x.shape.dims = {4096};
-  x.parameter_number = 0;
-  const int xi = g.Add(x);
-  Node y = x;
-  y.name = "y";
-  y.op = OpCode::kNeg;
-  y.operands = {xi};
-  y.parameter_number = -1;
-  const int yi = g.Add(y);
-  g.outputs = {yi};
-  StatusOr<Tensor> input = FromDeviceBytes(x.shape, std::vector<uint8_t>(4 * 4096, 0));
-  ASSERT_TRUE(input.ok()) << input.status().ToString();
+  const NegatedVector neg;
+  const Graph& g = neg.graph;
+  const int xi = neg.x, yi = neg.y;
 
   CompileResult compiled;
   CompiledKernel rows = PtxKernel("rows", 2, {xi, yi}, 132, 1024);
@@ -352,7 +348,7 @@ TEST(GpuBenchTest, DynamicSharedMemoryIsAllowedAndLaunched) {
   CompiledKernel small = PtxKernel("small", 2, {xi, yi}, 132, 256);
   small.dynamic_shared_bytes = 4096;
   compiled.kernels.push_back(small);
-  StatusOr<std::vector<Tensor>> out = (*gpu)->RunPlan(g, compiled, {input.value()});
+  StatusOr<std::vector<Tensor>> out = (*gpu)->RunPlan(g, compiled, {neg.input});
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   const std::string log = FakeLaunchLog();
   EXPECT_NE(log.find("cuLaunchKernel rows args=2 last=16384B shared=201216\n"), std::string::npos)
