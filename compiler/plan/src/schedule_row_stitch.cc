@@ -230,6 +230,14 @@ bool KeepRowInSharedMemory(const Graph& g, const RowStitchLayout& layout, const 
   return true;
 }
 
+// The layout of `kernel` with the plain passes a row kept in shared memory runs: it re-reads
+// nothing, so its rescaled sums keep a pass of their own, as rows in registers do.
+StatusOr<RowStitchLayout> SharedRowLayout(const Graph& g, const KernelSpec& kernel) {
+  KernelSpec plain = kernel;
+  plain.mapping.rescaled_sums_in_one_pass = false;
+  return AnalyzeRowStitch(g, plain);
+}
+
 }  // namespace
 
 bool FillRowStitch(const Graph& g, const RowStitchLayout& layout, int threads_per_row,
@@ -390,6 +398,7 @@ using internal::FillRowStitch;
 using internal::FillRowTile;
 using internal::KeepRowInSharedMemory;
 using internal::RowTileTranspose;
+using internal::SharedRowLayout;
 
 std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                                    const GpuDevice& device) {
@@ -402,10 +411,7 @@ std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelS
     if (ResidentBlocksPerSm(device, candidate.mapping) == 0) continue;
     candidates.push_back(std::move(candidate));
   }
-  // Rows kept in shared memory run the plain passes (KeepLoopRowsInSharedMemory).
-  KernelSpec plain = kernel;
-  plain.mapping.rescaled_sums_in_one_pass = false;
-  StatusOr<RowStitchLayout> plain_layout = AnalyzeRowStitch(g, plain);
+  StatusOr<RowStitchLayout> plain_layout = SharedRowLayout(g, kernel);
   if (!plain_layout.ok()) return candidates;
   for (int t : internal::ThreadsPerRowCandidates(plain_layout->geometry.row_len, 0)) {
     for (int vectors : {1, 2, 4}) {
@@ -505,11 +511,7 @@ void KeepLoopRowsInSharedMemory(const Graph& g, KernelSpec& kernel, const GpuDev
       kernel.mapping.transpose_tile >= 0) {
     return;
   }
-  // A row in shared memory re-reads nothing, so its rescaled sums keep a pass of their own,
-  // as rows in registers do: its layout is the plain one.
-  KernelSpec plain = kernel;
-  plain.mapping.rescaled_sums_in_one_pass = false;
-  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, plain);
+  StatusOr<RowStitchLayout> layout = SharedRowLayout(g, kernel);
   if (!layout.ok() || layout->cached.empty()) return;
   std::unique_ptr<CostModel> model = NewPlanningCostModel(device);
   std::optional<KernelSpec> best;
