@@ -135,10 +135,10 @@ class RowStitchEmitter {
     return Status::Ok();
   }
 
-  // A row kept in shared memory (ThreadMapping::dynamic_shared_bytes) is laid out for one
-  // row per block, at most the bytes the launch gives, and its values' compute types take the
-  // bytes the planner counted for them.
-  Status CheckSharedRow() const {
+  // Lays out a row kept in shared memory (ThreadMapping::dynamic_shared_bytes) and checks it:
+  // one row per block, at most the bytes the launch gives, and its values' compute types
+  // taking the bytes the planner counted for them.
+  Status CheckSharedRow() {
     if (m_.dynamic_shared_bytes == 0) return Status::Ok();
     const std::string k = "kernel " + kc_.spec.name;
     if (m_.threads_per_row <= 32 || m_.rows_per_block != 1 || m_.transpose_tile >= 0 ||
@@ -146,9 +146,10 @@ class RowStitchEmitter {
       return InvalidArgument(k + ": a row kept in shared memory needs a block per row, " +
                              "values_per_thread > 0, and no transpose tile or column reduce");
     }
-    const SharedRowRegions regions = SharedRowRegionsOf(kc_.graph, layout_);
-    if (regions.bytes > int64_t{m_.dynamic_shared_bytes}) {
-      return InvalidArgument(k + ": its row's kept values take " + std::to_string(regions.bytes) +
+    shared_regions_ = SharedRowRegionsOf(kc_.graph, layout_);
+    if (shared_regions_.bytes > int64_t{m_.dynamic_shared_bytes}) {
+      return InvalidArgument(k + ": its row's kept values take " +
+                             std::to_string(shared_regions_.bytes) +
                              " bytes of shared memory, more than the mapping's " +
                              std::to_string(m_.dynamic_shared_bytes));
     }
@@ -170,12 +171,11 @@ class RowStitchEmitter {
   // block holds one row at a time, and only their thread reads them.
   void MakeSharedSlots() {
     llvm::GlobalVariable* smem = DynamicSharedMemory(kc_);
-    const SharedRowRegions regions = SharedRowRegionsOf(kc_.graph, layout_);
     for (size_t c = 0; c < layout_.kept.size(); ++c) {
       const DType t = kc_.graph.nodes[layout_.kept[c]].shape.dtype;
       llvm::Type* ty = ComputeType(kc_.ctx, t);
       llvm::Value* region = b_.CreateConstInBoundsGEP1_64(
-          b_.getInt8Ty(), smem, static_cast<uint64_t>(regions.offsets[c]));
+          b_.getInt8Ty(), smem, static_cast<uint64_t>(shared_regions_.offsets[c]));
       std::vector<ElementalEmitter::Slot>& slots = cache_[layout_.kept[c]];
       for (int j = 0; j < m_.values_per_thread; ++j) {
         llvm::Value* col = ColumnOf(seg_, j);
@@ -763,6 +763,8 @@ class RowStitchEmitter {
   std::vector<ElementStore> stores_;  // queued by QueueOutput
   std::map<int, ReduceInfo> reduces_;
   std::map<int, llvm::AllocaInst*> results_;
+  // Where a row kept in shared memory holds its kept values (CheckSharedRow lays them out).
+  SharedRowRegions shared_regions_;
   // Per kept value, its slot at each register position: an alloca, or shared memory.
   std::map<int, std::vector<ElementalEmitter::Slot>> cache_;
   std::map<int, llvm::AllocaInst*> invariant_slot_;  // per row invariant: the current row's
