@@ -182,6 +182,10 @@ std::string MappingText(const KernelSpec& k) {
       text += "loop mode";
     } else if (m.dynamic_shared_bytes == 0) {
       text += std::to_string(m.values_per_thread) + " values in registers";
+    } else if (m.transpose_tile >= 0) {
+      text += std::to_string(m.values_per_thread) + " values in a resident tile of " +
+              std::to_string(m.rows_per_block) + " rows, " + std::to_string(m.loads_per_step) +
+              (m.loads_per_step == 1 ? " load in flight" : " loads in flight");
     } else {
       text += std::to_string(m.values_per_thread) + " values in shared memory, " +
               std::to_string(m.loads_per_step) +

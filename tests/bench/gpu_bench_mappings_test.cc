@@ -159,6 +159,33 @@ TEST(GpuBenchMappingsTest, ARowInSharedMemoryIsSweptAtEachCountOfVectorsInFlight
   EXPECT_GE(loop_mode, 4) << r.out;
 }
 
+// #13's softmax over a transposed operand is swept in resident row tiles (rows held whole in
+// the shared-memory tile) of several rows and threads per row beside the tile it ships, which
+// holds its rows in registers.
+TEST(GpuBenchMappingsTest, TransposedRowsAreSweptInResidentTiles) {
+  ScratchDir scratch("mappings_resident_tiles");
+  const std::string csv = scratch.path() + "/mappings.csv";
+  CommandResult r = RunCommand(GpuBench() + " --mappings --list --only 13 --csv " + csv);
+  ASSERT_EQ(r.exit_status, 0) << r.err << r.out;
+  int resident = 0, shipped_tiles = 0;
+  std::set<std::string> distinct;
+  for (const auto& row : ReadCsvRows(csv)) {
+    EXPECT_TRUE(row.at("error").empty()) << row.at("error");
+    const std::string& mapping = row.at("mapping");
+    if (mapping.find("resident tile of ") != std::string::npos) {
+      ++resident;
+      distinct.insert(mapping);
+      EXPECT_EQ(row.at("shipped"), "0") << mapping;
+      EXPECT_NE(mapping.find(", transpose tile"), std::string::npos) << mapping;
+    }
+    if (row.at("shipped") == "1")
+      shipped_tiles += mapping.find("values in registers, transpose tile") != std::string::npos;
+  }
+  EXPECT_GE(resident, 4) << r.out;
+  EXPECT_EQ(distinct.size(), static_cast<size_t>(resident)) << r.out;
+  EXPECT_EQ(shipped_tiles, 1) << r.out;
+}
+
 // #24's transpose (one tile for each of 196 blocks) is swept at blocks of 64, 128, 256 (as
 // shipped) and 512 threads: each a tiled kernel with its tile in shared memory, at the vector
 // width that lets the block cover a tile in whole rows. #16's loop transposes nothing: no tile.

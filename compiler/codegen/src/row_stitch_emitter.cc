@@ -18,6 +18,8 @@
 // columns over the rows it visits in registers, the row groups of a block combine theirs in
 // shared memory, each block stores one partial per column in the workspace, and after a
 // grid barrier a warp per column combines the blocks' partials (reduction.h).
+#include <llvm/IR/InlineAsm.h>
+
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -86,6 +88,10 @@ class RowStitchEmitter {
 
  private:
   int64_t rows() const { return layout_.geometry.rows; }
+  // A resident row tile (ThreadMapping::transpose_tile with dynamic_shared_bytes): every pass
+  // reads the rows from the tile, so the thread keeps none of the layout's kept values.
+  bool ResidentTile() const { return m_.transpose_tile >= 0 && m_.dynamic_shared_bytes > 0; }
+  size_t KeptCount() const { return ResidentTile() ? 0 : layout_.kept.size(); }
   int64_t row_len() const { return layout_.geometry.row_len; }
   // The rows of this run: a shape-generic kernel's rows follow the extent, and its rows keep
   // their length (CheckRowLengthFixed).
@@ -139,7 +145,7 @@ class RowStitchEmitter {
   // one row per block, at most the bytes the launch gives, and its values' compute types
   // taking the bytes the planner counted for them.
   Status CheckSharedRow() {
-    if (m_.dynamic_shared_bytes == 0) return Status::Ok();
+    if (m_.dynamic_shared_bytes == 0 || ResidentTile()) return Status::Ok();
     const std::string k = "kernel " + kc_.spec.name;
     if (m_.threads_per_row <= 32 || m_.rows_per_block != 1 || m_.transpose_tile >= 0 ||
         m_.values_per_thread <= 0 || !layout_.column_reduces.empty()) {
@@ -226,6 +232,7 @@ class RowStitchEmitter {
                          });
     }
     RowTileStager stager(kc_, em_, tid, shared_bytes);
+    if (stager.Resident()) return EmitResidentTiles(stager, row_in_tile);
     const int transpose = m_.transpose_tile;
     llvm::Type* ty = ComputeType(kc_.ctx, kc_.graph.nodes[transpose].shape.dtype);
     std::vector<llvm::AllocaInst*> staged;
@@ -245,6 +252,28 @@ class RowStitchEmitter {
                          for (size_t j = 0; j < staged.size(); ++j)
                            em_.Pin(transpose, lins_[j], staged[j]);
                          return EmitRowPasses();
+                       });
+  }
+
+  // Resident row tiles: each tile is staged whole into shared memory, and after one barrier
+  // the row's passes read the transpose's values at the thread's positions from there.
+  Status EmitResidentTiles(RowTileStager& stager, llvm::Value* row_in_tile) {
+    const int transpose = m_.transpose_tile;
+    return EmitForLoop(kc_, "tile", BlockIdx(kc_, Dim::kX), kc_.Index(stager.Tiles()),
+                       GridDim(kc_, Dim::kX), [&](llvm::Value* tile) -> Status {
+                         const TileOrigin origin = stager.OriginOf(tile);
+                         SetRowPositions(stager.RowOf(origin, row_in_tile), b_.getTrue());
+                         STITCH_RETURN_IF_ERROR(stager.StageTile(origin));
+                         Barrier(kc_);
+                         for (size_t j = 0; j < lins_.size(); ++j) {
+                           em_.Pin(
+                               transpose, lins_[j],
+                               stager.SlotOf(row_in_tile, ColumnOf(seg_, static_cast<int64_t>(j))));
+                         }
+                         STITCH_RETURN_IF_ERROR(EmitRowPasses());
+                         // The next tile overwrites the tile.
+                         Barrier(kc_);
+                         return Status::Ok();
                        });
   }
 
@@ -435,9 +464,11 @@ class RowStitchEmitter {
   // The row's phases, then its outputs, for the row SetRowPositions set.
   Status EmitRowPasses() {
     for (size_t p = 0; p < layout_.phases.size(); ++p) {
+      if (p > 0) ReadTileAgain();
       STITCH_RETURN_IF_ERROR(PinRowInvariants(static_cast<int>(p)));
       STITCH_RETURN_IF_ERROR(EmitPhase(static_cast<int>(p)));
     }
+    ReadTileAgain();
     STITCH_RETURN_IF_ERROR(PinRowInvariants(static_cast<int>(layout_.phases.size())));
     std::vector<int> reads = layout_.row_space_outputs;
     for (const ReduceInfo& r : column_.reduces) reads.push_back(r.input);
@@ -452,6 +483,16 @@ class RowStitchEmitter {
       for (int o : layout_.row_outputs) STITCH_RETURN_IF_ERROR(StoreOutput(o, row_));
       return Status::Ok();
     });
+  }
+
+  // A resident row tile's passes each read the tile: nothing stores to it between them, so
+  // without a fence LLVM would keep the first pass's reads in registers for the later ones,
+  // the thread's whole share of its rows at once, which the tile is there to avoid.
+  void ReadTileAgain() {
+    if (!ResidentTile()) return;
+    auto* fence = llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), false), "",
+                                       "~{memory}", /*hasSideEffects=*/true);
+    b_.CreateCall(fence);
   }
 
   // Computes the row invariants that pass `pass` reads, once for the current row, and makes
@@ -497,8 +538,9 @@ class RowStitchEmitter {
   // adjacent accesses; the stores `body` queues (QueueOutput) follow each vector's last
   // element, where a vector of sub-word elements stores as one (StoreElements).
   using GroupHook = std::function<Status(const std::vector<llvm::Value*>&)>;
-  // `after_group`, when set, runs after the body of each group of elements that share one
-  // guard (a vector in loop mode), with their linear indices.
+  // `after_group`, when set, runs after the body of each group of elements whose loads are
+  // issued together (a vector in loop mode; LoadsAtOnce positions of a row's fixed ones), with
+  // their linear indices.
   Status ForEachElement(const std::vector<int>& reads,
                         const std::function<Status(llvm::Value*, size_t)>& body, int pass = -1,
                         const GroupHook& after_group = nullptr) {
@@ -513,20 +555,22 @@ class RowStitchEmitter {
         while (end < lins_.size() && valid_[end] == valid_[v]) end += w;
         STITCH_RETURN_IF_ERROR(EmitIf(kc_, "elem", valid_[v], [&]() -> Status {
           em_.ResetScope();
-          const std::vector<llvm::Value*> group(lins_.begin() + static_cast<long>(v),
-                                                lins_.begin() + static_cast<long>(end));
-          for (size_t j = v; j < end; ++j) {
-            if ((j - v) % loads_at_once == 0) {
-              const size_t last = std::min(end, j + loads_at_once);
-              em_.EmitLoads(reads,
-                            std::vector<llvm::Value*>(lins_.begin() + static_cast<long>(j),
-                                                      lins_.begin() + static_cast<long>(last)));
+          for (size_t j = v; j < end; j += loads_at_once) {
+            const size_t last = std::min(end, j + loads_at_once);
+            const std::vector<llvm::Value*> chunk(lins_.begin() + static_cast<long>(j),
+                                                  lins_.begin() + static_cast<long>(last));
+            em_.EmitLoads(reads, chunk);
+            for (size_t i = j; i < last; ++i) {
+              STITCH_RETURN_IF_ERROR(body(lins_[i], i));
+              STITCH_RETURN_IF_ERROR(StoreCached(pass, i));
+              if ((i - v + 1) % w == 0) FlushOutputs();
             }
-            STITCH_RETURN_IF_ERROR(body(lins_[j], j));
-            STITCH_RETURN_IF_ERROR(StoreCached(pass, j));
-            if ((j - v + 1) % w == 0) FlushOutputs();
+            // Rescaled sums (only where nothing is kept: a resident row tile) add each chunk's
+            // terms once its max is in, so no more of the row's values stay live than a
+            // chunk's.
+            if (after_group) STITCH_RETURN_IF_ERROR(after_group(chunk));
           }
-          return after_group ? after_group(group) : Status::Ok();
+          return Status::Ok();
         }));
         v = end;
       }
@@ -560,14 +604,15 @@ class RowStitchEmitter {
   // their slots.
   size_t LoadsAtOnce(int pass) const {
     const size_t w = static_cast<size_t>(width());
-    if (pass < 0 && !layout_.kept.empty()) return w;
+    if (pass < 0 && KeptCount() > 0) return w;
+    if (ResidentTile()) return w;
     if (m_.dynamic_shared_bytes > 0) return w * static_cast<size_t>(std::max(m_.loads_per_step, 1));
     return lins_.size();
   }
 
   // Keeps the values of cached nodes first computed in `pass` at position j.
   Status StoreCached(int pass, size_t j) {
-    for (size_t c = 0; c < layout_.kept.size(); ++c) {
+    for (size_t c = 0; c < KeptCount(); ++c) {
       if (layout_.kept_first_pass[c] != pass) continue;
       const int node = layout_.kept[c];
       STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(node, IrIndex{{}, lins_[j]}));
@@ -605,7 +650,7 @@ class RowStitchEmitter {
           return Status::Ok();
         }));
     // From here on, later passes read the cached values instead of recomputing them.
-    for (size_t c = 0; c < layout_.kept.size(); ++c) {
+    for (size_t c = 0; c < KeptCount(); ++c) {
       if (layout_.kept_first_pass[c] != p) continue;
       const int node = layout_.kept[c];
       for (size_t j = 0; j < lins_.size(); ++j) em_.Pin(node, lins_[j], cache_[node][j]);
@@ -810,6 +855,18 @@ Status CheckRowTile(const KernelContext& kc, const RowStitchLayout& layout) {
       !layout.column_reduces.empty()) {
     return InvalidArgument(k + "the mapping does not cover whole tiles of whole rows in registers");
   }
+  if (m.dynamic_shared_bytes > 0) {
+    const RowTileStaging staging = RowTileStagingOf(g, m);
+    const uint64_t needed = static_cast<uint64_t>(rows * staging.row_stride) *
+                            kc.module.getDataLayout()
+                                .getTypeAllocSize(ComputeType(kc.ctx, shape.dtype))
+                                .getFixedValue();
+    if (needed > m.dynamic_shared_bytes) {
+      return InvalidArgument(k + "a resident tile takes " + std::to_string(needed) +
+                             " bytes of shared memory, more than the mapping's " +
+                             std::to_string(m.dynamic_shared_bytes));
+    }
+  }
   return Status::Ok();
 }
 
@@ -836,10 +893,11 @@ StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
   }
   // A value cached in registers in the pass that combines a rescaled sum would be kept at
   // the running max, not the row's.
-  if (m.rescaled_sums_in_one_pass && m.values_per_thread > 0) {
+  const bool resident_tile = m.transpose_tile >= 0 && m.dynamic_shared_bytes > 0;
+  if (m.rescaled_sums_in_one_pass && m.values_per_thread > 0 && !resident_tile) {
     return InvalidArgument("kernel " + kc.spec.name +
                            ": rescaled sums share their max's pass only in loop mode "
-                           "(values_per_thread 0)");
+                           "(values_per_thread 0) and in resident row tiles");
   }
   if (m.transpose_tile >= 0) STITCH_RETURN_IF_ERROR(CheckRowTile(kc, layout));
   RowStitchEmitter emitter(kc, layout);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "dtype_lowering.h"
+#include "index_alignment.h"
 
 namespace stitch::codegen {
 namespace {
@@ -32,10 +33,15 @@ RowTileStager::RowTileStager(KernelContext& kc, ElementalEmitter& em, llvm::Valu
       index_(kc, shape_, tiles_),
       tid_(tid) {
   type_ = ComputeType(kc_.ctx, shape_.dtype);
+  if (Resident()) {
+    tile_ = DynamicSharedMemory(kc_);
+    return;
+  }
   const uint64_t slots = static_cast<uint64_t>(tiles_.p_side * staging_.row_stride);
-  tile_ = SharedArray(kc_, type_, slots, "row_tile");
+  llvm::GlobalVariable* tile = SharedArray(kc_, type_, slots, "row_tile");
   // Each thread's vector of a row starts on a 16-byte boundary, so its loads can merge.
-  tile_->setAlignment(llvm::Align(16));
+  tile->setAlignment(llvm::Align(16));
+  tile_ = tile;
   shared_bytes += static_cast<uint32_t>(kc_.module.getDataLayout().getTypeAllocSize(type_) * slots);
 }
 
@@ -45,36 +51,72 @@ llvm::Value* RowTileStager::RowOf(const TileOrigin& o, llvm::Value* row_in_tile)
   return b_.CreateUDiv(first, kc_.Index(tiles_.q));
 }
 
-void RowTileStager::LoadTile(const TileOrigin& o) {
-  em_.ResetScope();
-  rounds_.assign(static_cast<size_t>(staging_.rounds), {});
-  const int64_t threads = static_cast<int64_t>(m_.launch.block_threads());
-  const int64_t rows_per_pass = threads / staging_.p_lanes;
+void RowTileStager::ElementsOfPass(const TileOrigin& o, int64_t round, int64_t pass,
+                                   std::vector<llvm::Value*>& linears,
+                                   std::vector<llvm::Value*>& slots) {
+  const int64_t rows_per_pass = static_cast<int64_t>(m_.launch.block_threads()) / staging_.p_lanes;
   llvm::Value* p_lane = b_.CreateURem(tid_, kc_.Index(staging_.p_lanes));
   llvm::Value* first_row =
       b_.CreateMul(p_lane, kc_.Index(staging_.p_width), "", true, true);  // in the tile
   llvm::Value* m = b_.CreateAdd(o.p0, first_row, "", true, true);
   llvm::Value* first_q = b_.CreateUDiv(tid_, kc_.Index(staging_.p_lanes));
+  llvm::Value* element =
+      b_.CreateAdd(first_q, kc_.Index(pass * rows_per_pass), "", true, true);  // in the round
+  llvm::Value* q = b_.CreateAdd(kc_.Index(round * staging_.round), element, "", true, true);
+  const std::vector<llvm::Value*> rows = index_.AdjacentInOperand(em_, o, m, q, staging_.p_width);
+  for (size_t e = 0; e < rows.size(); ++e) {
+    linears.push_back(rows[e]);
+    slots.push_back(
+        Slot(b_.CreateAdd(first_row, kc_.Index(static_cast<int64_t>(e)), "", true, true), element));
+  }
+}
+
+int64_t RowTileStager::PassesPerRound() const {
+  return staging_.round /
+         (static_cast<int64_t>(m_.launch.block_threads()) / std::max<int64_t>(staging_.p_lanes, 1));
+}
+
+void RowTileStager::LoadTile(const TileOrigin& o) {
+  em_.ResetScope();
+  rounds_.assign(static_cast<size_t>(staging_.rounds), {});
   std::vector<llvm::Value*> every;
   for (int64_t round = 0; round < staging_.rounds; ++round) {
     StagedRound& r = rounds_[static_cast<size_t>(round)];
-    for (int64_t pass = 0; pass < staging_.round / rows_per_pass; ++pass) {
-      llvm::Value* element =
-          b_.CreateAdd(first_q, kc_.Index(pass * rows_per_pass), "", true, true);  // in the round
-      llvm::Value* q = b_.CreateAdd(kc_.Index(round * staging_.round), element, "", true, true);
-      const std::vector<llvm::Value*> rows =
-          index_.AdjacentInOperand(em_, o, m, q, staging_.p_width);
-      for (size_t e = 0; e < rows.size(); ++e) {
-        r.linears.push_back(rows[e]);
-        r.slots.push_back(Slot(
-            b_.CreateAdd(first_row, kc_.Index(static_cast<int64_t>(e)), "", true, true), element));
-      }
+    for (int64_t pass = 0; pass < PassesPerRound(); ++pass) {
+      ElementsOfPass(o, round, pass, r.linears, r.slots);
     }
     every.insert(every.end(), r.linears.begin(), r.linears.end());
   }
   em_.SetLaneOffsetsLast(true);
   em_.EmitLoads({transpose_}, every);
   em_.SetLaneOffsetsLast(false);
+}
+
+Status RowTileStager::StageTile(const TileOrigin& o) {
+  const int64_t passes = PassesPerRound();
+  const int64_t at_once = std::max(m_.loads_per_step, 1);
+  for (int64_t first = 0; first < passes; first += at_once) {
+    em_.ResetScope();
+    std::vector<llvm::Value*> linears, slots;
+    for (int64_t pass = first; pass < std::min(passes, first + at_once); ++pass) {
+      ElementsOfPass(o, /*round=*/0, pass, linears, slots);
+    }
+    em_.SetLaneOffsetsLast(true);
+    em_.EmitLoads({transpose_}, linears);
+    em_.SetLaneOffsetsLast(false);
+    for (size_t k = 0; k < linears.size(); ++k) {
+      STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(transpose_, IrIndex{{}, linears[k]}));
+      b_.CreateStore(v, slots[k]);
+    }
+  }
+  return Status::Ok();
+}
+
+ElementalEmitter::Slot RowTileStager::SlotOf(llvm::Value* row_in_tile, llvm::Value* element) {
+  const uint64_t bytes = kc_.module.getDataLayout().getTypeAllocSize(type_);
+  // Rows start 16-byte aligned (RowTileStaging::row_stride), so the element's alignment in
+  // its row is its alignment in the tile.
+  return {Slot(row_in_tile, element), type_, llvm::Align(ElementAlignment(element, bytes))};
 }
 
 Status RowTileStager::ComputeRound(int64_t round) {

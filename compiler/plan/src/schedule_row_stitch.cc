@@ -187,6 +187,81 @@ bool FillRowTile(const Graph& g, const RowStitchLayout& layout, int transpose, i
   return true;
 }
 
+// Loads a thread of a resident row tile issues at once while it stages the tile (each of
+// p_width rows at one element), before their math and their stores to the tile: enough
+// bytes in flight per SM with several blocks resident, without a register per element the
+// thread stages.
+constexpr int kResidentTileLoadsInFlight = 4;
+
+// Fills `k`'s mapping with resident row tiles (ThreadMapping::transpose_tile with
+// dynamic_shared_bytes): tiles of `rows` rows of `threads_per_row` threads (whole warps)
+// each, staged whole into dynamic shared memory, every pass reading them from there and
+// computing the rest again, so a thread keeps no value of its rows in registers. Its
+// rescaled sums share their max's pass, as in loop mode. Returns false, the mapping then
+// partly filled, where that does not fit: the rows split evenly over their threads into at
+// most kMaxSharedValuesPerThread positions each, the tiles cover the p run, and a block with
+// its tile is resident on the device.
+bool FillResidentRowTile(const Graph& g, const KernelSpec& kernel, int transpose, int rows,
+                         int threads_per_row, const GpuDevice& d, KernelSpec& k) {
+  k = kernel;
+  k.mapping.rescaled_sums_in_one_pass = true;
+  StatusOr<RowStitchLayout> merged = AnalyzeRowStitch(g, k);
+  if (!merged.ok()) {
+    k.mapping.rescaled_sums_in_one_pass = false;
+    merged = AnalyzeRowStitch(g, k);
+    if (!merged.ok()) return false;
+  }
+  const RowStitchLayout& layout = *merged;
+  const RowGeometry& geo = layout.geometry;
+  const int64_t tpr = threads_per_row;
+  if (TransposeTilesOf(g, transpose).p % rows != 0 || geo.row_len % tpr != 0 ||
+      geo.row_len / tpr > kMaxSharedValuesPerThread || rows * tpr > d.max_threads_per_block) {
+    return false;
+  }
+  const bool one_pass = k.mapping.rescaled_sums_in_one_pass;
+  ThreadMapping& m = k.mapping;
+  m = ThreadMapping{};
+  m.rescaled_sums_in_one_pass = one_pass;
+  m.transpose_tile = transpose;
+  m.threads_per_row = threads_per_row;
+  m.rows_per_block = rows;
+  m.launch.block = {static_cast<uint32_t>(rows * tpr), 1, 1};
+  m.launch.grid = {CeilDivCapped(geo.rows, rows, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
+  m.work_items = geo.rows;
+  m.values_per_thread = static_cast<int>(geo.row_len / tpr);
+  m.vector_width = RowVectorWidth(g, k, geo, threads_per_row, /*registers=*/true);
+  // Marks the tile resident for RowTileStagingOf; the bytes follow from its staging.
+  m.dynamic_shared_bytes = 1;
+  const RowTileStaging staging = RowTileStagingOf(g, m);
+  const int64_t passes = staging.round * staging.p_lanes / (rows * tpr);
+  m.loads_per_step = static_cast<int>(std::min<int64_t>(kResidentTileLoadsInFlight, passes));
+  const int64_t value_bytes = g.nodes[transpose].shape.dtype == DType::kF64 ? 8 : 4;
+  const int64_t tile_bytes = rows * staging.row_stride * value_bytes;
+  int reduces = 0;
+  for (const auto& p : layout.phases) reduces += static_cast<int>(p.size());
+  // Several warps per row combine each reduce through a slot per warp.
+  const int64_t slots = tpr > 32 ? 8 * (tpr / 32) * rows * reduces : 0;
+  if (slots > d.max_static_shared_bytes_per_block ||
+      slots + tile_bytes > d.max_shared_bytes_per_block) {
+    return false;
+  }
+  m.shared_bytes = static_cast<uint32_t>(slots);
+  m.dynamic_shared_bytes = static_cast<uint32_t>(tile_bytes);
+  // The staging's loads in flight hold their values in registers until stored to the tile,
+  // and each position of the thread's rows about one more, for its index and what each pass
+  // loads there (the suite's #13 assembles to 64 registers at 32 positions, 127 at 64).
+  m.registers_per_thread = 32 + 2 * reduces + m.values_per_thread +
+                           static_cast<int>(m.loads_per_step * staging.p_width * value_bytes / 4);
+  if (ResidentBlocksPerSm(d, m) == 0) return false;
+  // One after the staging and one guarding the tile's reuse; several warps per row add one
+  // per phase and one guarding the slots' reuse, as a block per row does.
+  m.block_barriers_per_item = 2 + (tpr > 32 ? static_cast<int>(layout.phases.size()) + 1 : 0);
+  SetTraffic(g, k, geo.rows * geo.row_len);
+  m.strided_input_bytes = m.strided_sector_bytes = m.strided_reuse_bytes = 0;
+  m.load_bytes_in_flight_per_thread *= m.loads_per_step * static_cast<int>(staging.p_width);
+  return true;
+}
+
 // How far above the best issue-aware price a row mapping chosen on memory alone must be
 // priced before the issue term overrules it: the estimate's error on the suite's row
 // kernels is within about a quarter.
@@ -394,6 +469,7 @@ Status ScheduleRowStitch(const Graph& g, KernelSpec& k, const GpuDevice& d, int 
 
 using internal::EstimatedPassInstructions;
 using internal::EstimatedTileInstructions;
+using internal::FillResidentRowTile;
 using internal::FillRowStitch;
 using internal::FillRowTile;
 using internal::KeepRowInSharedMemory;
@@ -425,6 +501,19 @@ std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelS
       candidates.push_back(std::move(candidate));
     }
   }
+  // Rows read through a transpose: the resident row tiles TileTransposedRows chooses among
+  // beside the tiles it holds in registers (suite row #13's shipped one ran slower than the
+  // XLA model's two kernels on the H200, latency-bound at one block per SM).
+  const int transpose = RowTileTranspose(g, kernel, *layout);
+  if (transpose < 0) return candidates;
+  for (int rows : {4, 8, 16}) {
+    for (int threads : {32, 64, 128}) {
+      KernelSpec candidate = kernel;
+      if (FillResidentRowTile(g, kernel, transpose, rows, threads, device, candidate)) {
+        candidates.push_back(std::move(candidate));
+      }
+    }
+  }
   return candidates;
 }
 
@@ -443,28 +532,32 @@ RowTileStaging RowTileStagingOf(const Graph& g, const ThreadMapping& m) {
     }
   }
   s.round = int64_t{m.threads_per_row} * width;
+  // A resident tile (dynamic_shared_bytes) holds its rows whole: one round of the row.
+  if (m.dynamic_shared_bytes > 0) s.round = int64_t{m.threads_per_row} * m.values_per_thread;
   // With 4 values of padding the rows a warp computes side by side (p_width apart) start
   // 4 x p_width banks apart and each spans 32 / p_lanes = 4 x p_width elements of a tile of 8
   // rows: no bank conflicts there, two-way in a tile of 16. In a tile of 4 a lane takes all 4
   // rows of one element, so each row's 32 values of a warp are consecutive: no conflicts.
   // Rows stay 16-byte aligned.
   s.row_stride = s.round + 4;
-  s.rounds = m.values_per_thread / width;
+  s.rounds = m.dynamic_shared_bytes > 0 ? 1 : m.values_per_thread / width;
   s.p_lanes = rows / s.p_width;
   return s;
 }
 
 bool MapRowTiles(const Graph& g, KernelSpec& kernel, const GpuDevice& device, int rows_per_block,
-                 int threads_per_row) {
+                 int threads_per_row, bool resident) {
   if (kernel.kind != KernelKind::kRowStitch) return false;
   StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, kernel);
   if (!layout.ok()) return false;
   const int transpose = RowTileTranspose(g, kernel, *layout);
   if (transpose < 0) return false;
   KernelSpec trial = kernel;
-  if (!FillRowTile(g, *layout, transpose, rows_per_block, threads_per_row, device, trial)) {
-    return false;
-  }
+  const bool filled =
+      resident ? FillResidentRowTile(g, kernel, transpose, rows_per_block, threads_per_row, device,
+                                     trial)
+               : FillRowTile(g, *layout, transpose, rows_per_block, threads_per_row, device, trial);
+  if (!filled) return false;
   kernel = std::move(trial);
   return true;
 }
@@ -491,6 +584,9 @@ void TileTransposedRows(const Graph& g, KernelSpec& kernel, const GpuDevice& dev
   // of 4 rows read a quarter of a 2-byte operand's sector, the rest from L2 after the blocks
   // beside them, but are small enough for two blocks per SM where 8 rows of the same threads
   // per row take a whole SM (suite row #13).
+  // Tiles held in registers only: resident tiles (FillResidentRowTile) are swept
+  // (RowStitchMappingCandidates) but not chosen until a GPU has timed them, as the register
+  // tiles the model first priced at half the two kernels' time ran slower than those.
   for (int rows : {4, 8, 16}) {
     for (int threads = 32; threads <= 1024; threads *= 2) {
       KernelSpec trial = kernel;

@@ -54,15 +54,16 @@ Graph TransposedMaskedSoftmax(int64_t q, int64_t k, int64_t h, DType dtype) {
 }
 
 // Runs `g`'s softmax as one row-stitched kernel mapped to row tiles of `rows` rows of
-// `threads` threads each (the Inductor model's one-kernel plan, re-mapped whatever the
-// price), on the emulator against the interpreter.
-void CheckRowTiles(const Graph& g, int rows, int threads, uint64_t seed) {
+// `threads` threads each, held in registers or (`resident`) in the shared-memory tile (the
+// Inductor model's one-kernel plan, re-mapped whatever the price), on the emulator against
+// the interpreter.
+void CheckRowTiles(const Graph& g, int rows, int threads, uint64_t seed, bool resident = false) {
   const GpuDevice& h100 = *FindDevice("H100");
   StatusOr<BaselinePlan> plan = PlanBaselineModel(BaselineCompiler::kInductor, g, h100);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_EQ(plan->plan.kernels.size(), 1u) << Describe(plan->graph, plan->plan);
   KernelSpec kernel = plan->plan.kernels[0];
-  ASSERT_TRUE(MapRowTiles(plan->graph, kernel, h100, rows, threads))
+  ASSERT_TRUE(MapRowTiles(plan->graph, kernel, h100, rows, threads, resident))
       << rows << " rows of " << threads << " threads\n"
       << Describe(plan->graph, plan->plan);
   const ThreadMapping& m = kernel.mapping;
@@ -72,7 +73,15 @@ void CheckRowTiles(const Graph& g, int rows, int threads, uint64_t seed) {
   EXPECT_EQ(m.launch.block_threads(), static_cast<uint64_t>(rows * threads));
   EXPECT_EQ(m.strided_input_bytes, 0);
   const RowTileStaging staging = RowTileStagingOf(plan->graph, m);
-  EXPECT_EQ(staging.rounds * m.vector_width, m.values_per_thread);
+  if (resident) {
+    // One round of whole rows, in dynamic shared memory of each row's stride.
+    EXPECT_EQ(staging.rounds, 1);
+    EXPECT_EQ(int64_t{m.dynamic_shared_bytes}, rows * staging.row_stride * 4);
+    EXPECT_GE(m.loads_per_step, 1);
+  } else {
+    EXPECT_EQ(staging.rounds * m.vector_width, m.values_per_thread);
+    EXPECT_EQ(m.dynamic_shared_bytes, 0u);
+  }
   CodegenOptions options;
   StatusOr<CompiledKernel> compiled = EmitKernel(plan->graph, kernel, options);
   ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
@@ -81,11 +90,11 @@ void CheckRowTiles(const Graph& g, int rows, int threads, uint64_t seed) {
                                                   testing::RandomInputs(g, seed), seed,
                                                   /*random_order=*/true, 1.0, &figures));
   std::printf(
-      "%s: %d rows of %d threads, %d values each, %lld rounds, %lld-row loads, max "
+      "%s: %d rows of %d threads%s, %d values each, %lld rounds, %lld-row loads, max "
       "relative error %.2e\n",
-      g.nodes[g.Parameters()[0]].shape.ToString().c_str(), rows, threads, m.values_per_thread,
-      static_cast<long long>(staging.rounds), static_cast<long long>(staging.p_width),
-      figures.max_rel_error);
+      g.nodes[g.Parameters()[0]].shape.ToString().c_str(), rows, threads,
+      resident ? " (resident)" : "", m.values_per_thread, static_cast<long long>(staging.rounds),
+      static_cast<long long>(staging.p_width), figures.max_rel_error);
 }
 
 TEST(RowTile, TransposedSoftmaxRunsInRowTilesAndMatchesTheInterpreter) {
@@ -105,6 +114,25 @@ TEST(RowTile, TransposedSoftmaxRunsInRowTilesAndMatchesTheInterpreter) {
     const uint64_t seed = kSeed + static_cast<uint64_t>(c.k * c.h);
     SCOPED_TRACE(g.nodes[g.Parameters()[0]].shape.ToString() + ", seed " + std::to_string(seed));
     CheckRowTiles(g, c.rows, c.threads, seed);
+  }
+}
+
+TEST(RowTile, ResidentTilesReadTheirRowsFromSharedMemoryAndMatchTheInterpreter) {
+  struct Case {
+    int64_t q, k, h;
+    DType dtype;
+    int rows, threads;
+  };
+  // The geometries above, held in the tile: one and several warps per row (whose rescaled
+  // sums combine through the block), tiles of 4, 8 and 16 rows, rows loaded 4 and 2 at a time.
+  for (const Case& c :
+       {Case{512, 16, 12, DType::kBF16, 8, 32}, Case{512, 16, 12, DType::kBF16, 4, 128},
+        Case{256, 16, 8, DType::kF16, 16, 64}, Case{256, 24, 2, DType::kF32, 8, 64},
+        Case{512, 8, 4, DType::kBF16, 8, 32}}) {
+    const Graph g = TransposedMaskedSoftmax(c.q, c.k, c.h, c.dtype);
+    const uint64_t seed = kSeed + 1 + static_cast<uint64_t>(c.k * c.h);
+    SCOPED_TRACE(g.nodes[g.Parameters()[0]].shape.ToString() + ", seed " + std::to_string(seed));
+    CheckRowTiles(g, c.rows, c.threads, seed, /*resident=*/true);
   }
 }
 

@@ -140,7 +140,10 @@ struct ThreadMapping {
   // kRowStitch: the transpose through which the rows are read across its operand's
   // minor-most dimension, staged a row tile at a time (schedule.h, RowTileStaging): a block
   // takes rows_per_block rows adjacent in the operand, threads_per_row threads each, and
-  // every row stays in registers (values_per_thread).
+  // every row stays in registers (values_per_thread), or, with dynamic_shared_bytes > 0, in
+  // the shared-memory tile itself (a resident row tile: every pass reads the transpose's
+  // values from the tile and computes the rest again, so a thread keeps no value of the row
+  // in registers).
   int transpose_tile = -1;
   // kLoop: 0, or the elements of the output's trailing dimensions over which every
   // broadcast of per-column values (a batch norm's per-channel statistics, a bias) repeats.
@@ -152,7 +155,8 @@ struct ThreadMapping {
   // (strided as its loop steps, so accesses stay coalesced), for loads in flight.
   // kRowStitch with its row in shared memory (dynamic_shared_bytes > 0): the vectors each
   // thread loads at once where a pass first reads its row, so that the loads in flight do
-  // not take a register per element of the thread's share of the row.
+  // not take a register per element of the thread's share of the row; with a resident row
+  // tile, the loads each thread issues at once while it stages the tile.
   int loads_per_step = 1;
   // kRowStitch: elements of a row each thread keeps in registers between the row's phases
   // (0 when rows are too long, and later phases read global memory again).
@@ -165,7 +169,9 @@ struct ThreadMapping {
   // kRowStitch with a block per row and values_per_thread > 0: the bytes of dynamic shared
   // memory that hold the values the row keeps between its passes (SharedRowRegionsOf,
   // row_stitch.h), where registers would not hold them; 0 keeps them in registers. Each
-  // thread reads back only the slots it wrote, so the slots need no barrier.
+  // thread reads back only the slots it wrote, so the slots need no barrier. With a
+  // transpose_tile, the bytes of the resident row tile (RowTileStaging), read by every
+  // thread of its row after the barrier that ends the staging.
   uint32_t dynamic_shared_bytes = 0;
   // Block-wide barriers each block passes per row or tile it processes.
   int block_barriers_per_item = 0;

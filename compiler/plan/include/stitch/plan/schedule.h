@@ -81,13 +81,15 @@ void TileTransposedRows(const Graph& g, KernelSpec& kernel, const GpuDevice& dev
 
 // Maps a row-stitched kernel to row tiles of `rows_per_block` rows of `threads_per_row`
 // threads (a multiple of 32) each, whatever the price: the tiles TileTransposedRows chooses
-// among. Returns false, leaving the kernel as it was, where it has no transpose to stage
-// (one that moves the minor-most dimension, whose output is the row space with the rows along
-// its last dimension, and through which every row-space input reaches the rows) or the tile
-// does not fit: rows_per_block must divide the transpose's p run, the rows split evenly over
-// their threads in registers, and the block fit `device`.
+// among, held in registers, or, with `resident`, the resident tiles the mapping sweep times
+// (held whole in the shared-memory tile, ThreadMapping::transpose_tile). Returns false,
+// leaving the kernel as it was, where it has no transpose to stage (one that moves the
+// minor-most dimension, whose output is the row space with the rows along its last dimension,
+// and through which every row-space input reaches the rows) or the tile does not fit:
+// rows_per_block must divide the transpose's p run, the rows split evenly over their threads,
+// and the block fit `device`.
 bool MapRowTiles(const Graph& g, KernelSpec& kernel, const GpuDevice& device, int rows_per_block,
-                 int threads_per_row);
+                 int threads_per_row, bool resident = false);
 
 // Returns the mappings ScheduleKernel chooses a loop kernel's among, each scheduled for
 // `device` from `kernel`'s nodes (its own mapping is not read): first the default, blocks of
@@ -115,8 +117,10 @@ std::vector<KernelSpec> TransposeTileMappingCandidates(const Graph& g, const Ker
 // for `device` from `kernel`'s nodes: one per count of threads per row that fits, from a
 // share of a warp to whole blocks of up to 1,024 threads, in the order tried. Then, for rows
 // that outgrow registers, the mappings KeepLoopRowsInSharedMemory chooses among, at 1, 2 and 4
-// vectors a thread in flight (ThreadMapping::loads_per_step; it ships 4). What ScheduleKernel
-// may do after choosing (the grid capped to the L2 window, row tiles) is not among them.
+// vectors a thread in flight (ThreadMapping::loads_per_step; it ships 4). Then, for rows read
+// through a transpose, the resident row tiles TileTransposedRows chooses among, of 4, 8 and 16
+// rows of 32, 64 and 128 threads each. What ScheduleKernel may do after choosing (the grid
+// capped to the L2 window, tiles held in registers) is not among them.
 // gpu_bench --mappings times every candidate.
 std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                                    const GpuDevice& device);
@@ -213,7 +217,9 @@ bool IsTileSideOutput(const Graph& g, const KernelSpec& k, int output);
 // with each thread taking `p_width` rows at one element (4, 2 or 1: at most vector_width,
 // dividing rows_per_block and the operand's minor-most dimension), so the operand is read
 // along its minor-most run, into a shared-memory tile of rows_per_block rows of `row_stride`
-// compute-type values; then each thread reads its own vector of its own row back.
+// compute-type values; then each thread reads its own vector of its own row back. A resident
+// tile (ThreadMapping::dynamic_shared_bytes) is one round of whole rows, which every pass
+// reads from the tile.
 struct RowTileStaging {
   int64_t p_width = 1;
   int64_t round = 0;
