@@ -110,9 +110,10 @@ llvm::Value* LoadElement(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm:
   return WidenStored(b, t, LoadStored(b, t, base, index));
 }
 
-llvm::Value* LoadStored(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index) {
+llvm::Value* LoadStored(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index,
+                        llvm::Value* address) {
   llvm::Type* st = StorageType(b.getContext(), t);
-  llvm::Value* addr = b.CreateInBoundsGEP(st, base, index);
+  llvm::Value* addr = address != nullptr ? address : b.CreateInBoundsGEP(st, base, index);
   return b.CreateAlignedLoad(st, addr, ElementAlign(b, st, index));
 }
 

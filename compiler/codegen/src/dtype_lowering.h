@@ -25,8 +25,11 @@ llvm::Type* ComputeType(llvm::LLVMContext& ctx, DType t);
 // Loads element `index` of the buffer at `base` and widens it to the compute type.
 llvm::Value* LoadElement(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index);
 
-// Loads element `index` of the buffer at `base` in its storage type, for WidenStored later.
-llvm::Value* LoadStored(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index);
+// Loads element `index` of the buffer at `base` in its storage type, for WidenStored later:
+// from `address` where given (that element's address, formed another way), else from
+// `base` + `index`; aligned as `index` shows either way.
+llvm::Value* LoadStored(llvm::IRBuilder<>& b, DType t, llvm::Value* base, llvm::Value* index,
+                        llvm::Value* address = nullptr);
 
 // Widens `stored`, an element of dtype `t` in its storage type, to the compute type.
 llvm::Value* WidenStored(llvm::IRBuilder<>& b, DType t, llvm::Value* stored);

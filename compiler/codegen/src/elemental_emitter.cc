@@ -8,6 +8,7 @@
 #include <set>
 
 #include "dtype_lowering.h"
+#include "index_alignment.h"
 #include "machine_functions.h"
 #include "philox.h"
 #include "stitch/ir/philox.h"
@@ -654,6 +655,8 @@ void ElementalEmitter::LoadInputs(const std::vector<std::pair<int, IrIndex>>& in
       memo_[KeyOf(node, index)] = Widened(stored);
     }
   };
+  // Elements loaded alone, per buffer: their indices and addresses (SetLaneAddressesFromFirst).
+  std::map<llvm::Value*, std::vector<std::pair<llvm::Value*, llvm::Value*>>> alone;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ElementAccess& a = accesses[i];
     if (auto v = vectors.find(i); v != vectors.end()) {
@@ -666,9 +669,29 @@ void ElementalEmitter::LoadInputs(const std::vector<std::pair<int, IrIndex>>& in
       const auto& [node, index] = inputs[i];
       const Shape& s = kc_.graph.nodes[node].shape;
       llvm::Value* at = a.index == nullptr ? LinearOf(index, s.dims) : a.index;
-      keep(i, LoadStored(b_, a.dtype, a.base, at), -1);
+      llvm::Value* address =
+          lane_addresses_from_first_ ? AddressAfter(alone[a.base], a.dtype, at) : nullptr;
+      if (address == nullptr) {
+        address = b_.CreateInBoundsGEP(StorageType(kc_.ctx, a.dtype), a.base, at);
+      }
+      alone[a.base].emplace_back(at, address);
+      keep(i, LoadStored(b_, a.dtype, a.base, at, address), -1);
     }
   }
+}
+
+llvm::Value* ElementalEmitter::AddressAfter(
+    const std::vector<std::pair<llvm::Value*, llvm::Value*>>& loaded, DType dtype,
+    llvm::Value* index) {
+  llvm::Type* st = StorageType(kc_.ctx, dtype);
+  const int64_t widest = kMaxVectorBytes / std::max<int64_t>(DTypeBytes(dtype), 1);
+  for (const auto& [earlier, address] : loaded) {
+    const std::optional<int64_t> d = ConstantDistance(index, earlier);
+    if (d && *d > 0 && *d < widest) {
+      return b_.CreateInBoundsGEP(st, address, kc_.Index(*d));
+    }
+  }
+  return nullptr;
 }
 
 llvm::Value* ElementalEmitter::Widened(const Stored& stored) {

@@ -98,6 +98,13 @@ class ElementalEmitter {
   // linear index plus the constant, so that the lanes' loads merge (AddLast). Set by the row
   // tiles' staging; every other kernel keeps the code its GPU runs measured until the next.
   void SetLaneOffsetsLast(bool on) { lane_offsets_last_ = on; }
+  // While set, EmitLoads addresses an element a constant distance (up to kMaxVectorBytes
+  // elements) after another element of the same buffer it loads, where its index shows the
+  // distance (ConstantDistance), as that element's address plus the distance: the backend
+  // then sees one base plus constant offsets however it extends the indices, and merges the
+  // loads. Set by the resident row tiles' staging, whose lanes' indices NVPTX otherwise
+  // zero-extends for the first lane and sign-extends for the others.
+  void SetLaneAddressesFromFirst(bool on) { lane_addresses_from_first_ = on; }
 
   // Returns e^x of a floating-point compute-type value, as the graph's exp nodes compute it.
   llvm::Value* Exp(llvm::Value* x) { return CallMath("exp", {x}); }
@@ -138,6 +145,12 @@ class ElementalEmitter {
   // Loads and memoises the kernel input elements `inputs` in order, the lanes of a vector
   // that PackedVectors finds in one input together, where the first of them is.
   void LoadInputs(const std::vector<std::pair<int, IrIndex>>& inputs, Widening widening);
+  // The address of element `index` of a buffer of `dtype` as an element of `loaded` (indices
+  // and addresses of the buffer's elements loaded before it) plus their distance, where an
+  // index within a vector's width before it shows one; nullptr otherwise
+  // (SetLaneAddressesFromFirst).
+  llvm::Value* AddressAfter(const std::vector<std::pair<llvm::Value*, llvm::Value*>>& loaded,
+                            DType dtype, llvm::Value* index);
   // An element loaded but not yet widened (EmitLoads' kAtFirstUse): its storage-type value,
   // or lane `lane` of a vector of words (LoadPackedWords) when `lane` is not negative.
   struct Stored {
@@ -213,6 +226,7 @@ class ElementalEmitter {
   std::map<int, llvm::GlobalVariable*> constant_arrays_;
   size_t max_stack_ = 0;
   bool lane_offsets_last_ = false;
+  bool lane_addresses_from_first_ = false;
 };
 
 }  // namespace stitch::codegen

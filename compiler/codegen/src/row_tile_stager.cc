@@ -102,7 +102,9 @@ Status RowTileStager::StageTile(const TileOrigin& o) {
       ElementsOfPass(o, /*round=*/0, pass, linears, slots);
     }
     em_.SetLaneOffsetsLast(true);
+    em_.SetLaneAddressesFromFirst(true);
     em_.EmitLoads({transpose_}, linears);
+    em_.SetLaneAddressesFromFirst(false);
     em_.SetLaneOffsetsLast(false);
     for (size_t k = 0; k < linears.size(); ++k) {
       STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(transpose_, IrIndex{{}, linears[k]}));

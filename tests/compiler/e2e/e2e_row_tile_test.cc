@@ -85,6 +85,15 @@ void CheckRowTiles(const Graph& g, int rows, int threads, uint64_t seed, bool re
   CodegenOptions options;
   StatusOr<CompiledKernel> compiled = EmitKernel(plan->graph, kernel, options);
   ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  if (resident) {
+    // The staging loads the operand p_width rows at a time, each load one vector: no load of
+    // the scores' element size alone (the mask, a byte per element, loads as words).
+    CompiledKernel lowered = *compiled;
+    ASSERT_TRUE(LowerToPtx(lowered, options).ok());
+    const DType dtype = g.nodes[g.Parameters()[0]].shape.dtype;
+    const std::string alone = dtype == DType::kF32 ? "ld.global.nc.f32 " : "ld.global.nc.u16 ";
+    EXPECT_EQ(lowered.ptx.find(alone), std::string::npos) << lowered.ptx;
+  }
   testing::EmulatedComparison figures;
   EXPECT_TRUE(testing::EmulatedMatchesInterpreter(g, plan->graph, {*compiled},
                                                   testing::RandomInputs(g, seed), seed,
