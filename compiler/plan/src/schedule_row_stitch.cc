@@ -140,6 +140,23 @@ int RowTileTranspose(const Graph& g, const KernelSpec& k, const RowStitchLayout&
   return found;
 }
 
+// The launch and the row positions of row tiles of `rows` rows of `threads_per_row` threads
+// each over `geo`, reading through `transpose`: a block per tile, every element of a row at
+// a position of one of its threads, in the widest vectors that need no more positions.
+ThreadMapping RowTileMapping(const Graph& g, const KernelSpec& k, const RowGeometry& geo,
+                             int transpose, int rows, int threads_per_row, const GpuDevice& d) {
+  ThreadMapping m;
+  m.transpose_tile = transpose;
+  m.threads_per_row = threads_per_row;
+  m.rows_per_block = rows;
+  m.launch.block = {static_cast<uint32_t>(rows * threads_per_row), 1, 1};
+  m.launch.grid = {CeilDivCapped(geo.rows, rows, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
+  m.work_items = geo.rows;
+  m.values_per_thread = static_cast<int>(geo.row_len / threads_per_row);
+  m.vector_width = RowVectorWidth(g, k, geo, threads_per_row, /*registers=*/true);
+  return m;
+}
+
 // Fills `k`'s mapping with row tiles of `rows` rows of `threads_per_row` threads (whole
 // warps) each, every row held in registers. Returns false, the mapping then partly filled,
 // where that does not fit: each row splits evenly into vectors over its threads, at most
@@ -154,15 +171,7 @@ bool FillRowTile(const Graph& g, const RowStitchLayout& layout, int transpose, i
     return false;
   }
   ThreadMapping& m = k.mapping;
-  m = ThreadMapping{};
-  m.transpose_tile = transpose;
-  m.threads_per_row = threads_per_row;
-  m.rows_per_block = rows;
-  m.launch.block = {static_cast<uint32_t>(rows * tpr), 1, 1};
-  m.launch.grid = {CeilDivCapped(geo.rows, rows, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
-  m.work_items = geo.rows;
-  m.values_per_thread = static_cast<int>(geo.row_len / tpr);
-  m.vector_width = RowVectorWidth(g, k, geo, threads_per_row, /*registers=*/true);
+  m = RowTileMapping(g, k, geo, transpose, rows, threads_per_row, d);
   int reduces = 0;
   for (const auto& p : layout.phases) reduces += static_cast<int>(p.size());
   const int cached = std::max(static_cast<int>(layout.cached.size()), 1);
@@ -220,16 +229,8 @@ bool FillResidentRowTile(const Graph& g, const KernelSpec& kernel, int transpose
   }
   const bool one_pass = k.mapping.rescaled_sums_in_one_pass;
   ThreadMapping& m = k.mapping;
-  m = ThreadMapping{};
+  m = RowTileMapping(g, k, geo, transpose, rows, threads_per_row, d);
   m.rescaled_sums_in_one_pass = one_pass;
-  m.transpose_tile = transpose;
-  m.threads_per_row = threads_per_row;
-  m.rows_per_block = rows;
-  m.launch.block = {static_cast<uint32_t>(rows * tpr), 1, 1};
-  m.launch.grid = {CeilDivCapped(geo.rows, rows, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
-  m.work_items = geo.rows;
-  m.values_per_thread = static_cast<int>(geo.row_len / tpr);
-  m.vector_width = RowVectorWidth(g, k, geo, threads_per_row, /*registers=*/true);
   // Marks the tile resident for RowTileStagingOf; the bytes follow from its staging.
   m.dynamic_shared_bytes = 1;
   const RowTileStaging staging = RowTileStagingOf(g, m);

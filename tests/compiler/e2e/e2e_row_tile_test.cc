@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "stitch/codegen/codegen.h"
 #include "stitch/driver/compile.h"
@@ -106,43 +107,45 @@ void CheckRowTiles(const Graph& g, int rows, int threads, uint64_t seed, bool re
       static_cast<long long>(staging.p_width), figures.max_rel_error);
 }
 
-TEST(RowTile, TransposedSoftmaxRunsInRowTilesAndMatchesTheInterpreter) {
-  struct Case {
-    int64_t q, k, h;
-    DType dtype;
-    int rows, threads;
-  };
-  // #13's layout with 12 heads (rows loaded 4 at a time), in tiles of 8 rows and of 4 (one
-  // thread per element of a round); 8 heads in f16 with a tile of 16 rows; f32 rows of 2
-  // heads (loaded 2 at a time), several warps per row and one warp per row.
-  for (const Case& c :
-       {Case{512, 16, 12, DType::kBF16, 8, 128}, Case{512, 16, 12, DType::kBF16, 4, 128},
-        Case{256, 16, 8, DType::kF16, 16, 64}, Case{256, 24, 2, DType::kF32, 8, 64},
-        Case{512, 8, 4, DType::kBF16, 8, 32}}) {
+// A transposed masked softmax of scores [q, k, h] in `dtype`, in tiles of `rows` rows of
+// `threads` threads each.
+struct TileCase {
+  int64_t q, k, h;
+  DType dtype;
+  int rows, threads;
+};
+
+// Runs each case's row tiles (CheckRowTiles), from a seed of its own.
+void CheckTileCases(const std::vector<TileCase>& cases, uint64_t seed_base, bool resident) {
+  for (const TileCase& c : cases) {
     const Graph g = TransposedMaskedSoftmax(c.q, c.k, c.h, c.dtype);
-    const uint64_t seed = kSeed + static_cast<uint64_t>(c.k * c.h);
+    const uint64_t seed = seed_base + static_cast<uint64_t>(c.k * c.h);
     SCOPED_TRACE(g.nodes[g.Parameters()[0]].shape.ToString() + ", seed " + std::to_string(seed));
-    CheckRowTiles(g, c.rows, c.threads, seed);
+    CheckRowTiles(g, c.rows, c.threads, seed, resident);
   }
 }
 
+TEST(RowTile, TransposedSoftmaxRunsInRowTilesAndMatchesTheInterpreter) {
+  // #13's layout with 12 heads (rows loaded 4 at a time), in tiles of 8 rows and of 4 (one
+  // thread per element of a round); 8 heads in f16 with a tile of 16 rows; f32 rows of 2
+  // heads (loaded 2 at a time), several warps per row and one warp per row.
+  CheckTileCases({{512, 16, 12, DType::kBF16, 8, 128},
+                  {512, 16, 12, DType::kBF16, 4, 128},
+                  {256, 16, 8, DType::kF16, 16, 64},
+                  {256, 24, 2, DType::kF32, 8, 64},
+                  {512, 8, 4, DType::kBF16, 8, 32}},
+                 kSeed, /*resident=*/false);
+}
+
 TEST(RowTile, ResidentTilesReadTheirRowsFromSharedMemoryAndMatchTheInterpreter) {
-  struct Case {
-    int64_t q, k, h;
-    DType dtype;
-    int rows, threads;
-  };
   // The geometries above, held in the tile: one and several warps per row (whose rescaled
   // sums combine through the block), tiles of 4, 8 and 16 rows, rows loaded 4 and 2 at a time.
-  for (const Case& c :
-       {Case{512, 16, 12, DType::kBF16, 8, 32}, Case{512, 16, 12, DType::kBF16, 4, 128},
-        Case{256, 16, 8, DType::kF16, 16, 64}, Case{256, 24, 2, DType::kF32, 8, 64},
-        Case{512, 8, 4, DType::kBF16, 8, 32}}) {
-    const Graph g = TransposedMaskedSoftmax(c.q, c.k, c.h, c.dtype);
-    const uint64_t seed = kSeed + 1 + static_cast<uint64_t>(c.k * c.h);
-    SCOPED_TRACE(g.nodes[g.Parameters()[0]].shape.ToString() + ", seed " + std::to_string(seed));
-    CheckRowTiles(g, c.rows, c.threads, seed, /*resident=*/true);
-  }
+  CheckTileCases({{512, 16, 12, DType::kBF16, 8, 32},
+                  {512, 16, 12, DType::kBF16, 4, 128},
+                  {256, 16, 8, DType::kF16, 16, 64},
+                  {256, 24, 2, DType::kF32, 8, 64},
+                  {512, 8, 4, DType::kBF16, 8, 32}},
+                 kSeed + 1, /*resident=*/true);
 }
 
 TEST(RowTile, SuiteRowThirteenStitchesOneRowTiledKernel) {
