@@ -279,13 +279,15 @@ TEST(ClientAsync, FailuresAndLocalHitsRunTheCallbackOnce) {
   ScriptedService service;
   service.compile = [](const v1::CompileRequest& req, v1::CompileResponse* resp) {
     if (req.hlo_text().find("slow") != std::string::npos) {
-      std::this_thread::sleep_for(milliseconds(400));
+      std::this_thread::sleep_for(milliseconds(1500));
     }
     return Answer(v1::CompileResponse::COMPILED)(req, resp);
   };
   ScriptedServer server(&service);
   ClientOptions o = OptionsFor(server.address());
-  o.compile_deadline = milliseconds(100);
+  // Long enough for the fast calls under ThreadSanitizer on a loaded machine (100 ms was not),
+  // short enough that the slow one misses it.
+  o.compile_deadline = milliseconds(500);
   Client client(o);
 
   Result slow = client.CompileAsync(HloRequest("slow")).get();
