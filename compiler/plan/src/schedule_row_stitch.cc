@@ -250,7 +250,7 @@ bool FillResidentRowTile(const Graph& g, const KernelSpec& kernel, int transpose
   m.dynamic_shared_bytes = static_cast<uint32_t>(tile_bytes);
   // The staging's loads in flight hold their values in registers until stored to the tile,
   // and each position of the thread's rows about one more, for its index and what each pass
-  // loads there (the suite's #13 assembles to 64 registers at 32 positions, 127 at 64).
+  // loads there (the suite's #13 assembles to 64 registers at 32 positions, 122 at 64).
   m.registers_per_thread = 32 + 2 * reduces + m.values_per_thread +
                            static_cast<int>(m.loads_per_step * staging.p_width * value_bytes / 4);
   if (ResidentBlocksPerSm(d, m) == 0) return false;

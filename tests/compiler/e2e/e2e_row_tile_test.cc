@@ -125,27 +125,25 @@ void CheckTileCases(const std::vector<TileCase>& cases, uint64_t seed_base, bool
   }
 }
 
+// #13's layout with 12 heads (rows loaded 4 at a time), in tiles of 8 rows and of 4 (one
+// thread per element of a round); 8 heads in f16 with a tile of 16 rows; f32 rows of 2 heads
+// (loaded 2 at a time), several warps per row and one warp per row.
+const std::vector<TileCase> kTileCases = {{512, 16, 12, DType::kBF16, 8, 128},
+                                          {512, 16, 12, DType::kBF16, 4, 128},
+                                          {256, 16, 8, DType::kF16, 16, 64},
+                                          {256, 24, 2, DType::kF32, 8, 64},
+                                          {512, 8, 4, DType::kBF16, 8, 32}};
+
 TEST(RowTile, TransposedSoftmaxRunsInRowTilesAndMatchesTheInterpreter) {
-  // #13's layout with 12 heads (rows loaded 4 at a time), in tiles of 8 rows and of 4 (one
-  // thread per element of a round); 8 heads in f16 with a tile of 16 rows; f32 rows of 2
-  // heads (loaded 2 at a time), several warps per row and one warp per row.
-  CheckTileCases({{512, 16, 12, DType::kBF16, 8, 128},
-                  {512, 16, 12, DType::kBF16, 4, 128},
-                  {256, 16, 8, DType::kF16, 16, 64},
-                  {256, 24, 2, DType::kF32, 8, 64},
-                  {512, 8, 4, DType::kBF16, 8, 32}},
-                 kSeed, /*resident=*/false);
+  CheckTileCases(kTileCases, kSeed, /*resident=*/false);
 }
 
 TEST(RowTile, ResidentTilesReadTheirRowsFromSharedMemoryAndMatchTheInterpreter) {
-  // The geometries above, held in the tile: one and several warps per row (whose rescaled
-  // sums combine through the block), tiles of 4, 8 and 16 rows, rows loaded 4 and 2 at a time.
-  CheckTileCases({{512, 16, 12, DType::kBF16, 8, 32},
-                  {512, 16, 12, DType::kBF16, 4, 128},
-                  {256, 16, 8, DType::kF16, 16, 64},
-                  {256, 24, 2, DType::kF32, 8, 64},
-                  {512, 8, 4, DType::kBF16, 8, 32}},
-                 kSeed + 1, /*resident=*/true);
+  // The same geometries held in the tile, whose rescaled sums combine through the block where
+  // a row has several warps, and #13's layout at a warp a row, 64 positions a thread.
+  std::vector<TileCase> cases = kTileCases;
+  cases.push_back({512, 16, 12, DType::kBF16, 8, 32});
+  CheckTileCases(cases, kSeed + 1, /*resident=*/true);
 }
 
 TEST(RowTile, SuiteRowThirteenStitchesOneRowTiledKernel) {
