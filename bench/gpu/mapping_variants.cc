@@ -182,7 +182,7 @@ std::string MappingText(const KernelSpec& k) {
       text += "loop mode";
     } else if (m.dynamic_shared_bytes == 0) {
       text += std::to_string(m.values_per_thread) + " values in registers";
-    } else if (m.transpose_tile >= 0) {
+    } else if (m.resident_row_tile()) {
       text += std::to_string(m.values_per_thread) + " values in a resident tile of " +
               std::to_string(m.rows_per_block) + " rows, " + std::to_string(m.loads_per_step) +
               (m.loads_per_step == 1 ? " load in flight" : " loads in flight");

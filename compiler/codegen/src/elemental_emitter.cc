@@ -674,7 +674,7 @@ void ElementalEmitter::LoadInputs(const std::vector<std::pair<int, IrIndex>>& in
       if (address == nullptr) {
         address = b_.CreateInBoundsGEP(StorageType(kc_.ctx, a.dtype), a.base, at);
       }
-      alone[a.base].emplace_back(at, address);
+      if (lane_addresses_from_first_) alone[a.base].emplace_back(at, address);
       keep(i, LoadStored(b_, a.dtype, a.base, at, address), -1);
     }
   }

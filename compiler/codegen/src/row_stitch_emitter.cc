@@ -88,10 +88,9 @@ class RowStitchEmitter {
 
  private:
   int64_t rows() const { return layout_.geometry.rows; }
-  // A resident row tile (ThreadMapping::transpose_tile with dynamic_shared_bytes): every pass
-  // reads the rows from the tile, so the thread keeps none of the layout's kept values.
-  bool ResidentTile() const { return m_.transpose_tile >= 0 && m_.dynamic_shared_bytes > 0; }
-  size_t KeptCount() const { return ResidentTile() ? 0 : layout_.kept.size(); }
+  // The layout's kept values a thread keeps: none in a resident row tile, whose every pass
+  // reads the rows from the tile.
+  size_t KeptCount() const { return m_.resident_row_tile() ? 0 : layout_.kept.size(); }
   int64_t row_len() const { return layout_.geometry.row_len; }
   // The rows of this run: a shape-generic kernel's rows follow the extent, and its rows keep
   // their length (CheckRowLengthFixed).
@@ -145,7 +144,7 @@ class RowStitchEmitter {
   // one row per block, at most the bytes the launch gives, and its values' compute types
   // taking the bytes the planner counted for them.
   Status CheckSharedRow() {
-    if (m_.dynamic_shared_bytes == 0 || ResidentTile()) return Status::Ok();
+    if (m_.dynamic_shared_bytes == 0 || m_.resident_row_tile()) return Status::Ok();
     const std::string k = "kernel " + kc_.spec.name;
     if (m_.threads_per_row <= 32 || m_.rows_per_block != 1 || m_.transpose_tile >= 0 ||
         m_.values_per_thread <= 0 || !layout_.column_reduces.empty()) {
@@ -489,7 +488,7 @@ class RowStitchEmitter {
   // without a fence LLVM would keep the first pass's reads in registers for the later ones,
   // the thread's whole share of its rows at once, which the tile is there to avoid.
   void ReadTileAgain() {
-    if (!ResidentTile()) return;
+    if (!m_.resident_row_tile()) return;
     auto* fence = llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), false), "",
                                        "~{memory}", /*hasSideEffects=*/true);
     b_.CreateCall(fence);
@@ -605,7 +604,7 @@ class RowStitchEmitter {
   size_t LoadsAtOnce(int pass) const {
     const size_t w = static_cast<size_t>(width());
     if (pass < 0 && KeptCount() > 0) return w;
-    if (ResidentTile()) return w;
+    if (m_.resident_row_tile()) return w;
     if (m_.dynamic_shared_bytes > 0) return w * static_cast<size_t>(std::max(m_.loads_per_step, 1));
     return lins_.size();
   }
@@ -855,7 +854,7 @@ Status CheckRowTile(const KernelContext& kc, const RowStitchLayout& layout) {
       !layout.column_reduces.empty()) {
     return InvalidArgument(k + "the mapping does not cover whole tiles of whole rows in registers");
   }
-  if (m.dynamic_shared_bytes > 0) {
+  if (m.resident_row_tile()) {
     const RowTileStaging staging = RowTileStagingOf(g, m);
     const uint64_t needed = static_cast<uint64_t>(rows * staging.row_stride) *
                             kc.module.getDataLayout()
@@ -893,8 +892,7 @@ StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
   }
   // A value cached in registers in the pass that combines a rescaled sum would be kept at
   // the running max, not the row's.
-  const bool resident_tile = m.transpose_tile >= 0 && m.dynamic_shared_bytes > 0;
-  if (m.rescaled_sums_in_one_pass && m.values_per_thread > 0 && !resident_tile) {
+  if (m.rescaled_sums_in_one_pass && m.values_per_thread > 0 && !m.resident_row_tile()) {
     return InvalidArgument("kernel " + kc.spec.name +
                            ": rescaled sums share their max's pass only in loop mode "
                            "(values_per_thread 0) and in resident row tiles");

@@ -21,7 +21,7 @@ class RowTileStager {
   // in its block; `em` computes the transpose's values.
   RowTileStager(KernelContext& kc, ElementalEmitter& em, llvm::Value* tid, uint32_t& shared_bytes);
 
-  bool Resident() const { return m_.dynamic_shared_bytes > 0; }
+  bool Resident() const { return m_.resident_row_tile(); }
 
   // Row tiles of the transpose's output, and the rounds that stage one.
   int64_t Tiles() const { return tiles_.count(); }

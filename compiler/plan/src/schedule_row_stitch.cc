@@ -534,14 +534,14 @@ RowTileStaging RowTileStagingOf(const Graph& g, const ThreadMapping& m) {
   }
   s.round = int64_t{m.threads_per_row} * width;
   // A resident tile (dynamic_shared_bytes) holds its rows whole: one round of the row.
-  if (m.dynamic_shared_bytes > 0) s.round = int64_t{m.threads_per_row} * m.values_per_thread;
+  if (m.resident_row_tile()) s.round = int64_t{m.threads_per_row} * m.values_per_thread;
   // With 4 values of padding the rows a warp computes side by side (p_width apart) start
   // 4 x p_width banks apart and each spans 32 / p_lanes = 4 x p_width elements of a tile of 8
   // rows: no bank conflicts there, two-way in a tile of 16. In a tile of 4 a lane takes all 4
   // rows of one element, so each row's 32 values of a warp are consecutive: no conflicts.
   // Rows stay 16-byte aligned.
   s.row_stride = s.round + 4;
-  s.rounds = m.dynamic_shared_bytes > 0 ? 1 : m.values_per_thread / width;
+  s.rounds = m.resident_row_tile() ? 1 : m.values_per_thread / width;
   s.p_lanes = rows / s.p_width;
   return s;
 }

@@ -173,6 +173,9 @@ struct ThreadMapping {
   // transpose_tile, the bytes of the resident row tile (RowTileStaging), read by every
   // thread of its row after the barrier that ends the staging.
   uint32_t dynamic_shared_bytes = 0;
+  // kRowStitch: whether the rows are a resident row tile's (transpose_tile), held whole in
+  // dynamic shared memory rather than in registers.
+  bool resident_row_tile() const { return transpose_tile >= 0 && dynamic_shared_bytes > 0; }
   // Block-wide barriers each block passes per row or tile it processes.
   int block_barriers_per_item = 0;
   int grid_barriers = 0;  // grid-wide barriers per launch
