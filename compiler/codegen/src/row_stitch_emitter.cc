@@ -146,10 +146,10 @@ class RowStitchEmitter {
   Status CheckSharedRow() {
     if (m_.dynamic_shared_bytes == 0 || m_.resident_row_tile()) return Status::Ok();
     const std::string k = "kernel " + kc_.spec.name;
-    if (m_.threads_per_row <= 32 || m_.rows_per_block != 1 || m_.transpose_tile >= 0 ||
-        m_.values_per_thread <= 0 || !layout_.column_reduces.empty()) {
+    if (m_.threads_per_row <= 32 || m_.rows_per_block != 1 || m_.values_per_thread <= 0 ||
+        !layout_.column_reduces.empty()) {
       return InvalidArgument(k + ": a row kept in shared memory needs a block per row, " +
-                             "values_per_thread > 0, and no transpose tile or column reduce");
+                             "values_per_thread > 0, and no column reduce");
     }
     shared_regions_ = SharedRowRegionsOf(kc_.graph, layout_);
     if (shared_regions_.bytes > int64_t{m_.dynamic_shared_bytes}) {
