@@ -1,6 +1,7 @@
 // The approximate math codegen emits for f32 compute (rsqrt.approx.f32 for rsqrt,
 // div.approx.f32 for divisions and the logistic's, ex2.approx.f32 of x * log2(e) for exp and
-// the logistic's: CodegenOptions::approximate_math), at
+// the logistic's, a quotient of polynomials over div.approx.f32 for erf:
+// CodegenOptions::approximate_math), at
 // the PTX ISA's error bound. Every suite row that uses them, in f16, bf16 and f32
 // (graph_retype.h), runs on the emulator with each approximate result off by
 // kApproximateMathErrorBound and still matches the interpreter at the output tolerance; a
@@ -34,7 +35,10 @@ namespace {
 
 bool UsesApproximateMath(const Graph& g) {
   for (const Node& n : g.nodes) {
-    if (n.op == OpCode::kRsqrt || n.op == OpCode::kLogistic || n.op == OpCode::kExp) return true;
+    if (n.op == OpCode::kRsqrt || n.op == OpCode::kLogistic || n.op == OpCode::kExp ||
+        n.op == OpCode::kErf) {
+      return true;
+    }
     if (n.op == OpCode::kDiv && IsFloat(n.shape.dtype)) return true;
   }
   return false;

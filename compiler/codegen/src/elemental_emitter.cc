@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "approximate_erf.h"
 #include "dtype_lowering.h"
 #include "index_alignment.h"
 #include "machine_functions.h"
@@ -593,7 +594,6 @@ bool CallsMathFunction(const Graph& g, int id, bool approximate) {
     case OpCode::kLog1p:
     case OpCode::kExpm1:
     case OpCode::kTanh:
-    case OpCode::kErf:
     case OpCode::kSin:
     case OpCode::kCos:
     case OpCode::kTan:
@@ -604,6 +604,7 @@ bool CallsMathFunction(const Graph& g, int id, bool approximate) {
       return true;
     case OpCode::kExp:
     case OpCode::kLogistic:
+    case OpCode::kErf:
       return t == DType::kF64 || !approximate;
     default:
       return false;
@@ -704,6 +705,12 @@ llvm::Value* ElementalEmitter::Widened(const Stored& stored) {
 llvm::Value* ElementalEmitter::ExpOf(int node, llvm::Value* x) {
   const bool approximate = x->getType()->isFloatTy() && kc_.ApproximateMath(node);
   return CallMath(approximate ? "fast_exp" : "exp", {x});
+}
+
+llvm::Value* ElementalEmitter::ErfOf(int node, llvm::Value* x) {
+  if (!x->getType()->isFloatTy() || !kc_.ApproximateMath(node)) return CallMath("erf", {x});
+  const ErfQuotient q = EmitErfQuotientF32(b_, x);
+  return CallMath("fast_fdivide", {q.numerator, q.denominator});
 }
 
 std::pair<llvm::Value*, llvm::Value*> ElementalEmitter::RngBlockOf(llvm::Value* k) {
@@ -936,7 +943,7 @@ StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
     case OpCode::kTanh:
       return float_only([&] { return CallMath("tanh", {x}); });
     case OpCode::kErf:
-      return float_only([&] { return CallMath("erf", {x}); });
+      return float_only([&] { return ErfOf(id, x); });
     // f32 sine, cosine and tangent are stitch's own (trig.h): libdevice's keep a stack frame.
     case OpCode::kSin:
       return float_only([&] { return Trig(TrigFunction::kSin, "sin", x); });

@@ -201,6 +201,10 @@ class ElementalEmitter {
   // e^x as node `node` computes it: approximate (ex2.approx.f32 of x * log2(e)) for f32 where
   // kc_.ApproximateMath(node) allows, libdevice's exp elsewhere.
   llvm::Value* ExpOf(int node, llvm::Value* x);
+  // erf(x) as node `node` computes it: stitch's quotient of polynomials over div.approx.f32
+  // (approximate_erf.h) for f32 where kc_.ApproximateMath(node) allows, libdevice's erf
+  // elsewhere.
+  llvm::Value* ErfOf(int node, llvm::Value* x);
   llvm::Value* Clamp(llvm::Value* v, int64_t hi);
 
   KernelContext& kc_;

@@ -69,11 +69,14 @@ struct CodegenOptions {
   // div.approx.f32 and takes e^x as ex2.approx.f32(x * log2(e)), as Triton does: 2 ulp for
   // the division, against IEEE division's dozen instructions and slow-path subroutine, which
   // cost registers and local memory; 2^-22 plus the product's rounding (|x| x 2^-24) for the
-  // exp, against libdevice's range reduction, about ten instructions. kWhereOutputsAreHalf,
-  // the default, takes them for a node whose value reaches only f16 and bf16 outputs, whose
-  // own rounding leaves room; a node that reaches an f32 or f64 output stays exact, since
-  // cancellation downstream can amplify the error past the f32 tolerance (suite row #19's
-  // batch-norm swish gradient in f32 misses it 3x at the division's bound;
+  // exp, against libdevice's range reduction, about ten instructions; and erf as a quotient
+  // of polynomials over that division, within 4e-7 plus the division's 2 ulp, against
+  // libdevice's two branches, which ptxas predicates into both coefficient sets an element
+  // (approximate_erf.h; suite row #11's GELU gradient, 49 instructions an element to 38).
+  // kWhereOutputsAreHalf, the default, takes them for a node whose value reaches only f16 and
+  // bf16 outputs, whose own rounding leaves room; a node that reaches an f32 or f64 output
+  // stays exact, since cancellation downstream can amplify the error past the f32 tolerance
+  // (suite row #19's batch-norm swish gradient in f32 misses it 3x at the division's bound;
   // suite_approximate_math_test). kAlways is for that test. rsqrt is always rsqrt.approx.f32
   // (2^-22.9, once per row in the normalizations that use it), which every suite row meets
   // in f32 at the bound.
