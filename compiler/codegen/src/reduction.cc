@@ -219,9 +219,11 @@ void InitAccumulators(KernelContext& kc, std::vector<ReduceInfo>& reduces) {
 namespace {
 
 // Emits the element at `idx` of every reduce's input, in plan order, and stores the side
-// outputs' element there; returns the reduce inputs' values.
+// outputs' element there, or, given `deferred`, appends those stores to it for the caller to
+// issue; returns the reduce inputs' values.
 StatusOr<std::vector<llvm::Value*>> EmitElement(KernelContext& kc, ElementalEmitter& em,
-                                                const ReducePlan& plan, const IrIndex& idx) {
+                                                const ReducePlan& plan, const IrIndex& idx,
+                                                std::vector<ElementStore>* deferred = nullptr) {
   std::vector<llvm::Value*> values;
   for (const auto& red : plan.reduces) {
     STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(red.input, idx));
@@ -230,7 +232,13 @@ StatusOr<std::vector<llvm::Value*>> EmitElement(KernelContext& kc, ElementalEmit
   for (size_t slot : plan.side_outputs) {
     const int out = kc.spec.outputs[slot];
     STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, IrIndex{{}, idx.linear}));
-    StoreElement(kc.b, kc.graph.nodes[out].shape.dtype, v, kc.output_buffers[slot], idx.linear);
+    const ElementStore store{kc.graph.nodes[out].shape.dtype, v, kc.output_buffers[slot],
+                             idx.linear};
+    if (deferred != nullptr) {
+      deferred->push_back(store);
+    } else {
+      StoreElement(kc.b, store.dtype, store.value, store.base, store.index);
+    }
   }
   return values;
 }
@@ -344,11 +352,17 @@ Status AccumulateElements(KernelContext& kc, ElementalEmitter& em,
     em.ResetScope();
     const std::vector<IrIndex> indices = ColumnIndices(kc, em, columns, ru);
     if (load_first) LoadColumnsFirst(em, lane_nodes, indices);
+    // Such lanes' side outputs are stored after every column's math too: the library's
+    // branches would leave each column's store alone in its block, element-wide (#11's
+    // gradient took eight 2-byte stores where one 16-byte store does).
+    std::vector<ElementStore> stores;
     for (size_t c = 0; c < columns.size(); ++c) {
-      STITCH_ASSIGN_OR_RETURN(std::vector<llvm::Value*> values,
-                              EmitElement(kc, em, *columns[c].plan, indices[c]));
+      STITCH_ASSIGN_OR_RETURN(
+          std::vector<llvm::Value*> values,
+          EmitElement(kc, em, *columns[c].plan, indices[c], load_first ? &stores : nullptr));
       elements[c].push_back(std::move(values));
     }
+    StoreElements(kc.b, stores);
   }
   for (size_t c = 0; c < columns.size(); ++c) CombineElements(kc, *columns[c].plan, elements[c]);
   return Status::Ok();

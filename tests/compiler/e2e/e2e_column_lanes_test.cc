@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <string>
 
+#include "stitch/codegen/ptx_summary.h"
 #include "stitch/driver/compile.h"
 #include "stitch/emulator/emulated_run.h"
 #include "stitch/ir/verifier.h"
@@ -86,6 +87,57 @@ TEST(ColumnLanes, ALanesChannelsOfNhwcPixelsAreOneVectorAndWholeSectors) {
 // emulator, which calls the library where NVPTX inlines it, would load them in every row.
 TEST(ColumnLanes, OperandsReadAfterAMathCallAreLoadedOncePerLane) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) CheckPixelSums(t, /*exp=*/true);
+}
+
+// A GELU's gradient beside its bias gradient, the column sums of it (suite row #11's
+// pattern over [rows, cols]): dx = dy * (cdf(x) + x * pdf(x)), stored in `t`, and the sums of
+// dx over the rows. The lane's side output, dx, is computed through the math library's erf.
+Graph GeluGradAndBiasGrad(DType t, int64_t rows, int64_t cols) {
+  Graph g;
+  g.name = "gelu_grad_and_bias_grad";
+  const int dy = ToF32(g, Param(g, {t, {rows, cols}}, 0, "dy"));
+  const int x = ToF32(g, Param(g, {t, {rows, cols}}, 1, "x"));
+  const int erf = Unary(g, OpCode::kErf, Binary(g, OpCode::kMul, x, Splat(g, x, M_SQRT1_2)));
+  const int cdf =
+      Binary(g, OpCode::kMul, Binary(g, OpCode::kAdd, erf, Splat(g, x, 1.0)), Splat(g, x, 0.5));
+  const int square = Binary(g, OpCode::kMul, x, x);
+  const int pdf = Binary(g, OpCode::kMul,
+                         Unary(g, OpCode::kExp, Binary(g, OpCode::kMul, square, Splat(g, x, -0.5))),
+                         Splat(g, x, 0.5 * M_2_SQRTPI * M_SQRT1_2));
+  const int dx =
+      Binary(g, OpCode::kMul, dy, Binary(g, OpCode::kAdd, cdf, Binary(g, OpCode::kMul, x, pdf)));
+  const int dbias = Reduce(g, dx, ConstScalar(g, DType::kF32, 0), {0}, ReduceKind::kSum);
+  g.outputs = {FromF32(g, dx, t), FromF32(g, dbias, t)};
+  return g;
+}
+
+// The math library's branches end the straight line in which the backend merges a lane's
+// accesses: each column's gradient, stored right after its own math, went out one element at
+// a time (#11: eight 2-byte stores a lane where one 16-byte store does). Stored after every
+// column's math, the lane's gradient leaves in one vector as wide as its loads.
+TEST(ColumnLanes, SideOutputsOfMathLibraryLanesLeaveAsOneVector) {
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(t)));
+    const Graph g = GeluGradAndBiasGrad(t, 3072, 4096);
+    ASSERT_TRUE(Verify(g).ok());
+    StatusOr<CompileResult> r = CompileGraph(g, Sm90Compile());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->plan.kernels.size(), 1u) << Describe(r->graph, r->plan);
+    const KernelSpec& k = r->plan.kernels[0];
+    ASSERT_EQ(k.kind, KernelKind::kColumnReduce) << Describe(r->graph, r->plan);
+    const int width = k.mapping.vector_width;
+    ASSERT_GE(width, 2) << Describe(r->graph, r->plan);
+    const int lane_bytes = width * static_cast<int>(DTypeBytes(t));
+    const PtxMemorySummary ptx = SummarizePtx(r->kernels[0].ptx);
+    // Loads of dy and x, one vector each a lane; the stores of dx as wide.
+    EXPECT_EQ(ptx.widest_global_load, std::min(lane_bytes, 16));
+    EXPECT_EQ(ptx.widest_global_store, std::min(lane_bytes, 16));
+    EXPECT_EQ(ptx.global_stores_by_bytes[DTypeBytes(t)], 0) << r->kernels[0].ptx;
+
+    EmulatorCheck check;
+    EXPECT_TRUE(
+        CheckOnEmulator(GeluGradAndBiasGrad(t, 96, 512), 37, /*random_order=*/true, &check));
+  }
 }
 
 }  // namespace

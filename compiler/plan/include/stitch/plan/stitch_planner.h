@@ -80,13 +80,14 @@ struct FusionRules {
   // Outputs of a reduce's shape computed from it (an epilogue: a bias gradient's cast, batch
   // norm's mean and rstd from its sums) in the reduce kernel, the reduce then written only
   // where something else reads it. XLA's reduction epilogue fusion and Inductor's fusion of
-  // a pointwise consumer into its reduction keep them there, so the baseline models do.
-  // The stitching planner keeps its own: a row-stitched kernel holds a row reduction's
-  // epilogue, and a global kernel a column reduction's, as a phase of its own behind one more
-  // grid barrier. With epilogues in reduce kernels, #11's global kernel loses that barrier,
-  // but its scheduler then moves it from 264 blocks of 1,024 threads, which the H200 measured
-  // at 1.71x torch.compile, to 1,056 of 256 that no GPU has run.
-  bool reduce_epilogues = false;
+  // a pointwise consumer into its reduction keep them there, so the baseline models do, and
+  // so does the stitching planner: without them a global kernel held suite row #11's bias
+  // gradient's cast as a phase of its own, behind a second grid barrier, and combined the
+  // split column sums behind the first (264 blocks of 1,024 threads; 36.5 us in the H200's
+  // mapping sweep). With them #11 is one column reduction whose split sums the last block of
+  // each tile combines, no grid barrier at all (256 blocks of 512 threads; the model prices
+  // it at 21.4 us on the H200, where no GPU has run it yet).
+  bool reduce_epilogues = true;
 };
 
 struct StitchPlannerOptions {
