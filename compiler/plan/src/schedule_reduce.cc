@@ -73,15 +73,15 @@ int ColumnVectorWidth(const Graph& g, const KernelSpec& k, const GpuDevice& d,
   return 1;
 }
 
-// The registers a thread of a column reduction takes with lanes of `width` columns: the 32
-// of a single column, or, where a column's math computes a heavy op (erf, exp, a division),
+// The registers a thread of a column reduction takes with lanes of `width` columns: 32, or,
+// for a lane of four columns or more whose math computes a heavy op (erf, exp, a division),
 // four more a column: the emitter then loads every column's operands before any column's math
 // and stores the side outputs after it (codegen's LoadColumnsFirst), so each column's values
 // stay live across the lane. Suite row #11's GELU gradient, 8 f16 columns a lane, assembles to
-// 48-64 registers.
+// 48-64 registers; lanes of 2 columns of an exp (e2e_column_lanes_test) to 31.
 int ColumnLaneRegisters(const Graph& g, const KernelSpec& k, int width) {
   constexpr int kBase = 32;
-  if (width < 2) return kBase;
+  if (width < 4) return kBase;
   const bool heavy =
       std::any_of(k.nodes.begin(), k.nodes.end(), [&](int id) { return IsHeavy(g.nodes[id].op); });
   return heavy ? kBase + 4 * width : kBase;

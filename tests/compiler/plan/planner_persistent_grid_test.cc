@@ -64,7 +64,9 @@ TEST(PersistentGrid, LargeGraphIsCappedByCoResidency) {
 TEST(PersistentGrid, GridGrowsWithTheWorkUpToTheBound) {
   const GpuDevice& h100 = Target().device();
   uint64_t previous = 0;
-  for (int64_t rows : {16, 256, 4096, 65536}) {
+  // Statistics of 256 rows are two column reductions of their own, their epilogues in them
+  // (FusionRules::reduce_epilogues), which the model prices below a global kernel's barrier.
+  for (int64_t rows : {16, 512, 4096, 65536}) {
     Graph g = BatchNormStatistics(rows, 256);
     StatusOr<FusionPlan> plan = PlanStitched(g, h100);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -120,7 +122,7 @@ TEST(PersistentGrid, SplitPhasesGiveEveryBlockAShare) {
 TEST(PersistentGrid, ColumnPhasesTakeAdjacentColumnsPerLane) {
   const GpuDevice& h100 = Target().device();
   for (const auto& [rows, cols, width] :
-       {std::tuple<int64_t, int64_t, int>{1 << 16, 64, 2}, {1 << 14, 4096, 4}, {256, 256, 1}}) {
+       {std::tuple<int64_t, int64_t, int>{1 << 16, 64, 2}, {1 << 14, 4096, 4}, {128, 256, 1}}) {
     SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols));
     Graph g = BatchNormStatistics(rows, cols);
     StatusOr<FusionPlan> plan = PlanStitched(g, h100);
