@@ -163,6 +163,47 @@ TEST(ApproximateMath, ADivisionIsApproximateWhereItReachesOnlyHalfOutputs) {
   }
 }
 
+// The approximate exp and division flush subnormals (DefineFlushToZeroApproximations): the
+// PTX has only their .ftz forms, and the emulator gives what those give, zero of the sign for
+// a subnormal operand or result.
+TEST(ApproximateMath, ExpAndDivisionFlushSubnormalsAsTheGpuDoes) {
+  Graph g;
+  g.name = "exp_and_division";
+  const int x = testing::Param(g, {DType::kF32, {4}}, 0, "x");
+  const int y = testing::Param(g, {DType::kF32, {4}}, 1, "y");
+  g.outputs = {testing::Binary(g, OpCode::kDiv, x, y), testing::Unary(g, OpCode::kExp, x)};
+  CompileOptions options;
+  options.codegen.approximate_math = CodegenOptions::ApproximateMath::kAlways;
+  StatusOr<CompileResult> lowered = CompileGraph(g, options);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  std::string ptx;
+  for (const CompiledKernel& k : lowered->kernels) ptx += k.ptx;
+  EXPECT_NE(ptx.find("div.approx.ftz.f32"), std::string::npos) << ptx;
+  EXPECT_NE(ptx.find("ex2.approx.ftz.f32"), std::string::npos) << ptx;
+  EXPECT_EQ(ptx.find("div.approx.f32"), std::string::npos) << ptx;
+  EXPECT_EQ(ptx.find("ex2.approx.f32"), std::string::npos) << ptx;
+
+  StatusOr<CompileResult> compiled = CompileForEmulator(g, /*force_approximate=*/true);
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  const float subnormal = 1e-39f;
+  Tensor xs = Tensor::Zeros(g.nodes[x].shape), ys = Tensor::Zeros(g.nodes[y].shape);
+  xs.f = {subnormal, 1.0f, -subnormal, -100.0f};
+  ys.f = {1.0f, subnormal, 2.0f, 1.0f};
+  StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(EmulatorOptions{});
+  ASSERT_TRUE(emulator.ok());
+  StatusOr<EmulatedRun> run =
+      RunOnEmulator(compiled->graph, compiled->kernels, {xs, ys}, **emulator);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  const std::vector<double>& quotient = run->outputs[0].f;
+  const std::vector<double>& exp = run->outputs[1].f;
+  EXPECT_EQ(quotient[0], 0.0);           // a subnormal dividend
+  EXPECT_TRUE(std::isinf(quotient[1]));  // a subnormal divisor: 1 / +0
+  EXPECT_EQ(quotient[2], 0.0);           // -0, a subnormal dividend
+  EXPECT_TRUE(std::signbit(quotient[2]));
+  EXPECT_EQ(exp[3], 0.0);  // e^-100, a subnormal result
+  EXPECT_NEAR(exp[1], std::exp(1.0), 1e-5);
+}
+
 // The suite rows that use approximate math, retyped to `dtype` and scaled for the emulator.
 std::vector<std::pair<int, Graph>> RowsUsingApproximateMath(DType dtype) {
   std::vector<std::pair<int, Graph>> rows;

@@ -198,10 +198,10 @@ class ElementalEmitter {
   std::pair<llvm::Value*, llvm::Value*> RngBlockOf(llvm::Value* k);
   // `fn` of x: stitch's own for f32 (trig.h), libdevice's `libdevice_name` for f64.
   llvm::Value* Trig(TrigFunction fn, const char* libdevice_name, llvm::Value* x);
-  // e^x as node `node` computes it: approximate (ex2.approx.f32 of x * log2(e)) for f32 where
+  // e^x as node `node` computes it: approximate (ex2.approx.ftz.f32 of x * log2(e)) for f32 where
   // kc_.ApproximateMath(node) allows, libdevice's exp elsewhere.
   llvm::Value* ExpOf(int node, llvm::Value* x);
-  // erf(x) as node `node` computes it: stitch's quotient of polynomials over div.approx.f32
+  // erf(x) as node `node` computes it: stitch's quotient of polynomials over div.approx.ftz.f32
   // (approximate_erf.h) for f32 where kc_.ApproximateMath(node) allows, libdevice's erf
   // elsewhere.
   llvm::Value* ErfOf(int node, llvm::Value* x);

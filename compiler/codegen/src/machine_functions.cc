@@ -2,11 +2,14 @@
 // bodies each consumer gives them.
 #include "machine_functions.h"
 
+#include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "stitch/codegen/llvm_pipeline.h"
 
@@ -125,7 +128,38 @@ Status DefineMinMax(llvm::Module& module, bool native, bool max) {
   return Status::Ok();
 }
 
+// The body of libdevice's `name` (declared by the kernel, f32 of `arity` f32 arguments) as
+// `build` makes it; nothing when the kernel does not call it.
+Status DefineLibdeviceFunction(
+    llvm::Module& module, const char* name, int arity,
+    const std::function<llvm::Value*(llvm::IRBuilder<>&, llvm::ArrayRef<llvm::Value*>)>& build) {
+  llvm::Type* f32 = llvm::Type::getFloatTy(module.getContext());
+  STITCH_ASSIGN_OR_RETURN(
+      llvm::Function * fn,
+      Declared(module, name,
+               llvm::FunctionType::get(f32, std::vector<llvm::Type*>(arity, f32), false)));
+  if (fn == nullptr) return Status::Ok();
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(module.getContext(), "entry", fn));
+  std::vector<llvm::Value*> args;
+  for (llvm::Argument& a : fn->args()) args.push_back(&a);
+  b.CreateRet(build(b, args));
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status DefineFlushToZeroApproximations(llvm::Module& module) {
+  STITCH_RETURN_IF_ERROR(DefineLibdeviceFunction(
+      module, "__nv_fast_expf", 1, [](llvm::IRBuilder<>& b, llvm::ArrayRef<llvm::Value*> x) {
+        llvm::Value* log2e = llvm::ConstantFP::get(b.getFloatTy(), 0x1.715476p+0);
+        return ReturningIntrinsic(b, llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {},
+                                  {b.CreateFMul(x[0], log2e)});
+      }));
+  return DefineLibdeviceFunction(
+      module, "__nv_fast_fdividef", 2, [](llvm::IRBuilder<>& b, llvm::ArrayRef<llvm::Value*> xy) {
+        return ReturningIntrinsic(b, llvm::Intrinsic::nvvm_div_approx_ftz_f, {}, {xy[0], xy[1]});
+      });
+}
 
 llvm::Value* EmitBf16Rounding(llvm::IRBuilder<>& b, llvm::Value* value) {
   return CallMachineFunction(b, kBf16RoundingFunction, RoundingType(b.getContext()), {value});

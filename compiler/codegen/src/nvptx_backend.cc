@@ -116,6 +116,8 @@ Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options) {
   STITCH_RETURN_IF_ERROR(
       codegen::DefineMachineFunctions(*m, options.target.compute_capability() >= 80)
           .WithContext("kernel " + kernel.name));
+  STITCH_RETURN_IF_ERROR(
+      codegen::DefineFlushToZeroApproximations(*m).WithContext("kernel " + kernel.name));
 
   if (HasMathDeclarations(*m)) {
     std::ifstream probe(options.libdevice_path, std::ios::binary);

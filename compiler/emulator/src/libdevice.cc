@@ -27,6 +27,11 @@ float AtTheBound(float exact) {
   return static_cast<float>(static_cast<double>(exact) * (1.0 + tls_approximate_error));
 }
 
+// A subnormal `x` as `.ftz` instructions see it: zero of its sign.
+float FlushSubnormal(float x) {
+  return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x;
+}
+
 template <typename Fn>
 void Add(RuntimeSymbols& out, const char* name, Fn fn) {
   out.emplace_back(name, reinterpret_cast<void*>(fn));
@@ -37,8 +42,9 @@ void Add(RuntimeSymbols& out, const char* name, Fn fn) {
 void AppendLibdeviceSymbols(RuntimeSymbols& out) {
   // float, one argument
   Add<F1>(out, "__nv_expf", [](float x) { return std::exp(x); });
-  // ex2.approx.ftz.f32 of the f32 product x * log2(e), as the GPU computes it: the product's
-  // rounding exactly, the ex2 at the bound, subnormal results flushed to zero.
+  // ex2.approx.ftz.f32 of the f32 product x * log2(e), as the GPU computes it
+  // (DefineFlushToZeroApproximations): the product's rounding exactly, the ex2 at the bound,
+  // subnormal results flushed to zero.
   Add<F1>(out, "__nv_fast_expf", [](float x) {
     const float r = AtTheBound(std::exp2(x * 1.44269504f));
     return std::fabs(r) < std::numeric_limits<float>::min() ? 0.0f : r;
@@ -101,7 +107,11 @@ void AppendLibdeviceSymbols(RuntimeSymbols& out) {
   Add<F2>(out, "__nv_copysignf", [](float x, float y) { return std::copysign(x, y); });
   Add<F2>(out, "__nv_fdimf", [](float x, float y) { return std::fdim(x, y); });
   Add<F2>(out, "__nv_fdividef", [](float x, float y) { return x / y; });
-  Add<F2>(out, "__nv_fast_fdividef", [](float x, float y) { return AtTheBound(x / y); });
+  // div.approx.ftz.f32 (DefineFlushToZeroApproximations): subnormal operands and results
+  // flushed to zero of their sign.
+  Add<F2>(out, "__nv_fast_fdividef", [](float x, float y) {
+    return FlushSubnormal(AtTheBound(FlushSubnormal(x) / FlushSubnormal(y)));
+  });
   Add<F2>(out, "__nv_fdiv_rn", [](float x, float y) { return x / y; });
   Add<F3>(out, "__nv_fmaf", [](float x, float y, float z) { return std::fma(x, y, z); });
   Add<F3>(out, "__nv_fmaf_rn", [](float x, float y, float z) { return std::fma(x, y, z); });

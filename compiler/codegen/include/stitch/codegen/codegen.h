@@ -66,7 +66,8 @@ struct CodegenOptions {
   // 96 against 80 for an elementwise one). Tests turn it off to cover nvJitLink.
   bool prefer_ptxas = true;
   // Where f32 compute divides (a kDiv, and the logistic's 1 / (1 + e^-x)) with
-  // div.approx.f32 and takes e^x as ex2.approx.f32(x * log2(e)), as Triton does: 2 ulp for
+  // div.approx.ftz.f32 and takes e^x as ex2.approx.ftz.f32(x * log2(e)) (subnormals flushed,
+  // as no f16 or bf16 output can tell: DefineFlushToZeroApproximations): 2 ulp for
   // the division, against IEEE division's dozen instructions and slow-path subroutine, which
   // cost registers and local memory; 2^-22 plus the product's rounding (|x| x 2^-24) for the
   // exp, against libdevice's range reduction, about ten instructions; and erf as a quotient
