@@ -10,8 +10,10 @@
 // multiply-adds and an exact division, its relative error stays below 4e-7, about 7 f32 ulp
 // of a result near 1 (tests/compiler/e2e/e2e_approximate_erf_test.cc measures it against the
 // double-precision libm on 1.4 million arguments: 3.86e-7 the largest, at 3.64, where f32's
-// rounding of the polynomials dominates); the caller's division (div.approx.f32) adds its 2
-// ulp. NaN stays NaN, +-inf give +-erf(kErfClamp) (1 - 1.2e-7), and -0 stays -0.
+// rounding of the polynomials dominates); the caller's division (div.approx.ftz.f32) adds its 2
+// ulp. NaN stays NaN, +-inf give +-erf(kErfClamp) (1 - 1.2e-7), and -0 stays -0; where erf is
+// below the smallest normal f32 (|x| under 1.05e-38) the flush-to-zero division gives zero of
+// x's sign.
 //
 // Thread-safety: acts on the builder it is given only.
 #pragma once
