@@ -10,6 +10,8 @@
 #include <limits>
 #include <vector>
 
+#include "f32_polynomial.h"
+
 namespace stitch::codegen {
 namespace {
 
@@ -55,13 +57,6 @@ Value* F32(llvm::IRBuilder<>& b, double v) {
 
 Value* Fma(llvm::IRBuilder<>& b, Value* x, Value* y, Value* z) {
   return b.CreateIntrinsic(llvm::Intrinsic::fma, {b.getFloatTy()}, {x, y, z});
-}
-
-// sum coefficients[i] * z^i, by Horner's rule.
-Value* Polynomial(llvm::IRBuilder<>& b, Value* z, const std::vector<double>& coefficients) {
-  Value* acc = F32(b, coefficients.back());
-  for (size_t i = coefficients.size() - 1; i-- > 0;) acc = Fma(b, acc, z, F32(b, coefficients[i]));
-  return acc;
 }
 
 // For |x| < kCodyWaiteLimit.
@@ -204,8 +199,8 @@ llvm::Function* Define(llvm::Module& m, TrigFunction fn) {
   quadrant->addIncoming(a.quadrant, near);
   quadrant->addIncoming(c.quadrant, far);
   Value* z = b.CreateFMul(r, r);
-  Value* sin_r = Fma(b, b.CreateFMul(r, z), Polynomial(b, z, kSinCoefficients), r);
-  Value* cos_r = Fma(b, z, Polynomial(b, z, kCosCoefficients), F32(b, 1.0));
+  Value* sin_r = Fma(b, b.CreateFMul(r, z), F32Polynomial(b, z, kSinCoefficients), r);
+  Value* cos_r = Fma(b, z, F32Polynomial(b, z, kCosCoefficients), F32(b, 1.0));
   Value* v = FromQuadrant(b, fn, quadrant, sin_r, cos_r);
   // The reduction loses the sign of a zero, which sin and tan keep.
   if (fn != TrigFunction::kCos) v = b.CreateSelect(b.CreateFCmpOEQ(x, F32(b, 0.0)), x, v);
