@@ -45,10 +45,8 @@ void AppendLibdeviceSymbols(RuntimeSymbols& out) {
   // ex2.approx.ftz.f32 of the f32 product x * log2(e), as the GPU computes it
   // (DefineFlushToZeroApproximations): the product's rounding exactly, the ex2 at the bound,
   // subnormal results flushed to zero.
-  Add<F1>(out, "__nv_fast_expf", [](float x) {
-    const float r = AtTheBound(std::exp2(x * 1.44269504f));
-    return std::fabs(r) < std::numeric_limits<float>::min() ? 0.0f : r;
-  });
+  Add<F1>(out, "__nv_fast_expf",
+          [](float x) { return FlushSubnormal(AtTheBound(std::exp2(x * 1.44269504f))); });
   Add<F1>(out, "__nv_exp2f", [](float x) { return std::exp2(x); });
   Add<F1>(out, "__nv_exp10f", [](float x) { return std::pow(10.0f, x); });
   Add<F1>(out, "__nv_fast_exp10f", [](float x) { return std::pow(10.0f, x); });
