@@ -1,6 +1,7 @@
 // A loop kernel whose transposed read is staged through shared memory (plan.h,
 // ThreadMapping::transpose_tile). Each pass of the grid-stride loop takes one tile of the
-// transpose's output (TransposeTiles): first the block computes the tile's elements with its
+// transpose's output (LoopTransposeTilesOf; each thread loads loads_per_step vectors of it,
+// all before the tile's math): first the block computes the tile's elements with its
 // lanes along the p run, which is contiguous in the transposed operand, so the operand's
 // loads are coalesced, and keeps them in shared memory; then it writes them out with its
 // lanes along the output's minor-most dimension, so the stores are coalesced too. Each lane
@@ -27,7 +28,7 @@ class TransposeTileEmitter {
         b_(kc.b),
         em_(kc),
         shape_(kc.graph.nodes[kc.spec.mapping.transpose_tile].shape),
-        tiles_(TransposeTilesOf(kc.graph, kc.spec.mapping.transpose_tile)),
+        tiles_(LoopTransposeTilesOf(kc.graph, kc.spec.mapping)),
         width_(std::max(kc.spec.mapping.vector_width, 1)),
         index_(kc, shape_, tiles_) {}
 
@@ -35,11 +36,10 @@ class TransposeTileEmitter {
   // ways, and a vector stays within a row of the operand's minor-most dimension and of q_dim.
   bool Fits() const {
     const int64_t threads = static_cast<int64_t>(kc_.spec.mapping.launch.block_threads());
-    if (threads <= 0 || tiles_.p_dims.empty()) return false;
+    if (tiles_.p_dims.empty()) return false;
     const int64_t operand_minor = shape_.dims[tiles_.p_dims.back()];
-    return tiles_.p_side % width_ == 0 && operand_minor % width_ == 0 && tiles_.q % width_ == 0 &&
-           threads % (tiles_.p_side / width_) == 0 && threads % (tiles_.q_side / width_) == 0 &&
-           kTransposeTileElements % (threads * width_) == 0;
+    return operand_minor % width_ == 0 && tiles_.q % width_ == 0 &&
+           TransposeTileFits(tiles_, threads, width_);
   }
 
   StatusOr<EmittedNest> Emit() {

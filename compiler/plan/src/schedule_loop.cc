@@ -71,18 +71,20 @@ void ScheduleLoop(const Graph& g, KernelSpec& k, const GpuDevice& d, int block_t
 
 namespace {
 
-// The consecutive elements (4, 2 or 1) a thread of a transpose tile of `threads` threads
-// loads along the p run and stores along q_dim at once: a vector stays within one row of
-// the operand's minor-most dimension and of q_dim, whose sizes the width divides, and within
-// the thread's share of a tile, and that many elements of every full-size buffer fit one
+// The consecutive elements (4, 2 or 1) a thread of a transpose tile of `tile_elements`
+// elements and `threads` threads loads along the p run and stores along q_dim at once: a
+// vector stays within one row of the operand's minor-most dimension and of q_dim, whose
+// sizes the width divides, the block covers the tile in whole rows of vectors
+// (TransposeTileFits), and that many elements of every full-size buffer fit one
 // kMaxVectorBytes access.
-int TileVectorWidth(const Graph& g, const KernelSpec& k, int transpose, const TransposeTiles& tiles,
-                    int64_t threads) {
+int TileVectorWidth(const Graph& g, const KernelSpec& k, int transpose, int64_t threads,
+                    int64_t tile_elements) {
+  const TransposeTiles tiles = TransposeTilesOf(g, transpose);
   const int64_t operand_minor = g.nodes[transpose].shape.dims[tiles.p_dims.back()];
   const int64_t widest = WidestBufferElement(g, k, g.nodes[k.outputs[0]].shape.elements());
   for (int v = 4; v > 1; v /= 2) {
     if (operand_minor % v == 0 && tiles.q % v == 0 && v * widest <= kMaxVectorBytes &&
-        kTransposeTileElements % (threads * v) == 0) {
+        TransposeTileFits(TransposeTilesOf(g, transpose, tile_elements), threads, v)) {
       return v;
     }
   }
@@ -92,24 +94,25 @@ int TileVectorWidth(const Graph& g, const KernelSpec& k, int transpose, const Tr
 // The threads of a transpose tile's block as ScheduleKernel plans it.
 constexpr int64_t kTransposeTileThreads = 256;
 
-// A loop kernel that reads `transpose` through shared memory tiles: `threads` a block (256
-// as scheduled), each with TileVectorWidth's elements of a tile row per access, and as many
-// such vectors of the tile as the block leaves it. Both halves of a tile are coalesced, so
-// nothing is strided; two block barriers per tile. False, with `k` unchanged, where the
-// block cannot cover a tile in whole rows of vectors both ways (the emitter's condition).
+// A loop kernel that reads `transpose` through shared memory tiles of `tile_elements`
+// elements: `threads` a block (256 as scheduled), each with TileVectorWidth's elements of a
+// tile row per access, and as many such vectors of each tile as the block leaves it
+// (loads_per_step). Both halves of a tile are coalesced, so nothing is strided; two block
+// barriers per tile. False, with `k` unchanged, where the block cannot cover a tile in whole
+// rows of vectors both ways (the emitter's condition).
 bool ScheduleTransposeTile(const Graph& g, KernelSpec& k, const GpuDevice& d, int transpose,
-                           int64_t threads = kTransposeTileThreads) {
+                           int64_t threads = kTransposeTileThreads,
+                           int64_t tile_elements = kTransposeTileElements) {
   const int64_t n = g.nodes[k.outputs[0]].shape.elements();
-  const TransposeTiles tiles = TransposeTilesOf(g, transpose);
-  const int width = TileVectorWidth(g, k, transpose, tiles, threads);
-  if (threads % (tiles.p_side / width) != 0 || threads % (tiles.q_side / width) != 0 ||
-      kTransposeTileElements % (threads * width) != 0) {
-    return false;
-  }
+  const int width = TileVectorWidth(g, k, transpose, threads, tile_elements);
+  const TransposeTiles tiles = TransposeTilesOf(g, transpose, tile_elements);
+  if (!TransposeTileFits(tiles, threads, width)) return false;
+  const int64_t loads = tile_elements / (threads * width);
   ThreadMapping& m = k.mapping;
   m = ThreadMapping{};
   m.transpose_tile = transpose;
   m.vector_width = width;
+  m.loads_per_step = static_cast<int>(loads);
   m.launch.block = {static_cast<uint32_t>(threads), 1, 1};
   m.launch.grid = {CeilDivCapped(tiles.count(), 1, int64_t{d.sms} * kMaxBlocksPerSm), 1, 1};
   m.work_items = tiles.count();
@@ -123,7 +126,7 @@ bool ScheduleTransposeTile(const Graph& g, KernelSpec& k, const GpuDevice& d, in
   SetTraffic(g, k, n);
   m.strided_input_bytes = m.strided_sector_bytes = m.strided_reuse_bytes = 0;
   // A thread loads its elements of the tile (one per warp-wide row it takes) together.
-  m.load_bytes_in_flight_per_thread *= kTransposeTileElements / threads;
+  m.load_bytes_in_flight_per_thread *= static_cast<int>(tiles.p_side * tiles.q_side / threads);
   return true;
 }
 
@@ -181,6 +184,60 @@ void ChooseLoopMapping(const Graph& g, KernelSpec& k, const GpuDevice& d, const 
   }
 }
 
+namespace {
+
+int EstimatedLoopInstructions(const Graph& g, const KernelSpec& k, bool keeps_columns);
+
+// Instructions a transpose tile's cubin has beyond its elements' own: the tile's origin from
+// its number (divisions by the tile counts), the loop, both barriers, the shared-memory
+// addresses and the prologue, which the cost model's issue term counts with every pass as it
+// does for the assembled code. Suite row #24's sm_90 cubins have 88, 128 and 208 instructions
+// at one, two and four vectors of four elements a thread: 40 a vector, 48 besides.
+constexpr int kTilePassInstructions = 48;
+
+// Instructions a thread of transpose tile mapping `k` issues per tile, estimated as
+// EstimatedLoopInstructions does for a plain loop's elements, plus the store of each element
+// into the tile and its load back, and the tile's own (kTilePassInstructions).
+int EstimatedTileInstructions(const Graph& g, const KernelSpec& k) {
+  const ThreadMapping& m = k.mapping;
+  const int width = std::max(m.vector_width, 1);
+  const int per_element = EstimatedLoopInstructions(g, k, false) / width + 2;
+  return kTilePassInstructions + per_element * width * std::max(m.loads_per_step, 1);
+}
+
+// Larger tiles give each thread more loads in flight and spread a tile's own instructions
+// (kTilePassInstructions) and barriers over more elements, at the cost of shared memory and
+// of fewer tiles to spread over the SMs. Tiles of one, two and four times
+// kTransposeTileElements are priced with the fitted issue term, as KeepLoopColumnsPerThread
+// prices what it saves; a larger tile must be cheaper by kLargerTileMargin, more than the
+// instruction estimate's error, so that a launch-bound kernel of few tiles (suite row #24)
+// keeps its blocks.
+constexpr double kLargerTileMargin = 0.02;
+
+void ChooseTransposeTile(const Graph& g, KernelSpec& k, const GpuDevice& d, int transpose) {
+  std::unique_ptr<CostModel> model = NewAnalyticalCostModel(d, WithFittedIssueTerm(d));
+  std::optional<KernelSpec> best;
+  double best_seconds = 0;
+  for (int64_t multiple : {1, 2, 4}) {
+    KernelSpec trial = k;
+    if (!ScheduleTransposeTile(g, trial, d, transpose, kTransposeTileThreads,
+                               kTransposeTileElements * multiple)) {
+      continue;
+    }
+    trial.mapping.estimated_instructions = EstimatedTileInstructions(g, trial);
+    const double seconds = model->EstimateKernel(g, trial).seconds;
+    if (!best || seconds < best_seconds * (1 - kLargerTileMargin)) {
+      best_seconds = seconds;
+      best = std::move(trial);
+    }
+  }
+  if (!best) return;
+  k = std::move(*best);
+  k.mapping.estimated_instructions = 0;  // a shipped plan's prices read the cubin's
+}
+
+}  // namespace
+
 void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   ChooseLoopMapping(g, k, d, *NewPlanningCostModel(d));
   // A transposed read goes through shared memory tiles wherever it can. The model takes the
@@ -188,7 +245,7 @@ void ScheduleStandaloneLoop(const Graph& g, KernelSpec& k, const GpuDevice& d) {
   // every suite row, but a warp's strided load still moves a sector per lane from L2 (suite
   // row #24 ran at 0.49x torch.compile on the H100 with its input read that way).
   if (const int transpose = TileableTranspose(g, k); transpose >= 0) {
-    ScheduleTransposeTile(g, k, d, transpose);
+    ChooseTransposeTile(g, k, d, transpose);
   }
 }
 
@@ -289,6 +346,14 @@ std::vector<KernelSpec> TransposeTileMappingCandidates(const Graph& g, const Ker
       candidates.push_back(std::move(trial));
     }
   }
+  for (int64_t multiple : {2, 4}) {
+    KernelSpec trial = kernel;
+    if (internal::ScheduleTransposeTile(g, trial, device, transpose,
+                                        internal::kTransposeTileThreads,
+                                        kTransposeTileElements * multiple)) {
+      candidates.push_back(std::move(trial));
+    }
+  }
   return candidates;
 }
 
@@ -359,7 +424,7 @@ bool IsTileSideOutput(const Graph& g, const KernelSpec& k, int output) {
   return true;
 }
 
-TransposeTiles TransposeTilesOf(const Graph& g, int transpose) {
+TransposeTiles TransposeTilesOf(const Graph& g, int transpose, int64_t tile_elements) {
   const Node& t = g.nodes[transpose];
   const int rank = t.shape.rank();
   TransposeTiles tiles;
@@ -373,11 +438,27 @@ TransposeTiles TransposeTilesOf(const Graph& g, int transpose) {
     tiles.p *= t.shape.dims[tiles.p_dims.back()];
   }
   tiles.p_side = tiles.p >= 32 ? 32 : tiles.p > 8 ? 16 : 8;
-  tiles.q_side = kTransposeTileElements / tiles.p_side;
+  tiles.q_side = tile_elements / tiles.p_side;
   tiles.tiles_p = CeilDiv(tiles.p, tiles.p_side);
   tiles.tiles_q = CeilDiv(tiles.q, tiles.q_side);
   tiles.batch = tiles.p * tiles.q > 0 ? t.shape.elements() / (tiles.p * tiles.q) : 0;
   return tiles;
+}
+
+TransposeTiles LoopTransposeTilesOf(const Graph& g, const ThreadMapping& m) {
+  return TransposeTilesOf(g, m.transpose_tile,
+                          static_cast<int64_t>(m.launch.block_threads()) *
+                              std::max(m.vector_width, 1) * std::max(m.loads_per_step, 1));
+}
+
+bool TransposeTileFits(const TransposeTiles& tiles, int64_t threads, int64_t width) {
+  if (threads <= 0 || width <= 0 || tiles.p_side % width != 0 || tiles.q_side % width != 0) {
+    return false;
+  }
+  const int64_t along_p = tiles.p_side / width;  // a tile row's vectors as it is computed
+  const int64_t along_q = tiles.q_side / width;  // and as it is stored
+  return along_p > 0 && along_q > 0 && threads % along_p == 0 && threads % along_q == 0 &&
+         tiles.q_side % (threads / along_p) == 0 && tiles.p_side % (threads / along_q) == 0;
 }
 
 }  // namespace stitch

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "stitch/driver/compile.h"
 #include "stitch/emulator/emulated_run.h"
@@ -101,7 +103,7 @@ TEST(TransposeTile, LoopKernelsStageTransposedReadsAndMatchTheInterpreter) {
     ASSERT_TRUE(testing::CheckOnEmulator(g, kSeed, /*random_order=*/true, &check));
     const KernelSpec& k = OnlyKernel(check);
     ASSERT_GE(k.mapping.transpose_tile, 0) << Describe(check.compiled.graph, check.compiled.plan);
-    const TransposeTiles tiles = TransposeTilesOf(check.compiled.graph, k.mapping.transpose_tile);
+    const TransposeTiles tiles = LoopTransposeTilesOf(check.compiled.graph, k.mapping);
     EXPECT_EQ(k.mapping.work_items, tiles.count());
     EXPECT_GT(k.mapping.shared_bytes, 0u);
     EXPECT_EQ(k.mapping.strided_input_bytes, 0);
@@ -286,6 +288,87 @@ TEST(TransposeTile, AReductionReadsATransposeTiledInAKernelOfItsOwn) {
   ASSERT_TRUE(inductor.ok()) << inductor.status().ToString();
   EXPECT_TRUE(ReductionReadsTransposed(inductor->graph, inductor->plan))
       << Describe(inductor->graph, inductor->plan);
+}
+
+// Larger tiles (TransposeTileMappingCandidates' tiles of 2,048 and 4,096 elements for 256
+// threads, each thread loading loads_per_step vectors of a tile before its math) match the
+// interpreter as the scheduled ones do: ragged edges on both sides, batch dimensions, the half
+// types, and two alike transposes sharing one tile. Threads run in random order between
+// barriers.
+TEST(TransposeTile, LargerTilesGiveEachThreadMoreVectorsAndMatchTheInterpreter) {
+  std::vector<Graph> graphs = {BiasedTranspose({70, 45}, {1, 0}, DType::kF32),
+                               BiasedTranspose({3, 50, 40}, {0, 2, 1}, DType::kF16),
+                               BiasedTranspose({2, 40, 3, 36}, {2, 3, 0, 1}, DType::kBF16),
+                               BiasedTranspose({256, 64, 12}, {2, 1, 0}, DType::kBF16),
+                               TwoAlikeTransposes(DType::kF16)};
+  uint64_t seed = kSeed + 50;
+  for (const Graph& g : graphs) {
+    SCOPED_TRACE(g.name + " " + g.nodes[g.outputs[0]].shape.ToString() + ", seed " +
+                 std::to_string(seed));
+    testing::EmulatorCheck check;
+    ASSERT_TRUE(testing::CheckOnEmulator(g, seed, /*random_order=*/true, &check));
+    const CompileResult& shipped = check.compiled;
+    ASSERT_EQ(shipped.kernels.size(), 1u);
+    int larger = 0;
+    for (const KernelSpec& candidate : TransposeTileMappingCandidates(
+             shipped.graph, shipped.plan.kernels[0], *FindDevice("H100"))) {
+      const ThreadMapping& m = candidate.mapping;
+      const TransposeTiles tiles = LoopTransposeTilesOf(shipped.graph, m);
+      if (m.launch.block_threads() != 256 ||
+          tiles.p_side * tiles.q_side == kTransposeTileElements) {
+        continue;
+      }
+      SCOPED_TRACE(std::to_string(m.loads_per_step) + " vectors a thread");
+      EXPECT_EQ(tiles.p_side * tiles.q_side, 256 * m.vector_width * m.loads_per_step);
+      EXPECT_GT(m.loads_per_step, 1);
+      EXPECT_EQ(m.work_items, tiles.count());
+      StatusOr<CompiledKernel> kernel = EmitKernel(shipped.graph, candidate, CodegenOptions{});
+      ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
+      EXPECT_GE(kernel->shared_bytes, static_cast<uint32_t>(tiles.q_side * (tiles.p_side + 1) * 2));
+      EXPECT_TRUE(testing::EmulatedMatchesInterpreter(g, shipped.graph, {*kernel},
+                                                      testing::RandomInputs(g, seed), seed,
+                                                      /*random_order=*/true));
+      ++larger;
+    }
+    EXPECT_EQ(larger, 2);
+    ++seed;
+  }
+}
+
+// Soft-capped logits moved heads-major, as suite row #13's first kernel writes them: a tanh
+// an element, so the tile's own instructions (its origin, the barriers) are a small share of
+// a larger tile's, and the scheduler takes tiles of 2,048 elements, two vectors a thread. A
+// plain transpose of 196 tiles (suite row #24) is a launch's worth of blocks whichever tile it
+// takes, and keeps kTransposeTileElements.
+TEST(TransposeTile, TilesGrowWhereTheirOwnInstructionsWeigh) {
+  Graph capped;
+  capped.name = "softcapped_heads_major";
+  const int64_t s = 2048, heads = 12;
+  int logits = Param(capped, {DType::kBF16, {s, s * heads}}, 0, "logits");
+  int x = Convert(capped, logits, DType::kF32);
+  const std::vector<int64_t> dims = {s, s * heads};
+  int tanh = Unary(capped, OpCode::kTanh,
+                   Binary(capped, OpCode::kMul, x,
+                          Broadcast(capped, ConstScalar(capped, DType::kF32, 0.02), dims, {})));
+  int scaled = Binary(capped, OpCode::kMul, tanh,
+                      Broadcast(capped, ConstScalar(capped, DType::kF32, 50), dims, {}));
+  int split = Reshape(capped, Convert(capped, scaled, DType::kBF16), {s, s, heads});
+  capped.outputs = {Transpose(capped, split, {2, 1, 0})};
+
+  for (const auto& [g, loads] :
+       {std::pair{capped, 2}, std::pair{BiasedTranspose({3136, 64}, {1, 0}, DType::kF32), 1}}) {
+    SCOPED_TRACE(g.name);
+    CompileOptions options = testing::Sm90Compile();
+    options.emit_ptx = false;
+    StatusOr<CompileResult> r = CompileGraph(g, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->plan.kernels.size(), 1u) << Describe(r->graph, r->plan);
+    const ThreadMapping& m = r->plan.kernels[0].mapping;
+    ASSERT_GE(m.transpose_tile, 0) << Describe(r->graph, r->plan);
+    EXPECT_EQ(m.loads_per_step, loads) << Describe(r->graph, r->plan);
+    const TransposeTiles tiles = LoopTransposeTilesOf(r->graph, m);
+    EXPECT_EQ(tiles.p_side * tiles.q_side, kTransposeTileElements * loads);
+  }
 }
 
 }  // namespace

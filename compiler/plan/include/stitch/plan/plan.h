@@ -131,9 +131,9 @@ struct ThreadMapping {
   int vector_width = 1;
   // kLoop: the transpose node whose read is staged through shared memory, or -1. Its operand's
   // minor-most dimension is not its output's, so threads walking the output in order would
-  // read the operand a sector per element; instead a block takes tiles of
-  // kTransposeTileElements elements of the transpose's output (over a run of the operand's
-  // trailing dimensions and the output's minor-most dimension: TransposeTiles), computes a
+  // read the operand a sector per element; instead a block takes tiles of the transpose's
+  // output (over a run of the operand's trailing dimensions and the output's minor-most
+  // dimension: TransposeTiles; loads_per_step vectors a thread), computes a
   // tile with its lanes along the operand's run and stores it with its lanes along the
   // output's minor dimension, through shared memory, vector_width elements per lane and
   // access both ways. work_items then counts tiles.
@@ -157,6 +157,9 @@ struct ThreadMapping {
   // thread loads at once where a pass first reads its row, so that the loads in flight do
   // not take a register per element of the thread's share of the row; with a resident row
   // tile, the loads each thread issues at once while it stages the tile.
+  // kLoop with a transpose_tile: the vectors each thread loads of a tile, all issued before
+  // the tile's math (LoopTransposeTilesOf: a tile has block threads x vector_width x
+  // loads_per_step elements).
   int loads_per_step = 1;
   // kRowStitch: elements of a row each thread keeps in registers between the row's phases
   // (0 when rows are too long, and later phases read global memory again).

@@ -109,6 +109,9 @@ std::vector<KernelSpec> LoopMappingCandidates(const Graph& g, const KernelSpec& 
 // vectors. The model prices one tile a block alike at every size; suite row #24, one tile for
 // each of 196 blocks, ran at 0.70x torch.compile on the H200 with 256 threads of one vector
 // each, so these measure whether fewer threads with more loads each shorten such a kernel.
+// Then tiles of two and four times kTransposeTileElements at 256 threads, which the
+// scheduler chooses among by the fitted issue term (more loads a thread, a tile's own
+// instructions spread over more elements).
 std::vector<KernelSpec> TransposeTileMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                                        const GpuDevice& device);
 
@@ -187,7 +190,8 @@ int64_t ItemsPerPass(KernelKind kind, const ThreadMapping& m);
 // the one q_dim reads (p_dims, in operand order), which row-major in that order are one
 // contiguous run of the operand. So a tile reads q_side runs of p_side consecutive operand
 // elements and writes p_side runs of q_side consecutive output elements. p_side x q_side =
-// kTransposeTileElements; p_side is 32, or 16 or 8 for a shorter run. tiles_p and tiles_q
+// `tile_elements` (kTransposeTileElements unless a loop kernel's mapping takes larger tiles:
+// LoopTransposeTilesOf); p_side is 32, or 16 or 8 for a shorter run. tiles_p and tiles_q
 // tiles cover the run and q_dim, and the other dimensions repeat them `batch` times.
 struct TransposeTiles {
   std::vector<int> p_dims;
@@ -201,7 +205,20 @@ struct TransposeTiles {
   int64_t batch = 0;
   int64_t count() const { return tiles_p * tiles_q * batch; }
 };
-TransposeTiles TransposeTilesOf(const Graph& g, int transpose);
+TransposeTiles TransposeTilesOf(const Graph& g, int transpose,
+                                int64_t tile_elements = kTransposeTileElements);
+
+// The tiles of loop kernel mapping `m`'s transpose tile: each of its threads loads
+// loads_per_step vectors of vector_width elements of a tile, so a tile has block threads x
+// vector_width x loads_per_step elements.
+TransposeTiles LoopTransposeTilesOf(const Graph& g, const ThreadMapping& m);
+
+// Whether a block of `threads` threads, each loading and storing vectors of `width`
+// elements, covers tiles of `tiles` in whole rows of vectors both ways: along the p run
+// (where it computes the tile) and along q_dim (where it stores it), every thread with as
+// many vectors as the others. The transpose tile emitter's condition, which the scheduler
+// keeps.
+bool TransposeTileFits(const TransposeTiles& tiles, int64_t threads, int64_t width);
 
 // Whether `output` of loop kernel `k`, whose mapping stages a transpose tile, is a side
 // output: computed from the kernel's inputs without any transpose that moves a minor-most
