@@ -65,6 +65,7 @@
 #include "stitch/plan/schedule.h"
 #include "stitch/plan/statistics_rewrite.h"
 #include "stitch/plan/stitch_planner.h"
+#include "stitch/plan/tanh_rewrite.h"
 #include "stitch/reference/interpreter.h"
 #include "stitch/reference/shape_scaling.h"
 #include "stitch/reference/tensor.h"
@@ -494,7 +495,8 @@ void CompileAndPrice(const Graph& g, const GpuDevice& device, const Flags& flags
     if (s.ok()) r.plans += "stitched (not shipped) " + Describe(s->graph, s->plan);
   }
   for (BaselineCompiler compiler : {BaselineCompiler::kXla, BaselineCompiler::kInductor}) {
-    StatusOr<BaselinePlan> b = PlanBaselineModel(compiler, OnePassStatisticsRewrite(g), device);
+    StatusOr<BaselinePlan> b =
+        PlanBaselineModel(compiler, OnePlusTanhAsLogistic(OnePassStatisticsRewrite(g)), device);
     if (b.ok()) r.plans += Describe(b->graph, b->plan);
   }
 }
