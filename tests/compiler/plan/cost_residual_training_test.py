@@ -94,12 +94,12 @@ class TrainingTest(unittest.TestCase):
         # plans all changed since every set measured them has nothing to train or test on.
         # Rows leave as code generation changes between GPU runs (21 of 30 have, the layer
         # and group norms the last, with their row values computed once per row) and come
-        # back with the next set. Six are left since the baseline models' split reductions
+        # back with the next set. Six were left once the baseline models' split reductions
         # end at their second reduce (no reshape kernel after it) and their reduce kernels
         # compute their epilogues, which changed the XLA and Inductor models' plans of eleven
-        # rows and took #18, #20 and #26 out.
+        # rows and took #18, #20 and #26 out; five since #10's 1 + tanh is a logistic.
         rows = self.summary["rows_still_measured"]
-        self.assertGreaterEqual(len(rows), 6)
+        self.assertGreaterEqual(len(rows), 5)
         self.assertEqual(self.summary["groups"], len(rows))
         sets = self.summary["sets"]
         self.assertGreaterEqual(len(sets), 1)
