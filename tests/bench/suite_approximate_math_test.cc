@@ -11,7 +11,9 @@
 // output stays exact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -163,6 +165,63 @@ TEST(ApproximateMath, ADivisionIsApproximateWhereItReachesOnlyHalfOutputs) {
   }
 }
 
+// The lines of `ptx` inside its loops: from a label to the last branch back to it.
+std::vector<std::string> LoopLines(const std::string& ptx) {
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < ptx.size();) {
+    const size_t end = std::min(ptx.find('\n', at), ptx.size());
+    lines.push_back(ptx.substr(at, end - at));
+    at = end + 1;
+  }
+  std::vector<std::string> in_loops;
+  for (size_t first = 0; first < lines.size(); ++first) {
+    const std::string& line = lines[first];
+    if (line.empty() || line[0] != '$' || line.back() != ':') continue;
+    const std::string label = line.substr(0, line.size() - 1) + ";";
+    for (size_t last = lines.size(); last-- > first;) {
+      const bool back = lines[last].find("bra") != std::string::npos &&
+                        lines[last].find(label) != std::string::npos;
+      if (!back) continue;
+      in_loops.insert(in_loops.end(), lines.begin() + static_cast<std::ptrdiff_t>(first),
+                      lines.begin() + static_cast<std::ptrdiff_t>(last) + 1);
+      break;
+    }
+  }
+  return in_loops;
+}
+
+// An approximate division is a reciprocal and a multiply in the IR (the two instructions
+// ptxas makes of div.approx.ftz.f32), so a divisor that does not change in a loop has its
+// reciprocal taken once, before the loop: suite row #19's loop keeps each thread on its
+// channels and divides by four per-channel values, which took four MUFU.RCP a trip of four
+// elements beside the four of its logistic (one an element), all eight inside the loop.
+TEST(ApproximateMath, ALoopInvariantDivisorTakesItsReciprocalBeforeTheLoop) {
+  StatusOr<SuiteEntry> entry = BuildSuiteEntry(19);
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  CompileOptions options;
+  options.codegen.target = *Target::Parse("sm_90");
+  StatusOr<CompileResult> compiled = CompileGraph(entry->graph, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  ASSERT_EQ(compiled->kernels.size(), 1u);
+  const ThreadMapping& m = compiled->plan.kernels[0].mapping;
+  ASSERT_GT(m.column_period, 0);
+  const std::string& ptx = compiled->kernels[0].ptx;
+  const std::vector<std::string> loop = LoopLines(ptx);
+  ASSERT_FALSE(loop.empty()) << ptx;
+  const auto divisions = [](const std::string& line) {
+    return line.find("rcp.approx") != std::string::npos ||
+           line.find("div.approx") != std::string::npos;
+  };
+  const int in_loop = static_cast<int>(std::count_if(loop.begin(), loop.end(), divisions));
+  int in_kernel = 0;
+  for (size_t at = ptx.find("approx.ftz.f32"); at != std::string::npos;
+       at = ptx.find("approx.ftz.f32", at + 1)) {
+    in_kernel += ptx.compare(at - 4, 4, "rcp.") == 0;
+  }
+  EXPECT_EQ(in_loop, m.vector_width) << ptx;  // the logistic's, one an element
+  EXPECT_EQ(in_kernel - in_loop, 4) << ptx;   // the per-channel values', before the loop
+}
+
 // The approximate exp and division flush subnormals (DefineFlushToZeroApproximations): the
 // PTX has only their .ftz forms, and the emulator gives what those give, zero of the sign for
 // a subnormal operand or result.
@@ -178,9 +237,11 @@ TEST(ApproximateMath, ExpAndDivisionFlushSubnormalsAsTheGpuDoes) {
   ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
   std::string ptx;
   for (const CompiledKernel& k : lowered->kernels) ptx += k.ptx;
-  EXPECT_NE(ptx.find("div.approx.ftz.f32"), std::string::npos) << ptx;
+  EXPECT_NE(ptx.find("rcp.approx.ftz.f32"), std::string::npos) << ptx;
+  EXPECT_NE(ptx.find("mul.rn.ftz.f32"), std::string::npos) << ptx;
   EXPECT_NE(ptx.find("ex2.approx.ftz.f32"), std::string::npos) << ptx;
-  EXPECT_EQ(ptx.find("div.approx.f32"), std::string::npos) << ptx;
+  EXPECT_EQ(ptx.find("rcp.approx.f32"), std::string::npos) << ptx;
+  EXPECT_EQ(ptx.find("div.approx"), std::string::npos) << ptx;
   EXPECT_EQ(ptx.find("ex2.approx.f32"), std::string::npos) << ptx;
 
   StatusOr<CompileResult> compiled = CompileForEmulator(g, /*force_approximate=*/true);

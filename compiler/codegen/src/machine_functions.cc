@@ -157,7 +157,9 @@ Status DefineFlushToZeroApproximations(llvm::Module& module) {
       }));
   return DefineLibdeviceFunction(
       module, "__nv_fast_fdividef", 2, [](llvm::IRBuilder<>& b, llvm::ArrayRef<llvm::Value*> xy) {
-        return ReturningIntrinsic(b, llvm::Intrinsic::nvvm_div_approx_ftz_f, {}, {xy[0], xy[1]});
+        llvm::Value* reciprocal =
+            ReturningIntrinsic(b, llvm::Intrinsic::nvvm_rcp_approx_ftz_f, {}, {xy[1]});
+        return ReturningIntrinsic(b, llvm::Intrinsic::nvvm_mul_rn_ftz_f, {}, {xy[0], reciprocal});
       });
 }
 

@@ -51,10 +51,13 @@ inline constexpr char kF32MinFunction[] = "stitch.f32.min";
 // INVALID_ARGUMENT when the module defines one or declares it with another type.
 Status DefineMachineFunctions(llvm::Module& module, bool native);
 
-// Gives libdevice's approximate exp and division, where `module` declares them, bodies of
-// one flush-to-zero instruction each: __nv_fast_expf(x) = ex2.approx.ftz.f32(x * log2(e)),
-// __nv_fast_fdividef(x, y) = div.approx.ftz.f32(x, y). libdevice's own take the .ftz forms
-// only under __nvvm_reflect("__CUDA_FTZ"), which would flush every libdevice function's
+// Gives libdevice's approximate exp and division, where `module` declares them,
+// flush-to-zero bodies: __nv_fast_expf(x) = ex2.approx.ftz.f32(x * log2(e)), and
+// __nv_fast_fdividef(x, y) = mul.rn.ftz.f32(x, rcp.approx.ftz.f32(y)), the two instructions
+// ptxas assembles div.approx.ftz.f32 into (MUFU.RCP, FMUL.FTZ), written out so that LLVM
+// takes the reciprocal of a loop-invariant divisor once, before the loop (suite row #19's
+// per-channel divisions: four MUFU.RCP a trip of four elements). libdevice's own take the .ftz
+// forms only under __nvvm_reflect("__CUDA_FTZ"), which would flush every libdevice function's
 // subnormals; without it they keep subnormal arguments and results, which costs a compare, a
 // select and two multiplies each in SASS (suite row #19's loop: 9 of its 35 instructions an
 // element). Codegen calls them only for values that reach f16 and bf16 outputs alone
