@@ -7,24 +7,15 @@
 #include <utility>
 #include <vector>
 
+#include "graph_rewrite.h"
+
 namespace stitch {
 namespace {
 
 // How far a scale constant may be from 1/n: f32 rounding of 1/n is within 6e-8 relative.
 constexpr double kScaleSlack = 1e-6;
 
-// Returns the value of a float constant that holds one value everywhere (a splat literal or a
-// constant broadcast from one), or nullopt.
-std::optional<double> SplatValue(const Graph& g, int id) {
-  const Node& n = g.nodes[id];
-  if (n.op == OpCode::kBroadcast) return SplatValue(g, n.operands[0]);
-  if (n.op != OpCode::kConstant || !IsFloat(n.shape.dtype) || n.literal.f.empty()) return {};
-  const double v = n.literal.f[0];
-  for (double e : n.literal.f) {
-    if (e != v) return {};
-  }
-  return v;
-}
+using internal::SplatValue;
 
 bool IsZeroSum(const Graph& g, int id) {
   const Node& n = g.nodes[id];
@@ -117,8 +108,7 @@ std::optional<Statistic> MatchVariance(const Graph& g, int v) {
 class Rewriter {
  public:
   Rewriter(const Graph& g, std::vector<Statistic> stats)
-      : g_(g), stats_(std::move(stats)), map_(g.nodes.size(), -1), by_node_(g.nodes.size(), -1) {
-    out_.name = g.name;
+      : g_(g), stats_(std::move(stats)), by_node_(g.nodes.size(), -1), rebuild_(g, "statistics") {
     for (size_t k = 0; k < stats_.size(); ++k) {
       by_node_[stats_[k].mean] = static_cast<int>(k);
       by_node_[stats_[k].var] = static_cast<int>(k);
@@ -128,37 +118,23 @@ class Rewriter {
   }
 
   Graph Run() {
-    for (int id : TopologicalOrder(g_)) {
+    return rebuild_.Run([&](int id) {
       const int k = by_node_[id];
-      if (k < 0) {
-        map_[id] = Copy(g_.nodes[id]);
-      } else if (stats_[k].mean == id) {
-        map_[id] = EmitMean(k);
-      } else {
-        map_[id] = EmitVariance(k);
-      }
-    }
-    for (int o : g_.outputs) out_.outputs.push_back(map_[o]);
-    return WithoutDeadNodes(std::move(out_));
+      if (k < 0) return -1;
+      return stats_[k].mean == id ? EmitMean(k) : EmitVariance(k);
+    });
   }
 
  private:
-  int Copy(const Node& n) {
-    Node c = n;
-    for (int& o : c.operands) o = map_[o];
-    return out_.Add(std::move(c));
-  }
-
+  int Mapped(int id) const { return rebuild_.Mapped(id); }
   int Add(Node n, const Node& like, const char* suffix) {
-    n.name = (like.name.empty() ? std::string("statistics") : like.name) + suffix;
-    n.source = like.source;
-    return out_.Add(std::move(n));
+    return rebuild_.Add(std::move(n), like, suffix);
   }
 
   int Elementwise(OpCode op, int a, int b, const Node& like, const char* suffix) {
     Node n;
     n.op = op;
-    n.shape = out_.nodes[a].shape;
+    n.shape = rebuild_.Rebuilt(a).shape;
     n.operands = {a, b};
     return Add(std::move(n), like, suffix);
   }
@@ -186,7 +162,7 @@ class Rewriter {
   // The scaling node of a mean (or variance) applied to the new sum `sum`.
   int Scale(const Node& scaling, const ScaledSum& s, int sum, const char* suffix) {
     Node n = scaling;
-    for (int& o : n.operands) o = map_[o];
+    for (int& o : n.operands) o = Mapped(o);
     n.operands[s.sum_operand] = sum;
     return Add(std::move(n), scaling, suffix);
   }
@@ -197,7 +173,7 @@ class Rewriter {
     const Statistic& s = stats_[k];
     const Node& mean = g_.nodes[s.mean];
     const Shape& x_shape = g_.nodes[s.x].shape;
-    const int x = map_[s.x];
+    const int x = Mapped(s.x);
 
     // The shift: x at index 0 of every reduced dimension, one value per output.
     Node slice;
@@ -217,7 +193,7 @@ class Rewriter {
 
     const int expanded = Broadcast(shift, x_shape, s.kept, mean, ".shift_expanded");
     const int d = Elementwise(OpCode::kSub, x, expanded, mean, ".shifted");
-    const int init = map_[g_.nodes[s.mean_sum.sum].operands[1]];
+    const int init = Mapped(g_.nodes[s.mean_sum.sum].operands[1]);
     const int s1 = Reduce(d, init, g_.nodes[s.mean_sum.sum], ".shifted_sum");
     const Node& var_sum = g_.nodes[s.var_sum.sum];
     const int square = Elementwise(OpCode::kMul, d, d, var_sum, ".shifted_square");
@@ -245,12 +221,11 @@ class Rewriter {
 
   const Graph& g_;
   std::vector<Statistic> stats_;
-  std::vector<int> map_;
   std::vector<int> by_node_;  // the pair whose mean or variance a node is, or -1
   // By pair, once its mean is emitted: S1/n and S2.
   std::vector<int> shifted_mean_;
   std::vector<int> shifted_square_sum_;
-  Graph out_;
+  internal::GraphRebuild rebuild_;
 };
 
 }  // namespace

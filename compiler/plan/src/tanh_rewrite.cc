@@ -5,21 +5,12 @@
 #include <utility>
 #include <vector>
 
+#include "graph_rewrite.h"
+
 namespace stitch {
 namespace {
 
-// Returns the value of a float constant that holds one value everywhere (a splat literal or a
-// constant broadcast from one), or nullopt.
-std::optional<double> SplatValue(const Graph& g, int id) {
-  const Node& n = g.nodes[id];
-  if (n.op == OpCode::kBroadcast) return SplatValue(g, n.operands[0]);
-  if (n.op != OpCode::kConstant || !IsFloat(n.shape.dtype) || n.literal.f.empty()) return {};
-  const double v = n.literal.f[0];
-  for (double e : n.literal.f) {
-    if (e != v) return {};
-  }
-  return v;
-}
+using internal::SplatValue;
 
 // A recognised sum: node `sum` is one plus (sign +1) or one minus (sign -1) tanh(`z`).
 struct TanhSum {
@@ -43,36 +34,17 @@ std::optional<TanhSum> MatchTanhSum(const Graph& g, int id) {
   return {};
 }
 
+// Emits 2 * logistic(sign * 2 * z) for each recognised sum, in its place.
 class Rewriter {
  public:
   Rewriter(const Graph& g, std::vector<std::optional<TanhSum>> sums)
-      : g_(g), sums_(std::move(sums)), map_(g.nodes.size(), -1) {
-    out_ = g;
-    out_.nodes.clear();
-    out_.outputs.clear();
-  }
+      : g_(g), sums_(std::move(sums)), rebuild_(g, "tanh_sum") {}
 
   Graph Run() {
-    for (int id : TopologicalOrder(g_)) {
-      map_[id] = sums_[id] ? EmitLogistic(*sums_[id]) : Copy(g_.nodes[id]);
-    }
-    for (int o : g_.outputs) out_.outputs.push_back(map_[o]);
-    return WithoutDeadNodes(std::move(out_));
+    return rebuild_.Run([&](int id) { return sums_[id] ? EmitLogistic(*sums_[id]) : -1; });
   }
 
  private:
-  int Copy(const Node& n) {
-    Node c = n;
-    for (int& o : c.operands) o = map_[o];
-    return out_.Add(std::move(c));
-  }
-
-  int Add(Node n, const Node& like, const char* suffix) {
-    n.name = (like.name.empty() ? std::string("tanh_sum") : like.name) + suffix;
-    n.source = like.source;
-    return out_.Add(std::move(n));
-  }
-
   // `value` everywhere in the sum's shape: a scalar literal, broadcast where the sum has
   // dimensions.
   int Splat(double value, const Node& sum, const char* suffix) {
@@ -80,13 +52,13 @@ class Rewriter {
     c.op = OpCode::kConstant;
     c.shape = {sum.shape.dtype, {}};
     c.literal.f = {value};
-    const int scalar = Add(std::move(c), sum, suffix);
+    const int scalar = rebuild_.Add(std::move(c), sum, suffix);
     if (sum.shape.rank() == 0) return scalar;
     Node b;
     b.op = OpCode::kBroadcast;
     b.shape = sum.shape;
     b.operands = {scalar};
-    return Add(std::move(b), sum, suffix);
+    return rebuild_.Add(std::move(b), sum, suffix);
   }
 
   int Elementwise(OpCode op, std::vector<int> operands, const Node& like, const char* suffix) {
@@ -94,14 +66,13 @@ class Rewriter {
     n.op = op;
     n.shape = like.shape;
     n.operands = std::move(operands);
-    return Add(std::move(n), like, suffix);
+    return rebuild_.Add(std::move(n), like, suffix);
   }
 
-  // 2 * logistic(sign * 2 * z) in place of the sum.
   int EmitLogistic(const TanhSum& s) {
     const Node& sum = g_.nodes[s.sum];
     const int scale = Splat(2 * s.sign, sum, ".logistic_scale");
-    const int arg = Elementwise(OpCode::kMul, {map_[s.z], scale}, sum, ".logistic_arg");
+    const int arg = Elementwise(OpCode::kMul, {rebuild_.Mapped(s.z), scale}, sum, ".logistic_arg");
     const int logistic = Elementwise(OpCode::kLogistic, {arg}, sum, ".logistic");
     const int two = Splat(2, sum, ".two");
     return Elementwise(OpCode::kMul, {logistic, two}, sum, ".as_logistic");
@@ -109,8 +80,7 @@ class Rewriter {
 
   const Graph& g_;
   std::vector<std::optional<TanhSum>> sums_;
-  std::vector<int> map_;
-  Graph out_;
+  internal::GraphRebuild rebuild_;
 };
 
 }  // namespace
