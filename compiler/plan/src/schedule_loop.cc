@@ -79,12 +79,12 @@ namespace {
 // kMaxVectorBytes access.
 int TileVectorWidth(const Graph& g, const KernelSpec& k, int transpose, int64_t threads,
                     int64_t tile_elements) {
-  const TransposeTiles tiles = TransposeTilesOf(g, transpose);
+  const TransposeTiles tiles = TransposeTilesOf(g, transpose, tile_elements);
   const int64_t operand_minor = g.nodes[transpose].shape.dims[tiles.p_dims.back()];
   const int64_t widest = WidestBufferElement(g, k, g.nodes[k.outputs[0]].shape.elements());
   for (int v = 4; v > 1; v /= 2) {
     if (operand_minor % v == 0 && tiles.q % v == 0 && v * widest <= kMaxVectorBytes &&
-        TransposeTileFits(TransposeTilesOf(g, transpose, tile_elements), threads, v)) {
+        TransposeTileFits(tiles, threads, v)) {
       return v;
     }
   }
