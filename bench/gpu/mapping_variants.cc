@@ -196,10 +196,8 @@ std::string MappingText(const KernelSpec& k) {
     text += ", columns kept (period " + std::to_string(m.column_period) + ")";
   if (m.transpose_tile >= 0) text += ", transpose tile";
   if (k.kind == KernelKind::kLoop && m.transpose_tile >= 0 && m.loads_per_step > 1) {
-    const uint64_t tile = l.block_threads() * static_cast<uint64_t>(std::max(m.vector_width, 1)) *
-                          static_cast<uint64_t>(m.loads_per_step);
-    text += " of " + std::to_string(tile) + ", " + std::to_string(m.loads_per_step) +
-            " vectors a thread";
+    text += " of " + std::to_string(LoopTransposeTileElements(m)) + ", " +
+            std::to_string(m.loads_per_step) + " vectors a thread";
   }
   for (const KernelSpec& phase : k.phases) {
     if (phase.kind != KernelKind::kColumnReduce) continue;

@@ -445,10 +445,13 @@ TransposeTiles TransposeTilesOf(const Graph& g, int transpose, int64_t tile_elem
   return tiles;
 }
 
+int64_t LoopTransposeTileElements(const ThreadMapping& m) {
+  return static_cast<int64_t>(m.launch.block_threads()) * std::max(m.vector_width, 1) *
+         std::max(m.loads_per_step, 1);
+}
+
 TransposeTiles LoopTransposeTilesOf(const Graph& g, const ThreadMapping& m) {
-  return TransposeTilesOf(g, m.transpose_tile,
-                          static_cast<int64_t>(m.launch.block_threads()) *
-                              std::max(m.vector_width, 1) * std::max(m.loads_per_step, 1));
+  return TransposeTilesOf(g, m.transpose_tile, LoopTransposeTileElements(m));
 }
 
 bool TransposeTileFits(const TransposeTiles& tiles, int64_t threads, int64_t width) {

@@ -213,6 +213,10 @@ TransposeTiles TransposeTilesOf(const Graph& g, int transpose,
 // vector_width x loads_per_step elements.
 TransposeTiles LoopTransposeTilesOf(const Graph& g, const ThreadMapping& m);
 
+// The elements of loop kernel mapping `m`'s transpose tile: block threads x vector_width x
+// loads_per_step (LoopTransposeTilesOf's tile).
+int64_t LoopTransposeTileElements(const ThreadMapping& m);
+
 // Whether a block of `threads` threads, each loading and storing vectors of `width`
 // elements, covers tiles of `tiles` in whole rows of vectors both ways: along the p run
 // (where it computes the tile) and along q_dim (where it stores it), every thread with as
