@@ -26,7 +26,8 @@ auto MappingKey(const KernelSpec& k) {
   const ThreadMapping& m = k.mapping;
   return std::make_tuple(m.launch.block, m.launch.grid, m.vector_width, m.column_period,
                          m.transpose_tile, m.threads_per_row, m.values_per_thread, m.reduce_chunks,
-                         m.dynamic_shared_bytes, m.loads_per_step, PhaseLoads(k));
+                         m.dynamic_shared_bytes, m.loads_per_step, m.staged_row_spans,
+                         PhaseLoads(k));
 }
 
 // The scheduler's candidates for `kernel`; none for kinds the sweep leaves alone.
@@ -192,6 +193,7 @@ std::string MappingText(const KernelSpec& k) {
               (m.loads_per_step == 1 ? " vector in flight" : " vectors in flight");
     }
   }
+  if (m.staged_row_spans) text += ", rows staged in 16-byte vectors";
   if (m.column_period > 0)
     text += ", columns kept (period " + std::to_string(m.column_period) + ")";
   if (m.transpose_tile >= 0) text += ", transpose tile";

@@ -95,6 +95,14 @@ KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKe
       PromisedAccessBytes(spec.kind, load_width, WidestFullSizeElement(g, spec.inputs, f.elements));
   f.promised_store_bytes =
       PromisedAccessBytes(spec.kind, width, WidestFullSizeElement(g, spec.outputs, f.elements));
+  // Rows staged in spans copy their staged buffers in 16-byte vectors.
+  if (spec.mapping.staged_row_spans) {
+    f.promised_load_bytes = kMaxVectorBytes;
+    if (StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, spec);
+        layout.ok() && !RowSpanStagingOf(g, spec, *layout).outputs.empty()) {
+      f.promised_store_bytes = kMaxVectorBytes;
+    }
+  }
   f.ptx = kernel.ptx;
   f.registers = kernel.assembly.registers;
   f.local_bytes = kernel.assembly.stack_bytes + kernel.assembly.spill_store_bytes;

@@ -58,7 +58,8 @@ llvm::Value* ElementalEmitter::PinnedValue(int node, const IrIndex& index) {
   if (!index.linear) return nullptr;
   auto p = pinned_.find({node, index.linear});
   if (p == pinned_.end()) return nullptr;
-  return b_.CreateAlignedLoad(p->second.type, p->second.address, p->second.align);
+  llvm::Value* value = b_.CreateAlignedLoad(p->second.type, p->second.address, p->second.align);
+  return p->second.stored ? WidenStored(b_, *p->second.stored, value) : value;
 }
 
 void ElementalEmitter::Seed(int node, llvm::Value* linear, llvm::Value* value) {

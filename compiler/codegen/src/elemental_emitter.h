@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_set>
 #include <vector>
@@ -73,11 +74,18 @@ class ElementalEmitter {
   // ResetScope. Used for values a thread keeps in registers between the phases of a row.
   void Pin(int node, llvm::Value* linear, llvm::AllocaInst* slot);
   // The same for a slot anywhere in memory (shared memory, for a row too long for
-  // registers), holding a value of `type` at `address` aligned to `align`.
+  // registers), holding a value of `type` at `address` aligned to `align`: the node's
+  // compute-type value, or, with `stored`, an element of that dtype in its storage type,
+  // widened where it is read.
   struct Slot {
+    Slot() = default;
+    Slot(llvm::Value* address, llvm::Type* type, llvm::Align align,
+         std::optional<DType> stored = std::nullopt)
+        : address(address), type(type), align(align), stored(stored) {}
     llvm::Value* address = nullptr;
     llvm::Type* type = nullptr;
     llvm::Align align;
+    std::optional<DType> stored;
   };
   void Pin(int node, llvm::Value* linear, const Slot& slot);
   // Forgets every pin.

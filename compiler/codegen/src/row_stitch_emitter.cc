@@ -76,6 +76,8 @@ class RowStitchEmitter {
     if (m_.transpose_tile >= 0) {
       if (m_.threads_per_row > 32) STITCH_RETURN_IF_ERROR(AllocateSlots(nest.shared_bytes));
       STITCH_RETURN_IF_ERROR(EmitTileRows(nest.shared_bytes));
+    } else if (m_.staged_row_spans && !kc_.Varies(HeroInput())) {
+      STITCH_RETURN_IF_ERROR(EmitStagedRows(nest.shared_bytes));
     } else if (m_.threads_per_row <= 32) {
       STITCH_RETURN_IF_ERROR(EmitWarpRows());
     } else {
@@ -252,6 +254,129 @@ class RowStitchEmitter {
                            em_.Pin(transpose, lins_[j], staged[j]);
                          return EmitRowPasses();
                        });
+  }
+
+  // Rows staged in spans (ThreadMapping::staged_row_spans): per pass a block copies the span
+  // of its consecutive rows of each staged input into shared memory in 16-byte vectors, runs
+  // the rows' passes on that copy, leaving the staged outputs' elements in shared memory, and
+  // copies those out in 16-byte vectors. The spans hold the buffers' own bytes, so the copies
+  // convert nothing and each element widens or narrows once, where it is read or written.
+  // Every thread runs every pass, so the barriers and the rows' full-warp shuffles see the
+  // whole block. A shape-generic kernel walks its rows as a plain one (the spans are laid out
+  // for the graph's exact sizes).
+  Status EmitStagedRows(uint32_t& shared_bytes) {
+    spans_ = RowSpanStagingOf(kc_.graph, kc_.spec, layout_);
+    if (spans_.span == 0) {
+      return InvalidArgument("kernel " + kc_.spec.name +
+                             ": staged_row_spans, but its rows cannot be staged in spans");
+    }
+    for (const std::vector<int>* staged : {&spans_.inputs, &spans_.outputs}) {
+      for (int id : *staged) {
+        const DType dtype = kc_.graph.nodes[id].shape.dtype;
+        llvm::GlobalVariable* span = SharedArray(kc_, StorageType(kc_.ctx, dtype),
+                                                 static_cast<uint64_t>(spans_.span), "row_span");
+        span->setAlignment(llvm::Align(kMaxVectorBytes));
+        (staged == &spans_.inputs ? span_in_ : span_out_)[id] = span;
+        shared_bytes += static_cast<uint32_t>(spans_.span * DTypeBytes(dtype));
+      }
+    }
+    llvm::Value* tid = LinearThreadIdx(kc_);
+    const int64_t tpr = m_.threads_per_row;
+    seg_ = b_.CreateURem(tid, kc_.Index(tpr));
+    llvm::Value* row_in_block = b_.CreateUDiv(tid, kc_.Index(tpr));
+    const int64_t groups = (rows() + spans_.rows - 1) / spans_.rows;
+    return EmitForLoop(
+        kc_, "span", BlockIdx(kc_, Dim::kX), kc_.Index(groups), GridDim(kc_, Dim::kX),
+        [&](llvm::Value* group) -> Status {
+          span_first_ = b_.CreateMul(group, kc_.Index(spans_.span), "", true, true);
+          STITCH_RETURN_IF_ERROR(CopySpans(tid, /*in=*/true));
+          Barrier(kc_);
+          llvm::Value* row =
+              b_.CreateAdd(b_.CreateMul(group, kc_.Index(spans_.rows)), row_in_block);
+          SetRowPositions(row, b_.CreateICmpSLT(row, kc_.Index(rows())));
+          // Each register position's element within the span: its row's place in the block's
+          // rows, and its column.
+          llvm::Value* row_base = b_.CreateMul(row_in_block, kc_.Index(row_len()), "", true, true);
+          span_offset_.clear();
+          for (size_t j = 0; j < lins_.size(); ++j) {
+            span_offset_[lins_[j]] =
+                b_.CreateAdd(row_base, ColumnOf(seg_, static_cast<int64_t>(j)), "", true, true);
+          }
+          for (const auto& [id, span] : span_in_) {
+            for (llvm::Value* lin : lins_) em_.Pin(id, lin, SpanSlot(id, span, span_offset_[lin]));
+          }
+          STITCH_RETURN_IF_ERROR(EmitRowPasses());
+          // The copy out reads what every thread left; the next span overwrites the copies in.
+          Barrier(kc_);
+          return CopySpans(tid, /*in=*/false);
+        });
+  }
+
+  // Copies the current span of each staged input into shared memory (`in`) or of each staged
+  // output out of it, a 16-byte vector at a time, vector `tid + i x block` of the span for
+  // each i. Every vector a thread copies in is loaded before any is stored, so they are in
+  // flight together; a vector past the buffer's end (in the last span of rows) loads the
+  // span's last one again, in bounds, and stores nothing.
+  Status CopySpans(llvm::Value* tid, bool in) {
+    const int64_t block = static_cast<int64_t>(m_.launch.block_threads());
+    llvm::Type* vector = llvm::FixedVectorType::get(b_.getInt32Ty(), kMaxVectorBytes / 4);
+    const auto& outs = kc_.spec.outputs;
+    struct Copy {
+      llvm::Value* shared;
+      llvm::Value* global;
+      llvm::Value* copies;
+      llvm::Value* loaded = nullptr;
+    };
+    std::vector<Copy> copies;
+    for (const auto& [id, span] : in ? span_in_ : span_out_) {
+      const int64_t bytes = DTypeBytes(kc_.graph.nodes[id].shape.dtype);
+      llvm::Type* element = StorageType(kc_.ctx, kc_.graph.nodes[id].shape.dtype);
+      const int64_t per_vector = kMaxVectorBytes / bytes;
+      llvm::Value* buffer = in ? kc_.buffers.at(id)
+                               : kc_.output_buffers[static_cast<size_t>(
+                                     std::find(outs.begin(), outs.end(), id) - outs.begin())];
+      // The span's vectors inside the buffer: all of them but in the last span.
+      llvm::Value* left = b_.CreateSub(kc_.Index(rows() * row_len()), span_first_);
+      llvm::Value* inside =
+          b_.CreateUDiv(b_.CreateSelect(b_.CreateICmpULT(left, kc_.Index(spans_.span)), left,
+                                        kc_.Index(spans_.span)),
+                        kc_.Index(per_vector));
+      const int64_t vectors = spans_.span / per_vector;
+      for (int64_t i = 0; i < (vectors + block - 1) / block; ++i) {
+        llvm::Value* v = b_.CreateAdd(tid, kc_.Index(i * block), "", true, true);
+        llvm::Value* copies_it = b_.CreateICmpULT(v, inside);
+        llvm::Value* at =
+            b_.CreateMul(in ? b_.CreateSelect(copies_it, v, b_.CreateSub(inside, kc_.Index(1))) : v,
+                         kc_.Index(per_vector), "", true, true);
+        Copy c{b_.CreateInBoundsGEP(span->getValueType(), span, {kc_.Index(0), at}),
+               b_.CreateInBoundsGEP(element, buffer, b_.CreateAdd(span_first_, at, "", true, true)),
+               copies_it};
+        if (in) c.loaded = b_.CreateAlignedLoad(vector, c.global, llvm::Align(kMaxVectorBytes));
+        copies.push_back(c);
+      }
+    }
+    for (const Copy& c : copies) {
+      STITCH_RETURN_IF_ERROR(EmitIf(kc_, in ? "span_in" : "span_out", c.copies, [&]() -> Status {
+        if (in) {
+          b_.CreateAlignedStore(c.loaded, c.shared, llvm::Align(kMaxVectorBytes));
+        } else {
+          b_.CreateAlignedStore(
+              b_.CreateAlignedLoad(vector, c.shared, llvm::Align(kMaxVectorBytes)), c.global,
+              llvm::Align(kMaxVectorBytes));
+        }
+        return Status::Ok();
+      }));
+    }
+    return Status::Ok();
+  }
+
+  // The slot of staged buffer `id`'s element `at` of the current span, in its storage type.
+  ElementalEmitter::Slot SpanSlot(int id, llvm::GlobalVariable* span, llvm::Value* at) {
+    const DType dtype = kc_.graph.nodes[id].shape.dtype;
+    llvm::Type* element = StorageType(kc_.ctx, dtype);
+    llvm::Value* address =
+        b_.CreateInBoundsGEP(span->getValueType(), span, {kc_.Index(0), at}, "span_slot");
+    return {address, element, llvm::Align(static_cast<uint64_t>(DTypeBytes(dtype))), dtype};
   }
 
   // Resident row tiles: each tile is staged whole into shared memory, and after one barrier
@@ -781,6 +906,12 @@ class RowStitchEmitter {
   // FlushOutputs has the rest of their vector, the others in place, where the backend's
   // vectorizer merges them.
   Status QueueOutput(int node, llvm::Value* lin) {
+    if (auto span = span_out_.find(node); span != span_out_.end()) {
+      STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em_.Emit(node, IrIndex{{}, lin}));
+      const DType dtype = kc_.graph.nodes[node].shape.dtype;
+      StoreElement(b_, dtype, v, span->second, span_offset_.at(lin));
+      return Status::Ok();
+    }
     const auto& outs = kc_.spec.outputs;
     const size_t slot =
         static_cast<size_t>(std::find(outs.begin(), outs.end(), node) - outs.begin());
@@ -825,7 +956,13 @@ class RowStitchEmitter {
   llvm::Value* warp_ = nullptr;  // block mode: warp within the block
   llvm::Value* row_ = nullptr;
   llvm::Value* row_valid_ = nullptr;
-  std::vector<llvm::Value*> lins_, valid_;  // per register position: index, in range
+  // Rows staged in spans: the staging, each staged buffer's span in shared memory, and the
+  // linear index of the current span's first element.
+  RowSpanStaging spans_;
+  std::map<int, llvm::GlobalVariable*> span_in_, span_out_;
+  llvm::Value* span_first_ = nullptr;
+  std::map<llvm::Value*, llvm::Value*> span_offset_;  // per register position's index
+  std::vector<llvm::Value*> lins_, valid_;            // per register position: index, in range
 };
 
 // A row tile's mapping covers its tiles exactly: whole warps per row, every row element in

@@ -486,7 +486,10 @@ std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelS
     KernelSpec candidate = kernel;
     if (!FillRowStitch(g, *layout, t, device, 0, candidate)) continue;
     if (ResidentBlocksPerSm(device, candidate.mapping) == 0) continue;
+    KernelSpec staged = candidate;
+    const bool stages = StageRowSpans(g, staged, device);
     candidates.push_back(std::move(candidate));
+    if (stages) candidates.push_back(std::move(staged));
   }
   StatusOr<RowStitchLayout> plain_layout = SharedRowLayout(g, kernel);
   if (!plain_layout.ok()) return candidates;
@@ -516,6 +519,72 @@ std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelS
     }
   }
   return candidates;
+}
+
+namespace {
+
+// Whether a buffer's elements may be staged: the floats a row kernel computes in f32.
+bool StagedElement(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+}  // namespace
+
+RowSpanStaging RowSpanStagingOf(const Graph& g, const KernelSpec& kernel,
+                                const RowStitchLayout& layout) {
+  const ThreadMapping& m = kernel.mapping;
+  const RowGeometry& geo = layout.geometry;
+  if (kernel.kind != KernelKind::kRowStitch || m.threads_per_row > 32 || m.values_per_thread <= 0 ||
+      m.transpose_tile >= 0 || m.dynamic_shared_bytes > 0 || !layout.column_reduces.empty()) {
+    return {};
+  }
+  const int64_t elements = geo.rows * geo.row_len;
+  if (int64_t{m.vector_width} * internal::WidestBufferElement(g, kernel, elements) >=
+      kMaxVectorBytes) {
+    return {};
+  }
+  RowSpanStaging s;
+  s.rows = m.rows_per_block;
+  s.span = s.rows * geo.row_len;
+  const auto stageable = [&](int id) {
+    const Shape& shape = g.nodes[id].shape;
+    const int64_t bytes = DTypeBytes(shape.dtype);
+    return shape.elements() == elements && StagedElement(shape.dtype) &&
+           s.span * bytes % kMaxVectorBytes == 0 && elements * bytes % kMaxVectorBytes == 0;
+  };
+  for (int id : kernel.inputs) {
+    if (stageable(id)) s.inputs.push_back(id);
+  }
+  for (int id : layout.row_space_outputs) {
+    if (stageable(id)) s.outputs.push_back(id);
+  }
+  if (s.inputs.empty()) return {};
+  for (const std::vector<int>* staged : {&s.inputs, &s.outputs}) {
+    for (int id : *staged) s.shared_bytes += s.span * DTypeBytes(g.nodes[id].shape.dtype);
+  }
+  return s;
+}
+
+bool StageRowSpans(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
+  if (kernel.kind != KernelKind::kRowStitch || kernel.mapping.staged_row_spans) return false;
+  StatusOr<RowStitchLayout> layout = AnalyzeRowStitch(g, kernel);
+  if (!layout.ok()) return false;
+  const RowSpanStaging s = RowSpanStagingOf(g, kernel, *layout);
+  if (s.span == 0) return false;
+  KernelSpec staged = kernel;
+  ThreadMapping& m = staged.mapping;
+  const int64_t shared = int64_t{m.shared_bytes} + s.shared_bytes;
+  if (shared > device.max_static_shared_bytes_per_block) return false;
+  m.staged_row_spans = true;
+  m.shared_bytes = static_cast<uint32_t>(shared);
+  // One barrier between the copy in and the rows' passes, one before the spans are reused.
+  m.block_barriers_per_item += 2;
+  // A thread's share of the inputs' spans, all its vectors loaded before any is stored.
+  int64_t span_bytes = 0;
+  for (int id : s.inputs) span_bytes += s.span * DTypeBytes(g.nodes[id].shape.dtype);
+  m.load_bytes_in_flight_per_thread = static_cast<int>(
+      std::max<int64_t>(span_bytes / static_cast<int64_t>(m.launch.block_threads()), 1));
+  if (ResidentBlocksPerSm(device, m) < ResidentBlocksPerSm(device, kernel.mapping)) return false;
+  kernel = std::move(staged);
+  return true;
 }
 
 RowTileStaging RowTileStagingOf(const Graph& g, const ThreadMapping& m) {

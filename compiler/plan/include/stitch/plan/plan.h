@@ -168,6 +168,13 @@ struct ThreadMapping {
   // pass instead of a pass of its own. Set for rows in loop mode, which then read their row
   // once less; rows held in registers re-read nothing and keep the plain passes.
   bool rescaled_sums_in_one_pass = false;
+  // kRowStitch, a warp or a share of one per row, rows in registers: a block's rows are
+  // consecutive, so the span they take of each row-space buffer is contiguous; the block
+  // copies its inputs' spans into shared memory and its outputs' spans out of it in
+  // 16-byte vectors, and its threads read and write their elements there (RowSpanStagingOf,
+  // schedule.h). For rows whose own accesses are narrower than 16 bytes (suite row #14's
+  // rows of 197 f16: one element a lane).
+  bool staged_row_spans = false;
   uint32_t shared_bytes = 0;  // static shared memory per block
   // kRowStitch with a block per row and values_per_thread > 0: the bytes of dynamic shared
   // memory that hold the values the row keeps between its passes (SharedRowRegionsOf,

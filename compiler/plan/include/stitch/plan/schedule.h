@@ -17,6 +17,7 @@
 #include "stitch/ir/graph.h"
 #include "stitch/plan/gpu_device.h"
 #include "stitch/plan/plan.h"
+#include "stitch/plan/row_stitch.h"
 
 namespace stitch {
 
@@ -118,7 +119,8 @@ std::vector<KernelSpec> TransposeTileMappingCandidates(const Graph& g, const Ker
 // Returns the mappings ScheduleKernel chooses a row-stitched kernel's among, for a kernel of
 // its own (one with column reduces runs only as a global kernel's phase: none), each filled
 // for `device` from `kernel`'s nodes: one per count of threads per row that fits, from a
-// share of a warp to whole blocks of up to 1,024 threads, in the order tried. Then, for rows
+// share of a warp to whole blocks of up to 1,024 threads, in the order tried, each followed
+// by the same mapping with its rows staged in spans where StageRowSpans stages it. Then, for rows
 // that outgrow registers, the mappings KeepLoopRowsInSharedMemory chooses among, at 1, 2 and 4
 // vectors a thread in flight (ThreadMapping::loads_per_step; it ships 4). Then, for rows read
 // through a transpose, the resident row tiles TileTransposedRows chooses among, of 4, 8 and 16
@@ -253,6 +255,35 @@ struct RowTileStaging {
 // Returns the staging of mapping `m` of a kernel of `g`; all zero but p_width when `m` has no
 // transpose tile.
 RowTileStaging RowTileStagingOf(const Graph& g, const ThreadMapping& m);
+
+// How a row-stitched kernel with staged row spans (ThreadMapping::staged_row_spans) moves its
+// rows. Per pass a block takes `rows` consecutive rows, `span` = rows x row length elements of
+// each staged buffer, contiguous there; it copies each staged input's span into shared memory
+// in 16-byte vectors and each staged output's span out of it, its threads reading and writing
+// their elements in between, the spans in the buffers' own dtypes, `shared_bytes` in all.
+// Staged are
+// the kernel's f32, f16 and bf16 inputs and outputs with one element per row element, whose
+// span and whole buffer are whole 16-byte vectors. All zero where the kernel cannot stage its
+// rows: not a row-stitched kernel of a warp or a share of one per row, rows in registers, no
+// row tile and no column reduces; no staged input; or its accesses already 16 bytes wide.
+struct RowSpanStaging {
+  int64_t rows = 0;
+  int64_t span = 0;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  int64_t shared_bytes = 0;
+};
+RowSpanStaging RowSpanStagingOf(const Graph& g, const KernelSpec& kernel,
+                                const RowStitchLayout& layout);
+
+// Stages the rows of a row-stitched kernel in spans (RowSpanStagingOf) where it can and where
+// that keeps its blocks per SM; returns whether it did. Its accesses to the staged buffers
+// become 16-byte vectors where the rows' own accesses are narrower (suite row #14: rows of 197
+// f16, 2-byte accesses whose half-warps straddle two sectors), for two block barriers per pass
+// and the spans' shared memory. No planner stages rows yet: the cost model
+// has no term for what narrow accesses cost beyond their bytes, so gpu_bench --mappings times
+// the staged mapping beside the plain one (RowStitchMappingCandidates) first.
+bool StageRowSpans(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
 
 // Schedules every kernel of `plan`.
 Status SchedulePlan(const Graph& g, FusionPlan& plan, const GpuDevice& device);
