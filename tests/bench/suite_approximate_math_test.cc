@@ -31,6 +31,7 @@
 #include "suite/suite.h"
 #include "support/graph_builder.h"
 #include "support/graph_retype.h"
+#include "support/known_gaps.h"
 
 namespace stitch::suite {
 namespace {
@@ -198,9 +199,7 @@ std::vector<std::string> LoopLines(const std::string& ptx) {
 TEST(ApproximateMath, ALoopInvariantDivisorTakesItsReciprocalBeforeTheLoop) {
   StatusOr<SuiteEntry> entry = BuildSuiteEntry(19);
   ASSERT_TRUE(entry.ok()) << entry.status().ToString();
-  CompileOptions options;
-  options.codegen.target = *Target::Parse("sm_90");
-  StatusOr<CompileResult> compiled = CompileGraph(entry->graph, options);
+  StatusOr<CompileResult> compiled = CompileGraph(entry->graph, testing::Sm90Compile());
   ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
   ASSERT_EQ(compiled->kernels.size(), 1u);
   const ThreadMapping& m = compiled->plan.kernels[0].mapping;
