@@ -14,10 +14,12 @@
 namespace stitch::gpu {
 namespace {
 
-// Each phase's loads per step, in order (none for a kernel without phases).
-std::vector<int> PhaseLoads(const KernelSpec& k) {
-  std::vector<int> loads;
-  for (const KernelSpec& phase : k.phases) loads.push_back(phase.mapping.loads_per_step);
+// Each phase's loads per step and vector width, in order (none for a kernel without phases).
+std::vector<std::pair<int, int>> PhaseLoads(const KernelSpec& k) {
+  std::vector<std::pair<int, int>> loads;
+  for (const KernelSpec& phase : k.phases) {
+    loads.emplace_back(phase.mapping.loads_per_step, phase.mapping.vector_width);
+  }
   return loads;
 }
 
@@ -202,6 +204,11 @@ std::string MappingText(const KernelSpec& k) {
             std::to_string(m.loads_per_step) + " vectors a thread";
   }
   for (const KernelSpec& phase : k.phases) {
+    if (phase.kind == KernelKind::kRowReduce) {
+      const int width = std::max(phase.mapping.vector_width, 1);
+      text += width > 1 ? ", row phase in vectors of " + std::to_string(width)
+                        : ", row phase in single elements";
+    }
     if (phase.kind != KernelKind::kColumnReduce) continue;
     text += ", column lanes " + std::to_string(phase.mapping.load_bytes_in_flight_per_thread) +
             " B in flight";

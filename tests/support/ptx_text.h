@@ -10,11 +10,13 @@
 namespace stitch::testing {
 
 // Plans and emits `g` as stitchd does for sm_90, to PTX only; an empty result after
-// reporting the error as a test failure.
-inline CompileResult CompileToPtx(const Graph& g) {
+// reporting the error as a test failure. Without `never_slower` the stitched plan ships even
+// where a baseline's is modelled faster.
+inline CompileResult CompileToPtx(const Graph& g, bool never_slower = true) {
   CompileOptions o;
   o.codegen.target = *Target::Parse("sm_90");
   o.codegen.emit_cubin = false;
+  o.never_slower = never_slower;
   StatusOr<CompileResult> r = CompileGraph(g, o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? *r : CompileResult{};

@@ -115,9 +115,10 @@ KernelCodeFacts FactsOf(const Graph& g, const KernelSpec& spec, const CompiledKe
 }
 
 int PromisedAccessBytes(KernelKind kind, int vector_width, int element_bytes) {
-  // Loop, row-stitch and column-reduce kernels vectorise their full-size accesses.
+  // Loop, row-stitch and column-reduce kernels vectorise their full-size accesses, and row
+  // reductions their loads.
   if (vector_width <= 1 || (kind != KernelKind::kLoop && kind != KernelKind::kRowStitch &&
-                            kind != KernelKind::kColumnReduce)) {
+                            kind != KernelKind::kColumnReduce && kind != KernelKind::kRowReduce)) {
     return 0;
   }
   return std::min(16, element_bytes * vector_width);

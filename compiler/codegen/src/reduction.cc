@@ -389,11 +389,89 @@ Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em,
       /*unrollable=*/unroll == 1);
 }
 
+bool ReducedVectorWidthFits(const ReduceGeometry& geo, int64_t width) {
+  if (width == 1) return true;
+  const int rank = static_cast<int>(geo.input_dims.size());
+  return width > 1 && rank > 0 && !geo.reduced_pos.empty() && geo.reduced_pos.back() == rank - 1 &&
+         geo.input_dims.back() % width == 0 && !(rank == 1 && geo.reduced_varies);
+}
+
+namespace {
+
+// The input indices of vector `q`'s elements (kept k, reduced q * width + e): the first
+// element's, linearised, and the others its vector lanes (ElementalEmitter::VectorLanes),
+// each lane's coordinates the first's with the minor-most one moved on, as ColumnIndices
+// forms a lane of columns.
+std::vector<IrIndex> ReducedVectorIndices(KernelContext& kc, ElementalEmitter& em,
+                                          const ReduceGeometry& geo, llvm::Value* k, llvm::Value* q,
+                                          int64_t width) {
+  llvm::IRBuilder<>& b = kc.b;
+  const IrIndex first = InputIndex(kc, em, geo, k, b.CreateMul(q, kc.Index(width), "", true, true));
+  llvm::Value* linear = first.linear ? first.linear : em.Linearize(first.dims, geo.input_dims);
+  const std::vector<llvm::Value*> lanes = em.VectorLanes(linear, width);
+  std::vector<IrIndex> indices;
+  for (size_t e = 0; e < lanes.size(); ++e) {
+    IrIndex lane{first.dims, lanes[e]};
+    if (e > 0 && !lane.dims.empty()) {
+      lane.dims.back() =
+          b.CreateAdd(first.dims.back(), kc.Index(static_cast<int64_t>(e)), "", true, true);
+    }
+    indices.push_back(std::move(lane));
+  }
+  return indices;
+}
+
+// Emits `count` vectors q, q + step, ... of `width` elements each: every element's loads
+// first, packed until their math reads them, then each element's values and side outputs,
+// combined in order after all of them.
+Status AccumulateVectors(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
+                         llvm::Value* k, llvm::Value* q, int64_t step, int64_t count,
+                         int64_t width) {
+  std::vector<std::vector<llvm::Value*>> elements;
+  const std::vector<int> lane_nodes = LaneNodes(kc, plan);
+  for (int64_t u = 0; u < count; ++u) {
+    llvm::Value* qu = u == 0 ? q : kc.b.CreateAdd(q, kc.Index(u * step), "", true, true);
+    em.ResetScope();
+    const std::vector<IrIndex> indices = ReducedVectorIndices(kc, em, plan.geometry, k, qu, width);
+    std::vector<llvm::Value*> linears;
+    for (const IrIndex& idx : indices) linears.push_back(idx.linear);
+    em.EmitLoads(lane_nodes, linears, ElementalEmitter::Widening::kAtFirstUse);
+    // The side outputs' stores follow the vector's math, side by side, so they merge too.
+    std::vector<ElementStore> stores;
+    for (const IrIndex& idx : indices) {
+      STITCH_ASSIGN_OR_RETURN(std::vector<llvm::Value*> values,
+                              EmitElement(kc, em, plan, idx, &stores));
+      elements.push_back(std::move(values));
+    }
+    StoreElements(kc.b, stores);
+  }
+  CombineElements(kc, plan, elements);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
                           llvm::Value* k, llvm::Value* start, llvm::Value* end, int64_t step,
-                          int loads_per_step, const char* name) {
-  return EmitAccumulateLoop(kc, em, {AccumulatedColumn{&plan, k}}, start, end, step, loads_per_step,
-                            name);
+                          int loads_per_step, const char* name, int64_t width) {
+  if (width <= 1) {
+    return EmitAccumulateLoop(kc, em, {AccumulatedColumn{&plan, k}}, start, end, step,
+                              loads_per_step, name);
+  }
+  const int64_t unroll = std::max(loads_per_step, 1);
+  llvm::Value* rest = start;
+  auto vectors = [&](int64_t count) {
+    return [&, count](llvm::Value* q) {
+      return AccumulateVectors(kc, em, plan, k, q, step, count, width);
+    };
+  };
+  if (unroll > 1) {
+    llvm::Value* last_start = kc.b.CreateSub(end, kc.Index((unroll - 1) * step), "", false, true);
+    STITCH_RETURN_IF_ERROR(EmitForLoop(kc, name, start, last_start, kc.Index(unroll * step),
+                                       vectors(unroll), &rest, /*unrollable=*/false));
+  }
+  return EmitForLoop(kc, (std::string(name) + ".rest").c_str(), rest, end, kc.Index(step),
+                     vectors(1), nullptr, /*unrollable=*/unroll == 1);
 }
 
 namespace {

@@ -79,9 +79,19 @@ void InitAccumulators(KernelContext& kc, std::vector<ReduceInfo>& reduces);
 // so a thread has that many independent loads in flight, and they are combined in order, so
 // the result is the one-at-a-time loop's. The elements past the last full step run one at
 // a time.
+//
+// With `width` > 1, start, end and step count vectors of `width` consecutive reduced
+// elements instead (vector q is elements q * width ... q * width + width - 1), which
+// ReducedVectorWidthFits must allow: each is one access of every input whose elements the
+// reduced ones are, and its elements are combined in order.
 Status EmitAccumulateLoop(KernelContext& kc, ElementalEmitter& em, const ReducePlan& plan,
                           llvm::Value* k, llvm::Value* start, llvm::Value* end, int64_t step,
-                          int loads_per_step, const char* name);
+                          int loads_per_step, const char* name, int64_t width = 1);
+
+// Whether vectors of `width` consecutive reduced elements are consecutive elements of the
+// hero's input: its minor-most dimension is reduced and `width` divides it (and, in a
+// shape-generic kernel, that dimension is not the one that varies).
+bool ReducedVectorWidthFits(const ReduceGeometry& geo, int64_t width);
 
 // One kept output a thread reduces beside others: its index, and the plan whose reduces'
 // accumulators (ReduceInfo::acc) hold its partial results.

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <string>
 #include <tuple>
 
 #include "emitters.h"
@@ -6,17 +8,24 @@
 namespace stitch::codegen {
 namespace {
 
+// The vectors of `width` reduced elements a row holds (its elements, for a width of 1).
+llvm::Value* ReducedVectors(KernelContext& kc, const ReduceGeometry& geo, int64_t width) {
+  llvm::Value* reduced = ReducedCount(kc, geo);
+  return width > 1 ? kc.b.CreateUDiv(reduced, kc.Index(width)) : reduced;
+}
+
 // Rows of `lanes` lanes each, several rows per warp (EmitWarpRowLoop).
 Status EmitWarpRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
                     const ThreadMapping& cfg) {
   llvm::IRBuilder<>& b = kc.b;
   const ReduceGeometry& geo = plan.geometry;
   const int lanes = cfg.threads_per_row;
+  const int64_t width = std::max(cfg.vector_width, 1);
   const WarpRowBody row_body = [&](llvm::Value* row, llvm::Value* valid, llvm::Value* seg) {
     InitAccumulators(kc, plan.reduces);
-    llvm::Value* end = b.CreateSelect(valid, ReducedCount(kc, geo), kc.Index(0));
+    llvm::Value* end = b.CreateSelect(valid, ReducedVectors(kc, geo, width), kc.Index(0));
     STITCH_RETURN_IF_ERROR(
-        EmitAccumulateLoop(kc, em, plan, row, seg, end, lanes, cfg.loads_per_step, "col"));
+        EmitAccumulateLoop(kc, em, plan, row, seg, end, lanes, cfg.loads_per_step, "col", width));
     std::vector<llvm::Value*> partials;
     for (auto& r : plan.reduces) {
       partials.push_back(WarpReduce(kc, r, b.CreateLoad(r.acc_ty, r.acc), lanes));
@@ -45,18 +54,20 @@ Status EmitBlockRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
   llvm::Value* lane = b.CreateURem(tid, kc.Index(32));
   llvm::Value* warp = b.CreateUDiv(tid, kc.Index(32));
   const int64_t chunks = split ? split->chunks : 1;
+  const int64_t width = std::max(cfg.vector_width, 1);
   // A work item is a row and, when split, one chunk of it; a row's chunks are adjacent.
   return EmitForLoop(
       kc, "row", BlockIdx(kc, Dim::kX), b.CreateMul(KeptCount(kc, geo), kc.Index(chunks)),
       GridDim(kc, Dim::kX), [&](llvm::Value* item) -> Status {
         llvm::Value* row = split ? b.CreateUDiv(item, kc.Index(chunks)) : item;
         llvm::Value* chunk = split ? b.CreateURem(item, kc.Index(chunks)) : kc.Index(0);
+        // Chunks are whole vectors.
         llvm::Value* lo = kc.Index(0);
-        llvm::Value* hi = ReducedCount(kc, geo);
+        llvm::Value* hi = ReducedVectors(kc, geo, width);
         if (split) std::tie(lo, hi) = ChunkRange(kc, hi, chunks, chunk);
         InitAccumulators(kc, plan.reduces);
         STITCH_RETURN_IF_ERROR(EmitAccumulateLoop(kc, em, plan, row, b.CreateAdd(lo, tid), hi,
-                                                  threads, cfg.loads_per_step, "col"));
+                                                  threads, cfg.loads_per_step, "col", width));
         std::vector<llvm::Value*> warp_results;
         for (auto& r : plan.reduces) {
           warp_results.push_back(WarpReduce(kc, r, b.CreateLoad(r.acc_ty, r.acc), 32));
@@ -103,6 +114,12 @@ Status EmitBlockRows(KernelContext& kc, ElementalEmitter& em, ReducePlan& plan,
 StatusOr<EmittedNest> EmitRowReduceKernel(KernelContext& kc) {
   STITCH_ASSIGN_OR_RETURN(ReducePlan plan, AnalyzeReduceKernel(kc));
   const ThreadMapping& cfg = kc.spec.mapping;
+  if (!ReducedVectorWidthFits(plan.geometry, std::max(cfg.vector_width, 1))) {
+    return InvalidArgument("row reduce kernel " + kc.spec.name + ": vectors of " +
+                           std::to_string(cfg.vector_width) +
+                           " reduced elements are not consecutive elements of its input " +
+                           DescribeNode(kc.graph, plan.reduces[0].input));
+  }
   EmittedNest nest;
   nest.launch = cfg.launch;
   ElementalEmitter em(kc);

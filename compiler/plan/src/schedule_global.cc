@@ -27,7 +27,10 @@ int64_t MaxReduceChunks(const Graph& g, const KernelSpec& k) {
   const int64_t kept = h.shape.elements();
   const int64_t reduced = kept > 0 ? g.nodes[h.operands[0]].shape.elements() / kept : 0;
   const bool column = k.kind == KernelKind::kColumnReduce;
-  const int64_t min_chunk = column ? int64_t{m.column_tile_y} * 4 : int64_t{m.threads_per_row} * 4;
+  // At least four elements a thread, and a whole vector (a row's thread loads vectors of
+  // vector_width).
+  const int64_t min_chunk = column ? int64_t{m.column_tile_y} * 4
+                                   : int64_t{m.threads_per_row} * std::max(m.vector_width, 4);
   return std::max<int64_t>(1, reduced / std::max<int64_t>(min_chunk, 1));
 }
 
@@ -251,15 +254,40 @@ std::optional<KernelSpec> WithColumnLaneBytes(const Graph& g, const KernelSpec& 
   return trial;
 }
 
+// `kernel` with each row-reduce phase that loads vectors loading single elements instead, the
+// same chunks of each; nothing when no phase loads vectors.
+std::optional<KernelSpec> WithSingleElementRowPhases(const Graph& g, const KernelSpec& kernel) {
+  KernelSpec trial = kernel;
+  bool changed = false;
+  int in_flight = 1;
+  for (KernelSpec& phase : trial.phases) {
+    ThreadMapping& p = phase.mapping;
+    if (phase.kind == KernelKind::kRowReduce && p.vector_width > 1) {
+      p.load_bytes_in_flight_per_thread /= p.vector_width;
+      p.vector_width = 1;
+      internal::SetLoadsPerStep(g, phase);
+      changed = true;
+    }
+    in_flight = std::max(in_flight, p.load_bytes_in_flight_per_thread);
+  }
+  trial.mapping.load_bytes_in_flight_per_thread = in_flight;
+  if (!changed) return std::nullopt;
+  return trial;
+}
+
 }  // namespace
 
 std::vector<KernelSpec> GlobalStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                                       const GpuDevice& device) {
   std::vector<KernelSpec> candidates;
+  if (kernel.kind != KernelKind::kGlobalStitch) return candidates;
+  if (std::optional<KernelSpec> single = WithSingleElementRowPhases(g, kernel)) {
+    candidates.push_back(std::move(*single));
+  }
   const bool has_column_phase =
       std::any_of(kernel.phases.begin(), kernel.phases.end(),
                   [](const KernelSpec& p) { return p.kind == KernelKind::kColumnReduce; });
-  if (kernel.kind != KernelKind::kGlobalStitch || !has_column_phase) return candidates;
+  if (!has_column_phase) return candidates;
   const int registers = kernel.mapping.registers_per_thread;
   // 16 and 32 bytes a lane, around the 24 that #18's column phase keeps in flight (82% of
   // DRAM throughput on the H200): 16 at the occupancy the scheduler counts on, then both at

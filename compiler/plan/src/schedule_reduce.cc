@@ -87,13 +87,43 @@ int ColumnLaneRegisters(const Graph& g, const KernelSpec& k, int width) {
   return heavy ? kBase + 4 * width : kBase;
 }
 
+// The consecutive reduced elements (8, 4, 2 or 1) a thread of a row reduction loads as one
+// vector, the most for which:
+// - the hero's input has two dimensions or more and its minor-most one is reduced and divisible
+//   by the count, so a vector's elements are adjacent in every full-size buffer (the
+//   outermost dimension, which a shape class varies, is never the minor-most);
+// - that many elements of every full-size buffer fit one kMaxVectorBytes access;
+// - every thread of a row gets a vector.
+// Scalar loads of #17's f16 batch statistics (a phase of 1,024-thread blocks) took 22
+// instructions an element, most of them the division of the element's index into its
+// image and pixel; a vector divides once for all of its elements.
+int RowReduceVectorWidth(const Graph& g, const KernelSpec& k, int64_t row_len) {
+  const Node& h = g.nodes[k.hero];
+  const Shape& input = g.nodes[h.operands[0]].shape;
+  const int rank = input.rank();
+  if (rank < 2 || std::find(h.dimensions.begin(), h.dimensions.end(), int64_t{rank - 1}) ==
+                      h.dimensions.end()) {
+    return 1;
+  }
+  const int64_t widest = WidestBufferElement(g, k, input.elements());
+  for (int v = 8; v > 1; v /= 2) {
+    if (input.dims.back() % v == 0 && v * widest <= kMaxVectorBytes &&
+        row_len >= int64_t{k.mapping.threads_per_row} * v) {
+      return v;
+    }
+  }
+  return 1;
+}
+
 }  // namespace
 
 void SetLoadsPerStep(const Graph& g, KernelSpec& k, int column_lane_bytes) {
   ThreadMapping& m = k.mapping;
   const ReduceSpan span = SpanOf(g, k);
   const int64_t chunk = CeilDiv(span.reduced, std::max(m.reduce_chunks, 1));
-  const int64_t per_thread = CeilDiv(chunk, std::max<int64_t>(span.threads, 1));
+  // A row's thread takes vectors of vector_width elements; a column lane's width is columns.
+  const int64_t along_row = k.kind == KernelKind::kRowReduce ? std::max(m.vector_width, 1) : 1;
+  const int64_t per_thread = CeilDiv(chunk, std::max<int64_t>(span.threads, 1) * along_row);
   int loads = per_thread >= 4 ? 4 : per_thread >= 2 ? 2 : 1;
   const int step_bytes =
       std::max(m.load_bytes_in_flight_per_thread / std::max(m.loads_per_step, 1), 1);
@@ -104,6 +134,10 @@ void SetLoadsPerStep(const Graph& g, KernelSpec& k, int column_lane_bytes) {
         column_lane_bytes > 0 ? column_lane_bytes / step_bytes : 4 / std::max(m.vector_width, 1);
     loads = std::min(loads, std::max(1, cap));
   }
+  // A row's vectors: two of them a step, 16 elements of f16, are already 32 bytes a thread
+  // in flight (64 KiB an SM for #17's 2,048 threads, where Little's law asks under 10), and
+  // every vector more unrolls its whole math into the loop ptxas compiles.
+  if (k.kind == KernelKind::kRowReduce && m.vector_width > 1) loads = std::min(loads, 2);
   m.load_bytes_in_flight_per_thread = step_bytes * loads;
   m.loads_per_step = loads;
 }
@@ -133,7 +167,13 @@ void ScheduleRowReduce(const Graph& g, KernelSpec& k, const GpuDevice& d, int bl
     m.shared_bytes = static_cast<uint32_t>(8 * (threads / 32) * k.outputs.size());
     m.block_barriers_per_item = 2;
   }
+  // The phases of global kernels take vectors first, as column phases take lanes of several
+  // columns; kernels of their own (suite row #27, the baselines' renditions) keep single
+  // elements until a GPU run has timed their vectors.
+  m.vector_width = block_threads > 0 ? RowReduceVectorWidth(g, k, row_len) : 1;
   SetTraffic(g, k, rows * row_len);
+  // A vector's elements are loads of one access.
+  m.load_bytes_in_flight_per_thread *= m.vector_width;
   SetLoadsPerStep(g, k);
 }
 

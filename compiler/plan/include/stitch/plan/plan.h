@@ -127,7 +127,8 @@ struct ThreadMapping {
   // kLoop and kRowStitch: consecutive elements each thread handles at once (1, 2, 4 or 8),
   // so that its accesses to full-size (row-space) buffers become vectors of up to
   // kMaxVectorBytes. kColumnReduce: adjacent kept columns each lane reduces, for the same
-  // reason; a tile then spans 32 x vector_width columns.
+  // reason; a tile then spans 32 x vector_width columns. kRowReduce: consecutive reduced
+  // elements each thread loads at once, adjacent in the input's minor-most dimension.
   int vector_width = 1;
   // kLoop: the transpose node whose read is staged through shared memory, or -1. Its operand's
   // minor-most dimension is not its output's, so threads walking the output in order would

@@ -138,7 +138,9 @@ std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelS
 // half. ScheduleKernel does not choose among them: at the fitted DRAM latency the cost
 // model's Little's-law term does not bind for such grids, so they measure whether a lane's
 // bytes in flight set a column phase's speed (suite rows #18 and #20 differ in little else).
-// Where no block fits, a candidate is left out.
+// Where no block fits, a candidate is left out. For one whose row-reduce phases load vectors,
+// also the kernel with those phases loading single elements, as they did before (suite row
+// #17's batch statistics), to time what the vectors gain.
 std::vector<KernelSpec> GlobalStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                                       const GpuDevice& device);
 
