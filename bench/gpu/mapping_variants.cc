@@ -14,11 +14,13 @@
 namespace stitch::gpu {
 namespace {
 
-// Each phase's loads per step and vector width, in order (none for a kernel without phases).
-std::vector<std::pair<int, int>> PhaseLoads(const KernelSpec& k) {
-  std::vector<std::pair<int, int>> loads;
+// Each phase's loads per step, vector width and prefetching, in order (none for a kernel
+// without phases).
+std::vector<std::tuple<int, int, bool>> PhaseLoads(const KernelSpec& k) {
+  std::vector<std::tuple<int, int, bool>> loads;
   for (const KernelSpec& phase : k.phases) {
-    loads.emplace_back(phase.mapping.loads_per_step, phase.mapping.vector_width);
+    const ThreadMapping& m = phase.mapping;
+    loads.emplace_back(m.loads_per_step, m.vector_width, m.prefetch_next_rows);
   }
   return loads;
 }
@@ -204,6 +206,7 @@ std::string MappingText(const KernelSpec& k) {
             std::to_string(m.loads_per_step) + " vectors a thread";
   }
   for (const KernelSpec& phase : k.phases) {
+    if (phase.mapping.prefetch_next_rows) text += ", row phase prefetching its next rows into L2";
     if (phase.kind == KernelKind::kRowReduce) {
       const int width = std::max(phase.mapping.vector_width, 1);
       text += width > 1 ? ", row phase in vectors of " + std::to_string(width)

@@ -4,6 +4,7 @@
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
 
@@ -18,6 +19,11 @@ namespace {
 
 llvm::FunctionType* RoundingType(llvm::LLVMContext& ctx) {
   return llvm::FunctionType::get(llvm::Type::getInt16Ty(ctx), {llvm::Type::getFloatTy(ctx)}, false);
+}
+
+llvm::FunctionType* PrefetchType(llvm::LLVMContext& ctx) {
+  return llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {llvm::PointerType::get(ctx, 0)},
+                                 false);
 }
 
 llvm::FunctionType* MinMaxType(llvm::LLVMContext& ctx) {
@@ -128,6 +134,25 @@ Status DefineMinMax(llvm::Module& module, bool native, bool max) {
   return Status::Ok();
 }
 
+// prefetch.global.L2 where `native`; elsewhere nothing.
+Status DefinePrefetch(llvm::Module& module, bool native) {
+  STITCH_ASSIGN_OR_RETURN(llvm::Function * fn,
+                          Declared(module, kL2PrefetchFunction, PrefetchType(module.getContext())));
+  if (fn == nullptr) return Status::Ok();
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(module.getContext(), "entry", fn));
+  if (native) {
+    auto* asm_type = llvm::FunctionType::get(b.getVoidTy(), {b.getInt64Ty()}, false);
+    auto* prefetch = llvm::InlineAsm::get(asm_type, "prefetch.global.L2 [$0];", "l",
+                                          /*hasSideEffects=*/true);
+    // Buffers are global: the cast folds into the kernel parameter's once inlined.
+    llvm::Value* global =
+        b.CreateAddrSpaceCast(fn->getArg(0), llvm::PointerType::get(b.getContext(), 1));
+    b.CreateCall(prefetch, {b.CreatePtrToInt(global, b.getInt64Ty())});
+  }
+  b.CreateRetVoid();
+  return Status::Ok();
+}
+
 // The body of libdevice's `name` (declared by the kernel, f32 of `arity` f32 arguments) as
 // `build` makes it; nothing when the kernel does not call it.
 Status DefineLibdeviceFunction(
@@ -177,9 +202,24 @@ llvm::Value* FloatMin(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
   return CallMachineFunction(b, kF32MinFunction, MinMaxType(b.getContext()), {x, y});
 }
 
+void EmitL2Prefetch(llvm::IRBuilder<>& b, llvm::Value* address) {
+  llvm::Module& module = *b.GetInsertBlock()->getModule();
+  llvm::FunctionCallee f =
+      module.getOrInsertFunction(kL2PrefetchFunction, PrefetchType(b.getContext()));
+  // Kept (it touches memory no load or store of the kernel sees), and no barrier to the
+  // vectoriser's merging of the kernel's own accesses.
+  if (auto* fn = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
+    fn->setOnlyAccessesInaccessibleMemory();
+    fn->setDoesNotThrow();
+    fn->setWillReturn();
+  }
+  b.CreateCall(f, {address});
+}
+
 Status DefineMachineFunctions(llvm::Module& module, bool native) {
   STITCH_RETURN_IF_ERROR(DefineRounding(module, native));
   STITCH_RETURN_IF_ERROR(DefineMinMax(module, native, /*max=*/true));
+  STITCH_RETURN_IF_ERROR(DefinePrefetch(module, native));
   return DefineMinMax(module, native, /*max=*/false);
 }
 

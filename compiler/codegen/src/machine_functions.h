@@ -19,4 +19,8 @@ llvm::Value* EmitBf16Rounding(llvm::IRBuilder<>& b, llvm::Value* value);
 llvm::Value* FloatMax(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
 llvm::Value* FloatMin(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
 
+// Asks the GPU to bring the line of `address`, in a global buffer, into L2
+// (kL2PrefetchFunction); the emulator does nothing.
+void EmitL2Prefetch(llvm::IRBuilder<>& b, llvm::Value* address);
+
 }  // namespace stitch::codegen

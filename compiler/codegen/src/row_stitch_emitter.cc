@@ -27,6 +27,7 @@
 #include "dtype_lowering.h"
 #include "emitters.h"
 #include "index_alignment.h"
+#include "machine_functions.h"
 #include "reduction.h"
 #include "row_tile_stager.h"
 #include "stitch/plan/row_stitch.h"
@@ -114,11 +115,45 @@ class RowStitchEmitter {
   // `group * rows_per_warp + sub`. Every lane runs the same iterations, so full-mask
   // shuffles are executed by the whole warp.
   Status EmitWarpRows() {
-    return EmitWarpRowLoop(kc_, RunRows(), m_.threads_per_row, m_.launch.block[1],
-                           [&](llvm::Value* row, llvm::Value* valid, llvm::Value* seg) {
-                             seg_ = seg;
-                             return EmitRow(row, valid);
-                           });
+    // A warp's next row is a grid's worth of rows on (EmitWarpRowLoop).
+    const int64_t rows_per_grid_step = int64_t{m_.launch.block[1]} * (32 / m_.threads_per_row);
+    return EmitWarpRowLoop(
+        kc_, RunRows(), m_.threads_per_row, m_.launch.block[1],
+        [&](llvm::Value* row, llvm::Value* valid, llvm::Value* seg) {
+          seg_ = seg;
+          if (m_.prefetch_next_rows) {
+            next_row_ = b_.CreateAdd(
+                row, b_.CreateMul(GridDim(kc_, Dim::kX), kc_.Index(rows_per_grid_step)));
+            next_row_valid_ = b_.CreateICmpSLT(next_row_, RunRows());
+          }
+          return EmitRow(row, valid);
+        });
+  }
+
+  // Asks L2 for this thread's share of its next row of each row-space input
+  // (ThreadMapping::prefetch_next_rows): one address per vector of its register positions,
+  // a position past the row's end clamped to its last element.
+  Status PrefetchNextRow() {
+    if (next_row_ == nullptr) return Status::Ok();
+    return EmitIf(kc_, "prefetch", next_row_valid_, [&]() -> Status {
+      llvm::Value* base = b_.CreateMul(next_row_, kc_.Index(row_len()));
+      for (int id : kc_.spec.inputs) {
+        const Shape& shape = kc_.graph.nodes[id].shape;
+        auto buffer = kc_.buffers.find(id);
+        // Row-space inputs are read in row order (as RowSpanStagingOf takes them to be);
+        // per-row and per-column ones stay in the caches.
+        if (shape.elements() != rows() * row_len() || buffer == kc_.buffers.end()) continue;
+        llvm::Type* element = StorageType(kc_.ctx, shape.dtype);
+        for (int j = 0; j < m_.values_per_thread; j += static_cast<int>(width())) {
+          llvm::Value* col = ColumnOf(seg_, j);
+          llvm::Value* last = kc_.Index(row_len() - 1);
+          col = b_.CreateSelect(b_.CreateICmpSLT(col, last), col, last);
+          EmitL2Prefetch(b_, b_.CreateInBoundsGEP(element, buffer->second,
+                                                  b_.CreateAdd(base, col, "", true, true)));
+        }
+      }
+      return Status::Ok();
+    });
   }
 
   // Outputs unrelated to the rows: a grid-stride loop over each one's elements, using
@@ -773,6 +808,8 @@ class RowStitchEmitter {
           for (int id : rescaled) STITCH_RETURN_IF_ERROR(AddRescaledTerms(id, group));
           return Status::Ok();
         }));
+    // The row's loads are all issued by now; its next row's may start on their way to L2.
+    if (p == 0) STITCH_RETURN_IF_ERROR(PrefetchNextRow());
     // From here on, later passes read the cached values instead of recomputing them.
     for (size_t c = 0; c < KeptCount(); ++c) {
       if (layout_.kept_first_pass[c] != p) continue;
@@ -956,6 +993,9 @@ class RowStitchEmitter {
   llvm::Value* warp_ = nullptr;  // block mode: warp within the block
   llvm::Value* row_ = nullptr;
   llvm::Value* row_valid_ = nullptr;
+  // Prefetching rows: the row this thread takes next, and whether there is one.
+  llvm::Value* next_row_ = nullptr;
+  llvm::Value* next_row_valid_ = nullptr;
   // Rows staged in spans: the staging, each staged buffer's span in shared memory, and the
   // linear index of the current span's first element.
   RowSpanStaging spans_;
@@ -1035,6 +1075,13 @@ StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
                            "(values_per_thread 0) and in resident row tiles");
   }
   if (m.transpose_tile >= 0) STITCH_RETURN_IF_ERROR(CheckRowTile(kc, layout));
+  if (m.prefetch_next_rows &&
+      (m.threads_per_row > 32 || m.values_per_thread <= 0 || m.transpose_tile >= 0 ||
+       m.staged_row_spans || m.dynamic_shared_bytes > 0)) {
+    return InvalidArgument("kernel " + kc.spec.name +
+                           ": prefetch_next_rows needs rows of a warp or a share of one held in "
+                           "registers, neither tiled nor staged");
+  }
   RowStitchEmitter emitter(kc, layout);
   return emitter.Emit();
 }

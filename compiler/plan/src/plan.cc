@@ -50,6 +50,7 @@ void DescribeMapping(const ThreadMapping& m, std::ostringstream& out) {
   if (m.vector_width > 1) out << " vec=" << m.vector_width;
   if (m.rescaled_sums_in_one_pass) out << " online_sums";
   if (m.staged_row_spans) out << " staged_spans";
+  if (m.prefetch_next_rows) out << " prefetch_rows";
   if (m.transpose_tile >= 0) out << " transpose_tile=%" << m.transpose_tile;
   if (m.column_period > 0) out << " column_period=" << m.column_period;
   if (m.loads_per_step > 1) out << " loads/step=" << m.loads_per_step;

@@ -275,6 +275,24 @@ std::optional<KernelSpec> WithSingleElementRowPhases(const Graph& g, const Kerne
   return trial;
 }
 
+// `kernel` with each row-stitch phase whose warps hold their rows in registers prefetching
+// their next rows into L2 (ThreadMapping::prefetch_next_rows); nothing when no phase can.
+std::optional<KernelSpec> WithPrefetchedRowPhases(const KernelSpec& kernel) {
+  KernelSpec trial = kernel;
+  bool changed = false;
+  for (KernelSpec& phase : trial.phases) {
+    ThreadMapping& p = phase.mapping;
+    if (phase.kind == KernelKind::kRowStitch && p.threads_per_row <= 32 &&
+        p.values_per_thread > 0 && p.transpose_tile < 0 && !p.staged_row_spans &&
+        p.dynamic_shared_bytes == 0) {
+      p.prefetch_next_rows = true;
+      changed = true;
+    }
+  }
+  if (!changed) return std::nullopt;
+  return trial;
+}
+
 }  // namespace
 
 std::vector<KernelSpec> GlobalStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
@@ -283,6 +301,9 @@ std::vector<KernelSpec> GlobalStitchMappingCandidates(const Graph& g, const Kern
   if (kernel.kind != KernelKind::kGlobalStitch) return candidates;
   if (std::optional<KernelSpec> single = WithSingleElementRowPhases(g, kernel)) {
     candidates.push_back(std::move(*single));
+  }
+  if (std::optional<KernelSpec> prefetched = WithPrefetchedRowPhases(kernel)) {
+    candidates.push_back(std::move(*prefetched));
   }
   const bool has_column_phase =
       std::any_of(kernel.phases.begin(), kernel.phases.end(),

@@ -39,15 +39,19 @@ void RunGlobalAccessPasses(llvm::Module& module, llvm::TargetMachine* machine);
 //   i16 @stitch.f32.to.bf16(float): the bf16 bits of an f32, rounded to nearest even, a NaN
 //     kept a NaN;
 //   float @stitch.f32.max(float, float), float @stitch.f32.min(float, float): a NaN when
-//     either operand is one, else the larger (smaller) operand.
+//     either operand is one, else the larger (smaller) operand;
+//   void @stitch.prefetch.l2(ptr): a hint that the bytes at an address in a global buffer
+//     will be read soon, which changes no value.
 inline constexpr char kBf16RoundingFunction[] = "stitch.f32.to.bf16";
 inline constexpr char kF32MaxFunction[] = "stitch.f32.max";
 inline constexpr char kF32MinFunction[] = "stitch.f32.min";
+inline constexpr char kL2PrefetchFunction[] = "stitch.prefetch.l2";
 
 // Gives each machine function `module` declares its body, internal and always inlined: where
 // `native` (sm_80 and later), one instruction each (cvt.rn.bf16.f32, max.NaN.f32,
-// min.NaN.f32); elsewhere the same results from compares, selects and the f32 bits. The two
-// differ only in a NaN's payload and in which zero a max or min of -0 and +0 returns.
+// min.NaN.f32, prefetch.global.L2); elsewhere the same results from compares, selects and the
+// f32 bits, and no prefetch. The two differ only in a NaN's payload and in which zero a max or
+// min of -0 and +0 returns.
 // INVALID_ARGUMENT when the module defines one or declares it with another type.
 Status DefineMachineFunctions(llvm::Module& module, bool native);
 

@@ -176,6 +176,13 @@ struct ThreadMapping {
   // schedule.h). For rows whose own accesses are narrower than 16 bytes (suite row #14's
   // rows of 197 f16: one element a lane).
   bool staged_row_spans = false;
+  // kRowStitch, a warp or a share of one per row, rows in registers, whose warps each walk
+  // several rows (a global kernel's phase: a co-resident grid of one block per SM for suite
+  // rows #6 and #15, each warp waiting on its row's loads before its reductions and stores):
+  // once a row's first pass has issued its loads, each thread asks for its share of its next
+  // row's row-space inputs in L2 (prefetch.global.L2), so that row's loads wait on L2 rather
+  // than DRAM while this row computes.
+  bool prefetch_next_rows = false;
   uint32_t shared_bytes = 0;  // static shared memory per block
   // kRowStitch with a block per row and values_per_thread > 0: the bytes of dynamic shared
   // memory that hold the values the row keeps between its passes (SharedRowRegionsOf,

@@ -140,7 +140,10 @@ std::vector<KernelSpec> RowStitchMappingCandidates(const Graph& g, const KernelS
 // bytes in flight set a column phase's speed (suite rows #18 and #20 differ in little else).
 // Where no block fits, a candidate is left out. For one whose row-reduce phases load vectors,
 // also the kernel with those phases loading single elements, as they did before (suite row
-// #17's batch statistics), to time what the vectors gain.
+// #17's batch statistics), to time what the vectors gain; for one with row-stitch phases of
+// warps holding their rows in registers, the kernel with those phases prefetching their next
+// rows into L2 (ThreadMapping::prefetch_next_rows; suite rows #6 and #15), which no planner
+// chooses until a GPU has timed it.
 std::vector<KernelSpec> GlobalStitchMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                                       const GpuDevice& device);
 
