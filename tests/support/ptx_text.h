@@ -33,4 +33,18 @@ inline int CountOf(const std::string& ptx, const std::string& op) {
   return n;
 }
 
+// How many times `text` occurs in `ptx`: "ld.global.nc.v4" counts every 16-byte load,
+// whatever its type.
+inline int CountContaining(const std::string& ptx, const std::string& text) {
+  int n = 0;
+  for (size_t at = ptx.find(text); at != std::string::npos; at = ptx.find(text, at + 1)) ++n;
+  return n;
+}
+
+// The accesses `op` (ld.global.nc, st.global) of one element in `ptx`: those of a type
+// (.f32, .b16, .u16, ...) rather than a vector (.v2, .v4).
+inline int ScalarAccesses(const std::string& ptx, const std::string& op) {
+  return CountContaining(ptx, op + ".") - CountContaining(ptx, op + ".v");
+}
+
 }  // namespace stitch::testing

@@ -275,6 +275,27 @@ bool ConsecutiveInMinorDimension(const std::vector<AccumulatedColumn>& columns) 
   return true;
 }
 
+// The indices of the `width` consecutive input elements from `first` on, a multiple of the
+// width that divides the input's minor-most dimension: the first linearised, the others its
+// vector lanes (ElementalEmitter::VectorLanes), each lane's coordinates, where `first` has
+// them, the first's with the minor-most one moved on.
+std::vector<IrIndex> VectorLaneIndices(KernelContext& kc, ElementalEmitter& em,
+                                       const IrIndex& first, const std::vector<int64_t>& input_dims,
+                                       int64_t width) {
+  llvm::Value* linear = first.linear ? first.linear : em.Linearize(first.dims, input_dims);
+  const std::vector<llvm::Value*> lanes = em.VectorLanes(linear, width);
+  std::vector<IrIndex> indices;
+  for (size_t e = 0; e < lanes.size(); ++e) {
+    IrIndex lane{first.dims, lanes[e]};
+    if (e > 0 && !lane.dims.empty()) {
+      lane.dims.back() =
+          kc.b.CreateAdd(first.dims.back(), kc.Index(static_cast<int64_t>(e)), "", true, true);
+    }
+    indices.push_back(std::move(lane));
+  }
+  return indices;
+}
+
 // The index of element `r` of every column. Where the kept columns are the input's trailing
 // dimensions, a later column's element is the first column's plus their distance, formed so
 // in the IR: the vectoriser merges accesses only where their addresses differ by constants
@@ -285,19 +306,8 @@ std::vector<IrIndex> ColumnIndices(KernelContext& kc, ElementalEmitter& em,
                                    const std::vector<AccumulatedColumn>& columns, llvm::Value* r) {
   if (ConsecutiveInMinorDimension(columns)) {
     const ReduceGeometry& geo = columns[0].plan->geometry;
-    const IrIndex first = InputIndex(kc, em, geo, columns[0].k, r);
-    const std::vector<llvm::Value*> lanes = em.VectorLanes(em.Linearize(first.dims, geo.input_dims),
-                                                           static_cast<int64_t>(columns.size()));
-    std::vector<IrIndex> indices;
-    for (size_t c = 0; c < lanes.size(); ++c) {
-      IrIndex lane{first.dims, lanes[c]};
-      if (c > 0) {
-        lane.dims.back() =
-            kc.b.CreateAdd(first.dims.back(), kc.Index(static_cast<int64_t>(c)), "", true, true);
-      }
-      indices.push_back(std::move(lane));
-    }
-    return indices;
+    return VectorLaneIndices(kc, em, InputIndex(kc, em, geo, columns[0].k, r), geo.input_dims,
+                             static_cast<int64_t>(columns.size()));
   }
   std::vector<IrIndex> indices;
   for (size_t c = 0; c < columns.size(); ++c) {
@@ -398,27 +408,12 @@ bool ReducedVectorWidthFits(const ReduceGeometry& geo, int64_t width) {
 
 namespace {
 
-// The input indices of vector `q`'s elements (kept k, reduced q * width + e): the first
-// element's, linearised, and the others its vector lanes (ElementalEmitter::VectorLanes),
-// each lane's coordinates the first's with the minor-most one moved on, as ColumnIndices
-// forms a lane of columns.
+// The input indices of vector `q`'s elements (kept k, reduced q * width + e).
 std::vector<IrIndex> ReducedVectorIndices(KernelContext& kc, ElementalEmitter& em,
                                           const ReduceGeometry& geo, llvm::Value* k, llvm::Value* q,
                                           int64_t width) {
-  llvm::IRBuilder<>& b = kc.b;
-  const IrIndex first = InputIndex(kc, em, geo, k, b.CreateMul(q, kc.Index(width), "", true, true));
-  llvm::Value* linear = first.linear ? first.linear : em.Linearize(first.dims, geo.input_dims);
-  const std::vector<llvm::Value*> lanes = em.VectorLanes(linear, width);
-  std::vector<IrIndex> indices;
-  for (size_t e = 0; e < lanes.size(); ++e) {
-    IrIndex lane{first.dims, lanes[e]};
-    if (e > 0 && !lane.dims.empty()) {
-      lane.dims.back() =
-          b.CreateAdd(first.dims.back(), kc.Index(static_cast<int64_t>(e)), "", true, true);
-    }
-    indices.push_back(std::move(lane));
-  }
-  return indices;
+  llvm::Value* r = kc.b.CreateMul(q, kc.Index(width), "", true, true);
+  return VectorLaneIndices(kc, em, InputIndex(kc, em, geo, k, r), geo.input_dims, width);
 }
 
 // Emits `count` vectors q, q + step, ... of `width` elements each: every element's loads

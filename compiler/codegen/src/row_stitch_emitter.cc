@@ -137,6 +137,7 @@ class RowStitchEmitter {
     if (next_row_ == nullptr) return Status::Ok();
     return EmitIf(kc_, "prefetch", next_row_valid_, [&]() -> Status {
       llvm::Value* base = b_.CreateMul(next_row_, kc_.Index(row_len()));
+      llvm::Value* last = kc_.Index(row_len() - 1);
       for (int id : kc_.spec.inputs) {
         const Shape& shape = kc_.graph.nodes[id].shape;
         auto buffer = kc_.buffers.find(id);
@@ -146,7 +147,6 @@ class RowStitchEmitter {
         llvm::Type* element = StorageType(kc_.ctx, shape.dtype);
         for (int j = 0; j < m_.values_per_thread; j += static_cast<int>(width())) {
           llvm::Value* col = ColumnOf(seg_, j);
-          llvm::Value* last = kc_.Index(row_len() - 1);
           col = b_.CreateSelect(b_.CreateICmpSLT(col, last), col, last);
           EmitL2Prefetch(b_, b_.CreateInBoundsGEP(element, buffer->second,
                                                   b_.CreateAdd(base, col, "", true, true)));
@@ -1075,9 +1075,7 @@ StatusOr<EmittedNest> EmitRowStitchKernel(KernelContext& kc) {
                            "(values_per_thread 0) and in resident row tiles");
   }
   if (m.transpose_tile >= 0) STITCH_RETURN_IF_ERROR(CheckRowTile(kc, layout));
-  if (m.prefetch_next_rows &&
-      (m.threads_per_row > 32 || m.values_per_thread <= 0 || m.transpose_tile >= 0 ||
-       m.staged_row_spans || m.dynamic_shared_bytes > 0)) {
+  if (m.prefetch_next_rows && (!m.warp_rows_in_registers() || m.staged_row_spans)) {
     return InvalidArgument("kernel " + kc.spec.name +
                            ": prefetch_next_rows needs rows of a warp or a share of one held in "
                            "registers, neither tiled nor staged");

@@ -282,9 +282,7 @@ std::optional<KernelSpec> WithPrefetchedRowPhases(const KernelSpec& kernel) {
   bool changed = false;
   for (KernelSpec& phase : trial.phases) {
     ThreadMapping& p = phase.mapping;
-    if (phase.kind == KernelKind::kRowStitch && p.threads_per_row <= 32 &&
-        p.values_per_thread > 0 && p.transpose_tile < 0 && !p.staged_row_spans &&
-        p.dynamic_shared_bytes == 0) {
+    if (phase.kind == KernelKind::kRowStitch && p.warp_rows_in_registers() && !p.staged_row_spans) {
       p.prefetch_next_rows = true;
       changed = true;
     }

@@ -532,8 +532,8 @@ RowSpanStaging RowSpanStagingOf(const Graph& g, const KernelSpec& kernel,
                                 const RowStitchLayout& layout) {
   const ThreadMapping& m = kernel.mapping;
   const RowGeometry& geo = layout.geometry;
-  if (kernel.kind != KernelKind::kRowStitch || m.threads_per_row > 32 || m.values_per_thread <= 0 ||
-      m.transpose_tile >= 0 || m.dynamic_shared_bytes > 0 || !layout.column_reduces.empty()) {
+  if (kernel.kind != KernelKind::kRowStitch || !m.warp_rows_in_registers() ||
+      !layout.column_reduces.empty()) {
     return {};
   }
   const int64_t elements = geo.rows * geo.row_len;

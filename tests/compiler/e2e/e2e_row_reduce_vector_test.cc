@@ -27,8 +27,10 @@ using testing::Binary;
 using testing::Broadcast;
 using testing::ConstScalar;
 using testing::Convert;
+using testing::CountContaining;
 using testing::Param;
 using testing::Reduce;
+using testing::ScalarAccesses;
 
 constexpr uint64_t kSeed = 7600;
 
@@ -80,12 +82,6 @@ Graph RowSum(int64_t rows, int64_t len, DType dtype) {
   return g;
 }
 
-int Count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 // The row-reduce phase of the one global kernel of `plan`, or nullptr.
 const KernelSpec* RowReducePhase(const FusionPlan& plan) {
   if (plan.kernels.size() != 1 || plan.kernels[0].kind != KernelKind::kGlobalStitch) return nullptr;
@@ -114,7 +110,7 @@ TEST(RowReduceVectors, ChannelsFirstStatisticsLoadSixteenBytesAndMatchTheInterpr
     const std::string& ptx = r.kernels[0].ptx;
     const std::string first_phase = ptx.substr(0, ptx.find("atom.global"));
     const int loads = phase->mapping.loads_per_step;
-    EXPECT_EQ(Count(first_phase, "ld.global.nc.v4"), loads > 1 ? loads + 1 : 1) << ptx;
+    EXPECT_EQ(CountContaining(first_phase, "ld.global.nc.v4"), loads > 1 ? loads + 1 : 1) << ptx;
 
     testing::EmulatorCheck check;
     EXPECT_TRUE(testing::CheckOnEmulator(g, seed, /*random_order=*/true, &check,
@@ -182,8 +178,8 @@ TEST(RowReduceVectors, WarpAndBlockRowsOfTheirOwnMatchTheInterpreterWithVectors)
       CompiledKernel lowered = *compiled;
       ASSERT_TRUE(LowerToPtx(lowered, options).ok());
       // Every load of the row is a 16-byte vector.
-      EXPECT_GT(Count(lowered.ptx, "ld.global.nc.v4"), 0) << lowered.ptx;
-      EXPECT_EQ(Count(lowered.ptx, "ld.global.nc.") - Count(lowered.ptx, "ld.global.nc.v"), 0)
+      EXPECT_GT(CountContaining(lowered.ptx, "ld.global.nc.v4"), 0) << lowered.ptx;
+      EXPECT_EQ(ScalarAccesses(lowered.ptx, "ld.global.nc"), 0)
           << lowered.ptx;
       EXPECT_TRUE(testing::EmulatedMatchesInterpreter(g, planned.graph, {*compiled},
                                                       testing::RandomInputs(g, seed), seed,

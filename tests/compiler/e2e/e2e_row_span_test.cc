@@ -20,6 +20,7 @@
 #include "support/emulator_check.h"
 #include "support/emulator_compare.h"
 #include "support/graph_builder.h"
+#include "support/ptx_text.h"
 
 namespace stitch {
 namespace {
@@ -28,8 +29,10 @@ using testing::Binary;
 using testing::Broadcast;
 using testing::ConstScalar;
 using testing::Convert;
+using testing::CountContaining;
 using testing::Param;
 using testing::Reduce;
+using testing::ScalarAccesses;
 using testing::Unary;
 
 constexpr uint64_t kSeed = 7400;
@@ -105,19 +108,6 @@ double FetchedPerUsedOf(const Graph& g, const KernelSpec& kernel) {
   return FetchedPerUsed(run->launches[0].stats);
 }
 
-// Counts the lines of `ptx` that hold `text`.
-int Count(const std::string& ptx, const std::string& text) {
-  int n = 0;
-  for (size_t at = ptx.find(text); at != std::string::npos; at = ptx.find(text, at + 1)) ++n;
-  return n;
-}
-
-// Counts the accesses `op` (ld.global.nc, st.global) of one element in `ptx`: those of a
-// type (.f32, .b16, .u16, ...) rather than a vector (.v2, .v4).
-int ScalarAccesses(const std::string& ptx, const std::string& op) {
-  return Count(ptx, op + ".") - Count(ptx, op + ".v");
-}
-
 // Checks one staged mapping of `g`'s row kernel against the plain mapping it stages: the
 // mapping's figures, every global access to a staged buffer a 16-byte vector, and the
 // kernel on the emulator against the interpreter.
@@ -142,11 +132,11 @@ void CheckStagedMapping(const Graph& g, const Graph& planned, const KernelSpec& 
   // The plain kernel loads the rows an element at a time, the staged one in vectors alone.
   EXPECT_GT(ScalarAccesses(plain_ptx, "ld.global.nc"), 0) << plain_ptx;
   EXPECT_EQ(ScalarAccesses(ptx, "ld.global.nc"), 0) << ptx;
-  EXPECT_GT(Count(ptx, "ld.global.nc.v4"), 0) << ptx;
-  EXPECT_GT(Count(ptx, "st.global.v4"), 0) << ptx;
+  EXPECT_GT(CountContaining(ptx, "ld.global.nc.v4"), 0) << ptx;
+  EXPECT_GT(CountContaining(ptx, "st.global.v4"), 0) << ptx;
   // What stores an element alone is a row's own output (#28's max), once a row.
   EXPECT_EQ(ScalarAccesses(ptx, "st.global"), layout->row_outputs.empty() ? 0 : 1) << ptx;
-  EXPECT_EQ(Count(ptx, "bar.sync"), 2) << ptx;
+  EXPECT_EQ(CountContaining(ptx, "bar.sync"), 2) << ptx;
 
   // Bytes fetched per byte used, 32-byte sectors a warp access: the lanes of a row that
   // starts inside a sector straddle one more. A span's 16-byte vectors waste at most the

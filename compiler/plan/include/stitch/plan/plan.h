@@ -194,6 +194,12 @@ struct ThreadMapping {
   // kRowStitch: whether the rows are a resident row tile's (transpose_tile), held whole in
   // dynamic shared memory rather than in registers.
   bool resident_row_tile() const { return transpose_tile >= 0 && dynamic_shared_bytes > 0; }
+  // kRowStitch: whether a warp or a share of one takes each row, each thread holding its
+  // share in registers (no row tile, nothing kept in dynamic shared memory).
+  bool warp_rows_in_registers() const {
+    return threads_per_row <= 32 && values_per_thread > 0 && transpose_tile < 0 &&
+           dynamic_shared_bytes == 0;
+  }
   // Block-wide barriers each block passes per row or tile it processes.
   int block_barriers_per_item = 0;
   int grid_barriers = 0;  // grid-wide barriers per launch
