@@ -179,8 +179,7 @@ TEST(RowReduceVectors, WarpAndBlockRowsOfTheirOwnMatchTheInterpreterWithVectors)
       ASSERT_TRUE(LowerToPtx(lowered, options).ok());
       // Every load of the row is a 16-byte vector.
       EXPECT_GT(CountContaining(lowered.ptx, "ld.global.nc.v4"), 0) << lowered.ptx;
-      EXPECT_EQ(ScalarAccesses(lowered.ptx, "ld.global.nc"), 0)
-          << lowered.ptx;
+      EXPECT_EQ(ScalarAccesses(lowered.ptx, "ld.global.nc"), 0) << lowered.ptx;
       EXPECT_TRUE(testing::EmulatedMatchesInterpreter(g, planned.graph, {*compiled},
                                                       testing::RandomInputs(g, seed), seed,
                                                       /*random_order=*/true));
