@@ -1,7 +1,7 @@
 // The approximate math codegen emits for f32 compute (rsqrt.approx.f32 for rsqrt,
 // div.approx.f32 for divisions and the logistic's, ex2.approx.f32 of x * log2(e) for exp and
-// the logistic's, a quotient of polynomials over div.approx.f32 for erf:
-// CodegenOptions::approximate_math), at
+// the logistic's, a quotient of polynomials over div.approx.f32 for erf, 1 - 2 / (1 + e^2|x|)
+// over those exp and division for tanh: CodegenOptions::approximate_math), at
 // the PTX ISA's error bound. Every suite row that uses them, in f16, bf16 and f32
 // (graph_retype.h), runs on the emulator with each approximate result off by
 // kApproximateMathErrorBound and still matches the interpreter at the output tolerance; a
@@ -39,7 +39,7 @@ namespace {
 bool UsesApproximateMath(const Graph& g) {
   for (const Node& n : g.nodes) {
     if (n.op == OpCode::kRsqrt || n.op == OpCode::kLogistic || n.op == OpCode::kExp ||
-        n.op == OpCode::kErf) {
+        n.op == OpCode::kErf || n.op == OpCode::kTanh) {
       return true;
     }
     if (n.op == OpCode::kDiv && IsFloat(n.shape.dtype)) return true;
@@ -80,12 +80,16 @@ bool CallsApproximateMath(const CompileResult& r) {
   return Calls(r, "__nv_rsqrtf") || Calls(r, "__nv_fast_fdividef") || Calls(r, "__nv_fast_expf");
 }
 
+// Float inputs are random in [-2, 2) times `input_scale`.
 StatusOr<double> WorstErrorOverTolerance(const Graph& g, double error, uint64_t seed,
-                                         bool force_approximate = false) {
+                                         bool force_approximate = false, double input_scale = 1) {
   STITCH_ASSIGN_OR_RETURN(CompileResult compiled, CompileForEmulator(g, force_approximate));
   std::mt19937_64 rng(seed);
   std::vector<Tensor> inputs;
-  for (int p : g.Parameters()) inputs.push_back(RandomTensor(g.nodes[p].shape, rng));
+  for (int p : g.Parameters()) {
+    inputs.push_back(RandomTensor(g.nodes[p].shape, rng));
+    for (double& v : inputs.back().f) v *= input_scale;
+  }
   STITCH_ASSIGN_OR_RETURN(std::vector<Tensor> expected, Evaluate(g, inputs));
   EmulatorOptions eo;
   eo.approximate_math_error = error;
@@ -134,6 +138,87 @@ TEST(ApproximateMath, TheEmulatorAppliesTheBoundToEachApproximateResult) {
         EXPECT_GT(largest, error / 2) << "output " << k;
       }
     }
+  }
+}
+
+// A tanh whose value reaches only a bf16 or f16 output is 1 - 2 / (1 + e^2|x|) over the
+// approximate exp and division, its sign copied from x; one that reaches an f32 output is
+// libdevice's. At the bound of both, the approximate tanh is within 4e-7 of tanh near zero
+// and 2^-21 relative elsewhere, on a sweep of x over [-16, 16) and its subnormals.
+TEST(ApproximateMath, ATanhThatReachesOnlyHalfOutputsTakesTheApproximateExpAndDivision) {
+  for (DType out : {DType::kBF16, DType::kF16, DType::kF32}) {
+    Graph g;
+    g.name = "tanh";
+    const int x = testing::Param(g, {DType::kF32, {4096}}, 0, "x");
+    const int t = testing::Unary(g, OpCode::kTanh, x);
+    g.outputs = {out == DType::kF32 ? t : testing::Convert(g, t, out)};
+    StatusOr<CompileResult> compiled = CompileForEmulator(g, /*force_approximate=*/false);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+    EXPECT_EQ(Calls(*compiled, "__nv_tanhf"), out == DType::kF32) << DTypeName(out);
+    EXPECT_EQ(Calls(*compiled, "__nv_fast_expf"), out != DType::kF32) << DTypeName(out);
+    EXPECT_EQ(Calls(*compiled, "__nv_fast_fdividef"), out != DType::kF32) << DTypeName(out);
+    StatusOr<double> at_bound = WorstErrorOverTolerance(g, kApproximateMathErrorBound, 5200);
+    ASSERT_TRUE(at_bound.ok()) << at_bound.status().ToString();
+    EXPECT_LE(*at_bound, 1.0) << DTypeName(out);
+  }
+
+  Graph g;
+  g.name = "tanh_f32";
+  const int64_t n = 8192;
+  const int x = testing::Param(g, {DType::kF32, {n}}, 0, "x");
+  g.outputs = {testing::Unary(g, OpCode::kTanh, x)};
+  StatusOr<CompileResult> forced = CompileForEmulator(g, /*force_approximate=*/true);
+  ASSERT_TRUE(forced.ok()) << forced.status().ToString();
+  ASSERT_FALSE(Calls(*forced, "__nv_tanhf"));
+  Tensor xs = Tensor::Zeros(g.nodes[x].shape);
+  for (int64_t i = 0; i < n; ++i) xs.f[i] = static_cast<double>(i - n / 2) / 256.0;
+  const std::vector<double> specials = {1e-39, -1e-39, 1e-30, -3e-8, 100.0, -100.0, -0.0};
+  std::copy(specials.begin(), specials.end(), xs.f.begin());
+  for (double error : {0.0, kApproximateMathErrorBound}) {
+    EmulatorOptions eo;
+    eo.approximate_math_error = error;
+    StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(eo);
+    ASSERT_TRUE(emulator.ok());
+    StatusOr<EmulatedRun> run = RunOnEmulator(forced->graph, forced->kernels, {xs}, **emulator);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    double near_zero = 0, relative = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = std::tanh(static_cast<double>(static_cast<float>(xs.f[i])));
+      const double got = run->outputs[0].f[i];
+      ASSERT_EQ(std::signbit(got), std::signbit(want)) << "tanh(" << xs.f[i] << ") = " << got;
+      if (std::abs(xs.f[i]) < 0.5) {
+        near_zero = std::max(near_zero, std::abs(got - want));
+      } else {
+        relative = std::max(relative, std::abs(got / want - 1));
+      }
+    }
+    std::printf("approximate tanh at error %g: %.3g absolute below 0.5, %.3g relative above\n",
+                error, near_zero, relative);
+    EXPECT_LE(near_zero, 4e-7) << "at error " << error;
+    EXPECT_LE(relative, 0x1p-21) << "at error " << error;
+  }
+}
+
+// Suite row #13 caps its logits at +-50 with a tanh and rounds them to bf16 before the
+// softmax, where an ulp of a capped logit near 50 (0.25) moves its probability by 28% of
+// itself. With its logits over the cap's whole range (times 64: +-128, capped to +-49.4) and
+// the approximate tanh at its bound (2^-11 relative, 0.024 at 50), which can round a capped
+// logit an ulp away from the exact tanh's, the probabilities still match the interpreter.
+TEST(ApproximateMath, SoftCappedLogitsOverTheCapsRangeMatchAtTheBound) {
+  StatusOr<SuiteEntry> entry = BuildSuiteEntry(13);
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  std::optional<ScaledGraph> scaled = ScaleForEmulation(entry->graph);
+  ASSERT_TRUE(scaled.has_value());
+  StatusOr<CompileResult> compiled = CompileForEmulator(scaled->graph, false);
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  ASSERT_FALSE(Calls(*compiled, "__nv_tanhf"));
+  for (uint64_t seed : {5300, 5301, 5302}) {
+    StatusOr<double> at_bound =
+        WorstErrorOverTolerance(scaled->graph, kApproximateMathErrorBound, seed, false, 64);
+    ASSERT_TRUE(at_bound.ok()) << at_bound.status().ToString();
+    std::printf("#13, logits times 64, seed %llu: worst error / tolerance %.3f at the bound\n",
+                static_cast<unsigned long long>(seed), *at_bound);
+    EXPECT_LE(*at_bound, 1.0) << "seed " << seed;
   }
 }
 
@@ -221,7 +306,7 @@ TEST(ApproximateMath, ALoopInvariantDivisorTakesItsReciprocalBeforeTheLoop) {
   EXPECT_EQ(in_kernel - in_loop, 4) << ptx;   // the per-channel values', before the loop
 }
 
-// The approximate exp and division flush subnormals (DefineFlushToZeroApproximations): the
+// The approximate exp and division flush subnormals (DefineApproximateMath): the
 // PTX has only their .ftz forms, and the emulator gives what those give, zero of the sign for
 // a subnormal operand or result.
 TEST(ApproximateMath, ExpAndDivisionFlushSubnormalsAsTheGpuDoes) {

@@ -24,10 +24,6 @@ namespace {
 // Checks that fail on today's code, each with its cause. A gap that starts passing fails the
 // test too, so the list only shrinks.
 constexpr testing::KnownGap kKnownGaps[] = {
-    {13, "instructions",
-     "the softcap's tanh (libdevice's, exact in f32) and its rounding to bf16 per element in "
-     "the transpose tile: 50 instructions per element. The one-kernel row tile ran slower than "
-     "these two kernels on the H200 (162 against 147 us), so the two ship"},
     {27, "instructions",
      "the XLA model's row reduction, shipped, loads one f32 a lane and computes the log where "
      "it writes each row's sum: 65 instructions per element (87% of peak on the H200 with the "

@@ -594,7 +594,6 @@ bool CallsMathFunction(const Graph& g, int id, bool approximate) {
     case OpCode::kLog:
     case OpCode::kLog1p:
     case OpCode::kExpm1:
-    case OpCode::kTanh:
     case OpCode::kSin:
     case OpCode::kCos:
     case OpCode::kTan:
@@ -606,6 +605,7 @@ bool CallsMathFunction(const Graph& g, int id, bool approximate) {
     case OpCode::kExp:
     case OpCode::kLogistic:
     case OpCode::kErf:
+    case OpCode::kTanh:
       return t == DType::kF64 || !approximate;
     default:
       return false;
@@ -706,6 +706,22 @@ llvm::Value* ElementalEmitter::Widened(const Stored& stored) {
 llvm::Value* ElementalEmitter::ExpOf(int node, llvm::Value* x) {
   const bool approximate = x->getType()->isFloatTy() && kc_.ApproximateMath(node);
   return CallMath(approximate ? "fast_exp" : "exp", {x});
+}
+
+llvm::Value* ElementalEmitter::TanhOf(int node, llvm::Value* x) {
+  if (!x->getType()->isFloatTy() || !kc_.ApproximateMath(node)) return CallMath("tanh", {x});
+  llvm::Type* ty = x->getType();
+  llvm::Value* ax = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+  llvm::Value* e = CallMath("fast_exp", {b_.CreateFMul(ax, llvm::ConstantFP::get(ty, 2.0))});
+  llvm::Value* q = CallMath("fast_fdivide", {llvm::ConstantFP::get(ty, 2.0),
+                                             b_.CreateFAdd(llvm::ConstantFP::get(ty, 1.0), e)});
+  llvm::Value* magnitude = b_.CreateFSub(llvm::ConstantFP::get(ty, 1.0), q);
+  // x's sign on the magnitude's bits: one LOP3, where NVPTX lowers llvm.copysign to six
+  // instructions. (At the division's bound 1 - q can be -2^-22 for x = 0.)
+  llvm::Type* i32 = b_.getInt32Ty();
+  llvm::Value* bits = b_.CreateOr(b_.CreateAnd(b_.CreateBitCast(magnitude, i32), 0x7fffffff),
+                                  b_.CreateAnd(b_.CreateBitCast(x, i32), 0x80000000));
+  return b_.CreateBitCast(bits, ty);
 }
 
 llvm::Value* ElementalEmitter::ErfOf(int node, llvm::Value* x) {
@@ -942,7 +958,7 @@ StatusOr<llvm::Value*> ElementalEmitter::ComputeElementwise(int id,
     case OpCode::kExpm1:
       return float_only([&] { return CallMath("expm1", {x}); });
     case OpCode::kTanh:
-      return float_only([&] { return CallMath("tanh", {x}); });
+      return float_only([&] { return TanhOf(id, x); });
     case OpCode::kErf:
       return float_only([&] { return ErfOf(id, x); });
     // f32 sine, cosine and tangent are stitch's own (trig.h): libdevice's keep a stack frame.

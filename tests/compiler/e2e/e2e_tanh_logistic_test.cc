@@ -2,7 +2,7 @@
 // (tanh_rewrite.h), so no kernel calls libdevice's tanhf; the logistic's exp is the
 // approximate one where the value reaches only f16 or bf16 outputs and libdevice's exact expf
 // for f32 outputs; and the kernels match the interpreter on the emulator, which evaluates the
-// graph as written, in every dtype. A tanh read otherwise still calls tanhf.
+// graph as written, in every dtype. A tanh read otherwise stays a tanh.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,11 +69,20 @@ TEST(TanhAsLogistic, GeluTanhKernelsComputeALogisticAndMatchTheInterpreter) {
   }
 }
 
-TEST(TanhAsLogistic, ATanhOutsideASumWithOneStillCallsTanh) {
-  testing::EmulatorCheck check;
-  ASSERT_TRUE(testing::CheckOnEmulator(Gelu(DType::kF16, /*tanh_scaled=*/true), kSeed + 10,
-                                       /*random_order=*/false, &check));
-  EXPECT_TRUE(Calls(check.compiled, "__nv_tanhf"));
+// A tanh outside a sum with one stays a tanh: libdevice's for an f32 output, and for an f16
+// one the approximate tanh, 1 - 2 / (1 + e^2|z|) over the approximate exp and division.
+TEST(TanhAsLogistic, ATanhOutsideASumWithOneStaysATanh) {
+  for (DType io : {DType::kF32, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(io));
+    testing::EmulatorCheck check;
+    ASSERT_TRUE(testing::CheckOnEmulator(Gelu(io, /*tanh_scaled=*/true), kSeed + 10,
+                                         /*random_order=*/false, &check));
+    const std::vector<Node>& nodes = check.compiled.graph.nodes;
+    EXPECT_TRUE(std::any_of(nodes.begin(), nodes.end(),
+                            [](const Node& n) { return n.op == OpCode::kTanh; }));
+    EXPECT_EQ(Calls(check.compiled, "__nv_tanhf"), io == DType::kF32);
+    EXPECT_EQ(Calls(check.compiled, "__nv_fast_expf"), io != DType::kF32);
+  }
 }
 
 }  // namespace
