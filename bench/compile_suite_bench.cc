@@ -660,14 +660,16 @@ void PrintCodeChecks(const std::vector<Result>& results) {
                "memory, load bytes in flight per busy SM (the widest burst of loads a thread "
                "issues before it waits on one, read from the SASS where nvdisasm is found, "
                "else from the PTX) against Little's law at the calibrated bandwidth and "
-               "latency, and instructions per element; then, on the "
+               "latency, instructions per element, and the issue time of the innermost loop "
+               "slowest to issue against its global bytes' time at the fitted rates; then, on the "
                "emulator over a prefix of each launch in dispatch order (blocks run / grid), "
                "bytes fetched per byte used (32-byte sectors per warp access) and DRAM bytes "
                "per distinct byte through an LRU model of L2 at the fitted re-use window.\n\n"
             << "| id | kernel | kind | load / store B (promised) | registers | blocks/SM "
-               "(planned) | local B | in flight B/SM (needed) | instructions/element | failed "
-               "checks | prefix blocks / grid | fetched / used | DRAM / distinct |\n"
-               "|---:|---|---|---|---:|---|---:|---|---:|---|---:|---:|---:|\n";
+               "(planned) | local B | in flight B/SM (needed) | instructions/element | loop "
+               "issue / bytes | failed checks | prefix blocks / grid | fetched / used | DRAM / "
+               "distinct |\n"
+               "|---:|---|---|---|---:|---|---:|---|---:|---:|---|---:|---:|---:|\n";
   int kernels = 0, clean = 0;
   for (const Result& r : results) {
     for (const Result::KernelCode& k : r.code) {
@@ -681,7 +683,8 @@ void PrintCodeChecks(const std::vector<Result>& results) {
                 << " | " << x.assembled_blocks_per_sm << " (" << x.planned_blocks_per_sm << ") | "
                 << f.local_bytes << " | " << x.bytes_in_flight_per_sm << " ("
                 << x.bytes_in_flight_needed << ") | " << Fixed(x.instructions_per_element, 1)
-                << " | " << (k.failed.empty() ? "-" : k.failed) << " | " << k.prefix_blocks << " / "
+                << " | " << (x.loop_global_bytes > 0 ? Fixed(x.loop_issue_share, 2) : "-") << " | "
+                << (k.failed.empty() ? "-" : k.failed) << " | " << k.prefix_blocks << " / "
                 << k.grid_blocks << " | " << Fixed(k.fetched_per_used, 2) << " | "
                 << Fixed(k.dram_per_distinct, 2) << " |\n";
     }

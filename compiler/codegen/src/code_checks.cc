@@ -68,6 +68,26 @@ double InstructionsPerElement(const KernelCodeFacts& f, const PtxMemorySummary& 
   return f.instructions * (in_loops / per_trip + (1 - in_loops) / per_pass);
 }
 
+// KernelCodeFigures' loop_* figures of `f` on `device` at the `fitted` rates.
+void SetLoopIssue(const KernelCodeFacts& f, const GpuDevice& device,
+                  const CostModelParameters& fitted, KernelCodeFigures& x) {
+  if (f.sass.empty() || fitted.issue_seconds <= 0) return;
+  // Thread instructions the device issues per second, over the bytes it moves per second.
+  const double instructions_per_byte_at_bandwidth =
+      static_cast<double>(std::max(device.sms, 1)) * device.register_sub_partitions * 32 /
+      fitted.issue_seconds / fitted.bandwidth_bytes_per_second;
+  for (const SassLoop& loop : InnermostSassLoops(f.sass)) {
+    if (loop.global_bytes == 0) continue;
+    const double share = static_cast<double>(loop.instructions) /
+                         static_cast<double>(loop.global_bytes) /
+                         instructions_per_byte_at_bandwidth;
+    if (share <= x.loop_issue_share) continue;
+    x.loop_issue_share = share;
+    x.loop_instructions = loop.instructions;
+    x.loop_global_bytes = loop.global_bytes;
+  }
+}
+
 std::string Format(const char* format, double a, double b) {
   char text[160];
   std::snprintf(text, sizeof(text), format, a, b);
@@ -174,6 +194,7 @@ KernelCodeFigures FiguresOf(const KernelCodeFacts& f, const GpuDevice& device) {
                     fitted.bandwidth_bytes_per_second;
   x.block_start_bound_seconds =
       std::max(kBlockStartShareBound * x.bytes_seconds, fitted.launch_seconds);
+  SetLoopIssue(f, device, fitted, x);
   return x;
 }
 
@@ -213,6 +234,11 @@ std::vector<CodeCheck> CheckKernelCode(const KernelCodeFacts& f, const KernelCod
                            x.block_start_seconds * 1e6, x.block_start_bound_seconds * 1e6) +
                         Format(" (%.0f%% of the bytes' %.1f us, at least a launch)",
                                kBlockStartShareBound * 100, x.bytes_seconds * 1e6)});
+  checks.push_back({"loop_issue", x.loop_issue_share <= kLoopIssueShareBound,
+                    Format("innermost loop: %.0f instructions per %.0f B of global memory a trip",
+                           x.loop_instructions, x.loop_global_bytes) +
+                        Format(", %.2f of the bytes' time to issue (bound %.2f)",
+                               x.loop_issue_share, kLoopIssueShareBound)});
   return checks;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "tool_process.h"
@@ -32,7 +33,9 @@ bool IsGlobalLoad(std::string_view op) {
   return op.starts_with("LDG") && !op.starts_with("LDGSTS") && !op.starts_with("LDGDEPBAR");
 }
 
-// Bytes an LDG loads per thread.
+bool IsGlobalStore(std::string_view op) { return op.starts_with("STG"); }
+
+// Bytes an LDG loads, or an STG stores, per thread.
 int LoadBytes(std::string_view op) {
   if (Contains(op, ".128")) return 16;
   if (Contains(op, ".64")) return 8;
@@ -65,9 +68,10 @@ std::vector<int> Registers(std::string_view text) {
 }
 
 // One instruction: "/*0240*/ @P0 LDG.E.U16.CONSTANT R5, desc[UR4][R12.64] ;" gives the
-// opcode and the operands; a label ("... .L_x_3:") gives is_label.
+// opcode and the operands; a label (".L_x_3:") gives is_label and its name (".L_x_3").
 struct Instruction {
   bool is_label = false;
+  std::string_view label;
   std::string_view op;
   std::string_view destination;  // the first operand
   std::string_view operands;     // all of them
@@ -81,7 +85,7 @@ bool ParseLine(std::string_view line, Instruction& in) {
     line.remove_suffix(1);
   }
   if (!line.empty() && line.back() == ':' && line[0] == '.') {
-    in = Instruction{true, {}, {}, {}};
+    in = Instruction{true, line.substr(0, line.size() - 1), {}, {}, {}};
     return true;
   }
   if (!line.starts_with("/*")) return false;  // directives, comments
@@ -104,10 +108,23 @@ bool ParseLine(std::string_view line, Instruction& in) {
   if (op.starts_with("@")) op = next_word();  // a guard predicate
   if (op.empty()) return false;
   in.is_label = false;
+  in.label = {};
   in.op = op;
   in.operands = line;
   in.destination = line.substr(0, line.find(','));
   return true;
+}
+
+// The instructions and labels of the SASS text `sass`, in its order.
+std::vector<Instruction> ParseSass(std::string_view sass) {
+  std::vector<Instruction> parsed;
+  while (!sass.empty()) {
+    const size_t eol = std::min(sass.find('\n'), sass.size());
+    Instruction in;
+    if (ParseLine(sass.substr(0, eol), in)) parsed.push_back(in);
+    sass.remove_prefix(std::min(eol + 1, sass.size()));
+  }
+  return parsed;
 }
 
 }  // namespace
@@ -139,12 +156,7 @@ int WidestSassLoadBurst(std::string_view sass) {
     }
     return false;
   };
-  while (!sass.empty()) {
-    const size_t eol = std::min(sass.find('\n'), sass.size());
-    const std::string_view line = sass.substr(0, eol);
-    sass.remove_prefix(std::min(eol + 1, sass.size()));
-    Instruction in;
-    if (!ParseLine(line, in)) continue;
+  for (const Instruction& in : ParseSass(sass)) {
     if (in.is_label || std::any_of(std::begin(kBurstEnders), std::end(kBurstEnders),
                                    [&](std::string_view e) { return in.op.starts_with(e); })) {
       end_burst();
@@ -172,6 +184,47 @@ int WidestSassLoadBurst(std::string_view sass) {
     widest = std::max(widest, bytes);
   }
   return widest;
+}
+
+std::vector<SassLoop> InnermostSassLoops(std::string_view sass) {
+  std::vector<Instruction> code;
+  std::vector<std::pair<std::string_view, size_t>> labels;  // name, index of what follows
+  for (const Instruction& in : ParseSass(sass)) {
+    if (in.is_label) {
+      labels.emplace_back(in.label, code.size());
+    } else {
+      code.push_back(in);
+    }
+  }
+  // Bodies [first, last] of the branches back: "BRA `(.L_x_3)" to a label at or above them.
+  std::vector<std::pair<size_t, size_t>> bodies;
+  for (size_t i = 0; i < code.size(); ++i) {
+    if (!code[i].op.starts_with("BRA")) continue;
+    const std::string_view ops = code[i].operands;
+    const size_t open = ops.find("`(");
+    const size_t close = ops.find(')', open);
+    if (open == std::string_view::npos || close == std::string_view::npos) continue;
+    const std::string_view target = ops.substr(open + 2, close - open - 2);
+    for (const auto& [name, at] : labels) {
+      if (name == target && at <= i) bodies.emplace_back(at, i);
+    }
+  }
+  std::vector<SassLoop> loops;
+  for (const auto& [first, last] : bodies) {
+    const bool holds_another = std::any_of(bodies.begin(), bodies.end(), [&](const auto& other) {
+      return other != std::make_pair(first, last) && first <= other.first && other.second <= last;
+    });
+    if (holds_another) continue;
+    SassLoop loop;
+    for (size_t i = first; i <= last; ++i) {
+      ++loop.instructions;
+      if (IsGlobalLoad(code[i].op) || IsGlobalStore(code[i].op)) {
+        loop.global_bytes += LoadBytes(code[i].op);
+      }
+    }
+    loops.push_back(loop);
+  }
+  return loops;
 }
 
 }  // namespace stitch

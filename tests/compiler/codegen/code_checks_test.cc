@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "stitch/codegen/codegen.h"
 #include "stitch/codegen/sass_summary.h"
@@ -260,6 +261,70 @@ TEST(SassLoadBursts, RunUntilALoadedRegisterIsNeeded) {
     EXPECT_EQ(WidestSassLoadBurst(first + between + second), 4) << between;
   }
   EXPECT_EQ(WidestSassLoadBurst("        /*0000*/ LDS R4, [R2] ;\n"), 0);
+}
+
+// Innermost loops on machine code written out: a body runs from a label to a branch back to
+// it, a loop holding another is not innermost, and a forward branch makes no loop.
+TEST(SassLoops, InnermostBodiesRunFromALabelToTheBranchBackToIt) {
+  const std::string sass =
+      "        /*0000*/ S2R R0, SR_TID.X ;\n"
+      ".L_x_0:\n"
+      "        /*0010*/ IMAD R2, R0, 0x4, RZ ;\n"
+      ".L_x_1:\n"
+      "        /*0020*/ LDG.E.128.CONSTANT R4, desc[UR4][R2.64] ;\n"
+      "        /*0030*/ @P1 BRA `(.L_x_2) ;\n"
+      "        /*0040*/ LDG.E.U16 R8, desc[UR4][R6.64] ;\n"
+      ".L_x_2:\n"
+      "        /*0050*/ FADD R9, R4, R5 ;\n"
+      "        /*0060*/ @!P0 BRA `(.L_x_1) ;\n"
+      "        /*0070*/ STG.E.64 desc[UR4][R10.64], R8 ;\n"
+      "        /*0080*/ @P2 BRA `(.L_x_0) ;\n"
+      "        /*0090*/ LDS R4, [R2] ;\n"
+      ".L_x_3:\n"
+      "        /*00a0*/ LDS R5, [R2+0x4] ;\n"
+      "        /*00b0*/ BRA `(.L_x_3) ;\n"
+      "        /*00c0*/ EXIT ;\n";
+  const std::vector<SassLoop> loops = InnermostSassLoops(sass);
+  ASSERT_EQ(loops.size(), 2u);
+  // .L_x_1's body: both loads (the forward branch's sides both counted), the add, the branch.
+  EXPECT_EQ(loops[0].instructions, 5);
+  EXPECT_EQ(loops[0].global_bytes, 16 + 2);
+  // A loop over shared memory moves no global bytes.
+  EXPECT_EQ(loops[1].instructions, 2);
+  EXPECT_EQ(loops[1].global_bytes, 0);
+  EXPECT_TRUE(InnermostSassLoops("        /*0000*/ @P0 BRA `(.L_x_9) ;\n.L_x_9:\n").empty());
+}
+
+// The loop check on a phase written out, on the H100's fitted rates: one f16 element a load
+// (a 2-byte load, 19 instructions) takes longer to issue than its bytes, a 16-byte vector
+// with the same instructions does not, and kernels without SASS pass.
+TEST(SassLoops, TheLoopCheckSetsATripsIssueAgainstItsBytes) {
+  auto facts_with_loop = [](const char* load) {
+    KernelCodeFacts f;
+    f.name = "phase";
+    f.kind = KernelKind::kGlobalStitch;
+    f.elements = 1 << 20;
+    f.mapping.launch.block = {256, 1, 1};
+    f.mapping.launch.grid = {132, 1, 1};
+    f.sass = std::string(".L_x_0:\n        /*0000*/ ") + load + " R4, desc[UR4][R2.64] ;\n";
+    for (int i = 0; i < 17; ++i) f.sass += "        /*0010*/ IMAD R2, R0, 0x4, R2 ;\n";
+    f.sass += "        /*0020*/ @P0 BRA `(.L_x_0) ;\n";
+    return f;
+  };
+  const GpuDevice& h100 = *FindDevice("H100");
+  const KernelCodeFacts scalar = facts_with_loop("LDG.E.U16.CONSTANT");
+  const KernelCodeFigures x = FiguresOf(scalar, h100);
+  EXPECT_EQ(x.loop_instructions, 19);
+  EXPECT_EQ(x.loop_global_bytes, 2);
+  EXPECT_GT(x.loop_issue_share, 1.0);
+  EXPECT_TRUE(Failed(scalar).count("loop_issue"));
+  const KernelCodeFacts vector = facts_with_loop("LDG.E.128.CONSTANT");
+  EXPECT_NEAR(FiguresOf(vector, h100).loop_issue_share, x.loop_issue_share / 8, 1e-9);
+  EXPECT_FALSE(Failed(vector).count("loop_issue"));
+  KernelCodeFacts without_sass = scalar;
+  without_sass.sass.clear();
+  EXPECT_EQ(FiguresOf(without_sass, h100).loop_issue_share, 0);
+  EXPECT_FALSE(Failed(without_sass).count("loop_issue"));
 }
 
 TEST(SassLoadBursts, DisassemblingNeedsTheProgram) {

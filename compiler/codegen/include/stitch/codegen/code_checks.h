@@ -3,7 +3,8 @@
 // compiled code and the plan, so it runs without a GPU; each is a signal that predicted a
 // slow kernel on a real one (a planned vector split into scalar accesses, local memory, a
 // cubin whose registers cost the occupancy the plan counted on, too few loads in flight for
-// the memory's latency, too many instructions per element).
+// the memory's latency, too many instructions per element, an inner loop slower to issue than
+// its bytes are to move).
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -87,7 +88,23 @@ struct KernelCodeFigures {
   // time, or the launch's fitted overhead where that is more (starts shorter than a launch
   // do not set a kernel's time).
   double block_start_bound_seconds = 0;
+  // Of the innermost SASS loops that move global memory (sass_summary.h), the one that takes
+  // longest to issue against the time its bytes take: one trip's instructions and global
+  // bytes, and the time every thread's trips take to issue at the fitted rate (an SM's
+  // schedulers each issuing one warp instruction per issue_seconds) over the time their bytes
+  // take at the fitted bandwidth. 0 without SASS, without such a loop, or on a device whose
+  // model has no issue rate. The whole kernel's instructions per element cannot see a loop
+  // that one phase of a global kernel, or a row in loop mode, runs many times.
+  int loop_instructions = 0;
+  int loop_global_bytes = 0;
+  double loop_issue_share = 0;
 };
+
+// The share of its bytes' time an innermost loop may take to issue, for the "loop_issue"
+// check. #17's batch statistics, one f16 element a load, took 77 instructions per 8 bytes,
+// 1.01 of their bytes' time on the H100 at the fitted rates; with 16-byte loads, its kernel's
+// most issue-bound loop takes 56 per 16 bytes (0.37). #30's Threefry rounds take 0.78.
+inline constexpr double kLoopIssueShareBound = 0.75;
 
 // The share of its bytes' time a kernel's block starts may take, for the "block_starts"
 // check. Loops whose grids started blocks for as long as their bytes took ran 10-34% slower
@@ -98,7 +115,8 @@ inline constexpr double kBlockStartShareBound = 0.75;
 
 // One check's verdict.
 struct CodeCheck {
-  // "width", "generic", "local", "registers", "in_flight", "instructions", "block_starts"
+  // "width", "generic", "local", "registers", "in_flight", "instructions", "block_starts",
+  // "loop_issue"
   std::string name;
   bool ok = true;
   std::string detail;  // what was found against what was expected

@@ -12,6 +12,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "stitch/base/status.h"
 
@@ -30,5 +31,17 @@ StatusOr<std::string> DisassembleCubin(const std::string& cubin, const std::stri
 // register one of its loads writes, a load's address depends on one of them, or control
 // leaves the straight line (a label, a branch, a barrier, an exit). 0 when there is no LDG.
 int WidestSassLoadBurst(std::string_view sass);
+
+// One innermost loop of a kernel's SASS: a body from a label to a branch back to it that holds
+// no other such body. What a thread runs per trip: its instructions (the branch back
+// included, both sides of any branch inside counted), and the bytes its global loads (LDG)
+// and stores (STG) move.
+struct SassLoop {
+  int instructions = 0;
+  int global_bytes = 0;
+};
+
+// The innermost loops of the SASS text `sass`, in the text's order; none when it has no loop.
+std::vector<SassLoop> InnermostSassLoops(std::string_view sass);
 
 }  // namespace stitch
