@@ -717,7 +717,8 @@ llvm::Value* ElementalEmitter::TanhOf(int node, llvm::Value* x) {
                                              b_.CreateFAdd(llvm::ConstantFP::get(ty, 1.0), e)});
   llvm::Value* magnitude = b_.CreateFSub(llvm::ConstantFP::get(ty, 1.0), q);
   // x's sign on the magnitude's bits: one LOP3, where NVPTX lowers llvm.copysign to six
-  // instructions. (At the division's bound 1 - q can be -2^-22 for x = 0.)
+  // instructions. The magnitude's own sign bit is cleared: at the division's bound, 1 - q is
+  // -2^-22 for x = 0.
   llvm::Type* i32 = b_.getInt32Ty();
   llvm::Value* bits = b_.CreateOr(b_.CreateAnd(b_.CreateBitCast(magnitude, i32), 0x7fffffff),
                                   b_.CreateAnd(b_.CreateBitCast(x, i32), 0x80000000));

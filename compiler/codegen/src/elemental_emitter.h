@@ -211,13 +211,13 @@ class ElementalEmitter {
   llvm::Value* ExpOf(int node, llvm::Value* x);
   // tanh(x) as node `node` computes it: for f32 where kc_.ApproximateMath(node) allows,
   // copysign(1 - 2 / (1 + e^2|x|), x) with the approximate exp and division (MUFU.EX2 and
-  // MUFU.RCP), at their bounds within 2.2e-7 of tanh for |x| < 0.5 and 2.2e-7 relative above
-  // (suite_approximate_math_test);
-  // libdevice's tanh elsewhere, which evaluates that form and a polynomial for |x| < 0.6
-  // both and selects, with its own subnormal handling, about 25. Not tanh.approx.f32: its
-  // 2^-11 relative bound can round a value an ulp away from the exact tanh's in a narrow type
-  // before a softmax, which an ulp of a logit moves by its whole size (suite row #13's
-  // soft-capped logits: 0.25 near 50, 28% of a probability).
+  // MUFU.RCP, about nine SASS instructions), at their bounds within 2.2e-7 of tanh for
+  // |x| < 0.5 and 2.2e-7 relative above (suite_approximate_math_test); libdevice's tanh
+  // elsewhere (about 25: that form and a polynomial for |x| < 0.6, both evaluated and one
+  // selected, with its own subnormal handling). Not tanh.approx.f32: its 2^-11 relative bound
+  // can round a value to a narrow type an ulp away from the exact tanh's, and a softmax after
+  // it moves a probability by that ulp of its logit (suite row #13's soft-capped logits: an
+  // ulp of 0.25 near 50, 28% of the probability).
   llvm::Value* TanhOf(int node, llvm::Value* x);
   // erf(x) as node `node` computes it: stitch's quotient of polynomials over div.approx.ftz.f32
   // (approximate_erf.h) for f32 where kc_.ApproximateMath(node) allows, libdevice's erf
