@@ -1,7 +1,8 @@
 // Static checks of the code shipped for the suite's 30 rows and for random graphs, read from
 // the PTX and the assembler's report without a GPU. Each is a signal that predicted a slow
 // row on the H100: a planned vector split into scalar accesses, accesses through generic
-// addresses, local memory (a stack frame or spills).
+// addresses, local memory (a stack frame or spills), an inner loop slower to issue than its
+// bytes are to move.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,14 +59,15 @@ std::set<std::string> CheckShipped(const std::string& what, const CompileResult&
     std::printf(
         "%s %-26s %-13s width %d: load %2d B (promised %2d), store %2d B (promised %2d), "
         "registers %3d, local %d B, blocks/SM %d (planned %d), in flight %6lld B/SM "
-        "(need %6lld), %.1f instructions/element, block starts %.1f us (bytes %.1f us)\n",
+        "(need %6lld), %.1f instructions/element, innermost loop %.2f of its bytes' time to "
+        "issue, block starts %.1f us (bytes %.1f us)\n",
         what.c_str(), facts.name.c_str(), std::string(KernelKindName(facts.kind)).c_str(),
         facts.mapping.vector_width, x.ptx.widest_global_load, facts.promised_load_bytes,
         x.ptx.widest_global_store, facts.promised_store_bytes, facts.registers, facts.local_bytes,
         x.assembled_blocks_per_sm, x.planned_blocks_per_sm,
         static_cast<long long>(x.bytes_in_flight_per_sm),
         static_cast<long long>(x.bytes_in_flight_needed), x.instructions_per_element,
-        x.block_start_seconds * 1e6, x.bytes_seconds * 1e6);
+        x.loop_issue_share, x.block_start_seconds * 1e6, x.bytes_seconds * 1e6);
     for (const CodeCheck& c : CheckKernelCode(facts, x)) {
       if (c.name == "generic") {
         EXPECT_TRUE(c.ok) << what << " " << facts.name << ": " << c.detail;
