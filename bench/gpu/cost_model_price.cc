@@ -43,7 +43,10 @@
 // (the re-mapped kernel alone, as the sweep's model_us), registers (the assembler's, empty
 // where not assembled), code (the kernel's digest, code_digest.h), and what the static checks
 // read of its loads in flight (code_checks.h): load_burst_bytes a thread, from its SASS or
-// PTX (load_burst_from), and in_flight_per_sm against in_flight_needed on the priced device. Joined
+// PTX (load_burst_from), and in_flight_per_sm against in_flight_needed on the priced device, and
+// of its innermost loop slowest to issue (the "loop_issue" check): loop_instructions and
+// loop_global_bytes a trip, loop_issue_share, its issue time over its bytes' time, and
+// loop_issue_over, 1 where that is over the check's bound (kLoopIssueShareBound). Joined
 // with a sweep's mappings.csv on id, kernel, mapping and code, the measured kernel times calibrate
 // the choices the scheduler makes among them (tools/fit_cost_model.py).
 //
@@ -288,7 +291,8 @@ Status WriteMappingPrices(const std::string& path, const std::vector<SweptMappin
                           const std::vector<CostModelParameters>& sets, const GpuDevice& device) {
   std::ofstream csv(path);
   csv << "set,id,kernel,kernel_name,candidate,shipped,mapping,model_us,registers,code,"
-         "load_burst_bytes,load_burst_from,in_flight_per_sm,in_flight_needed\n";
+         "load_burst_bytes,load_burst_from,in_flight_per_sm,in_flight_needed,loop_instructions,"
+         "loop_global_bytes,loop_issue_share,loop_issue_over\n";
   for (size_t s = 0; s < sets.size(); ++s) {
     std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, sets[s]);
     for (const SweptMapping& m : mappings) {
@@ -302,7 +306,9 @@ Status WriteMappingPrices(const std::string& path, const std::vector<SweptMappin
           << (registers > 0 ? std::to_string(registers) : "") << "," << m.code << ","
           << m.figures.load_burst_bytes << "," << (m.figures.load_burst_from_sass ? "sass" : "ptx")
           << "," << m.figures.bytes_in_flight_per_sm << "," << m.figures.bytes_in_flight_needed
-          << "\n";
+          << "," << m.figures.loop_instructions << "," << m.figures.loop_global_bytes << ","
+          << m.figures.loop_issue_share << ","
+          << (m.figures.loop_issue_share > kLoopIssueShareBound ? 1 : 0) << "\n";
     }
   }
   csv.close();
