@@ -41,10 +41,10 @@ of the corrected model, beside the analytical model's on the same plans: the med
 percentile of |measured / modelled - 1| and the median signed error, over all held-out plans
 and over the newest set's 90 (the calibration test's bounds apply to that set).
 
-Whether it ships. The correction ships only if, on the held-out plans of all groups, it lowers
-both the median and the 90th percentile of |error| below the analytical model's and keeps the
-median signed error within +-10%. The generated table records the decision
-(CostResidualTable.ships) and stitchd's NewPricingCostModel applies the trees only where it
+Whether it ships. The correction ships only if at least five groups are held out and, on the
+held-out plans of all groups, it lowers both the median and the 90th percentile of |error|
+below the analytical model's and keeps the median signed error within +-10%. The generated
+table records the decision (CostResidualTable.ships) and stitchd's NewPricingCostModel applies the trees only where it
 is true, the table corrects kCurrentCostModel, the device is the one it was trained on, and a
 bundle's baselines are priced from assembled code as its shipped plan is
 (kBaselinesPricedAssembled in learned_residual.h: not yet).
@@ -108,6 +108,10 @@ HYPERPARAMETERS = dict(n_estimators=100, max_depth=2, learning_rate=0.05, min_sa
 
 # The bound on the median signed error the correction must keep, as the calibration's.
 SIGNED_BOUND = 0.10
+# Held out one at a time, fewer groups decide nothing: with too few plans for the trees to
+# split (at least 12 a leaf), the correction is one constant, the analytical model's mean
+# residual on those rows.
+MIN_GROUPS = 5
 
 
 class DataError(Exception):
@@ -444,9 +448,13 @@ def describe(f: dict[str, float]) -> str:
             f"median signed {f['median_signed']:+6.1%}")
 
 
-def ships(analytical: dict[str, float], corrected: dict[str, float]) -> tuple[bool, str]:
-    """The rule: lower median and p90 |error| than the analytical model, signed within bound."""
+def ships(analytical: dict[str, float], corrected: dict[str, float],
+          groups: int) -> tuple[bool, str]:
+    """The rule: at least MIN_GROUPS groups held out, lower median and p90 |error| than the
+    analytical model, signed within bound."""
     reasons = []
+    if groups < MIN_GROUPS:
+        reasons.append(f"{groups} groups held out, fewer than the {MIN_GROUPS} a comparison needs")
     if not corrected["median_abs"] < analytical["median_abs"]:
         reasons.append(f"median |err| {corrected['median_abs']:.1%} is not below the "
                        f"analytical {analytical['median_abs']:.1%}")
@@ -625,7 +633,8 @@ def train(price: pathlib.Path, data: pathlib.Path, runtimes: list[pathlib.Path])
                 "corrected": figures([corrected[i] for i in chosen])}
 
     held_out = {"all": split(lambda s: True), "newest": split(lambda s: s.source == newest)}
-    shipped, reason = ships(held_out["all"]["analytical"], held_out["all"]["corrected"])
+    shipped, reason = ships(held_out["all"]["analytical"], held_out["all"]["corrected"],
+                            len({s.group for s in samples}))
 
     x = np.array([s.features for s in samples], dtype=np.float64)
     y = np.array([s.residual for s in samples], dtype=np.float64)

@@ -306,14 +306,15 @@ TEST(ApproximateMath, ALoopInvariantDivisorTakesItsReciprocalBeforeTheLoop) {
   EXPECT_EQ(in_kernel - in_loop, 4) << ptx;   // the per-channel values', before the loop
 }
 
-// The approximate exp and division flush subnormals (DefineApproximateMath): the
+// The approximate exp and reciprocal flush subnormals (DefineFlushToZeroApproximations): the
 // PTX has only their .ftz forms, and the emulator gives what those give, zero of the sign for
-// a subnormal operand or result.
+// a subnormal exp argument or result, divisor or reciprocal. The division's multiply is an
+// ordinary one and keeps a subnormal dividend.
 TEST(ApproximateMath, ExpAndDivisionFlushSubnormalsAsTheGpuDoes) {
   Graph g;
   g.name = "exp_and_division";
-  const int x = testing::Param(g, {DType::kF32, {4}}, 0, "x");
-  const int y = testing::Param(g, {DType::kF32, {4}}, 1, "y");
+  const int x = testing::Param(g, {DType::kF32, {5}}, 0, "x");
+  const int y = testing::Param(g, {DType::kF32, {5}}, 1, "y");
   g.outputs = {testing::Binary(g, OpCode::kDiv, x, y), testing::Unary(g, OpCode::kExp, x)};
   CompileOptions options;
   options.codegen.approximate_math = CodegenOptions::ApproximateMath::kAlways;
@@ -322,7 +323,8 @@ TEST(ApproximateMath, ExpAndDivisionFlushSubnormalsAsTheGpuDoes) {
   std::string ptx;
   for (const CompiledKernel& k : lowered->kernels) ptx += k.ptx;
   EXPECT_NE(ptx.find("rcp.approx.ftz.f32"), std::string::npos) << ptx;
-  EXPECT_NE(ptx.find("mul.rn.ftz.f32"), std::string::npos) << ptx;
+  EXPECT_EQ(ptx.find("mul.rn.ftz.f32"), std::string::npos) << ptx;
+  EXPECT_NE(ptx.find("mul.rn.f32"), std::string::npos) << ptx;
   EXPECT_NE(ptx.find("ex2.approx.ftz.f32"), std::string::npos) << ptx;
   EXPECT_EQ(ptx.find("rcp.approx.f32"), std::string::npos) << ptx;
   EXPECT_EQ(ptx.find("div.approx"), std::string::npos) << ptx;
@@ -332,8 +334,8 @@ TEST(ApproximateMath, ExpAndDivisionFlushSubnormalsAsTheGpuDoes) {
   ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
   const float subnormal = 1e-39f;
   Tensor xs = Tensor::Zeros(g.nodes[x].shape), ys = Tensor::Zeros(g.nodes[y].shape);
-  xs.f = {subnormal, 1.0f, -subnormal, -100.0f};
-  ys.f = {1.0f, subnormal, 2.0f, 1.0f};
+  xs.f = {subnormal, 1.0f, -subnormal, -100.0f, 1.0f};
+  ys.f = {1.0f, subnormal, 2.0f, 1.0f, 0x1p127f};
   StatusOr<std::unique_ptr<Emulator>> emulator = Emulator::Create(EmulatorOptions{});
   ASSERT_TRUE(emulator.ok());
   StatusOr<EmulatedRun> run =
@@ -341,11 +343,11 @@ TEST(ApproximateMath, ExpAndDivisionFlushSubnormalsAsTheGpuDoes) {
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   const std::vector<double>& quotient = run->outputs[0].f;
   const std::vector<double>& exp = run->outputs[1].f;
-  EXPECT_EQ(quotient[0], 0.0);           // a subnormal dividend
-  EXPECT_TRUE(std::isinf(quotient[1]));  // a subnormal divisor: 1 / +0
-  EXPECT_EQ(quotient[2], 0.0);           // -0, a subnormal dividend
-  EXPECT_TRUE(std::signbit(quotient[2]));
-  EXPECT_EQ(exp[3], 0.0);  // e^-100, a subnormal result
+  EXPECT_EQ(quotient[0], static_cast<double>(subnormal));          // a subnormal dividend, kept
+  EXPECT_TRUE(std::isinf(quotient[1]));                            // a subnormal divisor: 1 / +0
+  EXPECT_EQ(quotient[2], static_cast<double>(-subnormal / 2.0f));  // a subnormal quotient
+  EXPECT_EQ(quotient[4], 0.0);  // 2^-127, a subnormal reciprocal, flushed
+  EXPECT_EQ(exp[3], 0.0);       // e^-100, a subnormal result
   EXPECT_NEAR(exp[1], std::exp(1.0), 1e-5);
 }
 

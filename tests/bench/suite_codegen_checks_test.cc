@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stitch/codegen/code_checks.h"
@@ -148,6 +149,60 @@ TEST(SuiteLoopIssue, Row17StatisticsInSingleElementsTakeAsLongToIssueAsTheirByte
     EXPECT_FALSE(check.ok) << check.detail;
   }
   EXPECT_EQ(single, 1);
+}
+
+// Fused multiply-adds save instructions but may cost registers: the compile driver keeps a
+// kernel's fused form unless its unfused form spills less or fits more blocks per SM. Each
+// row's shipped kernels are assembled both ways again here: the shipped one is never the
+// worse of the two, and is the fused one wherever that one fares as well. #1's row kernel
+// (65 registers fused, three blocks an SM; 59 unfused, four) and #20's grid-barrier kernel
+// (spills fused under its 32-register cap) are the cases that ship unfused; #19's loop ships
+// fused.
+TEST(SuiteContraction, FusedMultiplyAddsShipWhereTheyCostNoOccupancy) {
+  const CompileOptions options = testing::Sm90Compile();
+  if (!CubinAvailable(options.codegen)) GTEST_SKIP() << "no assembler: no registers to compare";
+  const GpuDevice& device = options.codegen.target.device();
+  std::map<int, int> shipped_fused;
+  for (int id : {1, 2, 4, 5, 6, 15, 19, 20, 21}) {
+    StatusOr<SuiteEntry> entry = BuildSuiteEntry(id);
+    ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+    StatusOr<CompileResult> r = CompileGraph(entry->graph, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (size_t i = 0; i < r->kernels.size(); ++i) {
+      const ThreadMapping& planned = r->plan.kernels[i].mapping;
+      // Local bytes, then blocks per SM (negated): the smaller, the better.
+      auto cost = [&](const CompiledKernel& k) {
+        ThreadMapping assembled = planned;
+        assembled.registers_per_thread = k.assembly.registers;
+        return std::pair<int, int>{k.assembly.stack_bytes + k.assembly.spill_store_bytes,
+                                   -ResidentBlocksPerSm(device, assembled)};
+      };
+      std::map<bool, CompiledKernel> forms;
+      for (bool contract : {true, false}) {
+        CodegenOptions o = options.codegen;
+        o.contract_products = contract;
+        CompiledKernel k = r->kernels[i];
+        ASSERT_TRUE(LowerToPtx(k, o).ok());
+        ASSERT_TRUE(AssembleCubin(k, o).ok());
+        forms.emplace(contract, std::move(k));
+      }
+      const CompiledKernel& shipped = r->kernels[i];
+      const bool fused = shipped.ptx == forms.at(true).ptx;
+      EXPECT_TRUE(fused || shipped.ptx == forms.at(false).ptx) << "#" << id;
+      std::printf("#%d %s: fused %d registers, %d B local; unfused %d, %d B; ships %s\n", id,
+                  shipped.name.c_str(), forms.at(true).assembly.registers,
+                  cost(forms.at(true)).first, forms.at(false).assembly.registers,
+                  cost(forms.at(false)).first, fused ? "fused" : "unfused");
+      EXPECT_LE(cost(shipped), cost(forms.at(true))) << "#" << id << " " << shipped.name;
+      EXPECT_LE(cost(shipped), cost(forms.at(false))) << "#" << id << " " << shipped.name;
+      EXPECT_EQ(fused, !(cost(forms.at(false)) < cost(forms.at(true))))
+          << "#" << id << " " << shipped.name;
+      shipped_fused[id] += fused;
+    }
+  }
+  EXPECT_EQ(shipped_fused[1], 0);
+  EXPECT_EQ(shipped_fused[20], 0);
+  EXPECT_EQ(shipped_fused[19], 1);
 }
 
 // #18's and #20's column phases reduce 64 f16 channels: two columns a lane make a warp's load

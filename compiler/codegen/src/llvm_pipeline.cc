@@ -3,6 +3,7 @@
 #include <llvm/Analysis/CGSCCPassManager.h>
 #include <llvm/Analysis/LoopAnalysisManager.h>
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/InstIterator.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/PassManager.h>
 #include <llvm/Passes/PassBuilder.h>
@@ -54,6 +55,21 @@ void RunModulePipeline(llvm::Module& module, llvm::TargetMachine* machine, Pipel
       level == PipelineLevel::kO3 ? llvm::OptimizationLevel::O3 : llvm::OptimizationLevel::O2;
   llvm::ModulePassManager mpm = a.builder.buildPerModuleDefaultPipeline(opt);
   mpm.run(module, a.modules);
+}
+
+void ContractSingleUseProducts(llvm::Module& module) {
+  for (llvm::Function& fn : module) {
+    for (llvm::Instruction& inst : llvm::instructions(fn)) {
+      if (inst.getOpcode() != llvm::Instruction::FMul || !inst.hasOneUse()) continue;
+      auto* sum = llvm::dyn_cast<llvm::Instruction>(*inst.user_begin());
+      if (sum == nullptr || (sum->getOpcode() != llvm::Instruction::FAdd &&
+                             sum->getOpcode() != llvm::Instruction::FSub)) {
+        continue;
+      }
+      inst.setHasAllowContract(true);
+      sum->setHasAllowContract(true);
+    }
+  }
 }
 
 void RunGlobalAccessPasses(llvm::Module& module, llvm::TargetMachine* machine) {

@@ -184,7 +184,9 @@ Status DefineFlushToZeroApproximations(llvm::Module& module) {
       module, "__nv_fast_fdividef", 2, [](llvm::IRBuilder<>& b, llvm::ArrayRef<llvm::Value*> xy) {
         llvm::Value* reciprocal =
             ReturningIntrinsic(b, llvm::Intrinsic::nvvm_rcp_approx_ftz_f, {}, {xy[1]});
-        return ReturningIntrinsic(b, llvm::Intrinsic::nvvm_mul_rn_ftz_f, {}, {xy[0], reciprocal});
+        // An ordinary multiply: LLVM folds it away for a dividend of 1 (the logistic's), and
+        // ContractSingleUseProducts fuses it with an add that alone takes the quotient.
+        return b.CreateFMul(xy[0], reciprocal);
       });
 }
 

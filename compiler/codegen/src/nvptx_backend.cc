@@ -143,6 +143,7 @@ Status LowerToPtx(CompiledKernel& kernel, const CodegenOptions& options) {
   m->setDataLayout(tm->createDataLayout());
 
   codegen::RunModulePipeline(*m, tm.get(), codegen::PipelineLevel::kO3);
+  if (options.contract_products) codegen::ContractSingleUseProducts(*m);
 
   std::string verify_log;
   llvm::raw_string_ostream vos(verify_log);

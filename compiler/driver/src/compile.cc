@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "stitch/ir/graph_proto.h"
 #include "stitch/ir/verifier.h"
@@ -44,6 +45,7 @@ std::string OptionsText(const CompileOptions& o) {
   if (o.max_persistent_grid_blocks > 0) {
     text += ";max_persistent_grid=" + std::to_string(o.max_persistent_grid_blocks);
   }
+  if (!o.codegen.contract_products) text += ";contract=0";
   return text;
 }
 
@@ -129,6 +131,54 @@ void RepriceAssembled(CompileResult& result, PlannerKind requested, const GpuDev
       [&](const BaselineEstimate& b) { return b.cost.seconds == result.baseline_cost.seconds; });
   for (BaselineEstimate& b : result.baselines) RepriceSameCode(result, *model, b);
   if (stitched && better != result.baselines.end()) result.baseline_cost = better->cost;
+}
+
+// Local memory per thread, then blocks per SM: how a kernel's assembly fares (the fewer
+// bytes, then the more blocks, the better).
+std::pair<int, int> AssemblyCost(const CompiledKernel& kernel, const ThreadMapping& mapping,
+                                 const GpuDevice& device) {
+  const CompiledKernel::AssemblyReport& a = kernel.assembly;
+  ThreadMapping assembled = mapping;
+  assembled.registers_per_thread = a.registers;
+  return {a.stack_bytes + a.spill_store_bytes, -ResidentBlocksPerSm(device, assembled)};
+}
+
+// Whether `kernel` spills, or would fit another block per SM with one register allocation
+// unit fewer a thread.
+bool NearAnOccupancyStep(const CompiledKernel& kernel, const ThreadMapping& mapping,
+                         const GpuDevice& device) {
+  const CompiledKernel::AssemblyReport& a = kernel.assembly;
+  if (a.stack_bytes + a.spill_store_bytes > 0) return true;
+  constexpr int kWarpSize = 32;
+  ThreadMapping leaner = mapping;
+  leaner.registers_per_thread =
+      std::max(a.registers - std::max(device.register_allocation_unit / kWarpSize, 1), 1);
+  return ResidentBlocksPerSm(device, leaner) > -AssemblyCost(kernel, mapping, device).second;
+}
+
+// Assembles `kernel`. A fused multiply-add keeps its product's factors live until the sum,
+// and ptxas may then take a few more registers than the unfused kernel: #1's row kernel 65
+// where 59 kept four blocks an SM, #2's 34 where 32 kept sixteen; under a grid barrier's
+// register cap #20's spilled. Where the fused kernel spills or sits within an allocation
+// unit of another block per SM, it is lowered and assembled again without fused
+// multiply-adds, and the unfused one kept if it spills less or fits more blocks.
+Status AssembleWithinOccupancy(CompiledKernel& kernel, const ThreadMapping& mapping,
+                               const CodegenOptions& options) {
+  STITCH_RETURN_IF_ERROR(AssembleCubin(kernel, options));
+  const GpuDevice& device = options.target.device();
+  if (!options.contract_products || !kernel.assembly.reported ||
+      !NearAnOccupancyStep(kernel, mapping, device)) {
+    return Status::Ok();
+  }
+  CodegenOptions unfused = options;
+  unfused.contract_products = false;
+  CompiledKernel again = kernel;
+  STITCH_RETURN_IF_ERROR(LowerToPtx(again, unfused));
+  STITCH_RETURN_IF_ERROR(AssembleCubin(again, unfused));
+  if (AssemblyCost(again, mapping, device) < AssemblyCost(kernel, mapping, device)) {
+    kernel = std::move(again);
+  }
+  return Status::Ok();
 }
 
 // The extent a shape class is planned at: odd (1 for the buckets {1} and {2}), so that no
@@ -398,8 +448,9 @@ StatusOr<CompileResult> CompileVerifiedGraph(const Graph& g, CacheKey key,
   } else if (!CubinAvailable(options.codegen)) {
     result.cubin_note = "PTX-only mode: no nvJitLink or ptxas in this build";
   } else {
-    for (CompiledKernel& kernel : result.kernels) {
-      STITCH_RETURN_IF_ERROR(AssembleCubin(kernel, options.codegen));
+    for (size_t i = 0; i < result.kernels.size(); ++i) {
+      STITCH_RETURN_IF_ERROR(AssembleWithinOccupancy(
+          result.kernels[i], result.plan.kernels[i].mapping, options.codegen));
     }
     RepriceAssembled(result, options.planner, options.codegen.target.device());
   }

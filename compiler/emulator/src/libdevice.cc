@@ -105,10 +105,13 @@ void AppendLibdeviceSymbols(RuntimeSymbols& out) {
   Add<F2>(out, "__nv_copysignf", [](float x, float y) { return std::copysign(x, y); });
   Add<F2>(out, "__nv_fdimf", [](float x, float y) { return std::fdim(x, y); });
   Add<F2>(out, "__nv_fdividef", [](float x, float y) { return x / y; });
-  // div.approx.ftz.f32 (DefineFlushToZeroApproximations): subnormal operands and results
-  // flushed to zero of their sign.
+  // The dividend times rcp.approx.ftz.f32 of the divisor (DefineFlushToZeroApproximations): a
+  // subnormal divisor is zero of its sign and a reciprocal below the normal range is flushed,
+  // while the multiply, an ordinary one, keeps a subnormal dividend or quotient.
   Add<F2>(out, "__nv_fast_fdividef", [](float x, float y) {
-    return FlushSubnormal(AtTheBound(FlushSubnormal(x) / FlushSubnormal(y)));
+    const float divisor = FlushSubnormal(y);
+    const float reciprocal = FlushSubnormal(1.0f / divisor);
+    return reciprocal == 0.0f ? x * reciprocal : AtTheBound(x / divisor);
   });
   Add<F2>(out, "__nv_fdiv_rn", [](float x, float y) { return x / y; });
   Add<F3>(out, "__nv_fmaf", [](float x, float y, float z) { return std::fma(x, y, z); });

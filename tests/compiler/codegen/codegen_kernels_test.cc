@@ -42,6 +42,29 @@ TEST(CodegenLoop, ElementwiseChain) {
   EXPECT_FALSE(Contains(ptx, "__nv_")) << "libdevice calls must be inlined";
 }
 
+// A product only an add or subtract takes is computed with it as one fused multiply-add
+// (ContractSingleUseProducts); a product two operations take stays a multiply, whose value
+// both then read. With contract_products off every product is a multiply.
+TEST(CodegenContraction, AProductOnlyAnAddTakesBecomesOneFusedMultiplyAdd) {
+  GraphBuilder gb;
+  int a = gb.Param(F32, {1024});
+  int b = gb.Param(F32, {1024});
+  int c = gb.Param(F32, {1024});
+  int single = gb.Ew(OpCode::kAdd, {gb.Ew(OpCode::kMul, {a, b}), c});  // a*b + c
+  int shared = gb.Ew(OpCode::kMul, {b, c});
+  int twice = gb.Ew(OpCode::kSub, {gb.Ew(OpCode::kAdd, {shared, a}), shared});  // (bc + a) - bc
+  auto spec = MakeSpec(gb.g, "contraction", KernelKind::kLoop, {single, twice});
+  const std::string fused = CompileEverywhere(gb.g, spec);
+  const int fmas = Occurrences(fused, "fma.rn.f32");
+  EXPECT_GT(fmas, 0) << fused;
+  EXPECT_EQ(Occurrences(fused, "mul.rn.f32"), fmas) << fused;  // b*c, one per a*b + c
+  CodegenOptions off;
+  off.contract_products = false;
+  const std::string unfused = CompileEverywhere(gb.g, spec, off);
+  EXPECT_EQ(Occurrences(unfused, "fma.rn.f32"), 0) << unfused;
+  EXPECT_EQ(Occurrences(unfused, "mul.rn.f32"), 2 * fmas) << unfused;
+}
+
 TEST(CodegenLoop, BroadcastAddAndTranspose) {
   GraphBuilder gb;
   int x = gb.Param(F32, {64, 128});

@@ -83,8 +83,8 @@ TEST(LearnedResidualTest, TableNamesTheLibrarysFeatures) {
 TEST(LearnedResidualTest, EvaluatesAsTheTrainerPredicts) {
   const std::vector<ExpectedRow> rows = ReadFixture();
   // Every training plan: the plans of the suite rows still measured as the checkout compiles
-  // them, at least 9 rows of 3 plans (cost_residual_training_test's floor).
-  ASSERT_GE(rows.size(), 27u);
+  // them in the four H100 sets, at least three rows (cost_residual_training_test's floor).
+  ASSERT_GE(rows.size(), 12u);
   const LearnedResidual& r = LearnedResidual::Trained();
   int distinct = 0;
   for (const ExpectedRow& row : rows) {
@@ -92,9 +92,16 @@ TEST(LearnedResidualTest, EvaluatesAsTheTrainerPredicts) {
     EXPECT_NEAR(predicted, row.predicted, 1e-12) << row.label;
     if (std::abs(row.predicted - rows.front().predicted) > 1e-9) ++distinct;
   }
-  // The trees separate the plans: a table that predicted one constant would pass above only
-  // with a constant fixture.
-  EXPECT_GT(distinct, 10);
+  // The trees separate the plans, and a table that predicted one constant would pass above
+  // only with a constant fixture. Where the plans are too few for a split (at least 12 a
+  // leaf), the trees are that constant, the same for any features.
+  if (rows.size() >= 24) {
+    EXPECT_GT(distinct, 10);
+  } else if (distinct == 0) {
+    ResidualFeatures elsewhere = rows.front().features;
+    for (double& f : elsewhere) f = f * 3 + 1;
+    EXPECT_NEAR(r.Predict(elsewhere), rows.front().predicted, 1e-12);
+  }
 }
 
 KernelSpec Kernel(KernelKind kind, int vector_width, int registers, int assembled_registers,

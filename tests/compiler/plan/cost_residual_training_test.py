@@ -8,9 +8,10 @@ Trains the trees again, held-out evaluation included, and checks that
   * the generated table (compiler/plan/src/cost_residual_table.cc) and the C++ test's fixture
     (tests/compiler/plan/cost_residual_expected.tsv) come out byte for byte as committed, so
     neither can drift from the data, the features cost_model_price computes or the script;
-  * the committed ships flag is what the held-out comparison decides: true only where the
-    correction's median and 90th-percentile |error| are both below the analytical model's on
-    the same held-out plans and its median signed error is within +-10%;
+  * the committed ships flag is what the held-out comparison decides: true only where at
+    least five groups are held out, the correction's median and 90th-percentile |error| are
+    both below the analytical model's on the same held-out plans and its median signed error
+    is within +-10%;
   * the evaluation holds each group out whole (a fake model records what it was trained on);
   * an exported runtimes file is read as documented, and refused where it is not.
 It prints the trainer's figures. No GPU; about half a minute, most of it cost_model_price.
@@ -77,7 +78,8 @@ class TrainingTest(unittest.TestCase):
         # Both models' errors are of the same held-out plans.
         self.assertEqual(analytical["plans"], corrected["plans"])
         self.assertEqual(held["plans"], analytical["plans"])
-        beats = (corrected["median_abs"] < analytical["median_abs"]
+        beats = (self.summary["groups"] >= 5
+                 and corrected["median_abs"] < analytical["median_abs"]
                  and corrected["p90_abs"] < analytical["p90_abs"]
                  and abs(corrected["median_signed"]) <= 0.10)
         self.assertEqual(self.summary["ships"], beats)
@@ -97,9 +99,10 @@ class TrainingTest(unittest.TestCase):
         # back with the next set. Six were left once the baseline models' split reductions
         # end at their second reduce (no reshape kernel after it) and their reduce kernels
         # compute their epilogues, which changed the XLA and Inductor models' plans of eleven
-        # rows and took #18, #20 and #26 out; five since #10's 1 + tanh is a logistic.
+        # rows and took #18, #20 and #26 out; five since #10's 1 + tanh is a logistic; three
+        # (#16, #27, #30) since a multiply that only an add takes is a fused multiply-add.
         rows = self.summary["rows_still_measured"]
-        self.assertGreaterEqual(len(rows), 5)
+        self.assertGreaterEqual(len(rows), 3)
         self.assertEqual(self.summary["groups"], len(rows))
         sets = self.summary["sets"]
         self.assertGreaterEqual(len(sets), 1)

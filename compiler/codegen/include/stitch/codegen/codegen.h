@@ -83,6 +83,13 @@ struct CodegenOptions {
   // in f32 at the bound.
   enum class ApproximateMath { kNever, kWhereOutputsAreHalf, kAlways };
   ApproximateMath approximate_math = ApproximateMath::kWhereOutputsAreHalf;
+  // LowerToPtx computes each multiply whose one use is an add or subtract, with it, as one
+  // fused multiply-add, rounded once (ContractSingleUseProducts in llvm_pipeline.h), as XLA,
+  // Triton and nvcc do: suite row #19's loop 103 SASS instructions per four elements to 83.
+  // The compile driver lowers a kernel again without it where the fused one spills or sits
+  // within a register allocation unit of another block per SM, and keeps the unfused one if
+  // it spills less or fits more blocks (compile.h).
+  bool contract_products = true;
 
   // Returns the paths found when stitchd was built (empty when the toolkit was absent).
   static std::string DefaultLibdevicePath();

@@ -26,6 +26,16 @@ enum class PipelineLevel { kO2, kO3 };
 // the caller verifies the module afterwards if it needs to.
 void RunModulePipeline(llvm::Module& module, llvm::TargetMachine* machine, PipelineLevel level);
 
+// Marks each floating-point multiply whose one use is an add or subtract, and that add, as
+// contractable, so that the backend computes the pair as one fused multiply-add, rounded once
+// (SEMANTICS.md), as XLA, Triton and nvcc do. Without it NVPTX writes mul.rn and add.rn, which
+// ptxas may not fuse, and a layer norm's scale and shift or a swish gradient's terms take two
+// instructions where the frameworks' kernels take one. A product with several uses stays a
+// multiply: fused into each, it would keep both its factors live until the last, and the
+// registers that costs took occupancy (#1) or spilled (#20's grid-barrier kernel). Run it
+// after RunModulePipeline, whose value numbering can give a product more uses.
+void ContractSingleUseProducts(llvm::Module& module);
+
 // For kernels too large for the NVPTX backend's optimising IR passes: casts every kernel
 // pointer parameter to the global address space (as the backend's argument lowering does),
 // infers the address space of every access from it and merges adjacent accesses into vector
@@ -57,11 +67,13 @@ Status DefineMachineFunctions(llvm::Module& module, bool native);
 
 // Gives libdevice's approximate exp and division, where `module` declares them,
 // flush-to-zero bodies: __nv_fast_expf(x) = ex2.approx.ftz.f32(x * log2(e)), and
-// __nv_fast_fdividef(x, y) = mul.rn.ftz.f32(x, rcp.approx.ftz.f32(y)), the two instructions
-// ptxas assembles div.approx.ftz.f32 into (MUFU.RCP, FMUL.FTZ), written out so that LLVM
-// takes the reciprocal of a loop-invariant divisor once, before the loop (suite row #19's
-// per-channel divisions: four MUFU.RCP a trip of four elements). libdevice's own take the .ftz
-// forms only under __nvvm_reflect("__CUDA_FTZ"), which would flush every libdevice function's
+// __nv_fast_fdividef(x, y) = x * rcp.approx.ftz.f32(y), the two instructions ptxas assembles
+// div.approx.ftz.f32 into (MUFU.RCP, FMUL), written out so that LLVM takes the reciprocal of a
+// loop-invariant divisor once, before the loop (suite row #19's per-channel divisions: four
+// MUFU.RCP a trip of four elements), drops the multiply for a dividend of 1 and fuses it with
+// an add that alone takes the quotient (ContractSingleUseProducts; the multiply is an ordinary
+// one and keeps a subnormal dividend: only the reciprocal flushes). libdevice's own take the
+// .ftz forms only under __nvvm_reflect("__CUDA_FTZ"), which would flush every libdevice function's
 // subnormals; without it they keep subnormal arguments and results, which costs a compare, a
 // select and two multiplies each in SASS (suite row #19's loop: 9 of its 35 instructions an
 // element). Codegen calls them only for values that reach f16 and bf16 outputs alone
