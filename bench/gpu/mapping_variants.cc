@@ -43,6 +43,9 @@ std::vector<KernelSpec> Candidates(const Graph& g, const KernelSpec& kernel,
       for (KernelSpec& tile : TransposeTileMappingCandidates(g, kernel, device)) {
         loops.push_back(std::move(tile));
       }
+      for (KernelSpec& kept : KeptColumnsMappingCandidates(g, kernel, device)) {
+        loops.push_back(std::move(kept));
+      }
       return loops;
     }
     case KernelKind::kRowStitch:
@@ -204,6 +207,8 @@ std::string MappingText(const KernelSpec& k) {
   if (k.kind == KernelKind::kLoop && m.transpose_tile >= 0 && m.loads_per_step > 1) {
     text += " of " + std::to_string(LoopTransposeTileElements(m)) + ", " +
             std::to_string(m.loads_per_step) + " vectors a thread";
+  } else if (k.kind == KernelKind::kLoop && m.loads_per_step > 1) {
+    text += ", " + std::to_string(m.loads_per_step) + " vectors a step";
   }
   for (const KernelSpec& phase : k.phases) {
     if (phase.mapping.prefetch_next_rows) text += ", row phase prefetching its next rows into L2";

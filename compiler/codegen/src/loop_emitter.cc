@@ -91,34 +91,58 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc, bool allow_tile) {
     llvm::Value* column = b.CreateURem(b.CreateMul(start, kc.Index(width)), kc.Index(period));
     column_indices = em.Delinearize(column, {dims.begin() + period_start, dims.end()});
   }
-  STITCH_RETURN_IF_ERROR(EmitForLoop(
-      kc, "vec", start, kc.RunCount(n / width, varies), step, [&](llvm::Value* q) -> Status {
+  // A step takes `vectors` of them, `step` vectors apart, every load of all of them issued
+  // before their math, so that a thread keeps that many in flight. A vector past the end is
+  // loaded from the step's first one, whose address is in bounds, and not stored.
+  const int64_t vectors = std::max(kc.spec.mapping.loads_per_step, 1);
+  llvm::Value* count = kc.RunCount(n / width, varies);
+  llvm::Value* stride = vectors > 1 ? b.CreateMul(step, kc.Index(vectors)) : step;
+  STITCH_RETURN_IF_ERROR(
+      EmitForLoop(kc, "vec", start, count, stride, [&](llvm::Value* q) -> Status {
         em.ResetScope();
-        const std::vector<llvm::Value*> indices =
-            em.VectorLanes(b.CreateMul(q, kc.Index(width), "", true, true), width);
-        if (period > 0) {
-          std::vector<llvm::Value*> first =
-              em.Delinearize(b.CreateUDiv(indices[0], kc.Index(period)),
-                             {dims.begin(), dims.begin() + period_start});
-          first.insert(first.end(), column_indices.begin(), column_indices.end());
-          em.SeedDelinearization(indices[0], dims, std::move(first));
+        std::vector<llvm::Value*> in_range = {b.getTrue()};
+        std::vector<std::vector<llvm::Value*>> lanes;
+        for (int64_t v = 0; v < vectors; ++v) {
+          llvm::Value* vector = q;
+          if (v > 0) {
+            llvm::Value* next = b.CreateAdd(q, b.CreateMul(step, kc.Index(v)), "", true, true);
+            in_range.push_back(b.CreateICmpSLT(next, count));
+            vector = b.CreateSelect(in_range.back(), next, q);
+          }
+          lanes.push_back(
+              em.VectorLanes(b.CreateMul(vector, kc.Index(width), "", true, true), width));
+          if (period > 0) {
+            std::vector<llvm::Value*> first =
+                em.Delinearize(b.CreateUDiv(lanes.back()[0], kc.Index(period)),
+                               {dims.begin(), dims.begin() + period_start});
+            first.insert(first.end(), column_indices.begin(), column_indices.end());
+            em.SeedDelinearization(lanes.back()[0], dims, std::move(first));
+          }
         }
-        // Every load of the vector first, so they are in flight together.
+        // Every load of every vector first, so they are in flight together.
+        std::vector<llvm::Value*> indices;
+        for (const std::vector<llvm::Value*>& l : lanes) {
+          indices.insert(indices.end(), l.begin(), l.end());
+        }
         em.EmitLoads(kc.spec.outputs, indices);
         for (size_t o = 0; o < kc.spec.outputs.size(); ++o) {
           const int out = kc.spec.outputs[o];
-          std::vector<llvm::Value*> values;
-          for (llvm::Value* i : indices) {
-            STITCH_ASSIGN_OR_RETURN(llvm::Value * v, em.Emit(out, IrIndex{{}, i}));
-            values.push_back(v);
+          std::vector<std::vector<ElementStore>> stores(lanes.size());
+          for (size_t v = 0; v < lanes.size(); ++v) {
+            for (llvm::Value* i : lanes[v]) {
+              STITCH_ASSIGN_OR_RETURN(llvm::Value * value, em.Emit(out, IrIndex{{}, i}));
+              stores[v].push_back({g.nodes[out].shape.dtype, value, kc.output_buffers[o], i});
+            }
           }
-          // The stores follow all of the output's loads, so nothing separates adjacent ones.
-          std::vector<ElementStore> stores;
-          for (size_t e = 0; e < indices.size(); ++e) {
-            stores.push_back(
-                {g.nodes[out].shape.dtype, values[e], kc.output_buffers[o], indices[e]});
+          // The stores follow all of the output's loads, so nothing separates adjacent ones;
+          // a vector past the end stores nothing.
+          StoreElements(b, stores[0]);
+          for (size_t v = 1; v < lanes.size(); ++v) {
+            STITCH_RETURN_IF_ERROR(EmitIf(kc, "vec.in_range", in_range[v], [&] {
+              StoreElements(b, stores[v]);
+              return Status::Ok();
+            }));
           }
-          StoreElements(b, stores);
         }
         return Status::Ok();
       }));

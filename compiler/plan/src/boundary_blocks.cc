@@ -111,10 +111,11 @@ void AddBoundaries(const Graph& g, const KernelSpec& k, std::vector<uint64_t>& o
 int64_t ItemsPerPass(KernelKind kind, const ThreadMapping& m) {
   switch (kind) {
     case KernelKind::kLoop:
-      // A block takes one transpose tile per pass, or each thread one vector of
-      // `vector_width` elements.
+      // A block takes one transpose tile per pass, or each thread `loads_per_step` vectors
+      // of `vector_width` elements.
       if (m.transpose_tile >= 0) return 1;
-      return static_cast<int64_t>(m.launch.block_threads()) * std::max(m.vector_width, 1);
+      return static_cast<int64_t>(m.launch.block_threads()) * std::max(m.vector_width, 1) *
+             std::max(m.loads_per_step, 1);
     case KernelKind::kRowReduce:
     case KernelKind::kRowStitch:
       // Rows side by side in a block (several per warp, a warp each, or one per block).

@@ -357,6 +357,44 @@ std::vector<KernelSpec> TransposeTileMappingCandidates(const Graph& g, const Ker
   return candidates;
 }
 
+namespace {
+
+// The registers one more vector a step of loop kernel `k` takes: those its loads land in, a
+// vector of each full-size input (f16 and bf16 elements two to a register).
+int64_t StepVectorRegisters(const Graph& g, const KernelSpec& k) {
+  const int64_t n = g.nodes[k.outputs[0]].shape.elements();
+  const int64_t width = std::max(k.mapping.vector_width, 1);
+  int64_t bytes = 0;
+  for (int in : k.inputs) {
+    const Shape& shape = g.nodes[in].shape;
+    if (shape.elements() == n) bytes += width * DTypeBytes(shape.dtype);
+  }
+  return CeilDiv(bytes, int64_t{4});
+}
+
+}  // namespace
+
+std::vector<KernelSpec> KeptColumnsMappingCandidates(const Graph& g, const KernelSpec& kernel,
+                                                     const GpuDevice& device) {
+  std::vector<KernelSpec> candidates;
+  const ThreadMapping& m = kernel.mapping;
+  if (kernel.kind != KernelKind::kLoop || m.column_period == 0 || m.loads_per_step > 1) {
+    return candidates;
+  }
+  const int64_t n = g.nodes[kernel.outputs[0]].shape.elements();
+  const int64_t width = std::max(m.vector_width, 1);
+  const int64_t stride = static_cast<int64_t>(m.launch.blocks() * m.launch.block_threads());
+  if (stride * width * 2 * 2 > n) return candidates;  // at least two steps a thread
+  KernelSpec trial = kernel;
+  ThreadMapping& two = trial.mapping;
+  two.loads_per_step = 2;
+  two.load_bytes_in_flight_per_thread *= 2;
+  two.registers_per_thread = static_cast<int>(std::min<int64_t>(
+      device.max_registers_per_thread, m.registers_per_thread + StepVectorRegisters(g, kernel)));
+  candidates.push_back(std::move(trial));
+  return candidates;
+}
+
 void RemapLoopForBlockStarts(const Graph& g, KernelSpec& kernel, const GpuDevice& device) {
   const ThreadMapping& m = kernel.mapping;
   if (kernel.kind != KernelKind::kLoop || m.transpose_tile >= 0 || m.column_period > 0) return;
@@ -372,36 +410,47 @@ void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevic
   const int64_t period = columns.period;
   const int64_t width = std::max(m.vector_width, 1);
   if (period == 0 || period % width != 0) return;
-  const int64_t vectors = g.nodes[kernel.outputs[0]].shape.elements() / width;
+  const int64_t n = g.nodes[kernel.outputs[0]].shape.elements();
+  const int64_t vectors = n / width;
   const int64_t threads = static_cast<int64_t>(m.launch.block_threads());
   // The grid's threads must be a multiple of a period's vectors.
   const int64_t period_vectors = period / width;
   const int64_t grid_step = period_vectors / std::gcd(period_vectors, threads);
-  // Each thread holds every per-column value for each lane of its vector across the loop.
-  ThreadMapping kept = m;
-  kept.column_period = period;
-  kept.registers_per_thread =
-      std::min<int>(device.max_registers_per_thread,
-                    m.registers_per_thread + static_cast<int>(width * columns.values.size()));
-  const int64_t resident = int64_t{ResidentBlocksPerSm(device, kept)} * device.sms;
   // What keeping the columns saves is instructions, which only the issue term prices; it
   // costs occupancy (the values' registers) and a grid of a few waves.
   std::unique_ptr<CostModel> model = NewAnalyticalCostModel(device, WithFittedIssueTerm(device));
   KernelSpec scheduled = kernel;
   scheduled.mapping.estimated_instructions = EstimatedLoopInstructions(g, kernel, false);
-  kept.estimated_instructions = EstimatedLoopInstructions(g, kernel, true);
   double best_seconds = model->EstimateKernel(g, scheduled).seconds;
   std::optional<KernelSpec> best;
-  for (int64_t waves : {1, 2, 4}) {
-    const int64_t grid = resident * waves / grid_step * grid_step;
-    if (grid < grid_step || grid * threads * 2 > vectors) continue;
-    KernelSpec trial = kernel;
-    trial.mapping = kept;
-    trial.mapping.launch.grid = {static_cast<uint32_t>(grid), 1, 1};
-    const double seconds = model->EstimateKernel(g, trial).seconds;
-    if (seconds < best_seconds) {  // the fewest waves at a tie
-      best_seconds = seconds;
-      best = std::move(trial);
+  // A step's vectors lie a grid's stride apart, so they share the thread's columns and their
+  // values: a second vector doubles the loads a thread keeps in flight for the registers of
+  // its elements alone, where the values' registers have cut occupancy and so the bytes in
+  // flight (suite row #19: 55 registers, eight blocks of 128 threads an SM).
+  for (int64_t per_step : {1, 2}) {
+    // Each thread holds every per-column value for each lane of its vector across the loop.
+    ThreadMapping kept = m;
+    kept.column_period = period;
+    kept.loads_per_step = static_cast<int>(per_step);
+    kept.load_bytes_in_flight_per_thread *= static_cast<int>(per_step);
+    kept.registers_per_thread = static_cast<int>(std::min<int64_t>(
+        device.max_registers_per_thread, m.registers_per_thread +
+                                             width * static_cast<int64_t>(columns.values.size()) +
+                                             (per_step - 1) * StepVectorRegisters(g, kernel)));
+    kept.estimated_instructions =
+        EstimatedLoopInstructions(g, kernel, true) * static_cast<int>(per_step);
+    const int64_t resident = int64_t{ResidentBlocksPerSm(device, kept)} * device.sms;
+    for (int64_t waves : {1, 2, 4}) {
+      const int64_t grid = resident * waves / grid_step * grid_step;
+      if (grid < grid_step || grid * threads * 2 * per_step > vectors) continue;
+      KernelSpec trial = kernel;
+      trial.mapping = kept;
+      trial.mapping.launch.grid = {static_cast<uint32_t>(grid), 1, 1};
+      const double seconds = model->EstimateKernel(g, trial).seconds;
+      if (seconds < best_seconds) {  // the fewest waves and vectors at a tie
+        best_seconds = seconds;
+        best = std::move(trial);
+      }
     }
   }
   if (best) {

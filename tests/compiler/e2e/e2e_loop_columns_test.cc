@@ -156,7 +156,8 @@ std::string Name(const Case& c) {
 }
 
 // The kernel of `c`'s graph with its columns kept on the smallest grid (and on twice that,
-// blocks of 32 and 64 threads, vectors of 1, 2 and 4).
+// blocks of 32 and 64 threads, vectors of 1, 2 and 4, one or two vectors a step: a step's
+// second vector is past the end on some threads' last step).
 TEST(LoopColumns, KeptColumnsMatchTheInterpreter) {
   uint64_t seed = 7600;
   for (const Case& c : kCases) {
@@ -172,20 +173,25 @@ TEST(LoopColumns, KeptColumnsMatchTheInterpreter) {
     for (int threads : {32, 64}) {
       for (int width : {1, 2, 4}) {
         for (uint32_t grids : {1u, 2u}) {
-          KernelSpec k = r->plan.kernels[0];
-          ThreadMapping& m = k.mapping;
-          m.vector_width = width;
-          m.column_period = period;
-          m.launch.block = {static_cast<uint32_t>(threads), 1, 1};
-          m.launch.grid = {grids * SmallestPeriodicGrid(period, threads, width), 1, 1};
-          if (static_cast<int64_t>(m.launch.blocks()) * threads * width >= n) continue;
-          SCOPED_TRACE(Name(c) + ", " + std::to_string(threads) + " threads, width " +
-                       std::to_string(width) + ", grid " + std::to_string(m.launch.grid[0]));
-          std::printf("%s, %d threads, width %d, grid %u, seed %llu\n", Name(c).c_str(), threads,
-                      width, m.launch.grid[0], static_cast<unsigned long long>(seed));
-          StatusOr<CompiledKernel> kernel = EmitKernel(r->graph, k, CodegenOptions{});
-          ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
-          EXPECT_TRUE(MatchesInterpreter(r->graph, *kernel, seed++));
+          for (int per_step : {1, 2}) {
+            KernelSpec k = r->plan.kernels[0];
+            ThreadMapping& m = k.mapping;
+            m.vector_width = width;
+            m.column_period = period;
+            m.loads_per_step = per_step;
+            m.launch.block = {static_cast<uint32_t>(threads), 1, 1};
+            m.launch.grid = {grids * SmallestPeriodicGrid(period, threads, width), 1, 1};
+            if (static_cast<int64_t>(m.launch.blocks()) * threads * width >= n) continue;
+            SCOPED_TRACE(Name(c) + ", " + std::to_string(threads) + " threads, width " +
+                         std::to_string(width) + ", grid " + std::to_string(m.launch.grid[0]) +
+                         ", " + std::to_string(per_step) + " vectors a step");
+            std::printf("%s, %d threads, width %d, grid %u, %d vectors a step, seed %llu\n",
+                        Name(c).c_str(), threads, width, m.launch.grid[0], per_step,
+                        static_cast<unsigned long long>(seed));
+            StatusOr<CompiledKernel> kernel = EmitKernel(r->graph, k, CodegenOptions{});
+            ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
+            EXPECT_TRUE(MatchesInterpreter(r->graph, *kernel, seed++));
+          }
         }
       }
     }

@@ -160,7 +160,9 @@ struct ThreadMapping {
   // tile, the loads each thread issues at once while it stages the tile.
   // kLoop with a transpose_tile: the vectors each thread loads of a tile, all issued before
   // the tile's math (LoopTransposeTilesOf: a tile has block threads x vector_width x
-  // loads_per_step elements).
+  // loads_per_step elements). kLoop without one: the vectors each thread takes a step of its
+  // grid-stride loop, a grid's stride apart (with a column_period, on the same columns), all
+  // loaded before their math.
   int loads_per_step = 1;
   // kRowStitch: elements of a row each thread keeps in registers between the row's phases
   // (0 when rows are too long, and later phases read global memory again).

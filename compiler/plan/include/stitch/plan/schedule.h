@@ -116,6 +116,18 @@ std::vector<KernelSpec> LoopMappingCandidates(const Graph& g, const KernelSpec& 
 std::vector<KernelSpec> TransposeTileMappingCandidates(const Graph& g, const KernelSpec& kernel,
                                                        const GpuDevice& device);
 
+// Returns the mappings gpu_bench --mappings times for a loop kernel whose threads keep to
+// their columns (ThreadMapping::column_period; none for other kernels): the same grid with two
+// vectors a step, a grid's stride apart on the same columns, where every thread still takes at
+// least two steps. The second vector doubles the loads a thread keeps in flight for its
+// elements' registers alone, where the columns' values have cut occupancy (suite row #19: 55
+// registers, eight blocks of 128 threads an SM, 118.7 µs of the H200 model's memory term
+// against 98.8 for the plain loop's); KeepLoopColumnsPerThread prices it, and the planning
+// model, whose issue term gives the fewer resident warps no credit for a step's two
+// independent vectors, does not choose it, so a GPU run decides.
+std::vector<KernelSpec> KeptColumnsMappingCandidates(const Graph& g, const KernelSpec& kernel,
+                                                     const GpuDevice& device);
+
 // Returns the mappings ScheduleKernel chooses a row-stitched kernel's among, for a kernel of
 // its own (one with column reduces runs only as a global kernel's phase: none), each filled
 // for `device` from `kernel`'s nodes: one per count of threads per row that fits, from a
@@ -167,10 +179,12 @@ void RemapLoopForBlockStarts(const Graph& g, KernelSpec& kernel, const GpuDevice
 // recomputes them for every element unless each thread keeps to the same columns on every
 // pass. Sets ThreadMapping::column_period and caps the grid to a multiple that makes the
 // grid's stride a multiple of the period: of the grids of one, two and four waves that give
-// every thread at least two passes, the cheapest, where the planning cost model with the
-// fitted issue term prices it below the kernel as scheduled (what it saves is instructions,
-// estimated per element; what it costs is the values' registers). Leaves other kernels, and
-// kernels without such a grid, as they are.
+// every thread at least two passes, with one or two vectors a step (loads_per_step: the
+// second a grid's stride on, on the same columns, in flight with the first), the cheapest,
+// where the planning cost model with the fitted issue term prices it below the kernel as
+// scheduled (what it saves is instructions, estimated per element; what it costs is the
+// values' registers, and a second vector's). Leaves other kernels, and kernels without such
+// a grid, as they are.
 void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevice& device);
 
 // Returns the linear indices, ascending and distinct, of the blocks of a scheduled kernel
