@@ -133,14 +133,18 @@ void RepriceAssembled(CompileResult& result, PlannerKind requested, const GpuDev
   if (stitched && better != result.baselines.end()) result.baseline_cost = better->cost;
 }
 
+// Blocks of `mapping`'s launch resident per SM at `registers` a thread.
+int BlocksPerSmAt(const GpuDevice& device, ThreadMapping mapping, int registers) {
+  mapping.registers_per_thread = registers;
+  return ResidentBlocksPerSm(device, mapping);
+}
+
 // Local memory per thread, then blocks per SM: how a kernel's assembly fares (the fewer
 // bytes, then the more blocks, the better).
 std::pair<int, int> AssemblyCost(const CompiledKernel& kernel, const ThreadMapping& mapping,
                                  const GpuDevice& device) {
   const CompiledKernel::AssemblyReport& a = kernel.assembly;
-  ThreadMapping assembled = mapping;
-  assembled.registers_per_thread = a.registers;
-  return {a.stack_bytes + a.spill_store_bytes, -ResidentBlocksPerSm(device, assembled)};
+  return {a.stack_bytes + a.spill_store_bytes, -BlocksPerSmAt(device, mapping, a.registers)};
 }
 
 // Whether `kernel` spills, or would fit another block per SM with one register allocation
@@ -150,10 +154,9 @@ bool NearAnOccupancyStep(const CompiledKernel& kernel, const ThreadMapping& mapp
   const CompiledKernel::AssemblyReport& a = kernel.assembly;
   if (a.stack_bytes + a.spill_store_bytes > 0) return true;
   constexpr int kWarpSize = 32;
-  ThreadMapping leaner = mapping;
-  leaner.registers_per_thread =
-      std::max(a.registers - std::max(device.register_allocation_unit / kWarpSize, 1), 1);
-  return ResidentBlocksPerSm(device, leaner) > -AssemblyCost(kernel, mapping, device).second;
+  const int unit = std::max(device.register_allocation_unit / kWarpSize, 1);
+  return BlocksPerSmAt(device, mapping, std::max(a.registers - unit, 1)) >
+         BlocksPerSmAt(device, mapping, a.registers);
 }
 
 // Assembles `kernel`. A fused multiply-add keeps its product's factors live until the sum,

@@ -372,6 +372,18 @@ int64_t StepVectorRegisters(const Graph& g, const KernelSpec& k) {
   return CeilDiv(bytes, int64_t{4});
 }
 
+// Loop kernel `k`'s mapping `m` with `per_step` vectors a step (ThreadMapping::loads_per_step):
+// the loads a thread keeps in flight, and its registers by the further vectors' loads.
+ThreadMapping WithVectorsPerStep(const Graph& g, const KernelSpec& k, ThreadMapping m, int per_step,
+                                 const GpuDevice& device) {
+  m.loads_per_step = per_step;
+  m.load_bytes_in_flight_per_thread *= per_step;
+  m.registers_per_thread = static_cast<int>(
+      std::min<int64_t>(device.max_registers_per_thread,
+                        m.registers_per_thread + (per_step - 1) * StepVectorRegisters(g, k)));
+  return m;
+}
+
 }  // namespace
 
 std::vector<KernelSpec> KeptColumnsMappingCandidates(const Graph& g, const KernelSpec& kernel,
@@ -386,11 +398,7 @@ std::vector<KernelSpec> KeptColumnsMappingCandidates(const Graph& g, const Kerne
   const int64_t stride = static_cast<int64_t>(m.launch.blocks() * m.launch.block_threads());
   if (stride * width * 2 * 2 > n) return candidates;  // at least two steps a thread
   KernelSpec trial = kernel;
-  ThreadMapping& two = trial.mapping;
-  two.loads_per_step = 2;
-  two.load_bytes_in_flight_per_thread *= 2;
-  two.registers_per_thread = static_cast<int>(std::min<int64_t>(
-      device.max_registers_per_thread, m.registers_per_thread + StepVectorRegisters(g, kernel)));
+  trial.mapping = WithVectorsPerStep(g, kernel, m, 2, device);
   candidates.push_back(std::move(trial));
   return candidates;
 }
@@ -431,12 +439,10 @@ void KeepLoopColumnsPerThread(const Graph& g, KernelSpec& kernel, const GpuDevic
     // Each thread holds every per-column value for each lane of its vector across the loop.
     ThreadMapping kept = m;
     kept.column_period = period;
-    kept.loads_per_step = static_cast<int>(per_step);
-    kept.load_bytes_in_flight_per_thread *= static_cast<int>(per_step);
-    kept.registers_per_thread = static_cast<int>(std::min<int64_t>(
-        device.max_registers_per_thread, m.registers_per_thread +
-                                             width * static_cast<int64_t>(columns.values.size()) +
-                                             (per_step - 1) * StepVectorRegisters(g, kernel)));
+    kept.registers_per_thread =
+        std::min<int>(device.max_registers_per_thread,
+                      m.registers_per_thread + static_cast<int>(width * columns.values.size()));
+    kept = WithVectorsPerStep(g, kernel, kept, static_cast<int>(per_step), device);
     kept.estimated_instructions =
         EstimatedLoopInstructions(g, kernel, true) * static_cast<int>(per_step);
     const int64_t resident = int64_t{ResidentBlocksPerSm(device, kept)} * device.sms;
