@@ -59,14 +59,16 @@ std::vector<KernelSpec> Candidates(const Graph& g, const KernelSpec& kernel,
   }
 }
 
-// `spec` emitted, lowered and, where `assemble`, assembled, carrying what the assembler
-// reported into the spec's mapping as the compiler does, so the cost model reads it.
+// `spec` emitted, lowered and, where `assemble`, assembled as the compiler assembles what ships
+// (AssembleKernel: without fused multiply-adds where they cost a block per SM or spill),
+// carrying what the assembler reported into the spec's mapping as the compiler does, so the
+// cost model reads it.
 StatusOr<CompiledKernel> Emitted(const Graph& g, KernelSpec& spec, bool assemble,
                                  const CodegenOptions& codegen) {
   STITCH_ASSIGN_OR_RETURN(CompiledKernel kernel, EmitKernel(g, spec, codegen));
   STITCH_RETURN_IF_ERROR(LowerToPtx(kernel, codegen));
   if (assemble) {
-    STITCH_RETURN_IF_ERROR(AssembleCubin(kernel, codegen));
+    STITCH_RETURN_IF_ERROR(AssembleKernel(kernel, spec.mapping, codegen));
     if (kernel.assembly.reported) {
       spec.mapping.assembled_registers = kernel.assembly.registers;
       spec.mapping.assembled_instructions = kernel.assembly.instructions;

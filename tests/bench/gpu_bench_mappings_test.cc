@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "stitch/reference/shape_scaling.h"
 #include "suite/suite.h"
 #include "support/emulator_compare.h"
+#include "support/known_gaps.h"
 
 namespace stitch::gpu::test {
 namespace {
@@ -319,6 +321,64 @@ TEST(GpuBenchMappingsTest, CostModelPriceListsThePricesOfTheSweepsMappings) {
     most = std::max(most, ratio);
   }
   EXPECT_GT(most, 1.5);
+}
+
+// A candidate is assembled as the compiler would assemble it if it shipped (AssembleKernel):
+// fused multiply-adds where they cost nothing, and the unfused form where fusing spills or
+// costs a block per SM. Each candidate of the rows whose kernels come near an occupancy step
+// (#1's and #4's rows, #2's dropout, #20's grid-barrier kernel) is assembled both ways again
+// here: the swept one is one of the two, never the worse by local memory then blocks per SM,
+// and the fused one wherever that fares as well. #20's global kernel with 12 bytes in flight a
+// lane spills 108 bytes fused under its grid barrier's register cap and 12 unfused: a sweep
+// that assembled every candidate fused would time code no plan ships.
+TEST(GpuBenchMappingsTest, CandidatesAreAssembledAsTheyWouldShip) {
+  CompileOptions options = testing::Sm90Compile();
+  if (!CubinAvailable(options.codegen)) GTEST_SKIP() << "no assembler: no registers to compare";
+  options.never_slower = false;  // stitch's own plan, as gpu_bench times it
+  const GpuDevice& device = options.codegen.target.device();
+  int candidates = 0;
+  int unfused = 0;
+  for (int id : {1, 2, 4, 20}) {
+    StatusOr<suite::SuiteEntry> entry = suite::BuildSuiteEntry(id);
+    ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+    StatusOr<CompileResult> compiled = CompileGraph(entry->graph, options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+    StatusOr<std::vector<MappingVariant>> variants = MappingVariants(*compiled, options.codegen);
+    ASSERT_TRUE(variants.ok()) << variants.status().ToString();
+    for (const MappingVariant& v : *variants) {
+      if (v.shipped() || v.regrouped()) continue;
+      const CompiledKernel& swept = v.compiled.kernels[v.kernel];
+      const ThreadMapping& planned = v.compiled.plan.kernels[v.kernel].mapping;
+      // Local bytes, then blocks per SM (negated): the smaller, the better.
+      auto cost = [&](const CompiledKernel& k) {
+        ThreadMapping assembled = planned;
+        assembled.registers_per_thread = k.assembly.registers;
+        return std::pair<int, int>{k.assembly.stack_bytes + k.assembly.spill_store_bytes,
+                                   -ResidentBlocksPerSm(device, assembled)};
+      };
+      std::map<bool, CompiledKernel> forms;
+      for (bool contract : {true, false}) {
+        CodegenOptions o = options.codegen;
+        o.contract_products = contract;
+        CompiledKernel k = swept;
+        ASSERT_TRUE(LowerToPtx(k, o).ok());
+        ASSERT_TRUE(AssembleCubin(k, o).ok());
+        forms.emplace(contract, std::move(k));
+      }
+      const std::string what = "#" + std::to_string(id) + " candidate " +
+                               std::to_string(v.candidate) + " of " + swept.name;
+      const bool fused = swept.ptx == forms.at(true).ptx;
+      EXPECT_TRUE(fused || swept.ptx == forms.at(false).ptx) << what;
+      EXPECT_LE(cost(swept), cost(forms.at(true))) << what;
+      EXPECT_LE(cost(swept), cost(forms.at(false))) << what;
+      EXPECT_EQ(fused, !(cost(forms.at(false)) < cost(forms.at(true)))) << what;
+      ++candidates;
+      unfused += !fused;
+    }
+  }
+  std::printf("%d of %d candidates swept unfused\n", unfused, candidates);
+  EXPECT_GT(candidates, 8);
+  EXPECT_GE(unfused, 1);
 }
 
 TEST(GpuBenchMappingsTest, RefusesToSweepMappingsOfBuckets) {

@@ -159,31 +159,6 @@ bool NearAnOccupancyStep(const CompiledKernel& kernel, const ThreadMapping& mapp
          BlocksPerSmAt(device, mapping, a.registers);
 }
 
-// Assembles `kernel`. A fused multiply-add keeps its product's factors live until the sum,
-// and ptxas may then take a few more registers than the unfused kernel: #1's row kernel 65
-// where 59 kept four blocks an SM, #2's 34 where 32 kept sixteen; under a grid barrier's
-// register cap #20's spilled. Where the fused kernel spills or sits within an allocation
-// unit of another block per SM, it is lowered and assembled again without fused
-// multiply-adds, and the unfused one kept if it spills less or fits more blocks.
-Status AssembleWithinOccupancy(CompiledKernel& kernel, const ThreadMapping& mapping,
-                               const CodegenOptions& options) {
-  STITCH_RETURN_IF_ERROR(AssembleCubin(kernel, options));
-  const GpuDevice& device = options.target.device();
-  if (!options.contract_products || !kernel.assembly.reported ||
-      !NearAnOccupancyStep(kernel, mapping, device)) {
-    return Status::Ok();
-  }
-  CodegenOptions unfused = options;
-  unfused.contract_products = false;
-  CompiledKernel again = kernel;
-  STITCH_RETURN_IF_ERROR(LowerToPtx(again, unfused));
-  STITCH_RETURN_IF_ERROR(AssembleCubin(again, unfused));
-  if (AssemblyCost(again, mapping, device) < AssemblyCost(kernel, mapping, device)) {
-    kernel = std::move(again);
-  }
-  return Status::Ok();
-}
-
 // The extent a shape class is planned at: odd (1 for the buckets {1} and {2}), so that no
 // vector width or split relies on the run's extent being even, and next to the top, so the
 // thread mapping is the one for the bucket's largest runs.
@@ -452,13 +427,35 @@ StatusOr<CompileResult> CompileVerifiedGraph(const Graph& g, CacheKey key,
     result.cubin_note = "PTX-only mode: no nvJitLink or ptxas in this build";
   } else {
     for (size_t i = 0; i < result.kernels.size(); ++i) {
-      STITCH_RETURN_IF_ERROR(AssembleWithinOccupancy(
-          result.kernels[i], result.plan.kernels[i].mapping, options.codegen));
+      STITCH_RETURN_IF_ERROR(
+          AssembleKernel(result.kernels[i], result.plan.kernels[i].mapping, options.codegen));
     }
     RepriceAssembled(result, options.planner, options.codegen.target.device());
   }
   result.timings.cubin_ms = clock.LapMs();
   return result;
+}
+
+// A fused multiply-add keeps its product's factors live until the sum, and ptxas may then take
+// a few more registers than the unfused kernel: #1's row kernel 65 where 59 kept four blocks an
+// SM, #2's 34 where 32 kept sixteen; under a grid barrier's register cap #20's spilled.
+Status AssembleKernel(CompiledKernel& kernel, const ThreadMapping& mapping,
+                      const CodegenOptions& options) {
+  STITCH_RETURN_IF_ERROR(AssembleCubin(kernel, options));
+  const GpuDevice& device = options.target.device();
+  if (!options.contract_products || !kernel.assembly.reported ||
+      !NearAnOccupancyStep(kernel, mapping, device)) {
+    return Status::Ok();
+  }
+  CodegenOptions unfused = options;
+  unfused.contract_products = false;
+  CompiledKernel again = kernel;
+  STITCH_RETURN_IF_ERROR(LowerToPtx(again, unfused));
+  STITCH_RETURN_IF_ERROR(AssembleCubin(again, unfused));
+  if (AssemblyCost(again, mapping, device) < AssemblyCost(kernel, mapping, device)) {
+    kernel = std::move(again);
+  }
+  return Status::Ok();
 }
 
 }  // namespace stitch

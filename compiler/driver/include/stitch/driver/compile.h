@@ -126,6 +126,16 @@ KeyContext KeyContextFor(const CompileOptions& options);
 // cubin_note says so.
 StatusOr<CompileResult> CompileGraph(const Graph& g, const CompileOptions& options);
 
+// Assembles `kernel` (lowered to PTX under `options`, scheduled with `mapping`) as
+// CompileGraph does for what ships: where the cubin with fused multiply-adds spills, or sits
+// within one register allocation unit of another block per SM, the kernel is lowered and
+// assembled again without them and the better of the two kept (less local memory, then more
+// blocks per SM). Returns the assembler's or LLVM's errors; without a CUDA toolkit the kernel
+// keeps its PTX alone (AssembleCubin). A benchmark timing other mappings of a kernel assembles
+// them here, so each is the code its plan would ship as.
+Status AssembleKernel(CompiledKernel& kernel, const ThreadMapping& mapping,
+                      const CodegenOptions& options);
+
 // Plans a verified graph with the planner `options` names, priced on `device` (the
 // target's device when compiling; benchmarks price other devices too). The plan that ships is
 // chosen on PlanningDevice(device)'s prices (cost_model.h), the device the plans were searched
