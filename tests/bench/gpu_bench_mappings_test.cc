@@ -25,6 +25,7 @@
 #include "stitch/plan/schedule.h"
 #include "stitch/reference/shape_scaling.h"
 #include "suite/suite.h"
+#include "support/contraction_forms.h"
 #include "support/emulator_compare.h"
 #include "support/known_gaps.h"
 
@@ -349,29 +350,18 @@ TEST(GpuBenchMappingsTest, CandidatesAreAssembledAsTheyWouldShip) {
       if (v.shipped() || v.regrouped()) continue;
       const CompiledKernel& swept = v.compiled.kernels[v.kernel];
       const ThreadMapping& planned = v.compiled.plan.kernels[v.kernel].mapping;
-      // Local bytes, then blocks per SM (negated): the smaller, the better.
       auto cost = [&](const CompiledKernel& k) {
-        ThreadMapping assembled = planned;
-        assembled.registers_per_thread = k.assembly.registers;
-        return std::pair<int, int>{k.assembly.stack_bytes + k.assembly.spill_store_bytes,
-                                   -ResidentBlocksPerSm(device, assembled)};
+        return testing::AssemblyCost(k, planned, device);
       };
-      std::map<bool, CompiledKernel> forms;
-      for (bool contract : {true, false}) {
-        CodegenOptions o = options.codegen;
-        o.contract_products = contract;
-        CompiledKernel k = swept;
-        ASSERT_TRUE(LowerToPtx(k, o).ok());
-        ASSERT_TRUE(AssembleCubin(k, o).ok());
-        forms.emplace(contract, std::move(k));
-      }
+      StatusOr<testing::ContractionForms> forms = testing::AssembleBothWays(swept, options.codegen);
+      ASSERT_TRUE(forms.ok()) << forms.status().ToString();
       const std::string what = "#" + std::to_string(id) + " candidate " +
                                std::to_string(v.candidate) + " of " + swept.name;
-      const bool fused = swept.ptx == forms.at(true).ptx;
-      EXPECT_TRUE(fused || swept.ptx == forms.at(false).ptx) << what;
-      EXPECT_LE(cost(swept), cost(forms.at(true))) << what;
-      EXPECT_LE(cost(swept), cost(forms.at(false))) << what;
-      EXPECT_EQ(fused, !(cost(forms.at(false)) < cost(forms.at(true)))) << what;
+      const bool fused = swept.ptx == forms->fused.ptx;
+      EXPECT_TRUE(fused || swept.ptx == forms->unfused.ptx) << what;
+      EXPECT_LE(cost(swept), cost(forms->fused)) << what;
+      EXPECT_LE(cost(swept), cost(forms->unfused)) << what;
+      EXPECT_EQ(fused, !(cost(forms->unfused) < cost(forms->fused))) << what;
       ++candidates;
       unfused += !fused;
     }

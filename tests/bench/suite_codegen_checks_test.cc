@@ -19,6 +19,7 @@
 #include "stitch/driver/compile.h"
 #include "stitch/plan/schedule.h"
 #include "suite/suite.h"
+#include "support/contraction_forms.h"
 #include "support/known_gaps.h"
 #include "support/random_graph.h"
 
@@ -170,32 +171,22 @@ TEST(SuiteContraction, FusedMultiplyAddsShipWhereTheyCostNoOccupancy) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     for (size_t i = 0; i < r->kernels.size(); ++i) {
       const ThreadMapping& planned = r->plan.kernels[i].mapping;
-      // Local bytes, then blocks per SM (negated): the smaller, the better.
       auto cost = [&](const CompiledKernel& k) {
-        ThreadMapping assembled = planned;
-        assembled.registers_per_thread = k.assembly.registers;
-        return std::pair<int, int>{k.assembly.stack_bytes + k.assembly.spill_store_bytes,
-                                   -ResidentBlocksPerSm(device, assembled)};
+        return testing::AssemblyCost(k, planned, device);
       };
-      std::map<bool, CompiledKernel> forms;
-      for (bool contract : {true, false}) {
-        CodegenOptions o = options.codegen;
-        o.contract_products = contract;
-        CompiledKernel k = r->kernels[i];
-        ASSERT_TRUE(LowerToPtx(k, o).ok());
-        ASSERT_TRUE(AssembleCubin(k, o).ok());
-        forms.emplace(contract, std::move(k));
-      }
       const CompiledKernel& shipped = r->kernels[i];
-      const bool fused = shipped.ptx == forms.at(true).ptx;
-      EXPECT_TRUE(fused || shipped.ptx == forms.at(false).ptx) << "#" << id;
+      StatusOr<testing::ContractionForms> forms =
+          testing::AssembleBothWays(shipped, options.codegen);
+      ASSERT_TRUE(forms.ok()) << forms.status().ToString();
+      const bool fused = shipped.ptx == forms->fused.ptx;
+      EXPECT_TRUE(fused || shipped.ptx == forms->unfused.ptx) << "#" << id;
       std::printf("#%d %s: fused %d registers, %d B local; unfused %d, %d B; ships %s\n", id,
-                  shipped.name.c_str(), forms.at(true).assembly.registers,
-                  cost(forms.at(true)).first, forms.at(false).assembly.registers,
-                  cost(forms.at(false)).first, fused ? "fused" : "unfused");
-      EXPECT_LE(cost(shipped), cost(forms.at(true))) << "#" << id << " " << shipped.name;
-      EXPECT_LE(cost(shipped), cost(forms.at(false))) << "#" << id << " " << shipped.name;
-      EXPECT_EQ(fused, !(cost(forms.at(false)) < cost(forms.at(true))))
+                  shipped.name.c_str(), forms->fused.assembly.registers, cost(forms->fused).first,
+                  forms->unfused.assembly.registers, cost(forms->unfused).first,
+                  fused ? "fused" : "unfused");
+      EXPECT_LE(cost(shipped), cost(forms->fused)) << "#" << id << " " << shipped.name;
+      EXPECT_LE(cost(shipped), cost(forms->unfused)) << "#" << id << " " << shipped.name;
+      EXPECT_EQ(fused, !(cost(forms->unfused) < cost(forms->fused)))
           << "#" << id << " " << shipped.name;
       shipped_fused[id] += fused;
     }
