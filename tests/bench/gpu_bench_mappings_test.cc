@@ -349,19 +349,12 @@ TEST(GpuBenchMappingsTest, CandidatesAreAssembledAsTheyWouldShip) {
     for (const MappingVariant& v : *variants) {
       if (v.shipped() || v.regrouped()) continue;
       const CompiledKernel& swept = v.compiled.kernels[v.kernel];
-      const ThreadMapping& planned = v.compiled.plan.kernels[v.kernel].mapping;
-      auto cost = [&](const CompiledKernel& k) {
-        return testing::AssemblyCost(k, planned, device);
-      };
       StatusOr<testing::ContractionForms> forms = testing::AssembleBothWays(swept, options.codegen);
       ASSERT_TRUE(forms.ok()) << forms.status().ToString();
       const std::string what = "#" + std::to_string(id) + " candidate " +
                                std::to_string(v.candidate) + " of " + swept.name;
-      const bool fused = swept.ptx == forms->fused.ptx;
-      EXPECT_TRUE(fused || swept.ptx == forms->unfused.ptx) << what;
-      EXPECT_LE(cost(swept), cost(forms->fused)) << what;
-      EXPECT_LE(cost(swept), cost(forms->unfused)) << what;
-      EXPECT_EQ(fused, !(cost(forms->unfused) < cost(forms->fused))) << what;
+      const bool fused = testing::ExpectAssembledAsTheDriverChooses(
+          swept, *forms, v.compiled.plan.kernels[v.kernel].mapping, device, what);
       ++candidates;
       unfused += !fused;
     }

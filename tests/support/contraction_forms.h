@@ -3,6 +3,9 @@
 // (AssembleKernel, stitch/driver/compile.h).
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <string>
 #include <utility>
 
 #include "stitch/codegen/codegen.h"
@@ -38,6 +41,22 @@ inline StatusOr<ContractionForms> AssembleBothWays(const CompiledKernel& kernel,
     STITCH_RETURN_IF_ERROR(AssembleCubin(k, o));
   }
   return forms;
+}
+
+// Expects `assembled` (a kernel of `mapping` the driver or the sweep assembled) to be one of
+// `forms`, never the worse of the two by AssemblyCost, and the fused one wherever that fares as
+// well, as AssembleKernel chooses. Returns whether it is the fused one.
+inline bool ExpectAssembledAsTheDriverChooses(const CompiledKernel& assembled,
+                                              const ContractionForms& forms,
+                                              const ThreadMapping& mapping, const GpuDevice& device,
+                                              const std::string& what) {
+  auto cost = [&](const CompiledKernel& k) { return AssemblyCost(k, mapping, device); };
+  const bool fused = assembled.ptx == forms.fused.ptx;
+  EXPECT_TRUE(fused || assembled.ptx == forms.unfused.ptx) << what;
+  EXPECT_LE(cost(assembled), cost(forms.fused)) << what;
+  EXPECT_LE(cost(assembled), cost(forms.unfused)) << what;
+  EXPECT_EQ(fused, !(cost(forms.unfused) < cost(forms.fused))) << what;
+  return fused;
 }
 
 }  // namespace stitch::testing
