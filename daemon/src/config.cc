@@ -18,6 +18,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -832,6 +833,143 @@ std::string HelpFooter() {
          "XDG_RUNTIME_DIR.";
 }
 
+// ---- the command line ---------------------------------------------------------------------
+
+// The flags of every setting, registered on `app`; what CLI11 parses lands in the vectors,
+// one entry per spec of Options(), in its order.
+struct FlagValues {
+  std::vector<std::string> text;
+  std::vector<CLI::Option*> options;
+  // One value per boolean flag; a deque, so the references CLI11 keeps stay valid.
+  std::deque<bool> bools;
+};
+
+void AddSettingFlags(CLI::App& app, const Environment& env, FlagValues& flags) {
+  const std::vector<OptionSpec>& specs = Options();
+  const DaemonConfig defaults;
+  StatusOr<std::string> default_data_dir = DefaultDataDir(env);
+  flags.text.resize(specs.size());
+  flags.options.resize(specs.size());
+  flags.bools.assign(specs.size(), false);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const OptionSpec& spec = specs[i];
+    const std::string flag = FlagName(spec.key);
+    if (spec.is_bool_flag) {
+      flags.options[i] = app.add_flag(flag, flags.bools[i], spec.help);
+      continue;
+    }
+    const std::string key = spec.key;
+    std::string shown;
+    if (key == "data_dir") {
+      shown = default_data_dir.ok() ? *default_data_dir : std::string("(none; HOME is unset)");
+    } else if (key == "socket") {
+      shown = default_data_dir.ok() ? DefaultSocketPath(env, *default_data_dir) : "";
+    } else {
+      shown = spec.show(defaults);
+    }
+    flags.options[i] = app.add_option(flag, flags.text[i], spec.help)
+                           ->type_name(TypeName(spec.key))
+                           ->default_str(shown)
+                           ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
+}
+
+// argv as CLI11 should read it. CLI11 reads "--socket=" as a missing value, though it is the
+// natural way to pass the empty string that disables a listener; it is handed over as
+// "--socket" "". `storage` keeps the rewritten flags and must outlive the result.
+std::vector<const char*> SplitEmptyValues(int argc, const char* const* argv,
+                                          std::deque<std::string>& storage) {
+  std::vector<const char*> args;
+  bool options_ended = false;
+  for (int i = 0; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") options_ended = true;
+    if (!options_ended && i > 0 && arg.size() > 3 && arg.starts_with("--") && arg.back() == '=' &&
+        arg.find('=') == arg.size() - 1) {
+      storage.emplace_back(arg.substr(0, arg.size() - 1));
+      args.push_back(storage.back().c_str());
+      args.push_back("");
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
+  if (args.empty()) args.push_back("stitchd");
+  return args;
+}
+
+// Applies the --config file's values, then the flags', to `config`, each setting checked as
+// it is applied; sets `given` to the keys either named.
+Status ApplySettings(const std::map<std::string, RawValue>& file_values, const FlagValues& flags,
+                     DaemonConfig& config, std::set<std::string>& given) {
+  const std::vector<OptionSpec>& specs = Options();
+  auto apply = [&](const OptionSpec& spec, const RawValue& raw) -> Status {
+    if (!IsUtf8(raw.text)) return InvalidArgument(raw.where + ": the value is not valid UTF-8");
+    if (Error e = spec.apply(raw.text, config)) return InvalidArgument(raw.where + ": " + *e);
+    given.insert(spec.key);
+    return Status::Ok();
+  };
+  // The table order, not the file order, so that errors come out the same way each time.
+  for (const OptionSpec& spec : specs) {
+    if (auto it = file_values.find(spec.key); it != file_values.end()) {
+      STITCH_RETURN_IF_ERROR(apply(spec, it->second));
+    }
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (flags.options[i]->empty()) continue;
+    const std::string text =
+        specs[i].is_bool_flag ? (flags.bools[i] ? "true" : "false") : flags.text[i];
+    STITCH_RETURN_IF_ERROR(apply(specs[i], RawValue{text, FlagName(specs[i].key)}));
+  }
+  return Status::Ok();
+}
+
+// The defaults that depend on the environment or on other settings (the data directory, the
+// socket in it, the worker count), and the checks across keys.
+Status CompleteConfig(const std::set<std::string>& given, const Environment& env,
+                      DaemonConfig& config) {
+  if (!given.count("data_dir")) {
+    STITCH_ASSIGN_OR_RETURN(config.data_dir, DefaultDataDir(env));
+  }
+  if (!given.count("socket")) {
+    config.socket_path = DefaultSocketPath(env, config.data_dir);
+    if (Error e = ValidateSocketPath(config.socket_path)) {
+      return InvalidArgument("--socket: the default " + *e + "; set --socket or socket");
+    }
+  }
+  if (!config.cluster_nodes.empty() && config.cluster_secret_file.empty()) {
+    return InvalidArgument(
+        "--cluster-secret-file: required with --cluster-nodes (entries shared by the cluster "
+        "carry an HMAC under this secret)");
+  }
+  STITCH_RETURN_IF_ERROR(CheckTls(config));
+  if (config.workers == 0) {
+    config.workers = std::clamp(std::thread::hardware_concurrency(), 1u, kMaxWorkers);
+  }
+  return Status::Ok();
+}
+
+// Target "auto": the target of CUDA device 0, or the default target where no GPU is seen.
+// Returns the line main() logs about the choice.
+StatusOr<std::string> ResolveAutoTarget(DaemonConfig& config) {
+  std::string why_not;
+  std::optional<DetectedGpu> detected = DetectGpu(&why_not);
+  if (!detected) {
+    config.target = Target().name();
+    return "target auto: " + why_not + "; using " + config.target;
+  }
+  // A GPU stitchd cannot plan for is an error, not a guess: kernels built for another
+  // architecture would not load on it.
+  StatusOr<Target> t = Target::ForGpu(detected->arch, detected->name);
+  if (!t.ok()) {
+    return InvalidArgument("--target auto: CUDA device 0 is " + detected->arch +
+                           ", which stitchd does not compile for; it compiles for " +
+                           Target::SupportedList());
+  }
+  config.target = t->name();
+  return "target auto: CUDA device 0 is " + (detected->name.empty() ? "a GPU" : detected->name) +
+         " (" + detected->arch + "), planned as " + t->device().name + ": " + t->name();
+}
+
 }  // namespace
 
 Environment ReadEnvironment() {
@@ -860,64 +998,21 @@ Environment ReadEnvironment() {
 
 StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const Environment& env) {
   ParsedArgs parsed;
-  DaemonConfig defaults;
-  StatusOr<std::string> default_data_dir = DefaultDataDir(env);
-  const std::string data_dir_help =
-      default_data_dir.ok() ? *default_data_dir : std::string("(none; HOME is unset)");
-
   CLI::App app("stitchd serves compiled GPU kernels to the processes of this node over gRPC.",
                "stitchd");
   app.set_version_flag("--version", std::string("stitchd ") + STITCH_VERSION);
   app.footer(HelpFooter());
   app.get_formatter()->column_width(34);
-
   std::string config_file;
   bool print_config = false;
   app.add_option("--config", config_file, "YAML file of settings (keys as below)")
       ->type_name("FILE");
   app.add_flag("--print-config", print_config, "Print the resolved configuration as YAML and exit");
+  FlagValues flags;
+  AddSettingFlags(app, env, flags);
 
-  const std::vector<OptionSpec>& specs = Options();
-  std::deque<std::string> split_flags;  // storage for rewritten arguments; must not move
-  std::vector<std::string> flag_text(specs.size());
-  std::vector<CLI::Option*> flag_options(specs.size());
-  // One value per boolean flag; a deque, so the references CLI11 keeps stay valid.
-  std::deque<bool> bool_flags(specs.size(), false);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const OptionSpec& spec = specs[i];
-    const std::string flag = FlagName(spec.key);
-    if (spec.is_bool_flag) {
-      flag_options[i] = app.add_flag(flag, bool_flags[i], spec.help);
-      continue;
-    }
-    std::string shown =
-        std::string(spec.key) == "data_dir" ? data_dir_help
-        : std::string(spec.key) == "socket"
-            ? (default_data_dir.ok() ? DefaultSocketPath(env, *default_data_dir) : "")
-            : spec.show(defaults);
-    flag_options[i] = app.add_option(flag, flag_text[i], spec.help)
-                          ->type_name(TypeName(spec.key))
-                          ->default_str(shown)
-                          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  }
-
-  // CLI11 reads "--socket=" as a missing value, though it is the natural way to pass the
-  // empty string that disables a listener; hand it over as "--socket" "".
-  std::vector<const char*> args;
-  bool options_ended = false;
-  for (int i = 0; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--") options_ended = true;
-    if (!options_ended && i > 0 && arg.size() > 3 && arg.starts_with("--") && arg.back() == '=' &&
-        arg.find('=') == arg.size() - 1) {
-      split_flags.emplace_back(arg.substr(0, arg.size() - 1));
-      args.push_back(split_flags.back().c_str());
-      args.push_back("");
-      continue;
-    }
-    args.push_back(argv[i]);
-  }
-  if (args.empty()) args.push_back("stitchd");
+  std::deque<std::string> split_flags;
+  std::vector<const char*> args = SplitEmptyValues(argc, argv, split_flags);
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::CallForHelp&) {
@@ -936,76 +1031,14 @@ StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const E
   if (!config_file.empty()) {
     STITCH_RETURN_IF_ERROR(ReadYamlFile(config_file, &file_values));
   }
-
   DaemonConfig& config = parsed.config;
   config.config_file = config_file;
-  bool socket_given = false;
-  bool data_dir_given = false;
-  auto apply = [&](const OptionSpec& spec, const RawValue& raw) -> Status {
-    if (!IsUtf8(raw.text)) return InvalidArgument(raw.where + ": the value is not valid UTF-8");
-    if (Error e = spec.apply(raw.text, config)) return InvalidArgument(raw.where + ": " + *e);
-    if (std::string_view(spec.key) == "socket") socket_given = true;
-    if (std::string_view(spec.key) == "data_dir") data_dir_given = true;
-    return Status::Ok();
-  };
-  // The table order, not the file order, so that errors come out the same way each time.
-  for (const OptionSpec& spec : specs) {
-    if (auto it = file_values.find(spec.key); it != file_values.end()) {
-      STITCH_RETURN_IF_ERROR(apply(spec, it->second));
-    }
-  }
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (flag_options[i]->empty()) continue;
-    const std::string text =
-        specs[i].is_bool_flag ? (bool_flags[i] ? "true" : "false") : flag_text[i];
-    STITCH_RETURN_IF_ERROR(apply(specs[i], RawValue{text, FlagName(specs[i].key)}));
-  }
-
-  if (!data_dir_given) {
-    if (!default_data_dir.ok()) return default_data_dir.status();
-    config.data_dir = *default_data_dir;
-  }
-  if (!socket_given) {
-    config.socket_path = DefaultSocketPath(env, config.data_dir);
-    if (Error e = ValidateSocketPath(config.socket_path)) {
-      return InvalidArgument("--socket: the default " + *e + "; set --socket or socket");
-    }
-  }
-
-  if (!config.cluster_nodes.empty() && config.cluster_secret_file.empty()) {
-    return InvalidArgument(
-        "--cluster-secret-file: required with --cluster-nodes (entries shared by the cluster "
-        "carry an HMAC under this secret)");
-  }
-
-  STITCH_RETURN_IF_ERROR(CheckTls(config));
-
-  if (config.workers == 0) {
-    config.workers = std::clamp(std::thread::hardware_concurrency(), 1u, kMaxWorkers);
-  }
-
+  std::set<std::string> given;
+  STITCH_RETURN_IF_ERROR(ApplySettings(file_values, flags, config, given));
+  STITCH_RETURN_IF_ERROR(CompleteConfig(given, env, config));
   if (config.target == "auto") {
-    std::string why_not;
-    std::optional<DetectedGpu> detected = DetectGpu(&why_not);
-    if (detected) {
-      // A GPU stitchd cannot plan for is an error, not a guess: kernels built for another
-      // architecture would not load on it.
-      StatusOr<Target> t = Target::ForGpu(detected->arch, detected->name);
-      if (!t.ok()) {
-        return InvalidArgument("--target auto: CUDA device 0 is " + detected->arch +
-                               ", which stitchd does not compile for; it compiles for " +
-                               Target::SupportedList());
-      }
-      config.target = t->name();
-      parsed.target_note = "target auto: CUDA device 0 is " +
-                           (detected->name.empty() ? "a GPU" : detected->name) + " (" +
-                           detected->arch + "), planned as " + t->device().name + ": " + t->name();
-    } else {
-      config.target = Target().name();
-      parsed.target_note = "target auto: " + why_not + "; using " + config.target;
-    }
+    STITCH_ASSIGN_OR_RETURN(parsed.target_note, ResolveAutoTarget(config));
   }
-
   if (print_config) {
     parsed.exit_now = true;
     parsed.exit_message = ToYaml(config);
