@@ -46,23 +46,14 @@ StatusOr<ReduceInfo> MakeReduceInfo(KernelContext& kc, int id) {
   return r;
 }
 
-StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
-  const Graph& g = kc.graph;
-  const int hero = kc.spec.hero;
-  if (hero < 0 || hero >= static_cast<int>(g.nodes.size()) || g.nodes[hero].op != OpCode::kReduce) {
-    return InvalidArgument("kernel " + kc.spec.name + ": hero " + std::to_string(hero) +
-                           " is not a reduce node");
-  }
-  ReducePlan plan;
-  auto add_reduce = [&](int id) -> Status {
-    STITCH_ASSIGN_OR_RETURN(ReduceInfo r, MakeReduceInfo(kc, id));
-    plan.reduces.push_back(r);
-    return Status::Ok();
-  };
-  STITCH_RETURN_IF_ERROR(add_reduce(hero));
+namespace {
 
+// The geometry of reduce `hero`: its input's dimensions split into kept and reduced ones,
+// checked against its dimensions list and its result shape.
+StatusOr<ReduceGeometry> HeroGeometry(const KernelContext& kc, int hero) {
+  const Graph& g = kc.graph;
   const Node& h = g.nodes[hero];
-  ReduceGeometry& geo = plan.geometry;
+  ReduceGeometry geo;
   geo.input_dims = g.nodes[h.operands[0]].shape.dims;
   const int rank = static_cast<int>(geo.input_dims.size());
   std::vector<bool> reduced(rank, false);
@@ -95,48 +86,76 @@ StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
   // The dimensions were checked above; those of size 1 do not affect linear offsets.
   geo.reduced_is_suffix = ReducesTrailingDims(g, hero);
   geo.reduced_is_prefix = !geo.reduced_is_suffix && ReducesLeadingDims(g, hero);
+  return geo;
+}
 
-  for (size_t slot = 0; slot < kc.spec.outputs.size(); ++slot) {
-    const int out = kc.spec.outputs[slot];
-    if (out == hero) {
-      plan.reduces[0].is_output = true;
-      plan.kept_outputs.push_back(slot);
-      continue;
-    }
-    const Node& n = g.nodes[out];
-    if (n.op != OpCode::kReduce && n.shape.elements() != geo.kept &&
-        n.shape.elements() == geo.kept * geo.reduced) {
-      if (!geo.reduced_is_suffix && !geo.reduced_is_prefix) {
-        return Unimplemented(DescribeNode(g, out) + " is a full-size output of reduce kernel " +
-                             kc.spec.name + ", whose reduced dimensions are not at either end");
-      }
-      plan.side_outputs.push_back(slot);
-      continue;
-    }
-    if (n.op != OpCode::kReduce) {
-      if (n.shape.elements() != geo.kept) {
-        return Unimplemented(DescribeNode(g, out) + " is an output of reduce kernel " +
-                             kc.spec.name + " but does not have the reduce's element count");
-      }
-      plan.epilogue.push_back(out);
-      plan.kept_outputs.push_back(slot);
-      continue;
-    }
-    if (n.operands.empty() || n.operands[0] < 0 ||
-        n.operands[0] >= static_cast<int>(g.nodes.size()) ||
-        g.nodes[n.operands[0]].shape.dims != geo.input_dims || n.dimensions != h.dimensions) {
-      return Unimplemented(DescribeNode(g, out) + " does not share the geometry of hero " +
-                           DescribeNode(g, hero));
-    }
+// Sorts the kernel's output at `slot` into `plan`: the hero, another reduce of the hero's
+// geometry (added to the plan's reduces), a full-size side output, or an epilogue value of the
+// kept element count. Anything else is UNIMPLEMENTED.
+Status AddReduceKernelOutput(KernelContext& kc, size_t slot, ReducePlan& plan) {
+  const Graph& g = kc.graph;
+  const int hero = kc.spec.hero;
+  const Node& h = g.nodes[hero];
+  const ReduceGeometry& geo = plan.geometry;
+  const int out = kc.spec.outputs[slot];
+  if (out == hero) {
+    plan.reduces[0].is_output = true;
     plan.kept_outputs.push_back(slot);
-    bool seen = false;
-    for (auto& r : plan.reduces) {
-      if (r.node == out) seen = r.is_output = true;
+    return Status::Ok();
+  }
+  const Node& n = g.nodes[out];
+  if (n.op != OpCode::kReduce && n.shape.elements() != geo.kept &&
+      n.shape.elements() == geo.kept * geo.reduced) {
+    if (!geo.reduced_is_suffix && !geo.reduced_is_prefix) {
+      return Unimplemented(DescribeNode(g, out) + " is a full-size output of reduce kernel " +
+                           kc.spec.name + ", whose reduced dimensions are not at either end");
     }
-    if (!seen) {
-      STITCH_RETURN_IF_ERROR(add_reduce(out));
-      plan.reduces.back().is_output = true;
+    plan.side_outputs.push_back(slot);
+    return Status::Ok();
+  }
+  if (n.op != OpCode::kReduce) {
+    if (n.shape.elements() != geo.kept) {
+      return Unimplemented(DescribeNode(g, out) + " is an output of reduce kernel " + kc.spec.name +
+                           " but does not have the reduce's element count");
     }
+    plan.epilogue.push_back(out);
+    plan.kept_outputs.push_back(slot);
+    return Status::Ok();
+  }
+  if (n.operands.empty() || n.operands[0] < 0 ||
+      n.operands[0] >= static_cast<int>(g.nodes.size()) ||
+      g.nodes[n.operands[0]].shape.dims != geo.input_dims || n.dimensions != h.dimensions) {
+    return Unimplemented(DescribeNode(g, out) + " does not share the geometry of hero " +
+                         DescribeNode(g, hero));
+  }
+  plan.kept_outputs.push_back(slot);
+  for (ReduceInfo& r : plan.reduces) {
+    if (r.node == out) {
+      r.is_output = true;
+      return Status::Ok();
+    }
+  }
+  STITCH_ASSIGN_OR_RETURN(ReduceInfo r, MakeReduceInfo(kc, out));
+  r.is_output = true;
+  plan.reduces.push_back(r);
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ReducePlan> AnalyzeReduceKernel(KernelContext& kc) {
+  const Graph& g = kc.graph;
+  const int hero = kc.spec.hero;
+  if (hero < 0 || hero >= static_cast<int>(g.nodes.size()) || g.nodes[hero].op != OpCode::kReduce) {
+    return InvalidArgument("kernel " + kc.spec.name + ": hero " + std::to_string(hero) +
+                           " is not a reduce node");
+  }
+  ReducePlan plan;
+  STITCH_ASSIGN_OR_RETURN(ReduceInfo first, MakeReduceInfo(kc, hero));
+  plan.reduces.push_back(first);
+  STITCH_ASSIGN_OR_RETURN(plan.geometry, HeroGeometry(kc, hero));
+  for (size_t slot = 0; slot < kc.spec.outputs.size(); ++slot) {
+    STITCH_RETURN_IF_ERROR(AddReduceKernelOutput(kc, slot, plan));
   }
   return plan;
 }
