@@ -156,6 +156,72 @@ Status CheckDeclaredBuffers(const v1::KernelBundle& b, int max_input,
   return Status::Ok();
 }
 
+// The buffers the kernels' parameters name: the highest input index, and the outputs some
+// kernel writes.
+struct NamedBuffers {
+  int max_input = -1;
+  std::set<int> written;
+};
+
+// A kernel's name, code and launch: a block of at most 1,024 threads, no zero dimension, and
+// a workspace where it synchronises its grid.
+Status CheckKernelLaunch(const v1::Kernel& kernel, const std::string& who) {
+  if (kernel.name().empty()) return InvalidArgument(who + " has no name");
+  if (kernel.ptx().empty() && kernel.cubin().empty()) {
+    return InvalidArgument(who + " has neither PTX nor cubin");
+  }
+  const v1::LaunchDims& d = kernel.launch();
+  if (d.grid_x() == 0 || d.grid_y() == 0 || d.grid_z() == 0 || d.block_x() == 0 ||
+      d.block_y() == 0 || d.block_z() == 0) {
+    return InvalidArgument(who + " has a zero launch dimension");
+  }
+  const uint64_t threads = uint64_t{d.block_x()} * uint64_t{d.block_y()} * uint64_t{d.block_z()};
+  if (threads > 1024) {
+    return InvalidArgument(who + " has " + std::to_string(threads) +
+                           " threads per block (at most 1024)");
+  }
+  if (kernel.cooperative() && kernel.workspace_bytes() == 0) {
+    return InvalidArgument(who +
+                           " is cooperative (grid-wide barriers) but has no workspace for them");
+  }
+  return Status::Ok();
+}
+
+// A kernel's parameters: each names a buffer within the bundle's limits in a valid role, and
+// a temporary the bundle declares. The inputs and outputs they name are added to `named`.
+Status CheckKernelParams(const v1::Kernel& kernel, const std::string& who, int temporaries,
+                         NamedBuffers& named) {
+  for (int i = 0; i < kernel.params_size(); ++i) {
+    const v1::KernelParam& param = kernel.params(i);
+    const std::string which = who + " parameter " + std::to_string(i);
+    if (param.index() < 0) {
+      return InvalidArgument(which + " has negative index " + std::to_string(param.index()));
+    }
+    if (param.index() > kMaxBufferIndex) {
+      return InvalidArgument(which + " has index " + std::to_string(param.index()) + ", past the " +
+                             std::to_string(kMaxBufferIndex + 1) + " buffers a bundle may name");
+    }
+    switch (param.role()) {
+      case v1::KernelParam::INPUT:
+        named.max_input = std::max(named.max_input, param.index());
+        break;
+      case v1::KernelParam::OUTPUT:
+        named.written.insert(param.index());
+        break;
+      case v1::KernelParam::TEMPORARY:
+        if (param.index() >= temporaries) {
+          return InvalidArgument(which + " names temporary " + std::to_string(param.index()) +
+                                 " but the bundle has " + std::to_string(temporaries));
+        }
+        break;
+      default:
+        return InvalidArgument(which + " has no valid role (" +
+                               std::to_string(static_cast<int>(param.role())) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
@@ -171,67 +237,21 @@ StatusOr<std::shared_ptr<const Program>> ParseProgram(std::string_view bytes) {
   const v1::KernelBundle& b = p->bundle_;
   STITCH_RETURN_IF_ERROR(ParseTarget(b.target()).status());
   if (b.kernels_size() == 0) return InvalidArgument("bundle has no kernels");
-  int max_input = -1;
-  std::set<int> written;  // the output indices some kernel takes
+  NamedBuffers named;
   bool all_cubin = true;
   for (int k = 0; k < b.kernels_size(); ++k) {
     const v1::Kernel& kernel = b.kernels(k);
     const std::string who = "kernel " + std::to_string(k) + " (" + kernel.name() + ")";
-    if (kernel.name().empty()) return InvalidArgument(who + " has no name");
-    if (kernel.ptx().empty() && kernel.cubin().empty()) {
-      return InvalidArgument(who + " has neither PTX nor cubin");
-    }
+    STITCH_RETURN_IF_ERROR(CheckKernelLaunch(kernel, who));
+    STITCH_RETURN_IF_ERROR(CheckKernelParams(kernel, who, b.temporaries_size(), named));
     all_cubin = all_cubin && !kernel.cubin().empty();
-    const v1::LaunchDims& d = kernel.launch();
-    if (d.grid_x() == 0 || d.grid_y() == 0 || d.grid_z() == 0 || d.block_x() == 0 ||
-        d.block_y() == 0 || d.block_z() == 0) {
-      return InvalidArgument(who + " has a zero launch dimension");
-    }
-    const uint64_t threads = uint64_t{d.block_x()} * uint64_t{d.block_y()} * uint64_t{d.block_z()};
-    if (threads > 1024) {
-      return InvalidArgument(who + " has " + std::to_string(threads) +
-                             " threads per block (at most 1024)");
-    }
-    if (kernel.cooperative() && kernel.workspace_bytes() == 0) {
-      return InvalidArgument(who +
-                             " is cooperative (grid-wide barriers) but has no workspace for them");
-    }
-    for (int i = 0; i < kernel.params_size(); ++i) {
-      const v1::KernelParam& param = kernel.params(i);
-      const std::string which = who + " parameter " + std::to_string(i);
-      if (param.index() < 0) {
-        return InvalidArgument(which + " has negative index " + std::to_string(param.index()));
-      }
-      if (param.index() > kMaxBufferIndex) {
-        return InvalidArgument(which + " has index " + std::to_string(param.index()) +
-                               ", past the " + std::to_string(kMaxBufferIndex + 1) +
-                               " buffers a bundle may name");
-      }
-      switch (param.role()) {
-        case v1::KernelParam::INPUT:
-          max_input = std::max(max_input, param.index());
-          break;
-        case v1::KernelParam::OUTPUT:
-          written.insert(param.index());
-          break;
-        case v1::KernelParam::TEMPORARY:
-          if (param.index() >= b.temporaries_size()) {
-            return InvalidArgument(which + " names temporary " + std::to_string(param.index()) +
-                                   " but the bundle has " + std::to_string(b.temporaries_size()));
-          }
-          break;
-        default:
-          return InvalidArgument(which + " has no valid role (" +
-                                 std::to_string(static_cast<int>(param.role())) + ")");
-      }
-    }
   }
   STITCH_RETURN_IF_ERROR(CheckOuterExtentSpec(b));
-  STITCH_RETURN_IF_ERROR(CheckDeclaredBuffers(b, max_input, written));
+  STITCH_RETURN_IF_ERROR(CheckDeclaredBuffers(b, named.max_input, named.written));
   // The declared lists are the graph's signature: a parameter no kernel reads, or an output
   // that aliases an input, is still passed.
-  p->num_inputs_ = std::max(max_input + 1, b.inputs_size());
-  p->num_outputs_ = std::max(MaxIndex(written) + 1, b.outputs_size());
+  p->num_inputs_ = std::max(named.max_input + 1, b.inputs_size());
+  p->num_outputs_ = std::max(MaxIndex(named.written) + 1, b.outputs_size());
   for (int i = 0; i < b.outputs_size(); ++i) {
     if (b.outputs(i).has_aliases_input()) {
       p->output_aliases_.push_back({i, b.outputs(i).aliases_input()});
