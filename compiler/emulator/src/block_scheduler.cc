@@ -41,6 +41,59 @@ size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
 bool IsShuffle(WarpOp op) { return static_cast<uint32_t>(op) <= 3; }
 
+// The lane a PTX shfl.sync reads for `lane`, and whether it is in range (the instruction's
+// predicate); out of range, a lane reads its own value. `c` packs the clamp value (bits 0-4)
+// and the segment mask (bits 8-12).
+struct ShuffleSource {
+  int lane;
+  bool in_range;
+};
+
+ShuffleSource SourceLane(WarpOp op, int lane, uint32_t b, uint32_t c) {
+  const int bval = static_cast<int>(b & 31u);
+  const int cval = static_cast<int>(c & 31u);
+  const int segmask = static_cast<int>((c >> 8) & 31u);
+  const int max_lane = (lane & segmask) | (cval & ~segmask);
+  const int min_lane = lane & segmask;
+  int j = lane;
+  bool in_range = false;
+  switch (op) {
+    case WarpOp::kShflUp:
+      j = lane - bval;
+      in_range = j >= max_lane;
+      break;
+    case WarpOp::kShflDown:
+      j = lane + bval;
+      in_range = j <= max_lane;
+      break;
+    case WarpOp::kShflBfly:
+      j = lane ^ bval;
+      in_range = j <= max_lane;
+      break;
+    default:
+      j = min_lane | (bval & ~segmask);
+      in_range = j <= max_lane;
+      break;
+  }
+  return {in_range ? j : lane, in_range};
+}
+
+// The result of vote `op` over the `votes` of the lanes in `mask` that voted true.
+uint64_t VoteResult(WarpOp op, uint32_t votes, uint32_t mask) {
+  switch (op) {
+    case WarpOp::kVoteAll:
+      return votes == mask ? 1 : 0;
+    case WarpOp::kVoteAny:
+      return votes != 0 ? 1 : 0;
+    case WarpOp::kVoteUni:
+      return (votes == 0 || votes == mask) ? 1 : 0;
+    case WarpOp::kVoteBallot:
+      return votes;
+    default:
+      return 0;
+  }
+}
+
 std::string BlockName(const std::array<uint32_t, 3>& ctaid) {
   return "(" + std::to_string(ctaid[0]) + "," + std::to_string(ctaid[1]) + "," +
          std::to_string(ctaid[2]) + ")";
@@ -415,59 +468,16 @@ void BlockScheduler::CompleteWarp(Warp& w) {
     const uint32_t mask = t.warp_mask & arrived_mask;
     uint64_t result = 0;
     if (IsShuffle(t.warp_op)) {
-      // PTX shfl.sync: c packs the clamp value (bits 0-4) and the segment mask (bits 8-12).
-      const int lane = static_cast<int>(i);
-      const int bval = static_cast<int>(t.warp_b & 31u);
-      const int cval = static_cast<int>(t.warp_c & 31u);
-      const int segmask = static_cast<int>((t.warp_c >> 8) & 31u);
-      const int max_lane = (lane & segmask) | (cval & ~segmask);
-      const int min_lane = lane & segmask;
-      int j = lane;
-      bool pval = false;
-      switch (t.warp_op) {
-        case WarpOp::kShflUp:
-          j = lane - bval;
-          pval = j >= max_lane;
-          break;
-        case WarpOp::kShflDown:
-          j = lane + bval;
-          pval = j <= max_lane;
-          break;
-        case WarpOp::kShflBfly:
-          j = lane ^ bval;
-          pval = j <= max_lane;
-          break;
-        default:
-          j = min_lane | (bval & ~segmask);
-          pval = j <= max_lane;
-          break;
-      }
-      if (!pval) j = lane;
+      const ShuffleSource source = SourceLane(t.warp_op, static_cast<int>(i), t.warp_b, t.warp_c);
       // A source lane that does not exist or did not take part: keep the own value.
       uint32_t value = t.warp_value;
+      const int j = source.lane;
       if (j >= 0 && j < static_cast<int>(w.size) && ((arrived_mask >> j) & 1u) != 0) {
         value = threads_[w.first + static_cast<uint32_t>(j)].warp_value;
       }
-      result = value | (uint64_t{pval ? 1u : 0u} << 32);
+      result = value | (uint64_t{source.in_range ? 1u : 0u} << 32);
     } else {
-      const uint32_t votes = ballot & mask;
-      switch (t.warp_op) {
-        case WarpOp::kVoteAll:
-          result = votes == mask ? 1 : 0;
-          break;
-        case WarpOp::kVoteAny:
-          result = votes != 0 ? 1 : 0;
-          break;
-        case WarpOp::kVoteUni:
-          result = (votes == 0 || votes == mask) ? 1 : 0;
-          break;
-        case WarpOp::kVoteBallot:
-          result = votes;
-          break;
-        default:
-          result = 0;
-          break;
-      }
+      result = VoteResult(t.warp_op, ballot & mask, mask);
     }
     t.warp_result = result;
     t.status = ThreadStatus::kRunnable;
