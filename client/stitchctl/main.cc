@@ -43,7 +43,13 @@ struct Command {
   std::function<int()> run;
 };
 
-constexpr const char* kDaemonHelp = "stitchd address: unix:///path, /path or host:port";
+// The options of a command that asks a running stitchd: its address and the TLS flags.
+CLI::Option* AddDaemonOptions(CLI::App* command, std::string& daemon) {
+  CLI::Option* address =
+      command->add_option("--daemon", daemon, "stitchd address: unix:///path, /path or host:port");
+  AddTlsOptions(command);
+  return address;
+}
 
 Command AddCompile(CLI::App& app) {
   auto args = std::make_shared<stitch::ctl::CompileArgs>();
@@ -71,20 +77,18 @@ Command AddCompile(CLI::App& app) {
 Command AddStats(CLI::App& app) {
   auto args = std::make_shared<stitch::ctl::DaemonArgs>();
   auto* st = app.add_subcommand("stats", "Print a running stitchd's counters");
-  st->add_option("--daemon", args->daemon, kDaemonHelp);
+  AddDaemonOptions(st, args->daemon);
   st->add_flag("--json", args->json, "Print JSON");
-  AddTlsOptions(st);
   return {st, [args] { return stitch::ctl::RunStats(*args); }};
 }
 
 Command AddRuntimes(CLI::App& app) {
   auto args = std::make_shared<stitch::ctl::DaemonArgs>();
   auto* rt = app.add_subcommand("runtimes", "Print the GPU times jobs measured, beside the model");
-  rt->add_option("--daemon", args->daemon, kDaemonHelp);
+  AddDaemonOptions(rt, args->daemon);
   rt->add_option("--limit", args->limit, "At most this many keys, most measured first");
   auto* json = rt->add_flag("--json", args->json, "Print JSON");
   rt->add_flag("--csv", args->csv, "Print CSV, one row per key and timed kernels")->excludes(json);
-  AddTlsOptions(rt);
   return {rt, [args] { return stitch::ctl::RunRuntimes(*args); }};
 }
 
@@ -95,18 +99,16 @@ std::vector<Command> AddCache(CLI::App& app) {
 
   auto list = std::make_shared<stitch::ctl::DaemonArgs>();
   auto* ls = cache->add_subcommand("ls", "List cached bundles, most recently used first");
-  ls->add_option("--daemon", list->daemon, kDaemonHelp);
+  AddDaemonOptions(ls, list->daemon);
   ls->add_option("--limit", list->limit, "At most this many entries");
   ls->add_flag("--json", list->json, "Print JSON");
-  AddTlsOptions(ls);
 
   auto one = std::make_shared<stitch::ctl::DaemonArgs>();
   auto* get = cache->add_subcommand("get", "Show one cached bundle");
   get->add_option("key", one->key, "The bundle's key (64 hex digits)")->required();
-  get->add_option("--daemon", one->daemon, kDaemonHelp);
+  AddDaemonOptions(get, one->daemon);
   get->add_option("--out", one->out, "Write the serialized stitch.v1.KernelBundle here");
   get->add_flag("--json", one->json, "Print JSON");
-  AddTlsOptions(get);
 
   auto out = std::make_shared<stitch::ctl::CacheTransferArgs>();
   auto* exp = cache->add_subcommand("export", "Write every cached bundle to an archive file");
@@ -133,12 +135,11 @@ Command AddWarm(CLI::App& app) {
   auto* w = app.add_subcommand(
       "warm", "Have a stitchd compile the memory-intensive subgraphs of an HLO module");
   w->add_option("module", args->module, "HLO module text")->required();
-  w->add_option("--daemon", args->daemon, kDaemonHelp)->required();
+  AddDaemonOptions(w, args->daemon)->required();
   AddTargetOption(w, args->target);
   w->add_flag("--json", args->json, "Print the summary as JSON");
   w->add_option("--timeout", args->timeout_seconds, "Seconds each subgraph may take (default 300)");
   w->add_option("--jobs", args->jobs, "Subgraphs the daemon is asked for at once (default 4)");
-  AddTlsOptions(w);
   return {w, [args] { return stitch::ctl::RunWarm(*args); }};
 }
 
