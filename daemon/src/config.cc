@@ -844,10 +844,12 @@ struct FlagValues {
   std::deque<bool> bools;
 };
 
-void AddSettingFlags(CLI::App& app, const Environment& env, FlagValues& flags) {
+// `default_data_dir` is DefaultDataDir(env), shown as the data directory's and the socket's
+// defaults.
+void AddSettingFlags(CLI::App& app, const Environment& env,
+                     const StatusOr<std::string>& default_data_dir, FlagValues& flags) {
   const std::vector<OptionSpec>& specs = Options();
   const DaemonConfig defaults;
-  StatusOr<std::string> default_data_dir = DefaultDataDir(env);
   flags.text.resize(specs.size());
   flags.options.resize(specs.size());
   flags.bools.assign(specs.size(), false);
@@ -924,11 +926,13 @@ Status ApplySettings(const std::map<std::string, RawValue>& file_values, const F
 }
 
 // The defaults that depend on the environment or on other settings (the data directory, the
-// socket in it, the worker count), and the checks across keys.
+// socket in it, the worker count), and the checks across keys. `default_data_dir` is
+// DefaultDataDir(env).
 Status CompleteConfig(const std::set<std::string>& given, const Environment& env,
-                      DaemonConfig& config) {
+                      const StatusOr<std::string>& default_data_dir, DaemonConfig& config) {
   if (!given.count("data_dir")) {
-    STITCH_ASSIGN_OR_RETURN(config.data_dir, DefaultDataDir(env));
+    if (!default_data_dir.ok()) return default_data_dir.status();
+    config.data_dir = *default_data_dir;
   }
   if (!given.count("socket")) {
     config.socket_path = DefaultSocketPath(env, config.data_dir);
@@ -1008,8 +1012,9 @@ StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const E
   app.add_option("--config", config_file, "YAML file of settings (keys as below)")
       ->type_name("FILE");
   app.add_flag("--print-config", print_config, "Print the resolved configuration as YAML and exit");
+  const StatusOr<std::string> default_data_dir = DefaultDataDir(env);
   FlagValues flags;
-  AddSettingFlags(app, env, flags);
+  AddSettingFlags(app, env, default_data_dir, flags);
 
   std::deque<std::string> split_flags;
   std::vector<const char*> args = SplitEmptyValues(argc, argv, split_flags);
@@ -1035,7 +1040,7 @@ StatusOr<ParsedArgs> ParseCommandLine(int argc, const char* const* argv, const E
   config.config_file = config_file;
   std::set<std::string> given;
   STITCH_RETURN_IF_ERROR(ApplySettings(file_values, flags, config, given));
-  STITCH_RETURN_IF_ERROR(CompleteConfig(given, env, config));
+  STITCH_RETURN_IF_ERROR(CompleteConfig(given, env, default_data_dir, config));
   if (config.target == "auto") {
     STITCH_ASSIGN_OR_RETURN(parsed.target_note, ResolveAutoTarget(config));
   }
