@@ -90,22 +90,34 @@ StatusOr<ColumnPeriod> EmitColumnPeriod(KernelContext& kc, ElementalEmitter& em,
   return cp;
 }
 
-// One trip of the loop at vector `q`: `vectors` vectors, `step` apart, every load of all of
-// them issued before their math, so that a thread keeps that many in flight. A vector past the
-// end is loaded from the trip's first one, whose address is in bounds, and not stored.
-Status EmitLoopTrip(KernelContext& kc, ElementalEmitter& em, const ColumnPeriod& cp, llvm::Value* q,
-                    llvm::Value* step, llvm::Value* count, int64_t width, int64_t vectors) {
+// What every trip of a loop kernel shares: `vectors` vectors of `width` elements a trip,
+// `step` vectors apart (the grid's threads), `count` vectors in all, and the column period.
+struct LoopTrips {
+  llvm::Value* step;
+  llvm::Value* count;
+  int64_t width;
+  int64_t vectors;
+  ColumnPeriod period;
+};
+
+// One trip of the loop at vector `q`: every load of all of its vectors issued before their
+// math, so that a thread keeps that many in flight. A vector past the end is loaded from the
+// trip's first one, whose address is in bounds, and not stored.
+Status EmitLoopTrip(KernelContext& kc, ElementalEmitter& em, const LoopTrips& trips,
+                    llvm::Value* q) {
+  const ColumnPeriod& cp = trips.period;
+  const int64_t width = trips.width;
   const Graph& g = kc.graph;
   llvm::IRBuilder<>& b = kc.b;
   const std::vector<int64_t>& dims = g.nodes[kc.spec.outputs[0]].shape.dims;
   em.ResetScope();
   std::vector<llvm::Value*> in_range = {b.getTrue()};
   std::vector<std::vector<llvm::Value*>> lanes;
-  for (int64_t v = 0; v < vectors; ++v) {
+  for (int64_t v = 0; v < trips.vectors; ++v) {
     llvm::Value* vector = q;
     if (v > 0) {
-      llvm::Value* next = b.CreateAdd(q, b.CreateMul(step, kc.Index(v)), "", true, true);
-      in_range.push_back(b.CreateICmpSLT(next, count));
+      llvm::Value* next = b.CreateAdd(q, b.CreateMul(trips.step, kc.Index(v)), "", true, true);
+      in_range.push_back(b.CreateICmpSLT(next, trips.count));
       vector = b.CreateSelect(in_range.back(), next, q);
     }
     lanes.push_back(em.VectorLanes(b.CreateMul(vector, kc.Index(width), "", true, true), width));
@@ -163,12 +175,12 @@ StatusOr<EmittedNest> EmitLoopKernel(KernelContext& kc, bool allow_tile) {
   llvm::Value* start = b.CreateAdd(b.CreateMul(BlockIdx(kc, Dim::kX), BlockDim(kc, Dim::kX)),
                                    ThreadIdx(kc, Dim::kX));
   llvm::Value* step = b.CreateMul(GridDim(kc, Dim::kX), BlockDim(kc, Dim::kX));
-  STITCH_ASSIGN_OR_RETURN(ColumnPeriod cp, EmitColumnPeriod(kc, em, start, step, width));
-  const int64_t vectors = std::max(kc.spec.mapping.loads_per_step, 1);
-  llvm::Value* count = kc.RunCount(n / width, kc.Varies(kc.spec.outputs[0]));
-  llvm::Value* stride = vectors > 1 ? b.CreateMul(step, kc.Index(vectors)) : step;
-  STITCH_RETURN_IF_ERROR(EmitForLoop(kc, "vec", start, count, stride, [&](llvm::Value* q) {
-    return EmitLoopTrip(kc, em, cp, q, step, count, width, vectors);
+  LoopTrips trips{step, nullptr, width, std::max(kc.spec.mapping.loads_per_step, 1), {}};
+  STITCH_ASSIGN_OR_RETURN(trips.period, EmitColumnPeriod(kc, em, start, step, width));
+  trips.count = kc.RunCount(n / width, kc.Varies(kc.spec.outputs[0]));
+  llvm::Value* stride = trips.vectors > 1 ? b.CreateMul(step, kc.Index(trips.vectors)) : step;
+  STITCH_RETURN_IF_ERROR(EmitForLoop(kc, "vec", start, trips.count, stride, [&](llvm::Value* q) {
+    return EmitLoopTrip(kc, em, trips, q);
   }));
   return nest;
 }
